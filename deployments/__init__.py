@@ -1,0 +1,1 @@
+"""The model tier: what answers an OpenAI ChatCompletionRequest."""

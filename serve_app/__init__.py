@@ -1,0 +1,1 @@
+"""The MAI Serve application: ingress, cascade, prompts and answer matching."""

@@ -1,0 +1,369 @@
+"""Answer extraction, normalisation and agreement.
+
+Pure functions, no I/O. They follow what the field's evaluators score (lmms-eval's ChartQA relaxed
+accuracy, InfoVQA/DocVQA ANLS, POPE yes/no, MMBench option extraction) and fix their known quirks:
+"Yes." is yes, "12%" and "12" can agree, "(C)" / "c." / "Answer: C" are all option C.
+
+The same matcher decides whether two *model* answers agree (the cascade's verification) and whether a
+prediction matches the gold answer (the evaluation harness).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+
+KINDS = ("choice", "yes_no", "number", "text")
+
+_BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_ANSWER_IS = re.compile(
+    r"(?:final\s+answer|answer)\s*(?:is|:)\s*:?\s*(?P<ans>[^\n]+)", re.IGNORECASE
+)
+_PLACEHOLDERS = {"answer", "..."}
+_MAX_BARE_WORDS = 6
+_MAX_BARE_CHARS = 64
+_EDGE_NOISE = " \t\r\n\"'`*_“”‘’"
+_TRAILING_PUNCT = ".,;:!?。"
+
+
+def _as_text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return str(value)
+    return None
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _clean(text: str) -> str:
+    """Strip whitespace, quotes, markdown emphasis and trailing sentence punctuation."""
+    previous = None
+    while previous != text:
+        previous = text
+        text = text.strip(_EDGE_NOISE).rstrip(_TRAILING_PUNCT)
+    return _collapse(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction
+# ---------------------------------------------------------------------------------------------
+
+
+def extract_answer(text: object) -> str | None:
+    """The answer a model gave in ``text``.
+
+    The last non-empty ``[[...]]`` wins. Without brackets: ``\\boxed{...}``, then the last
+    "Answer: X" / "The answer is X", then a short bare reply ("Yes.", "C", "400"). ``None`` when the
+    text holds nothing usable (a long explanation with no marked answer, or nothing at all).
+    """
+    raw = _as_text(text)
+    if raw is None:
+        return None
+    for candidate in reversed(_BRACKETED.findall(raw)):
+        answer = _clean(candidate)
+        if answer and answer.lower() not in _PLACEHOLDERS:
+            return answer
+    unbracketed = _BRACKETED.sub(" ", raw)
+    boxed = _BOXED.findall(unbracketed)
+    if boxed and _clean(boxed[-1]):
+        return _clean(boxed[-1])
+    stated = list(_ANSWER_IS.finditer(unbracketed))
+    if stated:
+        answer = _clean(stated[-1].group("ans"))
+        if answer and len(answer.split()) <= _MAX_BARE_WORDS:
+            return answer
+    bare = _clean(unbracketed)
+    if (
+        bare
+        and "\n" not in unbracketed.strip()
+        and len(bare.split()) <= _MAX_BARE_WORDS
+        and len(bare) <= _MAX_BARE_CHARS
+        and bare.lower() not in _PLACEHOLDERS
+    ):
+        return bare
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Option letters
+# ---------------------------------------------------------------------------------------------
+
+_LETTER_PREFIX = re.compile(
+    r"^(?:the\s+)?(?:correct\s+|final\s+)?(?:answer|option|choice)\s*(?:is|:)?\s*:?\s*",
+    re.IGNORECASE,
+)
+_PAREN_LETTER = re.compile(r"^\(([A-Za-z])\)(?:\s|$|[.:,])")
+_UPPER_LETTER_MARK = re.compile(r"^([A-Z])[.):](?:\s|$)")
+_LOWER_LETTER_MARK = re.compile(r"^([a-z])[.)](?:\s|$)")
+
+
+def option_letter(answer: object, choices: Sequence[str] | None = None) -> str | None:
+    """The option letter an answer names: "C", "(C)", "c.", "[[C]]", "Answer: C", "C. 400",
+    or, with ``choices``, the text of an option ("400" -> the letter of the option "400")."""
+    raw = _as_text(answer)
+    if raw is None:
+        return None
+    text = extract_answer(raw) if "[[" in raw else raw
+    if text is None:
+        return None
+    text = _collapse(text.strip(_EDGE_NOISE))
+    text = _LETTER_PREFIX.sub("", text).strip(_EDGE_NOISE)
+    bare = text.strip("()[] ").rstrip(_TRAILING_PUNCT).strip("()[] ")
+    if len(bare) == 1 and bare.isascii() and bare.isalpha():
+        return bare.upper()
+    for pattern in (_PAREN_LETTER, _UPPER_LETTER_MARK, _LOWER_LETTER_MARK):
+        match = pattern.match(text)
+        if match:
+            return match.group(1).upper()
+    if choices:
+        wanted = _clean(text).casefold()
+        for index, choice in enumerate(choices[:26]):
+            if wanted and wanted == _clean(str(choice)).casefold():
+                return chr(ord("A") + index)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Yes / no
+# ---------------------------------------------------------------------------------------------
+
+_YES = {"yes", "y", "true", "correct", "yeah", "yep"}
+_NO = {"no", "n", "false", "incorrect", "not", "nope"}
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def yes_no(answer: object) -> str | None:
+    """"yes" or "no" when the answer starts with one ("Yes.", "no, there is not"), else None."""
+    raw = _as_text(answer)
+    if raw is None:
+        return None
+    words = _WORD.findall(raw.casefold())
+    if not words:
+        return None
+    if words[0] in _YES:
+        return "yes"
+    if words[0] in _NO:
+        return "no"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(
+    r"^(?P<lead>[^\d+\-.]*?)\s*(?P<sign>[+\-−]?)\s*(?P<cur>[$€£¥]?)\s*"
+    r"(?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
+    r"(?:[eE](?P<exp>[+\-]?\d+))?\s*(?P<pct>%?)\s*(?P<unit>[^\d]*)$"
+)
+_UNIT = re.compile(r"^[^\W\d_]*[\w$€£¥°/ .²³]*$", re.UNICODE)
+_LEAD = re.compile(r"^[\s$€£¥~≈]*(?:about|approximately|approx\.?|around)?[\s$€£¥~≈]*$", re.IGNORECASE)
+
+
+def parse_number(answer: object) -> tuple[float, bool] | None:
+    """``(value, had_percent_sign)`` for an answer that is one number, possibly with a currency
+    sign, thousands separators, a percent sign or a unit ("$1,234", "12%", "3.5 kg"); else None.
+    A percentage is returned as a fraction: "12%" -> (0.12, True)."""
+    raw = _as_text(answer)
+    if raw is None:
+        return None
+    text = unicodedata.normalize("NFKC", raw).strip().strip(_EDGE_NOISE).rstrip(".").strip()
+    match = _NUMBER.match(text)
+    if not match or not _LEAD.match(match.group("lead")) or not _UNIT.match(match.group("unit").strip()):
+        return None
+    digits = match.group("num").replace(",", "")
+    try:
+        value = float(digits) * (10 ** int(match.group("exp")) if match.group("exp") else 1)
+    except (ValueError, OverflowError):
+        return None
+    if match.group("sign") in ("-", "−"):
+        value = -value
+    percent = bool(match.group("pct"))
+    if percent:
+        value /= 100.0
+    if not math.isfinite(value):
+        return None
+    return value, percent
+
+
+def _within(pred: float, gold: float, rel_tol: float) -> bool:
+    if gold == 0 or pred == 0:
+        return pred == gold
+    return abs(pred - gold) / abs(gold) <= rel_tol + 1e-12
+
+
+def _numbers_match(pred: tuple[float, bool], gold: tuple[float, bool], rel_tol: float) -> bool:
+    (p, p_pct), (g, g_pct) = pred, gold
+    if _within(p, g, rel_tol):
+        return True
+    # lmms-eval quirk fixed: "12%" against "12" is the same figure written two ways.
+    if p_pct != g_pct:
+        return _within(p * 100 if p_pct else p, g * 100 if g_pct else g, rel_tol)
+    return False
+
+
+def relaxed_match(pred: object, gold: object, rel_tol: float = 0.05) -> bool:
+    """ChartQA relaxed accuracy: numbers within ``rel_tol`` of the gold (exact when the gold is 0),
+    anything else a case-insensitive exact match."""
+    pred_text, gold_text = _as_text(pred), _as_text(gold)
+    if pred_text is None or gold_text is None:
+        return False
+    pred_num, gold_num = parse_number(pred_text), parse_number(gold_text)
+    if pred_num is not None and gold_num is not None:
+        return _numbers_match(pred_num, gold_num, rel_tol)
+    pred_clean, gold_clean = _clean(pred_text).casefold(), _clean(gold_text).casefold()
+    return bool(gold_clean) and pred_clean == gold_clean
+
+
+def _format_number(value: float) -> str:
+    return format(value, ".12g")
+
+
+# ---------------------------------------------------------------------------------------------
+# ANLS
+# ---------------------------------------------------------------------------------------------
+
+
+def _levenshtein(a: str, b: str) -> int:
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, start=1):
+        current = [i]
+        for j, char_b in enumerate(b, start=1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        previous = current
+    return previous[-1]
+
+
+def _anls_one(pred: str, gold: str, cutoff: float) -> float:
+    pred, gold = _collapse(pred).casefold().strip(), _collapse(gold).casefold().strip()
+    longest = max(len(pred), len(gold))
+    if longest == 0:
+        return 1.0
+    distance = _levenshtein(pred, gold) / longest
+    return 1.0 - distance if distance < cutoff else 0.0
+
+
+def anls(pred: object, gold: object, *, cutoff: float = 0.5) -> float:
+    """Average Normalised Levenshtein Similarity of one prediction (InfoVQA/DocVQA): 1 minus the
+    normalised edit distance, 0 when that distance is >= ``cutoff``. ``gold`` may be one answer or
+    a list of accepted answers (the best one counts)."""
+    pred_text = _as_text(pred)
+    if pred_text is None:
+        return 0.0
+    golds = [gold] if not isinstance(gold, list | tuple) else list(gold)
+    scores = [_anls_one(pred_text, g, cutoff) for g in (_as_text(x) for x in golds) if g is not None]
+    return max(scores, default=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation, agreement, kind inference
+# ---------------------------------------------------------------------------------------------
+
+
+def normalize(answer: object, kind: str, *, choices: Sequence[str] | None = None) -> str:
+    """The canonical form of an answer for its kind: an option letter ("C"), "yes"/"no", a number
+    ("0.12" for "12%"), or lowercased text with collapsed whitespace. An answer that does not fit
+    its kind falls back to the text form. Unknown kinds are treated as ``text``."""
+    raw = _as_text(answer)
+    if raw is None:
+        return ""
+    if kind == "choice":
+        letter = option_letter(raw, choices)
+        if letter is not None:
+            return letter
+    elif kind == "yes_no":
+        verdict = yes_no(raw)
+        if verdict is not None:
+            return verdict
+    elif kind == "number":
+        number = parse_number(raw)
+        if number is not None:
+            return _format_number(number[0])
+    return _clean(raw).casefold()
+
+
+def agree(
+    a: object,
+    b: object,
+    kind: str,
+    *,
+    choices: Sequence[str] | None = None,
+    anls_threshold: float = 0.5,
+    rel_tol: float = 0.05,
+) -> bool:
+    """Whether two answers say the same thing, by the matcher of their kind. Symmetric; ``None``
+    or empty answers never agree; never raises."""
+    a_text, b_text = _as_text(a), _as_text(b)
+    if a_text is None or b_text is None:
+        return False
+    a_norm, b_norm = normalize(a_text, kind, choices=choices), normalize(b_text, kind, choices=choices)
+    if not a_norm or not b_norm:
+        return False
+    if kind == "number":
+        a_num, b_num = parse_number(a_text), parse_number(b_text)
+        if a_num is not None and b_num is not None:
+            return _numbers_match(a_num, b_num, rel_tol) or _numbers_match(b_num, a_num, rel_tol)
+        return a_norm == b_norm
+    if kind in ("choice", "yes_no"):
+        return a_norm == b_norm
+    score = anls(a_norm, b_norm)
+    return score > 0 and score >= anls_threshold
+
+
+_CHOICE_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.+?)\s*$")
+_YES_NO_START = re.compile(
+    r"^(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have|had|am|may|might|must)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+_NUMBER_CUES = re.compile(
+    r"\b(?:how\s+(?:many|much|old|long|far|tall|high|often)|what\s+(?:is\s+the\s+)?"
+    r"(?:percentage|percent|number|value|total|sum|difference|average|mean|median|ratio|"
+    r"rate|count|amount|year)|in\s+which\s+year|what\s+year)\b",
+    re.IGNORECASE,
+)
+
+
+def split_choices(question: str) -> tuple[str, tuple[str, ...]]:
+    """Split a question whose trailing lines are lettered options ("A. cat", "B. dog", ...) into
+    the question text and the options. Options must run A, B, C, ... without gaps; otherwise the
+    question is returned whole with no options."""
+    lines = question.rstrip().splitlines()
+    matches: list[re.Match[str]] = []
+    while lines and (match := _CHOICE_LINE.match(lines[-1])):
+        matches.insert(0, match)
+        lines.pop()
+    letters = [match.group(1) for match in matches]
+    if len(matches) < 2 or letters != [chr(ord("A") + i) for i in range(len(matches))]:
+        return question.strip(), ()
+    return "\n".join(lines).strip(), tuple(match.group(2) for match in matches)
+
+
+def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
+    """Guess the answer kind of a question: ``choice`` when options are given or listed in the
+    question, ``yes_no`` for questions opening with an auxiliary verb ("Is there ...?"),
+    ``number`` for quantity questions ("How many ...?", "What percentage ...?"), else ``text``."""
+    text = _as_text(question) or ""
+    if choices:
+        return "choice"
+    if split_choices(text)[1]:
+        return "choice"
+    sentences = [part for part in _SENTENCE_BREAK.split(text.strip()) if part.strip()]
+    asked = sentences[-1].strip() if sentences else ""
+    if _NUMBER_CUES.search(asked):
+        return "number"
+    if _YES_NO_START.match(asked):
+        return "yes_no"
+    return "text"

@@ -1,0 +1,402 @@
+"""The multi-agent inference (MAI) cascade over two abstract VLM clients.
+
+Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2c).
+
+1. The small and the large model answer with the Simple prompt, in parallel.
+2. Their answers agree -> done (``agree_short``).
+3. Otherwise the small model reasons; its reasoned answer agrees with the large short answer ->
+   done (``agree_reasoned``).
+4. Otherwise the large model answers once more with the small model's reasoning in its prompt
+   (``transfer``): prefill instead of decode.
+
+Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
+async ``complete(messages, *, max_tokens) -> Completion``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .answers import KINDS, agree, extract_answer, infer_kind
+from .prompts import PromptKind, TransferForm, build_messages
+
+SMALL, LARGE = "small", "large"
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+
+
+class VLMClient(Protocol):
+    async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion: ...
+
+
+class Policy(StrEnum):
+    CASCADE = "cascade"  # MAI
+    SMALL = "small"  # small model, Simple prompt
+    LARGE = "large"  # large model, Simple prompt
+    SMALL_REASON = "small-reason"  # small model, Reasoning (+ S2), the paper's 2B(R)
+    LARGE_REASON = "large-reason"  # large model, Reasoning (+ S2), the paper's 8B(R)
+    TRANSFER = "transfer"  # the paper's "Full RT": small reasons, large always answers with it
+
+
+class Route(StrEnum):
+    AGREE_SHORT = "agree_short"
+    AGREE_REASONED = "agree_reasoned"
+    TRANSFER = "transfer"
+    SINGLE = "single"
+    DEGRADED_LARGE_ONLY = "degraded_large_only"  # small failed in stage 1
+    DEGRADED_NO_REASONING = "degraded_no_reasoning"  # small failed while reasoning
+    DEGRADED_NO_TRANSFER = "degraded_no_transfer"  # large failed in the transfer stage
+    DEGRADED_SMALL_ONLY = "degraded_small_only"  # large failed, on_large_failure: small
+
+
+class TokenBudgets(BaseModel):
+    """``max_tokens`` per prompt kind."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    simple: int = Field(32, ge=1)
+    explain: int = Field(512, ge=1)
+    reasoning: int = Field(2048, ge=1)
+    stage2: int = Field(32, ge=1)
+    transfer: int = Field(32, ge=1)
+
+
+class StageTimeouts(BaseModel):
+    """Seconds each stage may take; ``None`` waits as long as the model does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    short_s: float | None = Field(None, gt=0)
+    reasoning_s: float | None = Field(None, gt=0)
+    stage2_s: float | None = Field(None, gt=0)
+    transfer_s: float | None = Field(None, gt=0)
+
+
+class CascadeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: Policy = Policy.CASCADE
+    # How a reasoning stage yields its answer: "inline" parses [[answer]] from the reasoning (the
+    # paper's final cascade), "two_stage" asks again with the Stage 2 prompt (B.3). None: the
+    # paper's choice per policy (inline for cascade and transfer, two_stage for the baselines).
+    stage2_answer: Literal["inline", "two_stage"] | None = None
+    # Start the small model's reasoning together with stage 1; cancel it when stage 1 agrees.
+    eager_reasoning: bool = False
+    # Reasoning-transfer prompt; None: the paper's choice per answer kind.
+    transfer_form: TransferForm | None = None
+    transfer_selector: str = "full"
+    on_large_failure: Literal["error", "small"] = "error"
+    max_tokens: TokenBudgets = TokenBudgets()
+    timeouts: StageTimeouts = StageTimeouts()
+    anls_threshold: float = Field(0.5, gt=0, le=1)
+    rel_tol: float = Field(0.05, ge=0, le=1)
+
+    def resolved_stage2_answer(self) -> str:
+        if self.stage2_answer is not None:
+            return self.stage2_answer
+        return "two_stage" if self.policy in (Policy.SMALL_REASON, Policy.LARGE_REASON) else "inline"
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    image_url: str | None = None
+    choices: tuple[str, ...] = ()
+    kind: str | None = None  # choice | yes_no | number | text; None: inferred from the question
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if self.kind is None:
+            object.__setattr__(self, "kind", infer_kind(self.question, self.choices))
+        elif self.kind not in KINDS:
+            raise ValueError(f"answer kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+
+# A transfer selector picks what of the small model's reasoning the large model reads.
+TransferSelector = Callable[[str, Question], Awaitable[str]]
+
+
+async def keep_full_reasoning(reasoning: str, question: Question) -> str:
+    return reasoning
+
+
+DEFAULT_SELECTORS: Mapping[str, TransferSelector] = {"full": keep_full_reasoning}
+
+
+@dataclass
+class StageRecord:
+    name: str
+    model: str
+    prompt_kind: str
+    status: str = "running"  # ok | error | timeout | cancelled
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    answer: str | None = None  # parsed answer, None when nothing could be parsed
+    output: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class Trace:
+    policy: str
+    kind: str
+    route: str | None = None
+    answer_parsed: bool = False
+    latency_s: float = 0.0
+    stages: list[StageRecord] = field(default_factory=list)
+
+    def tokens(self) -> dict[str, dict[str, int]]:
+        totals = {SMALL: {"prompt_tokens": 0, "completion_tokens": 0}, LARGE: {"prompt_tokens": 0, "completion_tokens": 0}}
+        for stage in self.stages:
+            totals[stage.model]["prompt_tokens"] += stage.prompt_tokens
+            totals[stage.model]["completion_tokens"] += stage.completion_tokens
+        return totals
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tokens"] = self.tokens()
+        return data
+
+
+@dataclass(frozen=True)
+class CascadeResult:
+    answer: str
+    route: str
+    trace: Trace
+
+
+class ModelUnavailableError(RuntimeError):
+    """A model the answer depends on failed or timed out; the server answers 503."""
+
+    def __init__(self, model: str, stage: StageRecord, trace: Trace):
+        super().__init__(f"the {model} model failed in stage {stage.name!r}: {stage.error or stage.status}")
+        self.model, self.stage, self.trace = model, stage, trace
+
+
+class Cascade:
+    """Runs requests under a policy with a small and a large VLM client."""
+
+    def __init__(
+        self,
+        small: VLMClient,
+        large: VLMClient,
+        *,
+        selectors: Mapping[str, TransferSelector] | None = None,
+    ):
+        self.clients: dict[str, VLMClient] = {SMALL: small, LARGE: large}
+        self.selectors: dict[str, TransferSelector] = {**DEFAULT_SELECTORS, **(selectors or {})}
+
+    async def run(self, question: Question, options: CascadeOptions | None = None) -> CascadeResult:
+        options = options or CascadeOptions()
+        if options.transfer_selector not in self.selectors:
+            known = ", ".join(sorted(self.selectors))
+            raise ValueError(f"unknown transfer_selector {options.transfer_selector!r} (known: {known})")
+        return await _Run(self, question, options).execute()
+
+
+@dataclass
+class _Reasoned:
+    reasoning: StageRecord  # the reasoning call
+    answer_stage: StageRecord  # where the answer was read: the reasoning itself or its S2 call
+
+    @property
+    def answer(self) -> str | None:
+        return self.answer_stage.answer
+
+
+class _Run:
+    """One request: its options, its trace, and the model calls it has in flight."""
+
+    def __init__(self, cascade: Cascade, question: Question, options: CascadeOptions):
+        self.cascade, self.question, self.options = cascade, question, options
+        self.kind: str = question.kind or "text"
+        self.trace = Trace(policy=options.policy.value, kind=self.kind)
+        self._tasks: list[asyncio.Task] = []
+
+    async def execute(self) -> CascadeResult:
+        started = time.monotonic()
+        policies = {
+            Policy.CASCADE: self._cascade,
+            Policy.SMALL: lambda: self._single_short(SMALL),
+            Policy.LARGE: lambda: self._single_short(LARGE),
+            Policy.SMALL_REASON: lambda: self._single_reasoned(SMALL),
+            Policy.LARGE_REASON: lambda: self._single_reasoned(LARGE),
+            Policy.TRANSFER: self._full_transfer,
+        }
+        try:
+            return await policies[self.options.policy]()
+        finally:
+            await self._cancel_outstanding()
+            self.trace.latency_s = time.monotonic() - started
+
+    # -- policies ---------------------------------------------------------------------------
+
+    async def _cascade(self) -> CascadeResult:
+        eager = self._spawn(self._reason(SMALL)) if self.options.eager_reasoning else None
+        small_short, large_short = await asyncio.gather(self._short(SMALL), self._short(LARGE))
+        if not large_short.ok:
+            return self._large_failed(large_short, fallback=small_short)
+        if not small_short.ok:
+            return self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
+        if self._agree(small_short.answer, large_short.answer):
+            return self._finish(Route.AGREE_SHORT, large_short)
+
+        reasoned = await (eager if eager is not None else self._reason(SMALL))
+        if reasoned is None:
+            return self._finish(Route.DEGRADED_NO_REASONING, large_short)
+        if self._agree(reasoned.answer, large_short.answer):
+            return self._finish(Route.AGREE_REASONED, large_short)
+
+        transfer = await self._transfer(reasoned.reasoning.output)
+        if not transfer.ok:
+            return self._finish(Route.DEGRADED_NO_TRANSFER, large_short)
+        return self._finish(Route.TRANSFER, transfer)
+
+    async def _single_short(self, model: str) -> CascadeResult:
+        stage = await self._short(model)
+        if not stage.ok:
+            raise ModelUnavailableError(model, stage, self.trace)
+        return self._finish(Route.SINGLE, stage)
+
+    async def _single_reasoned(self, model: str) -> CascadeResult:
+        reasoned = await self._reason(model)
+        if reasoned is None:
+            raise ModelUnavailableError(model, self.trace.stages[-1], self.trace)
+        return self._finish(Route.SINGLE, reasoned.answer_stage)
+
+    async def _full_transfer(self) -> CascadeResult:
+        reasoned = await self._reason(SMALL)
+        if reasoned is None:
+            large_short = await self._short(LARGE)
+            if not large_short.ok:
+                raise ModelUnavailableError(LARGE, large_short, self.trace)
+            return self._finish(Route.DEGRADED_NO_REASONING, large_short)
+        transfer = await self._transfer(reasoned.reasoning.output)
+        if not transfer.ok:
+            return self._large_failed(transfer, fallback=reasoned.answer_stage)
+        return self._finish(Route.TRANSFER, transfer)
+
+    # -- stages -----------------------------------------------------------------------------
+
+    async def _short(self, model: str) -> StageRecord:
+        return await self._call(
+            f"short_{model}", model, PromptKind.SIMPLE,
+            self.options.max_tokens.simple, self.options.timeouts.short_s,
+        )
+
+    async def _reason(self, model: str) -> _Reasoned | None:
+        """The model reasons, then yields its answer inline or through an S2 call. None when the
+        reasoning call itself failed."""
+        reasoning = await self._call(
+            f"reason_{model}", model, PromptKind.REASONING,
+            self.options.max_tokens.reasoning, self.options.timeouts.reasoning_s,
+        )
+        if not reasoning.ok:
+            return None
+        if self.options.resolved_stage2_answer() == "inline":
+            return _Reasoned(reasoning, reasoning)
+        stage2 = await self._call(
+            f"stage2_{model}", model, PromptKind.STAGE2,
+            self.options.max_tokens.stage2, self.options.timeouts.stage2_s,
+            reasoning=reasoning.output.strip(),
+        )
+        # A failed S2 call leaves the answer the reasoning wrote inline, if any.
+        return _Reasoned(reasoning, stage2 if stage2.ok else reasoning)
+
+    async def _transfer(self, reasoning: str) -> StageRecord:
+        selector = self.cascade.selectors[self.options.transfer_selector]
+        selected = await selector(reasoning.strip(), self.question)
+        return await self._call(
+            "transfer_large", LARGE, PromptKind.TRANSFER,
+            self.options.max_tokens.transfer, self.options.timeouts.transfer_s,
+            reasoning=selected,
+        )
+
+    async def _call(
+        self,
+        name: str,
+        model: str,
+        prompt_kind: PromptKind,
+        max_tokens: int,
+        timeout_s: float | None,
+        *,
+        reasoning: str | None = None,
+    ) -> StageRecord:
+        """One model call, recorded in the trace; failures and timeouts are recorded, not raised.
+        Cancellation is recorded and re-raised, which cancels the client's call."""
+        messages = build_messages(
+            self.question.image_url, self.question.question, self.question.choices, self.kind,
+            prompt_kind, reasoning=reasoning, transfer_form=self.options.transfer_form,
+        )
+        stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
+        self.trace.stages.append(stage)
+        started = time.monotonic()
+        try:
+            completion = await asyncio.wait_for(
+                self.cascade.clients[model].complete(messages, max_tokens=max_tokens), timeout_s
+            )
+        except asyncio.CancelledError:
+            stage.status, stage.latency_s = "cancelled", time.monotonic() - started
+            raise
+        except TimeoutError:
+            stage.status, stage.error = "timeout", f"no answer within {timeout_s} s"
+            stage.latency_s = time.monotonic() - started
+        except Exception as exc:  # any client failure degrades the route; it never crashes it
+            stage.status, stage.error = "error", f"{type(exc).__name__}: {exc}"
+            stage.latency_s = time.monotonic() - started
+        else:
+            stage.status, stage.output = "ok", completion.text
+            stage.prompt_tokens, stage.completion_tokens = completion.prompt_tokens, completion.completion_tokens
+            stage.latency_s = completion.latency_s
+            stage.answer = extract_answer(completion.text)
+        return stage
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def _agree(self, a: str | None, b: str | None) -> bool:
+        return agree(
+            a, b, self.kind, choices=self.question.choices,
+            anls_threshold=self.options.anls_threshold, rel_tol=self.options.rel_tol,
+        )
+
+    def _large_failed(self, failed: StageRecord, *, fallback: StageRecord) -> CascadeResult:
+        if self.options.on_large_failure == "small" and fallback.ok:
+            return self._finish(Route.DEGRADED_SMALL_ONLY, fallback)
+        raise ModelUnavailableError(LARGE, failed, self.trace)
+
+    def _finish(self, route: Route, stage: StageRecord) -> CascadeResult:
+        self.trace.route = route.value
+        self.trace.answer_parsed = stage.answer is not None
+        answer = stage.answer if stage.answer is not None else stage.output.strip()
+        return CascadeResult(answer=answer, route=route.value, trace=self.trace)
+
+    # -- in-flight calls --------------------------------------------------------------------
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.append(task)
+        return task
+
+    async def _cancel_outstanding(self) -> None:
+        """Cancel the calls the answer no longer needs and wait until they have stopped."""
+        pending = [task for task in self._tasks if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

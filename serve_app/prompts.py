@@ -1,0 +1,177 @@
+"""The paper's prompt templates (Appendix C) and the chat messages built from them.
+
+Two families: ``short`` ("...answer the question using a single word or phrase...", POPE-style and
+open answers) and ``choice`` ("...answer with the option's letter from the given choices...").
+Every message is laid out image -> question (with lettered options) -> instruction, so all stages
+of one request share the image+question prefix and hit the engine's prefix cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+
+class PromptKind(StrEnum):
+    SIMPLE = "simple"
+    EXPLAIN = "explain"
+    REASONING = "reasoning"
+    STAGE2 = "stage2"
+    TRANSFER = "transfer"
+
+
+class TransferForm(StrEnum):
+    """The two reasoning-transfer prompts of Appendix C."""
+
+    ACCORDING = "according"  # "According to previous thinking: ..." (POPE, ChartQA)
+    REFERENCE = "reference"  # "The following is a reference answer from a smaller model ..."
+
+
+SHORT, CHOICE = "short", "choice"
+
+# Appendix C, verbatim. "{reasoning}" is the stage-1 response of the reasoning model.
+TEMPLATES: dict[tuple[PromptKind, str], str] = {
+    (PromptKind.SIMPLE, SHORT): (
+        "Without thinking, directly answer the question using a single word or phrase in the "
+        "format: [[answer]]"
+    ),
+    (PromptKind.SIMPLE, CHOICE): (
+        "Without thinking, directly answer with the option's letter from the given choices in "
+        "the format: [[answer]]."
+    ),
+    (PromptKind.EXPLAIN, SHORT): (
+        "Provide a simple explanation, then answer the question using a single word or phrase "
+        "in the format: [[answer]]"
+    ),
+    (PromptKind.EXPLAIN, CHOICE): (
+        "Provide a simple explanation, then answer with the option's letter from the given "
+        "choices directly in the format: [[answer]]"
+    ),
+    (PromptKind.REASONING, SHORT): (
+        "Please think step by step, provide a detailed explanation, then answer the question "
+        "using a single word or phrase in the format: [[answer]]"
+    ),
+    (PromptKind.REASONING, CHOICE): (
+        "Please think step by step, provide a detailed explanation, then answer with the "
+        "option's letter from the given choices directly in the format: [[answer]]"
+    ),
+    (PromptKind.STAGE2, SHORT): (
+        "According to previous thinking: {reasoning}\n Answer the question using a single word "
+        "or phrase."
+    ),
+    (PromptKind.STAGE2, CHOICE): (
+        "According to previous thinking: {reasoning}\n Answer with the option's letter from the "
+        "given choices directly."
+    ),
+}
+
+TRANSFER_TEMPLATES: dict[tuple[TransferForm, str], str] = {
+    # The "according" form is the Stage 2 prompt given to the large model.
+    (TransferForm.ACCORDING, SHORT): TEMPLATES[(PromptKind.STAGE2, SHORT)],
+    (TransferForm.ACCORDING, CHOICE): TEMPLATES[(PromptKind.STAGE2, CHOICE)],
+    # Short-answer wording as in Appendix B.6, Example 3; choice wording as in Appendix C.
+    (TransferForm.REFERENCE, SHORT): (
+        "The following is a reference answer from a smaller model (it might be wrong or "
+        "incomplete): {reasoning}\n\n\n\n Please answer the question yourself, using the "
+        "reference only if it seems reasonable.\n Answer the question using a single word or "
+        "phrase."
+    ),
+    (TransferForm.REFERENCE, CHOICE): (
+        "The following is a reference answer from a smaller model (it might be wrong or "
+        "incomplete): {reasoning}\n\n\n\n Please answer the question yourself, using the "
+        "reference only if it seems reasonable.\n Answer with the option's letter from the "
+        "given choices directly in the format: [[answer]]."
+    ),
+}
+
+
+def family_of(kind: str) -> str:
+    """The prompt family of an answer kind: option letters for ``choice``, short answers else."""
+    return CHOICE if kind == "choice" else SHORT
+
+
+def default_transfer_form(kind: str) -> TransferForm:
+    """The paper's choice: "according" for POPE (yes/no) and ChartQA (numbers), "reference" for
+    MMBench/MMMU (choice) and InfoVQA/RealWorldQA (open text)."""
+    return TransferForm.ACCORDING if kind in ("yes_no", "number") else TransferForm.REFERENCE
+
+
+def question_text(question: str, choices: Sequence[str] = ()) -> str:
+    """The question followed by its options, one per line, lettered "A. ...", "B. ...", ..."""
+    lines = [question.strip()]
+    lines += [f"{chr(ord('A') + i)}. {choice}" for i, choice in enumerate(choices)]
+    return "\n".join(lines)
+
+
+def instruction(
+    prompt_kind: PromptKind,
+    kind: str,
+    *,
+    reasoning: str | None = None,
+    transfer_form: TransferForm | None = None,
+) -> str:
+    """The instruction text for one stage. Stage 2 and transfer need the ``reasoning``."""
+    family = family_of(kind)
+    if prompt_kind in (PromptKind.STAGE2, PromptKind.TRANSFER):
+        if reasoning is None:
+            raise ValueError(f"the {prompt_kind} prompt needs the reasoning text")
+        if prompt_kind is PromptKind.STAGE2:
+            template = TEMPLATES[(prompt_kind, family)]
+        else:
+            template = TRANSFER_TEMPLATES[(transfer_form or default_transfer_form(kind), family)]
+        return template.replace("{reasoning}", reasoning)
+    return TEMPLATES[(prompt_kind, family)]
+
+
+def build_messages(
+    image_url: str | None,
+    question: str,
+    choices: Sequence[str],
+    kind: str,
+    prompt_kind: PromptKind,
+    *,
+    reasoning: str | None = None,
+    transfer_form: TransferForm | None = None,
+) -> list[dict]:
+    """One OpenAI chat message: [image, question (+ options), instruction] as content parts."""
+    content: list[dict] = []
+    if image_url is not None:
+        content.append({"type": "image_url", "image_url": {"url": image_url}})
+    content.append({"type": "text", "text": question_text(question, choices)})
+    content.append(
+        {
+            "type": "text",
+            "text": instruction(
+                prompt_kind, kind, reasoning=reasoning, transfer_form=transfer_form
+            ),
+        }
+    )
+    return [{"role": "user", "content": content}]
+
+
+_OPENINGS: tuple[tuple[str, PromptKind], ...] = (
+    ("Without thinking", PromptKind.SIMPLE),
+    ("Provide a simple explanation", PromptKind.EXPLAIN),
+    ("Please think step by step", PromptKind.REASONING),
+    ("According to previous thinking", PromptKind.STAGE2),
+    ("The following is a reference answer", PromptKind.TRANSFER),
+)
+
+
+def prompt_kind_of(messages: Sequence[dict]) -> PromptKind | None:
+    """Which template the last text part of ``messages`` was built from, or None.
+
+    The "according" wording is shared by Stage 2 and the "according" transfer form; it reads as
+    ``STAGE2`` here, since both ask for a short answer given a reasoning."""
+    for message in reversed(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        parts = [content] if isinstance(content, str) else list(content or [])
+        for part in reversed(parts):
+            text = part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None
+            if not isinstance(text, str):
+                continue
+            for opening, prompt_kind in _OPENINGS:
+                if text.lstrip().startswith(opening):
+                    return prompt_kind
+            return None
+    return None

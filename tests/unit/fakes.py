@@ -1,0 +1,55 @@
+"""A scripted VLM client for the cascade's unit tests: it answers by prompt kind."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from serve_app.cascade import Completion
+from serve_app.prompts import PromptKind, prompt_kind_of
+
+
+@dataclass
+class Call:
+    prompt_kind: PromptKind | None
+    messages: list[dict]
+    max_tokens: int
+    started_at: float
+    finished_at: float | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class ScriptedVLM:
+    """Replies per prompt kind: a text, or an exception to raise. ``delays`` per prompt kind."""
+
+    replies: dict[PromptKind, str | BaseException]
+    delays: dict[PromptKind, float] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+
+    async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
+        loop = asyncio.get_running_loop()
+        kind = prompt_kind_of(messages)
+        call = Call(kind, messages, max_tokens, started_at=loop.time())
+        self.calls.append(call)
+        delay = self.delays.get(kind, 0.0)
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            call.cancelled = True
+            raise
+        call.finished_at = loop.time()
+        reply = self.replies[kind]
+        if isinstance(reply, BaseException):
+            raise reply
+        prompt_words = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[0]["content"])
+        return Completion(reply, prompt_tokens=prompt_words, completion_tokens=len(reply.split()), latency_s=delay)
+
+    def kinds(self) -> list[PromptKind | None]:
+        return [call.prompt_kind for call in self.calls]
+
+    def cancelled(self) -> list[PromptKind | None]:
+        return [call.prompt_kind for call in self.calls if call.cancelled]
+
+    def instruction_of(self, index: int) -> str:
+        return self.calls[index].messages[0]["content"][-1]["text"]

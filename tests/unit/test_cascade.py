@@ -1,0 +1,322 @@
+import asyncio
+
+import pytest
+
+from serve_app.cascade import (
+    Cascade,
+    CascadeOptions,
+    ModelUnavailableError,
+    Policy,
+    Question,
+    StageTimeouts,
+    TokenBudgets,
+)
+from serve_app.prompts import PromptKind
+
+from .fakes import ScriptedVLM
+
+S, E, R, S2, T = PromptKind.SIMPLE, PromptKind.EXPLAIN, PromptKind.REASONING, PromptKind.STAGE2, PromptKind.TRANSFER
+IMAGE = "data:image/png;base64,iVBORw0KGgo="
+YES_NO = Question("Is there a fan in the picture?", image_url=IMAGE)
+CHOICE = Question("What is the size of real GDP?", image_url=IMAGE, choices=("500", "450", "400", "600"))
+
+
+def models(small: dict, large: dict, small_delays=None, large_delays=None):
+    return ScriptedVLM(small, small_delays or {}), ScriptedVLM(large, large_delays or {})
+
+
+async def run(small, large, question=YES_NO, **options):
+    return await Cascade(small, large).run(question, CascadeOptions(**options))
+
+
+# ---------------------------------------------------------------- the four routes of the cascade
+
+
+async def test_agree_short_returns_after_stage_one():
+    small, large = models({S: "[[Yes]]"}, {S: "[[yes.]]"})
+    result = await run(small, large)
+    assert result.route == "agree_short"
+    assert result.answer == "yes"  # the large model's answer, not the small "Yes"
+    assert small.kinds() == [S] and large.kinds() == [S]
+    assert [s.name for s in result.trace.stages] == ["short_small", "short_large"]
+    assert result.trace.answer_parsed
+
+
+async def test_agree_reasoned_when_small_reasoning_matches_large_short():
+    small, large = models({S: "[[No]]", R: "Let me look. The fan is there.\n[[Yes]]"}, {S: "[[Yes]]"})
+    result = await run(small, large)
+    assert result.route == "agree_reasoned"
+    assert result.answer == "Yes"
+    assert small.kinds() == [S, R] and large.kinds() == [S]
+
+
+async def test_transfer_gives_the_large_model_the_small_reasoning():
+    reasoning = "The curves AD and SRAS meet at 400.\n[[C]]"
+    small, large = models({S: "[[A]]", R: reasoning}, {S: "[[B]]", T: "[[C]]"})
+    result = await run(small, large, question=CHOICE)
+    assert result.route == "transfer"
+    assert result.answer == "C"
+    assert large.kinds() == [S, T]
+    transfer_prompt = large.instruction_of(1)
+    assert transfer_prompt.startswith("The following is a reference answer from a smaller model")
+    assert reasoning.strip() in transfer_prompt
+    assert [s.name for s in result.trace.stages] == ["short_small", "short_large", "reason_small", "transfer_large"]
+
+
+async def test_transfer_form_can_be_overridden():
+    small, large = models({S: "[[A]]", R: "thinking [[C]]"}, {S: "[[B]]", S2: "C"})
+    result = await run(small, large, question=CHOICE, transfer_form="according")
+    assert result.route == "transfer"
+    assert large.instruction_of(1).startswith("According to previous thinking: thinking [[C]]")
+    assert result.answer == "C"
+
+
+async def test_paper_example_2_inline_transfers_but_two_stage_agrees():
+    """B.6 Example 2: the small model reasons correctly but answers "[[0]]" to a yes/no question."""
+    question = Question("The image shows a python code. Is the output of the code '1'?", image_url=IMAGE)
+    reasoning = "find returns 0, so the output is not '1' but 0.\n[[0]]"
+    replies_small = {S: "[[Yes]]", R: reasoning, S2: "No"}
+
+    small, large = models(replies_small, {S: "[[No]]", S2: "No"})
+    inline = await run(small, large, question=question, stage2_answer="inline")
+    assert inline.route == "transfer"
+    assert small.kinds() == [S, R]
+
+    small, large = models(replies_small, {S: "[[No]]"})
+    two_stage = await run(small, large, question=question, stage2_answer="two_stage")
+    assert two_stage.route == "agree_reasoned"
+    assert two_stage.answer == "No"
+    assert small.kinds() == [S, R, S2]
+    assert small.instruction_of(2).startswith("According to previous thinking: " + reasoning.strip())
+
+
+async def test_paper_example_3_reference_transfer():
+    """B.6 Example 3: 8B-S and 2B-R both say yes; 8B reading 2B-R under the reference prompt says No."""
+    question = Question("I feel very cold. Is the tool in the picture suitable for use?", image_url=IMAGE)
+    reasoning = "1. Identify the Object: a table fan.\n5. Conclusion: it is suitable.\n\n[[yes]]"
+    small, large = models({R: reasoning}, {T: "No"})
+    result = await run(small, large, question=question, policy="transfer", transfer_form="reference")
+    assert result.route == "transfer" and result.answer == "No"
+    prompt = large.instruction_of(0)
+    assert prompt.startswith("The following is a reference answer from a smaller model (it might be wrong or incomplete): 1. Identify")
+    assert "Please answer the question yourself, using the reference only if it seems reasonable." in prompt
+    # In the cascade the same replies stop early: 2B-R agrees with 8B-S (the paper's MV2B(R)/8B(S) column).
+    small, large = models({S: "[[No]]", R: reasoning}, {S: "[[Yes]]"})
+    assert (await run(small, large, question=question)).route == "agree_reasoned"
+
+
+# ---------------------------------------------------------------- single-model policies
+
+
+@pytest.mark.parametrize(("policy", "model"), [("small", "small"), ("large", "large")])
+async def test_simple_policies_call_one_model_once(policy, model):
+    small, large = models({S: "[[small says]]"}, {S: "[[large says]]"})
+    result = await run(small, large, policy=policy)
+    assert result.route == "single"
+    assert result.answer == f"{model} says"
+    assert len(small.calls) == (1 if model == "small" else 0)
+    assert len(large.calls) == (1 if model == "large" else 0)
+
+
+@pytest.mark.parametrize("policy", ["small-reason", "large-reason"])
+async def test_reason_baselines_use_two_stage_by_default(policy):
+    replies = {R: "thinking hard, the answer is 0\n[[0]]", S2: "No"}
+    small, large = models(replies, replies)
+    result = await run(small, large, policy=policy)
+    used = small if policy == "small-reason" else large
+    assert used.kinds() == [R, S2]
+    assert result.route == "single" and result.answer == "No"
+
+
+async def test_reason_baseline_inline_reads_the_reasoning():
+    small, large = models({R: "thinking\n[[Yes]]"}, {})
+    result = await run(small, large, policy="small-reason", stage2_answer="inline")
+    assert small.kinds() == [R] and result.answer == "Yes"
+
+
+async def test_full_transfer_policy_always_transfers():
+    small, large = models({R: "it is red [[red]]"}, {T: "red"})
+    result = await run(small, large, question=Question("What colour is it?", image_url=IMAGE, kind="text"), policy="transfer")
+    assert result.route == "transfer"
+    assert small.kinds() == [R] and large.kinds() == [T]  # open text: the reference form (InfoVQA)
+    assert result.answer == "red"
+
+
+# ---------------------------------------------------------------- failures and degraded routes
+
+
+async def test_small_failure_in_stage_one_returns_the_large_answer():
+    small, large = models({S: RuntimeError("engine died")}, {S: "[[Yes]]"})
+    result = await run(small, large)
+    assert result.route == "degraded_large_only" and result.answer == "Yes"
+    assert result.trace.stages[0].status == "error" and "engine died" in result.trace.stages[0].error
+
+
+async def test_small_timeout_in_stage_one_returns_the_large_answer_and_cancels_the_call():
+    small, large = models({S: "[[No]]"}, {S: "[[Yes]]"}, small_delays={S: 5.0})
+    result = await run(small, large, timeouts=StageTimeouts(short_s=0.05))
+    assert result.route == "degraded_large_only"
+    assert result.trace.stages[0].status == "timeout"
+    assert small.cancelled() == [S]
+
+
+async def test_small_failure_while_reasoning_returns_the_large_answer():
+    small, large = models({S: "[[No]]", R: ConnectionError("gone")}, {S: "[[Yes]]"})
+    result = await run(small, large)
+    assert result.route == "degraded_no_reasoning" and result.answer == "Yes"
+
+
+async def test_reasoning_timeout_degrades_and_cancels_the_reasoning():
+    small, large = models({S: "[[No]]", R: "late"}, {S: "[[Yes]]"}, small_delays={R: 5.0})
+    result = await run(small, large, timeouts=StageTimeouts(reasoning_s=0.05))
+    assert result.route == "degraded_no_reasoning"
+    assert small.cancelled() == [R]
+
+
+async def test_large_failure_is_a_typed_error_by_default():
+    small, large = models({S: "[[No]]"}, {S: RuntimeError("oom")})
+    with pytest.raises(ModelUnavailableError) as error:
+        await run(small, large)
+    assert error.value.model == "large"
+    assert error.value.trace.stages[1].status == "error"
+
+
+async def test_large_failure_can_fall_back_to_the_small_answer():
+    small, large = models({S: "[[No]]"}, {S: RuntimeError("oom")})
+    result = await run(small, large, on_large_failure="small")
+    assert result.route == "degraded_small_only" and result.answer == "No"
+
+
+async def test_both_failing_is_an_error_even_with_small_fallback():
+    small, large = models({S: RuntimeError("a")}, {S: RuntimeError("b")})
+    with pytest.raises(ModelUnavailableError):
+        await run(small, large, on_large_failure="small")
+
+
+async def test_large_failure_in_transfer_keeps_the_large_short_answer():
+    small, large = models({S: "[[A]]", R: "hmm [[D]]"}, {S: "[[B]]", T: RuntimeError("oom")})
+    result = await run(small, large, question=CHOICE)
+    assert result.route == "degraded_no_transfer" and result.answer == "B"
+
+
+async def test_single_policy_failure_is_a_typed_error():
+    small, large = models({S: RuntimeError("x")}, {})
+    with pytest.raises(ModelUnavailableError) as error:
+        await run(small, large, policy="small")
+    assert error.value.model == "small"
+
+
+async def test_failed_stage2_falls_back_to_the_inline_answer():
+    small, large = models({R: "thinking [[Yes]]", S2: RuntimeError("x")}, {})
+    result = await run(small, large, policy="small-reason")
+    assert result.answer == "Yes"
+    assert [s.status for s in result.trace.stages] == ["ok", "error"]
+
+
+# ---------------------------------------------------------------- parallelism, eager reasoning, cancellation
+
+
+async def test_stage_one_runs_both_models_in_parallel():
+    small, large = models({S: "[[Yes]]"}, {S: "[[Yes]]"}, {S: 0.2}, {S: 0.2})
+    await run(small, large)
+    first, second = small.calls[0], large.calls[0]
+    assert second.started_at < first.finished_at and first.started_at < second.finished_at
+
+
+async def test_eager_reasoning_is_cancelled_when_stage_one_agrees():
+    small, large = models({S: "[[Yes]]", R: "never"}, {S: "[[Yes]]"}, small_delays={R: 10.0})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result = await run(small, large, eager_reasoning=True)
+    assert loop.time() - started < 2.0
+    assert result.route == "agree_short"
+    assert small.kinds() == [R, S]
+    assert small.cancelled() == [R]
+    assert {s.name: s.status for s in result.trace.stages}["reason_small"] == "cancelled"
+
+
+async def test_eager_reasoning_is_used_once_when_stage_one_disagrees():
+    small, large = models({S: "[[No]]", R: "so [[Yes]]"}, {S: "[[Yes]]"}, small_delays={R: 0.1}, large_delays={S: 0.1})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result = await run(small, large, eager_reasoning=True)
+    assert result.route == "agree_reasoned"
+    assert small.kinds().count(R) == 1 and small.cancelled() == []
+    assert loop.time() - started < 0.19  # reasoning overlapped stage 1
+
+
+async def test_cancelling_the_request_cancels_the_model_calls():
+    small, large = models({S: "[[Yes]]", R: "x"}, {S: "[[Yes]]"}, {S: 10.0, R: 10.0}, {S: 10.0})
+    task = asyncio.ensure_future(run(small, large, eager_reasoning=True))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(small.cancelled()) == sorted([S, R]) and large.cancelled() == [S]
+
+
+# ---------------------------------------------------------------- trace, budgets, selector, parsing
+
+
+async def test_trace_counts_tokens_per_model_and_stage():
+    small, large = models({S: "[[A]]", R: "one two three [[C]]"}, {S: "[[B]]", T: "[[C]]"})
+    result = await run(small, large, question=CHOICE)
+    trace = result.trace.to_dict()
+    assert trace["route"] == "transfer" and trace["policy"] == "cascade" and trace["kind"] == "choice"
+    by_name = {stage["name"]: stage for stage in trace["stages"]}
+    assert by_name["reason_small"]["completion_tokens"] == 4
+    assert by_name["reason_small"]["answer"] == "C"
+    assert trace["tokens"]["small"]["completion_tokens"] == 1 + 4
+    assert trace["tokens"]["large"]["completion_tokens"] == 1 + 1
+    assert trace["tokens"]["large"]["prompt_tokens"] == by_name["short_large"]["prompt_tokens"] + by_name["transfer_large"]["prompt_tokens"]
+    assert all(stage["prompt_tokens"] > 0 for stage in trace["stages"])
+
+
+async def test_token_budgets_are_passed_per_prompt_kind():
+    small, large = models({S: "[[A]]", R: "x [[D]]"}, {S: "[[B]]", T: "[[C]]"})
+    budgets = TokenBudgets(simple=7, reasoning=99, transfer=5)
+    await run(small, large, question=CHOICE, max_tokens=budgets)
+    assert [c.max_tokens for c in small.calls] == [7, 99]
+    assert [c.max_tokens for c in large.calls] == [7, 5]
+
+
+async def test_unparsed_final_answer_is_the_stripped_text_and_flagged():
+    small, large = models({}, {S: "  I cannot tell from this blurry picture, sorry about that.\n  "})
+    result = await run(small, large, policy="large")
+    assert result.answer == "I cannot tell from this blurry picture, sorry about that."
+    assert result.trace.answer_parsed is False
+
+
+async def test_transfer_selector_hook_chooses_what_the_large_model_reads():
+    async def first_line(reasoning: str, question: Question) -> str:
+        return reasoning.splitlines()[0]
+
+    small, large = models({S: "[[A]]", R: "KEEP THIS\nDROP THIS\n[[D]]"}, {S: "[[B]]", T: "[[C]]"})
+    cascade = Cascade(small, large, selectors={"first_line": first_line})
+    await cascade.run(CHOICE, CascadeOptions(transfer_selector="first_line"))
+    assert "KEEP THIS" in large.instruction_of(1) and "DROP THIS" not in large.instruction_of(1)
+
+
+async def test_unknown_selector_and_kind_are_rejected():
+    small, large = models({}, {})
+    with pytest.raises(ValueError, match="transfer_selector"):
+        await Cascade(small, large).run(YES_NO, CascadeOptions(transfer_selector="nope"))
+    with pytest.raises(ValueError, match="answer kind"):
+        Question("Q?", kind="poem")
+    assert small.calls == [] and large.calls == []
+
+
+def test_options_validate():
+    with pytest.raises(ValueError, match="extra"):
+        CascadeOptions(polcy="small")
+    with pytest.raises(ValueError):
+        CascadeOptions(policy="medium")
+    assert CascadeOptions(policy="large-reason").resolved_stage2_answer() == "two_stage"
+    assert CascadeOptions().resolved_stage2_answer() == "inline"
+    assert CascadeOptions(policy=Policy.CASCADE, stage2_answer="two_stage").resolved_stage2_answer() == "two_stage"
+
+
+def test_question_infers_its_kind():
+    assert Question("How many cats?").kind == "number"
+    assert Question("Which?", choices=["a", "b"]).kind == "choice"
+    assert Question("Is it?").kind == "yes_no"
