@@ -1,0 +1,80 @@
+"""Validated settings of a model deployment (and the autoscaling shared by every deployment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Autoscaling(Strict):
+    """Queue-depth autoscaling: Serve adds replicas while the ongoing requests per replica stay
+    above ``target_ongoing_requests``."""
+
+    min_replicas: int = Field(1, ge=0)
+    initial_replicas: int | None = Field(None, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    target_ongoing_requests: float = Field(..., gt=0)
+    upscale_delay_s: float = Field(30.0, ge=0)
+    downscale_delay_s: float = Field(600.0, ge=0)
+    look_back_period_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) exceeds max_replicas ({self.max_replicas})")
+        if self.initial_replicas is not None and not self.min_replicas <= self.initial_replicas <= self.max_replicas:
+            raise ValueError("initial_replicas must lie between min_replicas and max_replicas")
+        return self
+
+    def to_serve(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class ModelDeployment(Strict):
+    """One VLM deployment: a ray.serve.llm LLMServer running vLLM."""
+
+    model_id: str = Field(..., min_length=1, description="the name the engine serves the model under")
+    source: str = Field(..., min_length=1, description="a Hugging Face repo id, or a local folder ('./...' or '/...')")
+    device: Literal["gpu", "cpu"] = "gpu"
+    accelerator_type: str | None = Field(None, description="e.g. 'L4', 'A10G', 'H100' (GPU only)")
+    # Pinning: a custom resource the replica's placement-group bundle asks for, e.g. {"mai_small": 1};
+    # only the node (or KubeRay worker group) that advertises it can host the model.
+    pin_resources: dict[str, float] = Field(default_factory=dict)
+    # Resources of the engine's bundle besides the pin (default: one GPU, or one CPU on cpu).
+    bundle: dict[str, float] | None = None
+    actor_num_cpus: float | None = Field(None, ge=0, description="num_cpus of the LLMServer actor itself")
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="environment of the replica (e.g. VLLM_CPU_KVCACHE_SPACE)")
+    autoscaling: Autoscaling = Autoscaling(target_ongoing_requests=16)
+    max_ongoing_requests: int = Field(64, ge=1)
+    max_queued_requests: int = Field(256, ge=1, description="beyond this the caller gets a fast 503, not a queue")
+    prefix_cache_routing: bool = Field(True, description="route requests with the same prefix to the same replica")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelDeployment:
+        if self.device == "cpu" and self.accelerator_type:
+            raise ValueError("accelerator_type is for GPU deployments; remove it or set device: gpu")
+        if self.autoscaling.target_ongoing_requests > self.max_ongoing_requests:
+            raise ValueError("autoscaling.target_ongoing_requests must not exceed max_ongoing_requests")
+        return self
+
+    def local_source(self) -> Path | None:
+        """The local folder ``source`` names, resolved (relative paths against the current folder,
+        then the project root), or None for a hub repo id."""
+        if not self.source.startswith((".", "/", "~")):
+            return None
+        path = Path(self.source).expanduser()
+        if path.is_absolute():
+            return path
+        for base in (Path.cwd(), PROJECT_ROOT):
+            if (base / path).exists():
+                return (base / path).resolve()
+        return (PROJECT_ROOT / path).resolve()

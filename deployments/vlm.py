@@ -1,0 +1,70 @@
+"""The small and the large VLM as ray.serve.llm LLMServer deployments (vLLM engines).
+
+Everything engine-side is ray.serve.llm's: engine management, placement groups, accelerator pinning,
+engine metrics, prefix-cache-aware routing. This module only turns our validated settings into an
+``LLMConfig`` with the choices MAI relies on made explicit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .settings import ModelDeployment
+
+PREFIX_CACHE_ROUTER = "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
+
+# Engine settings MAI depends on; a config's engine_kwargs may override them.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "enable_prefix_caching": True,  # every stage of a request shares the image+question prefix
+    "enable_prompt_tokens_details": True,  # report cached prompt tokens in usage
+    "limit_mm_per_prompt": {"image": 1},
+}
+
+
+def engine_bundle(spec: ModelDeployment) -> dict[str, float]:
+    """The placement-group bundle of one engine worker: its device plus the pin resources."""
+    bundle = dict(spec.bundle) if spec.bundle is not None else ({"GPU": 1.0} if spec.device == "gpu" else {"CPU": 1.0})
+    bundle.update(spec.pin_resources)
+    return bundle
+
+
+def deployment_options(spec: ModelDeployment) -> dict[str, Any]:
+    """Serve options of the deployment: queue-depth autoscaling, backpressure, routing."""
+    options: dict[str, Any] = {
+        "autoscaling_config": spec.autoscaling.to_serve(),
+        "max_ongoing_requests": spec.max_ongoing_requests,
+        "max_queued_requests": spec.max_queued_requests,
+    }
+    if spec.actor_num_cpus is not None:
+        options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus}
+    if spec.prefix_cache_routing:
+        options["request_router_config"] = {"request_router_class": PREFIX_CACHE_ROUTER}
+    return options
+
+
+def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
+    """The keyword arguments of ``ray.serve.llm.LLMConfig`` for one model (pure; no Ray import)."""
+    local = spec.local_source()
+    if local is not None and not (local / "config.json").exists():
+        raise FileNotFoundError(
+            f"model folder {local} (source {spec.source!r} of {spec.model_id!r}) has no config.json; "
+            "for the tiny CPU models run `mai-build-tiny` (or `make models`) first"
+        )
+    kwargs: dict[str, Any] = {
+        "model_loading_config": {"model_id": spec.model_id, "model_source": str(local or spec.source)},
+        "accelerator_config": {"kind": spec.device},
+        "engine_kwargs": {**ENGINE_DEFAULTS, **spec.engine_kwargs},
+        "placement_group_config": {"bundle_per_worker": engine_bundle(spec)},
+        "deployment_config": deployment_options(spec),
+        "runtime_env": {"env_vars": dict(spec.env)},
+    }
+    if spec.accelerator_type:
+        kwargs["accelerator_type"] = spec.accelerator_type
+    return kwargs
+
+
+def build_vlm_deployment(spec: ModelDeployment, role: str):
+    """The bound LLMServer deployment of one model, named ``"<role>:<model_id>"``."""
+    from ray.serve.llm import LLMConfig, build_llm_deployment
+
+    return build_llm_deployment(LLMConfig(**llm_config_kwargs(spec)), name_prefix=f"{role}:")

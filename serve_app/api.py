@@ -1,0 +1,272 @@
+"""HTTP request and response models, and turning a request into one cascade job.
+
+Two entry points share one validation path:
+- ``POST /v1/chat/completions`` (OpenAI-compatible; ``model`` picks the policy);
+- ``POST /v1/mai/answer`` (native: image, question, choices, answer_type, policy, options).
+Everything here is pure: it raises ``RequestError`` (a 4xx naming the problem) before any model runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .answers import split_choices
+from .cascade import CascadeOptions, CascadeResult, Policy, Question
+from .config import AppConfig
+from .errors import RequestError, describe_validation_error
+from .images import check_image
+from .prompts import TransferForm
+
+# OpenAI model name -> cascade policy.
+MODELS: dict[str, Policy] = {
+    "mai": Policy.CASCADE,
+    "mai-small": Policy.SMALL,
+    "mai-large": Policy.LARGE,
+    "mai-small-reason": Policy.SMALL_REASON,
+    "mai-large-reason": Policy.LARGE_REASON,
+    "mai-transfer": Policy.TRANSFER,
+}
+MODEL_OF_POLICY = {policy: name for name, policy in MODELS.items()}
+
+AnswerKind = Literal["choice", "yes_no", "number", "text"]
+
+
+class RequestOptions(BaseModel):
+    """Per-request cascade options a client may set; the rest is server configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage2_answer: Literal["inline", "two_stage"] | None = None
+    eager_reasoning: bool | None = None
+    transfer_form: TransferForm | None = None
+    transfer_selector: str | None = None
+    on_large_failure: Literal["error", "small"] | None = None
+
+
+class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    url: str
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "image_url"]
+    text: str | None = None
+    image_url: ImageURL | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+class MAIExtra(BaseModel):
+    """The ``mai`` object a chat request may carry."""
+
+    model_config = ConfigDict(extra="forbid")
+    choices: list[str] | None = Field(None, min_length=2, max_length=26)
+    answer_type: AnswerKind | None = None
+    options: RequestOptions | None = None
+
+
+class ChatRequest(BaseModel):
+    """The OpenAI chat request fields MAI reads; other OpenAI fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    mai: MAIExtra | None = None
+
+
+class AnswerRequest(BaseModel):
+    """``POST /v1/mai/answer``."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str = Field(..., description="a data URL (data:image/png;base64,...) or bare base64")
+    question: str
+    choices: list[str] | None = Field(None, min_length=2, max_length=26)
+    answer_type: AnswerKind | None = None
+    policy: Policy = Policy.CASCADE
+    options: RequestOptions | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A validated request: what to ask, under which policy and options."""
+
+    question: Question
+    options: CascadeOptions
+    model: str  # the OpenAI model name of the policy
+    stream: bool = False
+    include_usage_in_stream: bool = False
+
+
+def parse_json(body: bytes) -> Any:
+    if not body:
+        raise RequestError("the request body is empty; send a JSON object", code="invalid_json")
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(f"the request body is not valid JSON ({exc})", code="invalid_json") from None
+
+
+def _validate(model: type[BaseModel], payload: Any) -> Any:
+    if not isinstance(payload, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        message, param = describe_validation_error(exc)
+        raise RequestError(message, param=param, code="invalid_request") from None
+
+
+def _options(config: AppConfig, policy: Policy, overrides: RequestOptions | None, max_tokens: int | None,
+             param: str) -> CascadeOptions:
+    update: dict[str, Any] = {"policy": policy}
+    if overrides is not None:
+        update |= overrides.model_dump(exclude_none=True)
+    if max_tokens is not None:
+        limit = config.limits.max_answer_tokens
+        if not 1 <= max_tokens <= limit:
+            raise RequestError(f"{param} must be between 1 and {limit}, got {max_tokens}", param=param, code="invalid_max_tokens")
+        update["max_tokens"] = config.cascade.max_tokens.model_copy(
+            update={"simple": max_tokens, "stage2": max_tokens, "transfer": max_tokens}
+        )
+    try:
+        return CascadeOptions.model_validate(config.cascade.model_dump() | update)
+    except ValidationError as exc:
+        message, field = describe_validation_error(exc)
+        raise RequestError(message, param=field, code="invalid_options") from None
+
+
+def _question(config: AppConfig, text: str, image_url: str, choices: list[str] | None, kind: str | None,
+              image_param: str, question_param: str) -> Question:
+    text = text.strip()
+    if not text:
+        raise RequestError("the question is empty; send the question as text", param=question_param, code="missing_question")
+    if len(text) > config.limits.max_question_chars:
+        raise RequestError(
+            f"the question has {len(text)} characters, over the limit of {config.limits.max_question_chars}",
+            param=question_param, code="question_too_long",
+        )
+    limits = config.limits
+    image = check_image(image_url, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels,
+                        allow_remote=limits.allow_remote_images, param=image_param)
+    if choices is None:
+        text, listed = split_choices(text)
+        choices = list(listed) or None
+    choices = [choice.strip() for choice in choices] if choices else []
+    if any(not choice for choice in choices):
+        raise RequestError("choices must not be empty strings", param="choices", code="invalid_choices")
+    if kind == "choice" and not choices:
+        raise RequestError("answer_type 'choice' needs options: list them in the question (A. ..., B. ...) or send choices",
+                           param="answer_type", code="missing_choices")
+    return Question(question=text, image_url=image.data_url, choices=tuple(choices), kind=kind)
+
+
+def job_from_chat(config: AppConfig, payload: Any) -> Job:
+    request: ChatRequest = _validate(ChatRequest, payload)
+    if request.model not in MODELS:
+        raise RequestError(f"unknown model {request.model!r}; choose one of {', '.join(MODELS)}", param="model",
+                           code="model_not_found", status=404)
+    users = [message for message in request.messages if message.role == "user"]
+    if not users:
+        raise RequestError("the messages contain no user message", param="messages", code="missing_user_message")
+    content = users[-1].content
+    parts = [ContentPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
+    images = [part for part in parts if part.type == "image_url"]
+    texts = [part.text for part in parts if part.type == "text" and part.text]
+    if len(images) > config.limits.max_images:
+        raise RequestError(f"the message has {len(images)} images; this server accepts {config.limits.max_images}",
+                           param="messages", code="too_many_images")
+    if not images or images[0].image_url is None:
+        raise RequestError("the user message has no image; add an image_url content part with a data URL",
+                           param="messages", code="missing_image")
+    extra = request.mai or MAIExtra()
+    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+    question = _question(config, "\n".join(texts), images[0].image_url.url, extra.choices, extra.answer_type,
+                         image_param="messages", question_param="messages")
+    options = _options(config, MODELS[request.model], extra.options, max_tokens, param)
+    include_usage = bool((request.stream_options or {}).get("include_usage"))
+    return Job(question, options, request.model, stream=request.stream, include_usage_in_stream=include_usage)
+
+
+def job_from_answer(config: AppConfig, payload: Any) -> Job:
+    request: AnswerRequest = _validate(AnswerRequest, payload)
+    question = _question(config, request.question, request.image, request.choices, request.answer_type,
+                         image_param="image", question_param="question")
+    options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
+    return Job(question, options, MODEL_OF_POLICY[request.policy])
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+# ---------------------------------------------------------------------------------------------
+
+
+def usage_of(result: CascadeResult) -> dict[str, int]:
+    tokens = result.trace.tokens()
+    prompt = sum(model["prompt_tokens"] for model in tokens.values())
+    completion = sum(model["completion_tokens"] for model in tokens.values())
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def mai_object(result: CascadeResult) -> dict[str, Any]:
+    return {"answer": result.answer, "route": result.route, "trace": result.trace.to_dict()}
+
+
+def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": job.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
+        "usage": usage_of(result),
+        "mai": mai_object(result),
+    }
+
+
+def chat_completion_chunks(job: Job, result: CascadeResult) -> list[dict[str, Any]]:
+    """The answer as OpenAI stream chunks: the role, the content, the finish (with the trace)."""
+    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": job.model}
+    chunks = [
+        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {"content": result.answer}, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(result)},
+    ]
+    if job.include_usage_in_stream:
+        chunks.append(base | {"choices": [], "usage": usage_of(result)})
+    return chunks
+
+
+def answer_response(job: Job, result: CascadeResult) -> dict[str, Any]:
+    return {
+        "id": f"mai-{uuid.uuid4().hex}",
+        "answer": result.answer,
+        "route": result.route,
+        "policy": job.options.policy.value,
+        "kind": job.question.kind,
+        "usage": usage_of(result),
+        "trace": result.trace.to_dict(),
+    }
+
+
+def models_list() -> dict[str, Any]:
+    return {"object": "list",
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
+                     for name, policy in MODELS.items()]}
+

@@ -1,0 +1,37 @@
+"""The application builder ``serve run`` imports: ``import_path: serve_app.app:build_app``.
+
+    small VLM (LLMServer) ─┐
+                           ├─► MAIIngress (FastAPI) ◄── HTTP
+    large VLM (LLMServer) ─┘
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from deployments.vlm import build_vlm_deployment
+
+from .config import AppConfig, load_app_config
+from .ingress import MAIIngress
+
+
+def build_ingress(config: AppConfig, small: Application, large: Application) -> Application:
+    """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``)."""
+    ingress = config.ingress
+    return MAIIngress.options(
+        autoscaling_config=ingress.autoscaling.to_serve(),
+        max_ongoing_requests=ingress.max_ongoing_requests,
+        max_queued_requests=ingress.max_queued_requests,
+        ray_actor_options={"num_cpus": ingress.num_cpus},
+    ).bind(small, large, config.model_dump(mode="json"))
+
+
+def build_app(args: dict[str, Any]) -> Application:
+    config = load_app_config(args)
+    return build_ingress(
+        config,
+        build_vlm_deployment(config.small, "small"),
+        build_vlm_deployment(config.large, "large"),
+    )

@@ -1,0 +1,62 @@
+"""The cascade's VLM client over a DeploymentHandle of a ray.serve.llm LLMServer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from .cascade import Completion
+
+
+class EngineError(RuntimeError):
+    """The engine answered with an error instead of a completion."""
+
+
+class LLMServerClient:
+    """Sends OpenAI ChatCompletionRequests (greedy decoding) to one LLMServer deployment.
+
+    Cancelling ``complete`` cancels the handle's response, which aborts the request in vLLM:
+    cancelling only the task that iterates a streaming handle does not reach the engine."""
+
+    def __init__(self, handle: Any, model_id: str, *, sampling: dict[str, Any] | None = None):
+        self._handle = handle.options(stream=True)
+        self.model_id = model_id
+        self._sampling = {"temperature": 0.0, **(sampling or {})}
+
+    async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
+        from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+        request = ChatCompletionRequest(
+            model=self.model_id, messages=messages, max_tokens=max_tokens, stream=False, **self._sampling
+        )
+        started = time.monotonic()
+        response = self._handle.chat.remote(request)
+        try:
+            item = await response.__anext__()  # a non-streaming request yields exactly one item
+        except asyncio.CancelledError:
+            response.cancel()
+            raise
+        except StopAsyncIteration:
+            raise EngineError(f"{self.model_id} returned no response") from None
+        return _completion_of(item, self.model_id, time.monotonic() - started)
+
+
+def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
+    error = getattr(item, "error", None)
+    if error is not None and not hasattr(item, "choices"):
+        message = getattr(error, "message", None) or str(error)
+        raise EngineError(f"{model_id}: {message}")
+    if isinstance(item, list | str):
+        raise EngineError(f"{model_id} streamed a response to a non-streaming request")
+    choices = getattr(item, "choices", None) or []
+    if not choices:
+        raise EngineError(f"{model_id} returned a response with no choices")
+    text = choices[0].message.content or ""
+    usage = getattr(item, "usage", None)
+    return Completion(
+        text=text,
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        latency_s=latency_s,
+    )

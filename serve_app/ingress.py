@@ -1,0 +1,110 @@
+"""MAIIngress: the FastAPI ingress deployment that runs the cascade over the two model deployments."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .api import (
+    Job,
+    answer_response,
+    chat_completion,
+    chat_completion_chunks,
+    job_from_answer,
+    job_from_chat,
+    models_list,
+    parse_json,
+)
+from .cascade import Cascade, CascadeResult, ModelUnavailableError
+from .client import LLMServerClient
+from .config import AppConfig
+from .errors import RequestError
+
+logger = logging.getLogger("ray.serve")
+
+RETRY_AFTER_S = "5"
+
+app = FastAPI(title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0")
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    error = RequestError(str(exc.detail), code="not_found" if exc.status_code == 404 else "http_error", status=exc.status_code)
+    return JSONResponse(error.body(), status_code=exc.status_code)
+
+
+def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+@serve.deployment(name="MAIIngress")
+@serve.ingress(app)
+class MAIIngress:
+    def __init__(self, small: Any, large: Any, config: dict[str, Any]):
+        self.config = AppConfig.model_validate(config)
+        self.cascade = Cascade(
+            LLMServerClient(small, self.config.small.model_id),
+            LLMServerClient(large, self.config.large.model_id),
+        )
+
+    @app.get("/healthz")
+    async def healthz(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models(self) -> dict[str, Any]:
+        return models_list()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request):
+        return await self._serve(request, job_from_chat, self._chat_reply)
+
+    @app.post("/v1/mai/answer")
+    async def answer(self, request: Request):
+        return await self._serve(request, job_from_answer, lambda job, result: answer_response(job, result))
+
+    # -------------------------------------------------------------------------------------------
+
+    async def _serve(self, request: Request, parse: Callable[[AppConfig, Any], Job],
+                     reply: Callable[[Job, CascadeResult], Any]):
+        try:
+            job = parse(self.config, parse_json(await request.body()))
+            result = await self._run(job)
+        except RequestError as error:
+            return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+        body = reply(job, result)
+        if isinstance(body, StreamingResponse):
+            return body
+        return JSONResponse(body, headers={"x-mai-route": result.route})
+
+    def _chat_reply(self, job: Job, result: CascadeResult):
+        if job.stream:
+            return StreamingResponse(_sse(chat_completion_chunks(job, result)), media_type="text/event-stream",
+                                     headers={"x-mai-route": result.route})
+        return chat_completion(job, result)
+
+    async def _run(self, job: Job) -> CascadeResult:
+        selector = job.options.transfer_selector
+        if selector not in self.cascade.selectors:
+            raise RequestError(f"unknown transfer_selector {selector!r}; known: {', '.join(sorted(self.cascade.selectors))}",
+                               param="options.transfer_selector", code="invalid_options")
+        timeout_s = self.config.request_timeout_s
+        try:
+            return await asyncio.wait_for(self.cascade.run(job.question, job.options), timeout_s)
+        except ModelUnavailableError as exc:
+            logger.warning("MAI request failed: %s", exc)
+            raise RequestError(f"{exc}; retry later", code="model_unavailable", status=503,
+                               headers={"Retry-After": RETRY_AFTER_S}) from None
+        except TimeoutError:
+            raise RequestError(f"no answer within the request timeout of {timeout_s:g} s", code="timeout",
+                               status=504) from None
