@@ -354,14 +354,16 @@ def split_choices(question: str) -> tuple[str, tuple[str, ...]]:
 def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
     """Guess the answer kind of a question: ``choice`` when options are given or listed in the
     question, ``yes_no`` for questions opening with an auxiliary verb ("Is there ...?"),
-    ``number`` for quantity questions ("How many ...?", "What percentage ...?"), else ``text``."""
+    ``number`` for quantity questions ("How many ...?", "What percentage ...?"), else ``text``.
+    The last sentence ending in "?" is the one read, so trailing instructions do not count."""
     text = _as_text(question) or ""
     if choices:
         return "choice"
     if split_choices(text)[1]:
         return "choice"
-    sentences = [part for part in _SENTENCE_BREAK.split(text.strip()) if part.strip()]
-    asked = sentences[-1].strip() if sentences else ""
+    sentences = [part.strip() for part in _SENTENCE_BREAK.split(text.strip()) if part.strip()]
+    questions = [sentence for sentence in sentences if sentence.endswith("?")]
+    asked = (questions or sentences or [""])[-1]
     if _NUMBER_CUES.search(asked):
         return "number"
     if _YES_NO_START.match(asked):

@@ -20,14 +20,16 @@ class LLMServerClient:
     cancelling only the task that iterates a streaming handle does not reach the engine."""
 
     def __init__(self, handle: Any, model_id: str, *, sampling: dict[str, Any] | None = None):
+        # Imports vLLM's protocol: pay for it when the replica starts, not inside a stage's timeout.
+        from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+        self._request_type = ChatCompletionRequest
         self._handle = handle.options(stream=True)
         self.model_id = model_id
         self._sampling = {"temperature": 0.0, **(sampling or {})}
 
     async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
-        from ray.serve.llm.openai_api_models import ChatCompletionRequest
-
-        request = ChatCompletionRequest(
+        request = self._request_type(
             model=self.model_id, messages=messages, max_tokens=max_tokens, stream=False, **self._sampling
         )
         started = time.monotonic()

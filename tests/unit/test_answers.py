@@ -249,6 +249,8 @@ def test_numbers_beyond_five_percent_of_both_disagree(value, ratio):
         ("The image shows a python code. Is the output of the code '1'?", None, "yes_no"),
         ("I feel very cold. Is the tool in the picture suitable for use?", None, "yes_no"),
         ("Does the man wear a hat?", None, "yes_no"),
+        ("Is the shape red? Answer yes or no.", None, "yes_no"),
+        ("How many bars are there? Answer with a number.", None, "number"),
         ("How many bars are above 40?", None, "number"),
         ("What percentage of people chose tea?", None, "number"),
         ("What is the value of the red bar?", None, "number"),

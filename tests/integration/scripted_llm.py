@@ -1,0 +1,78 @@
+"""A Serve deployment with LLMServer's ``chat`` interface that answers from a script.
+
+The scenario is a keyword in the question text; the reply depends on the deployment's role (small or
+large) and the prompt kind of the request. It records every call, so tests can count model calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ray import serve
+
+from serve_app.prompts import prompt_kind_of
+
+# scenario -> {(role, prompt kind): reply}; a reply "!raise" raises, "!error" yields an ErrorResponse.
+SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
+    "agree": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes.]]"},
+    "reasoned": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
+                 ("small", "reasoning"): "The shape is red, so yes.\n[[Yes]]"},
+    "transfer": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
+                 ("small", "reasoning"): "It looks blue to me.\n[[No]]", ("large", "stage2"): "No",
+                 ("large", "transfer"): "[[B]]"},
+    "smallfails": {("small", "simple"): "!raise", ("large", "simple"): "[[Yes]]"},
+    "largefails": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!error"},
+    "slow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes]]"},
+}
+DEFAULT_REPLIES = {"simple": "[[Yes]]", "reasoning": "Thinking.\n[[Yes]]", "stage2": "Yes", "transfer": "[[Yes]]"}
+SLOW_S = 0.6
+
+
+def _question_text(messages: list) -> str:
+    parts = messages[-1]["content"]
+    return " ".join(part.get("text", "") for part in parts if isinstance(part, dict))
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class ScriptedLLMServer:
+    def __init__(self, role: str):
+        from ray.serve.llm.openai_api_models import ChatCompletionResponse, ErrorResponse
+
+        self._response_types = ChatCompletionResponse, ErrorResponse
+        self.role = role
+        self._calls: list[dict] = []
+
+    async def chat(self, request, raw_request_info=None):
+        ChatCompletionResponse, ErrorResponse = self._response_types
+        messages = [dict(message) for message in request.messages]
+        kind = prompt_kind_of(messages)
+        kind = kind.value if kind is not None else "unknown"
+        question = _question_text(messages)
+        scenario = next((name for name in SCRIPTS if f"[{name}]" in question), None)
+        call = {"kind": kind, "scenario": scenario, "started": time.time(), "finished": None,
+                "max_tokens": request.max_tokens, "has_image": any(
+                    isinstance(part, dict) and part.get("type") == "image_url" for part in messages[-1]["content"])}
+        self._calls.append(call)
+        if scenario == "slow":
+            await asyncio.sleep(SLOW_S)
+        reply = SCRIPTS.get(scenario, {}).get((self.role, kind), DEFAULT_REPLIES.get(kind, "[[Yes]]"))
+        call["finished"] = time.time()
+        if reply == "!raise":
+            raise RuntimeError(f"{self.role} engine crashed (scripted)")
+        if reply == "!error":
+            yield ErrorResponse(error={"message": f"{self.role} engine error (scripted)", "type": "InternalServerError", "code": 500})
+            return
+        prompt_tokens = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[-1]["content"])
+        yield ChatCompletionResponse(
+            model=request.model,
+            choices=[{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            usage={"prompt_tokens": prompt_tokens, "completion_tokens": len(reply.split()),
+                   "total_tokens": prompt_tokens + len(reply.split())},
+        )
+
+    async def calls(self) -> list[dict]:
+        return list(self._calls)
+
+    async def reset(self) -> None:
+        self._calls.clear()

@@ -1,0 +1,63 @@
+"""The shipped configs validate, and turn into ray.serve.llm LLMConfigs with the settings MAI needs."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deployments.vlm import PREFIX_CACHE_ROUTER, llm_config_kwargs
+from serve_app.config import load_app_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def app_args(name: str) -> dict:
+    serve_config = yaml.safe_load((ROOT / "configs" / name).read_text())
+    [application] = serve_config["applications"]
+    assert application["import_path"] == "serve_app.app:build_app"
+    return application["args"]
+
+
+@pytest.mark.parametrize("name", ["mai.yaml", "mai-cpu.yaml"])
+def test_config_builds_llm_configs(name):
+    from ray.serve.llm import LLMConfig
+
+    config = load_app_config(app_args(name))
+    for spec in (config.small, config.large):
+        kwargs = llm_config_kwargs(spec)
+        llm = LLMConfig(**kwargs)
+        deployment = llm.deployment_config
+        assert deployment["autoscaling_config"]["target_ongoing_requests"] <= deployment["max_ongoing_requests"]
+        assert deployment["max_queued_requests"] >= 1
+        assert deployment["request_router_config"]["request_router_class"] == PREFIX_CACHE_ROUTER
+        assert llm.engine_kwargs["enable_prefix_caching"] is True
+        assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": 1}
+        assert llm.engine_kwargs["max_model_len"] >= config.cascade.max_tokens.reasoning + 1024
+
+
+def test_gpu_config_puts_qwen3_vl_2b_and_8b_on_a_gpu_each():
+    config = load_app_config(app_args("mai.yaml"))
+    small, large = llm_config_kwargs(config.small), llm_config_kwargs(config.large)
+    assert small["model_loading_config"]["model_source"] == "Qwen/Qwen3-VL-2B-Instruct"
+    assert large["model_loading_config"]["model_source"] == "Qwen/Qwen3-VL-8B-Instruct"
+    for kwargs in (small, large):
+        assert kwargs["accelerator_config"] == {"kind": "gpu"}
+        assert kwargs["placement_group_config"]["bundle_per_worker"]["GPU"] == 1
+        assert kwargs["deployment_config"]["autoscaling_config"]["max_replicas"] > 1
+
+
+def test_pin_resources_go_into_the_engine_bundle():
+    args = app_args("mai.yaml")
+    args["small"] = args["small"] | {"pin_resources": {"mai_small": 1}, "accelerator_type": "L4"}
+    kwargs = llm_config_kwargs(load_app_config(args).small)
+    assert kwargs["placement_group_config"]["bundle_per_worker"] == {"GPU": 1, "mai_small": 1}
+    assert kwargs["accelerator_type"] == "L4"
+
+
+def test_cpu_config_uses_local_tiny_models(tmp_path):
+    config = load_app_config(app_args("mai-cpu.yaml"))
+    assert config.small.local_source() == ROOT / "models" / "tiny-small"
+    assert config.large.local_source() == ROOT / "models" / "tiny-large"
+    missing = config.small.model_copy(update={"source": str(tmp_path / "nothing")})
+    with pytest.raises(FileNotFoundError, match="mai-build-tiny"):
+        llm_config_kwargs(missing)

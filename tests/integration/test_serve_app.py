@@ -1,0 +1,225 @@
+"""The Serve application over HTTP, with scripted LLMServer-compatible model deployments.
+
+A real local Ray (2 CPUs), real Serve proxy, the real MAIIngress and client; only the engines are
+scripted, so that every route, policy and failure can be reached on purpose."""
+
+import json
+import socket
+
+import httpx
+import pytest
+import ray
+from ray import serve
+
+from serve_app.app import build_ingress
+from serve_app.config import AppConfig
+
+from ..images import chat_body, data_url, png_bomb
+from .scripted_llm import SLOW_S, ScriptedLLMServer
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+CONFIG = {
+    "small": {"model_id": "fake-small", "source": "scripted"},
+    "large": {"model_id": "fake-large", "source": "scripted"},
+    "cascade": {"timeouts": {"short_s": 5, "reasoning_s": 5, "stage2_s": 5, "transfer_s": 5}},
+    "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 8}},
+    "limits": {"max_image_pixels": 1_000_000, "max_answer_tokens": 64},
+}
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    config = AppConfig.model_validate(CONFIG)
+    small = ScriptedLLMServer.options(name="small:fake").bind("small")
+    large = ScriptedLLMServer.options(name="large:fake").bind("large")
+    serve.run(build_ingress(config, small, large), name="mai", route_prefix="/")
+    handles = {role: serve.get_deployment_handle(f"{role}:fake", app_name="mai") for role in ("small", "large")}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        yield client, handles
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture
+def http(server):
+    client, handles = server
+    for handle in handles.values():
+        handle.reset.remote().result()
+    return client
+
+
+@pytest.fixture
+def calls(server):
+    _, handles = server
+    return lambda role: handles[role].calls.remote().result()
+
+
+def post_chat(http, question, **kwargs):
+    return http.post("/v1/chat/completions", json=chat_body(question, **kwargs))
+
+
+# ---------------------------------------------------------------- routes of the cascade
+
+
+@pytest.mark.parametrize(
+    ("scenario", "route", "answer", "small_kinds", "large_kinds"),
+    [
+        ("agree", "agree_short", "Yes", ["simple"], ["simple"]),
+        ("reasoned", "agree_reasoned", "Yes", ["simple", "reasoning"], ["simple"]),
+        ("transfer", "transfer", "No", ["simple", "reasoning"], ["simple", "stage2"]),
+    ],
+)
+def test_cascade_routes_over_http(http, calls, scenario, route, answer, small_kinds, large_kinds):
+    response = post_chat(http, f"Is the shape red? [{scenario}]")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert response.headers["x-mai-route"] == route
+    assert body["object"] == "chat.completion" and body["model"] == "mai"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": answer}
+    trace = body["mai"]["trace"]
+    assert trace["route"] == route and body["mai"]["route"] == route
+    assert sorted(c["kind"] for c in calls("small")) == sorted(small_kinds)
+    assert sorted(c["kind"] for c in calls("large")) == sorted(large_kinds)
+    assert all(c["has_image"] for c in calls("small") + calls("large"))
+    stage_prompt = sum(stage["prompt_tokens"] for stage in trace["stages"])
+    stage_completion = sum(stage["completion_tokens"] for stage in trace["stages"])
+    assert body["usage"] == {"prompt_tokens": stage_prompt, "completion_tokens": stage_completion,
+                             "total_tokens": stage_prompt + stage_completion}
+    assert all(stage["status"] == "ok" and stage["prompt_tokens"] > 0 for stage in trace["stages"])
+
+
+@pytest.mark.parametrize(
+    ("model", "small_kinds", "large_kinds", "route"),
+    [
+        ("mai-small", ["simple"], [], "single"),
+        ("mai-large", [], ["simple"], "single"),
+        ("mai-small-reason", ["reasoning", "stage2"], [], "single"),
+        ("mai-large-reason", [], ["reasoning", "stage2"], "single"),
+        ("mai-transfer", ["reasoning"], ["stage2"], "transfer"),
+    ],
+)
+def test_every_policy_over_http(http, calls, model, small_kinds, large_kinds, route):
+    response = post_chat(http, "Is the shape red?", model=model)
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == model
+    assert response.headers["x-mai-route"] == route
+    assert [c["kind"] for c in calls("small")] == small_kinds
+    assert [c["kind"] for c in calls("large")] == large_kinds
+
+
+def test_stage_one_calls_run_in_parallel(http, calls):
+    response = post_chat(http, "Is the shape red? [slow]")
+    assert response.status_code == 200
+    [small], [large] = calls("small"), calls("large")
+    assert small["started"] < large["finished"] and large["started"] < small["finished"]
+    assert response.json()["mai"]["trace"]["latency_s"] < 2 * SLOW_S
+
+
+def test_native_answer_route_with_choices(http, calls):
+    response = http.post("/v1/mai/answer", json={
+        "image": data_url(), "question": "Which shape is it? [transfer]", "choices": ["circle", "square", "star"],
+        "policy": "cascade", "options": {"stage2_answer": "inline"}})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["kind"] == "choice" and body["route"] == "transfer" and body["answer"] == "B"
+    assert [stage["name"] for stage in body["trace"]["stages"]] == ["short_small", "short_large", "reason_small", "transfer_large"]
+    assert [c["kind"] for c in calls("large")] == ["simple", "transfer"]  # choice: the paper's reference form
+
+
+def test_max_tokens_reaches_the_engines(http, calls):
+    assert post_chat(http, "Is the shape red? [agree]", max_tokens=3).status_code == 200
+    assert [c["max_tokens"] for c in calls("small") + calls("large")] == [3, 3]
+
+
+def test_streaming_returns_the_answer_as_sse(http):
+    with http.stream("POST", "/v1/chat/completions", json=chat_body("Is the shape red? [reasoned]", stream=True,
+                                                                     stream_options={"include_usage": True})) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-mai-route"] == "agree_reasoned"
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "Yes"
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop" and chunks[-2]["mai"]["route"] == "agree_reasoned"
+    assert chunks[-1]["usage"]["total_tokens"] > 0
+
+
+def test_models_and_health(http):
+    assert http.get("/healthz").json() == {"status": "ok"}
+    ids = [model["id"] for model in http.get("/v1/models").json()["data"]]
+    assert ids == ["mai", "mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer"]
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_small_model_crash_degrades_to_the_large_answer(http):
+    response = post_chat(http, "Is the shape red? [smallfails]")
+    assert response.status_code == 200
+    trace = response.json()["mai"]["trace"]
+    assert trace["route"] == "degraded_large_only"
+    assert trace["stages"][0]["status"] == "error" and "crashed" in trace["stages"][0]["error"]
+
+
+def test_large_model_error_is_a_503_with_retry_after(http):
+    response = post_chat(http, "Is the shape red? [largefails]")
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    error = response.json()["error"]
+    assert error["code"] == "model_unavailable" and "large model failed" in error["message"]
+
+
+def test_large_model_error_falls_back_to_small_when_asked(http):
+    response = post_chat(http, "Is the shape red? [largefails]", mai={"options": {"on_large_failure": "small"}})
+    assert response.status_code == 200
+    assert response.headers["x-mai-route"] == "degraded_small_only"
+
+
+# ---------------------------------------------------------------- bad input: 4xx and no model call
+
+BAD_REQUESTS = [
+    ("malformed json", b"{'model': 'mai'", 400, "not valid JSON"),
+    ("no user message", {"model": "mai", "messages": [{"role": "system", "content": "x"}]}, 400, "no user message"),
+    ("no image", {"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]}, 400, "no image"),
+    ("no question", chat_body(question=""), 400, "question is empty"),
+    ("two images", {"model": "mai", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url()}}, {"type": "image_url", "image_url": {"url": data_url()}},
+        {"type": "text", "text": "Q?"}]}]}, 400, "2 images"),
+    ("not base64", chat_body(image="data:image/png;base64,***"), 400, "not valid base64"),
+    ("not an image", chat_body(image="data:image/png;base64,aGVsbG8gd29ybGQ="), 400, "not a PNG, JPEG, WebP or GIF"),
+    ("too many pixels", chat_body(image=data_url(size=(1100, 1000))), 413, "over the limit"),
+    ("decompression bomb", chat_body(image=png_bomb()), 413, "pixels"),
+    ("remote url", chat_body(image="http://169.254.169.254/latest"), 400, "remote image URLs are disabled"),
+    ("file url", chat_body(image="file:///etc/passwd"), 400, "file: URLs"),
+    ("unknown model", chat_body(model="gpt-5"), 404, "unknown model"),
+    ("max_tokens too big", chat_body(max_tokens=100000), 400, "max_tokens must be between 1 and 64"),
+    ("max_tokens negative", chat_body(max_tokens=-1), 400, "max_tokens"),
+    ("unknown selector", chat_body(mai={"options": {"transfer_selector": "magic"}}), 400, "unknown transfer_selector"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "status", "needle"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+def test_bad_input_is_a_4xx_and_no_model_is_called(http, calls, name, body, status, needle):
+    if isinstance(body, bytes):
+        response = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    else:
+        response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert needle in error["message"] and error["type"] and error["code"]
+    assert calls("small") == [] and calls("large") == []
+
+
+def test_unknown_path_is_a_json_404(http):
+    response = http.get("/v1/nothing")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
