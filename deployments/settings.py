@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .paper_profile import DATASETS, MODELS
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -38,12 +40,29 @@ class Autoscaling(Strict):
         return self.model_dump(exclude_none=True)
 
 
+class EmulationSettings(Strict):
+    """The emulated engine (deployments/emulated.py): the paper's H100 profile of one model size."""
+
+    profile: Literal[MODELS] = Field(..., description="which Qwen3-VL size to emulate: 2b, 4b or 8b")
+    dataset: Literal[DATASETS] = Field("chartqa", description="whose token counts and route shares to replay")
+    seed: int = 0
+    max_num_seqs: int = Field(64, ge=1, description="sequences decoded at once; the rest wait")
+    batch_slowdown: float = Field(0.02, ge=0, description="per-token time x (1 + this x (batch - 1))")
+    time_scale: float = Field(1.0, ge=0, description="multiplies every latency; 0 answers at once")
+    image_tokens: int = Field(256, ge=0, description="prompt tokens per image (256 = a 512x512 image)")
+    token_spread: float = Field(0.3, ge=0, description="coefficient of variation of completion tokens")
+    decode_chunk_tokens: int = Field(16, ge=1, description="tokens per sleep while decoding")
+
+
 class ModelDeployment(Strict):
     """One VLM deployment: a ray.serve.llm LLMServer running vLLM."""
 
     model_id: str = Field(..., min_length=1, description="the name the engine serves the model under")
     source: str = Field(..., min_length=1, description="a Hugging Face repo id, or a local folder ('./...' or '/...')")
     device: Literal["gpu", "cpu"] = "gpu"
+    # "emulated" replaces the engine by EmulatedVLM (load tests without GPUs); never for real serving.
+    engine: Literal["vllm", "emulated"] = "vllm"
+    emulation: EmulationSettings | None = None
     accelerator_type: str | None = Field(None, description="e.g. 'L4', 'A10G', 'H100' (GPU only)")
     # Pinning: a custom resource the replica's placement-group bundle asks for, e.g. {"mai_small": 1};
     # only the node (or KubeRay worker group) that advertises it can host the model.
@@ -62,6 +81,8 @@ class ModelDeployment(Strict):
     def _consistent(self) -> ModelDeployment:
         if self.device == "cpu" and self.accelerator_type:
             raise ValueError("accelerator_type is for GPU deployments; remove it or set device: gpu")
+        if (self.engine == "emulated") != (self.emulation is not None):
+            raise ValueError("engine: emulated needs an emulation: section, and only it takes one")
         if self.autoscaling.target_ongoing_requests > self.max_ongoing_requests:
             raise ValueError("autoscaling.target_ongoing_requests must not exceed max_ongoing_requests")
         return self

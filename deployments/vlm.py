@@ -64,7 +64,24 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
 
 
 def build_vlm_deployment(spec: ModelDeployment, role: str):
-    """The bound LLMServer deployment of one model, named ``"<role>:<model_id>"``."""
+    """The bound deployment of one model, named ``"<role>:<model_id>"``: a ray.serve.llm LLMServer,
+    or the EmulatedVLM when ``engine: emulated``."""
+    if spec.engine == "emulated":
+        return build_emulated_deployment(spec, role)
     from ray.serve.llm import LLMConfig, build_llm_deployment
 
     return build_llm_deployment(LLMConfig(**llm_config_kwargs(spec)), name_prefix=f"{role}:")
+
+
+def build_emulated_deployment(spec: ModelDeployment, role: str):
+    """EmulatedVLM with the same Serve options and pinning as the LLMServer it stands in for."""
+    from .emulated import EmulatedVLM
+
+    options = deployment_options(spec)
+    options.pop("request_router_config", None)  # the prefix-cache router needs an engine's KV cache
+    options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus or 0}
+    if spec.pin_resources:
+        options["placement_group_bundles"] = [{"CPU": 0, **spec.pin_resources}]
+    return EmulatedVLM.options(name=f"{role}:{spec.model_id}", **options).bind(
+        spec.emulation.model_dump(), role, spec.model_id
+    )

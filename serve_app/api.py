@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -110,6 +110,7 @@ class Job:
     model: str  # the OpenAI model name of the policy
     stream: bool = False
     include_usage_in_stream: bool = False
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def parse_json(body: bytes) -> Any:
@@ -223,30 +224,31 @@ def usage_of(result: CascadeResult) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def mai_object(result: CascadeResult) -> dict[str, Any]:
-    return {"answer": result.answer, "route": result.route, "trace": result.trace.to_dict()}
+def mai_object(job: Job, result: CascadeResult) -> dict[str, Any]:
+    return {"request_id": job.request_id, "answer": result.answer, "route": result.route,
+            "trace": result.trace.to_dict()}
 
 
 def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "id": f"chatcmpl-{job.request_id}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": job.model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
         "usage": usage_of(result),
-        "mai": mai_object(result),
+        "mai": mai_object(job, result),
     }
 
 
 def chat_completion_chunks(job: Job, result: CascadeResult) -> list[dict[str, Any]]:
     """The answer as OpenAI stream chunks: the role, the content, the finish (with the trace)."""
-    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
+    base = {"id": f"chatcmpl-{job.request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": job.model}
     chunks = [
         base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
         base | {"choices": [{"index": 0, "delta": {"content": result.answer}, "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(result)},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(job, result)},
     ]
     if job.include_usage_in_stream:
         chunks.append(base | {"choices": [], "usage": usage_of(result)})
@@ -255,7 +257,8 @@ def chat_completion_chunks(job: Job, result: CascadeResult) -> list[dict[str, An
 
 def answer_response(job: Job, result: CascadeResult) -> dict[str, Any]:
     return {
-        "id": f"mai-{uuid.uuid4().hex}",
+        "id": f"mai-{job.request_id}",
+        "request_id": job.request_id,
         "answer": result.answer,
         "route": result.route,
         "policy": job.options.policy.value,

@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+import uuid
+from contextvars import ContextVar
 from typing import Any
 
 from .cascade import Completion
+from .prompts import prompt_kind_of
+
+# The MAI request the current task serves; every engine call of it is stamped with it.
+current_request_id: ContextVar[str | None] = ContextVar("mai_request_id", default=None)
+_call_numbers = itertools.count()
+
+
+def engine_request_id(messages: list[dict]) -> str:
+    """``mai-<request>-<prompt kind>-<n>``: unique per engine call, and it ties vLLM's logs (and the
+    emulated engine's script) to the MAI request and stage."""
+    kind = prompt_kind_of(messages)
+    request = current_request_id.get() or uuid.uuid4().hex
+    return f"mai-{request}-{kind.value if kind else 'chat'}-{next(_call_numbers)}"
 
 
 class EngineError(RuntimeError):
@@ -30,7 +46,8 @@ class LLMServerClient:
 
     async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
         request = self._request_type(
-            model=self.model_id, messages=messages, max_tokens=max_tokens, stream=False, **self._sampling
+            model=self.model_id, messages=messages, max_tokens=max_tokens, stream=False,
+            request_id=engine_request_id(messages), **self._sampling,
         )
         started = time.monotonic()
         response = self._handle.chat.remote(request)

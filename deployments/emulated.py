@@ -1,0 +1,104 @@
+"""EmulatedVLM: a GPU-free twin of a ray.serve.llm LLMServer, calibrated on the MAI paper's H100 profile.
+
+For load tests, autoscaling tests and capacity planning without GPUs; never a default for real serving
+(a replica logs a warning when it starts). Same interface as LLMServer: ``chat(ChatCompletionRequest)``
+yields one ``ChatCompletionResponse`` with usage.
+
+Latency of one call = TTFT(model, context tokens) from Table 3, then the completion tokens at Table 4's
+decode speed, slowed by the batch: per-token time x (1 + batch_slowdown x (running sequences - 1)). At
+most ``max_num_seqs`` sequences decode at once; the rest wait, as in vLLM's continuous batching.
+Completion tokens are drawn around Table 5's mean for the dataset and prompt kind. Answers are scripted
+so that the cascade's routes occur at Table 10's rates, keyed by the MAI request id in the call's
+``request_id`` (``mai-<request>-<prompt kind>-<n>``), so small and large agree or disagree consistently
+within one request. Everything sleeps (asyncio): no CPU is burnt, dozens of replicas fit on a laptop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from ray import serve
+
+from . import paper_profile
+from .emulation import (
+    PROMPT_KINDS,
+    completion_tokens,
+    estimate_prompt_tokens,
+    parse_call_id,
+    per_token_s,
+    reply_text,
+    route_of,
+    scripted_answer,
+)
+from .settings import EmulationSettings
+
+logger = logging.getLogger("ray.serve")
+
+@serve.deployment(name="EmulatedVLM", ray_actor_options={"num_cpus": 0})
+class EmulatedVLM:
+    def __init__(self, settings: dict[str, Any], role: str, model_id: str):
+        from ray.serve.llm.openai_api_models import ChatCompletionResponse
+
+        self._response_type = ChatCompletionResponse
+        self.settings = EmulationSettings.model_validate(settings)
+        self.role, self.model_id = role, model_id
+        self._slots = asyncio.Semaphore(self.settings.max_num_seqs)
+        self._running = 0
+        self._stats: dict[str, Any] = {}
+        self.reset_stats_now()
+        logger.warning("EmulatedVLM %s (%s, profile %s, dataset %s): answers are scripted, latency is emulated; "
+                       "not for real serving", model_id, role, self.settings.profile, self.settings.dataset)
+
+    def reset_stats_now(self) -> None:
+        self._stats = {"calls": {kind: 0 for kind in PROMPT_KINDS}, "completed": 0, "cancelled": 0,
+                       "completion_tokens": 0, "peak_batch": 0}
+
+    async def chat(self, request: Any, raw_request_info: Any = None):
+        settings = self.settings
+        key, prompt_kind = parse_call_id(getattr(request, "request_id", None))
+        self._stats["calls"][prompt_kind] += 1
+        messages = [dict(message) for message in request.messages]
+        prompt_tokens = estimate_prompt_tokens(messages, settings.image_tokens)
+        max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
+        tokens = completion_tokens(settings, key, prompt_kind, max_tokens)
+        answer = scripted_answer(route_of(key, settings.dataset, settings.seed), self.role, prompt_kind)
+        try:
+            async with self._slots:
+                self._running += 1
+                self._stats["peak_batch"] = max(self._stats["peak_batch"], self._running)
+                try:
+                    await self._decode(prompt_tokens, tokens)
+                finally:
+                    self._running -= 1
+        except asyncio.CancelledError:
+            self._stats["cancelled"] += 1
+            raise
+        self._stats["completed"] += 1
+        self._stats["completion_tokens"] += tokens
+        yield self._response_type(
+            id=f"emulated-{uuid.uuid4().hex}", created=int(time.time()), model=self.model_id,
+            choices=[{"index": 0, "message": {"role": "assistant", "content": reply_text(answer, prompt_kind, tokens)},
+                      "finish_reason": "stop"}],
+            usage={"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens},
+        )
+
+    async def _decode(self, prompt_tokens: int, tokens: int) -> None:
+        settings = self.settings
+        if settings.time_scale == 0:
+            return
+        await asyncio.sleep(paper_profile.ttft_ms(settings.profile, prompt_tokens) / 1000 * settings.time_scale)
+        remaining = tokens - 1  # the first token came with the TTFT
+        while remaining > 0:
+            step = min(settings.decode_chunk_tokens, remaining)
+            await asyncio.sleep(step * per_token_s(settings, self._running) * settings.time_scale)
+            remaining -= step
+
+    async def stats(self) -> dict[str, Any]:
+        return {**self._stats, "calls": dict(self._stats["calls"]), "running": self._running}
+
+    async def reset_stats(self) -> None:
+        self.reset_stats_now()

@@ -1,0 +1,90 @@
+"""The emulated VLM's model of an engine, as pure functions: what it answers, how many tokens, how long.
+
+Calibrated on the MAI paper's H100 profile (deployments/paper_profile.py); used by EmulatedVLM."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+import uuid
+
+from . import paper_profile
+from .settings import EmulationSettings
+
+_CALL_ID = re.compile(r"^mai-(?P<request>[0-9a-zA-Z]+)-(?P<kind>[a-z0-9_]+)-\d+$")
+PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
+
+
+def parse_call_id(request_id: str | None) -> tuple[str, str]:
+    """(request key, prompt kind) of a call; calls without a MAI id count as Simple prompts."""
+    match = _CALL_ID.match(request_id or "")
+    if match and match.group("kind") in PROMPT_KINDS:
+        return match.group("request"), match.group("kind")
+    return request_id or uuid.uuid4().hex, "simple"
+
+
+def _unit(*parts: object) -> float:
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def route_of(request: str, dataset: str, seed: int) -> str:
+    """The route the scripted answers of one request lead the cascade to (Table 10's shares)."""
+    agree_short, agree_reasoned, _ = paper_profile.ROUTE_SHARES[dataset]
+    u = _unit("route", seed, request)
+    if u < agree_short:
+        return "agree_short"
+    if u < agree_short + agree_reasoned:
+        return "agree_reasoned"
+    return "transfer"
+
+
+def scripted_answer(route: str, role: str, prompt_kind: str) -> str:
+    """The option letter a model answers with: the large model always says A; the small one agrees
+    in stage 1 only on ``agree_short`` and after reasoning only on ``agree_reasoned``. Letters
+    compare correctly under every answer kind's matcher."""
+    if role == "large":
+        return "A"
+    if prompt_kind == "simple":
+        return "A" if route == "agree_short" else "B"
+    return "C" if route == "transfer" else "A"
+
+
+def completion_tokens(settings: EmulationSettings, request: str, prompt_kind: str, max_tokens: int | None) -> int:
+    """Drawn from a log-normal around Table 5's mean (coefficient of variation ``token_spread``)."""
+    simple, explain, reasoning = paper_profile.COMPLETION_TOKENS[settings.dataset][settings.profile]
+    mean = {"explain": explain, "reasoning": reasoning}.get(prompt_kind, simple)
+    sigma = math.sqrt(math.log1p(settings.token_spread**2))
+    rng = random.Random(f"{settings.seed}|{request}|{prompt_kind}|{settings.profile}")
+    draw = rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma) if sigma > 0 else mean
+    tokens = max(1, round(draw))
+    return min(tokens, max_tokens) if max_tokens else tokens
+
+
+def estimate_prompt_tokens(messages: list[dict], image_tokens: int) -> int:
+    """About 1.3 tokens a word, plus ``image_tokens`` per image."""
+    words, images = 0, 0
+    for message in messages:
+        content = message.get("content")
+        for part in [content] if isinstance(content, str) else content or []:
+            if isinstance(part, str):
+                words += len(part.split())
+            elif isinstance(part, dict) and part.get("type") == "image_url":
+                images += 1
+            elif isinstance(part, dict):
+                words += len(str(part.get("text", "")).split())
+    return max(1, round(words * 1.3)) + images * image_tokens
+
+
+def reply_text(answer: str, prompt_kind: str, tokens: int) -> str:
+    """The text of a reply of about ``tokens`` tokens ending in [[answer]] (bare for S2)."""
+    if prompt_kind == "stage2":
+        return answer
+    filler = max(0, round((tokens - 3) / 1.3))
+    return (" ".join(["step"] * filler) + "\n" if filler else "") + f"[[{answer}]]"
+
+
+def per_token_s(settings: EmulationSettings, batch: int) -> float:
+    return (1 / paper_profile.DECODE_TOKENS_PER_S[settings.profile]) * (1 + settings.batch_slowdown * max(0, batch - 1))

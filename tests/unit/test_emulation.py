@@ -1,0 +1,98 @@
+"""The emulated engine's model: the paper's numbers, consistent scripts, token draws, batching."""
+
+import math
+from collections import Counter
+
+import pytest
+
+from deployments import paper_profile
+from deployments.emulation import (
+    completion_tokens,
+    estimate_prompt_tokens,
+    parse_call_id,
+    per_token_s,
+    reply_text,
+    route_of,
+    scripted_answer,
+)
+from deployments.settings import EmulationSettings
+from serve_app.answers import agree, extract_answer
+
+
+def test_ttft_interpolates_table_3():
+    assert paper_profile.ttft_ms("8b", 128) == 33.76
+    assert paper_profile.ttft_ms("8b", 1536) == 115.31
+    assert math.isclose(paper_profile.ttft_ms("8b", 320), (36.25 + 36.74) / 2)
+    assert math.isclose(paper_profile.ttft_ms("2b", (1088 + 1280) / 2), (45.96 + 46.97) / 2)
+    assert paper_profile.ttft_ms("2b", 10) == 27.52
+    slope = (115.31 - 102.65) / (1536 - 1280)
+    assert math.isclose(paper_profile.ttft_ms("8b", 4096), 115.31 + slope * (4096 - 1536))
+    assert paper_profile.ttft_ms("8b", 1000) > paper_profile.ttft_ms("2b", 1000)
+
+
+def test_call_ids():
+    assert parse_call_id("mai-abc123-reasoning-7") == ("abc123", "reasoning")
+    assert parse_call_id("mai-abc123-chat-7") == ("mai-abc123-chat-7", "simple")
+    assert parse_call_id("anything")[1] == "simple"
+    assert parse_call_id(None)[1] == "simple"
+
+
+@pytest.mark.parametrize("dataset", paper_profile.DATASETS)
+def test_routes_follow_table_10(dataset):
+    counts = Counter(route_of(f"request{i}", dataset, seed=0) for i in range(20000))
+    shares = paper_profile.ROUTE_SHARES[dataset]
+    for route, share in zip(("agree_short", "agree_reasoned", "transfer"), shares, strict=True):
+        assert abs(counts[route] / 20000 - share) < 0.01
+
+
+@pytest.mark.parametrize("route", ["agree_short", "agree_reasoned", "transfer"])
+def test_scripted_answers_lead_the_cascade_to_its_route(route):
+    """What the cascade's matcher concludes from the scripted answers is the scripted route."""
+    for kind in ("choice", "yes_no", "number", "text"):
+        small_short, large_short = scripted_answer(route, "small", "simple"), scripted_answer(route, "large", "simple")
+        reasoned = scripted_answer(route, "small", "reasoning")
+        if agree(small_short, large_short, kind):
+            reached = "agree_short"
+        elif agree(reasoned, large_short, kind):
+            reached = "agree_reasoned"
+        else:
+            reached = "transfer"
+        assert reached == route, kind
+
+
+def test_completion_tokens_center_on_table_5_and_respect_max_tokens():
+    settings = EmulationSettings(profile="2b", dataset="chartqa")
+    draws = [completion_tokens(settings, f"r{i}", "reasoning", None) for i in range(4000)]
+    assert abs(sum(draws) / len(draws) - 256.3) / 256.3 < 0.03
+    assert completion_tokens(settings, "r1", "reasoning", None) == completion_tokens(settings, "r1", "reasoning", None)
+    assert completion_tokens(settings, "r1", "reasoning", 10) <= 10
+    assert all(completion_tokens(settings, f"r{i}", "simple", None) >= 1 for i in range(100))
+    flat = EmulationSettings(profile="8b", dataset="mmmu", token_spread=0)
+    assert completion_tokens(flat, "x", "explain", None) == round(944.6)
+
+
+def test_reply_text_parses_and_has_about_the_drawn_length():
+    text = reply_text("C", "reasoning", 260)
+    assert extract_answer(text) == "C"
+    assert abs(estimate_prompt_tokens([{"role": "user", "content": text}], 0) - 260) < 10
+    assert reply_text("A", "stage2", 3) == "A"
+    assert extract_answer(reply_text("A", "simple", 1)) == "A"
+
+
+def test_prompt_tokens_count_images():
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
+                                             {"type": "text", "text": "one two three four five six seven eight nine ten"}]}]
+    assert estimate_prompt_tokens(messages, image_tokens=256) == 256 + 13
+
+
+def test_batching_slows_each_token_by_the_configured_curve():
+    settings = EmulationSettings(profile="8b", batch_slowdown=0.05)
+    assert math.isclose(per_token_s(settings, 1), 1 / 47.26)
+    assert math.isclose(per_token_s(settings, 21), 2 / 47.26)
+
+
+def test_emulation_settings_validate():
+    with pytest.raises(ValueError):
+        EmulationSettings(profile="70b")
+    with pytest.raises(ValueError):
+        EmulationSettings(profile="2b", dataset="imagenet")
