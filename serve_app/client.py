@@ -13,15 +13,20 @@ from .cascade import Completion
 from .prompts import prompt_kind_of
 
 # The MAI request the current task serves; every engine call of it is stamped with it.
-current_request_id: ContextVar[str | None] = ContextVar("mai_request_id", default=None)
+_current_request_id: ContextVar[str | None] = ContextVar("mai_request_id", default=None)
 _call_numbers = itertools.count()
+
+
+def bind_request_id(request_id: str) -> None:
+    """Stamp the engine calls made from the current task (and tasks it starts) with ``request_id``."""
+    _current_request_id.set(request_id)
 
 
 def engine_request_id(messages: list[dict]) -> str:
     """``mai-<request>-<prompt kind>-<n>``: unique per engine call, and it ties vLLM's logs (and the
     emulated engine's script) to the MAI request and stage."""
     kind = prompt_kind_of(messages)
-    request = current_request_id.get() or uuid.uuid4().hex
+    request = _current_request_id.get() or uuid.uuid4().hex
     return f"mai-{request}-{kind.value if kind else 'chat'}-{next(_call_numbers)}"
 
 

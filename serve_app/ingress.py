@@ -24,7 +24,7 @@ from .api import (
     parse_json,
 )
 from .cascade import Cascade, CascadeResult, ModelUnavailableError
-from .client import LLMServerClient, current_request_id
+from .client import LLMServerClient, bind_request_id
 from .config import AppConfig
 from .errors import RequestError
 
@@ -99,7 +99,7 @@ class MAIIngress:
             raise RequestError(f"unknown transfer_selector {selector!r}; known: {', '.join(sorted(self.cascade.selectors))}",
                                param="options.transfer_selector", code="invalid_options")
         timeout_s = self.config.request_timeout_s
-        current_request_id.set(job.request_id)
+        bind_request_id(job.request_id)
         try:
             return await asyncio.wait_for(self.cascade.run(job.question, job.options), timeout_s)
         except ModelUnavailableError as exc:

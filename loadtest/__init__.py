@@ -1,0 +1,1 @@
+"""Load tests, benchmarks and their data (run from the repository root)."""

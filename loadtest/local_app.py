@@ -1,0 +1,83 @@
+"""Run the MAI application on a local Ray, in this process: for benchmarks and integration tests."""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def config_args(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``args`` of the application in ``configs/<name>``, with ``overrides`` merged in deeply."""
+    [application] = yaml.safe_load((ROOT / "configs" / name).read_text())["applications"]
+    return merge(application["args"], overrides or {})
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None) -> Iterator[str]:
+    """A local Ray with Serve's HTTP proxy on a free port; yields the base URL.
+
+    ``metrics_push_interval_s`` shortens how often handles and replicas report queue depth to the
+    autoscaler (Serve's default is 10 s), so autoscaling reacts within seconds."""
+    import ray
+    from ray import serve
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if metrics_push_interval_s is not None:
+        for name in ("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"):
+            os.environ[name] = str(metrics_push_interval_s)
+    port = free_port()
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def deploy(args: dict[str, Any], name: str = "mai") -> None:
+    """(Re)deploy the application with these args and wait until it is running."""
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    serve.run(build_app(args), name=name, route_prefix="/")
+
+
+def replica_counts(name: str = "mai") -> dict[str, int]:
+    """Running replicas per deployment of the application."""
+    from ray import serve
+
+    status = serve.status().applications[name]
+    return {deployment: info.replica_states.get("RUNNING", 0) for deployment, info in status.deployments.items()}
+
+
+def deployment_handle(deployment: str, name: str = "mai"):
+    from ray import serve
+
+    return serve.get_deployment_handle(deployment, app_name=name)

@@ -1,0 +1,121 @@
+"""The real Serve app on the emulated model tier: routes at Table 10's shares, cancellations counted in
+the engine, queue-depth autoscaling up and back down, and backpressure as fast 503s."""
+
+import asyncio
+import threading
+import time
+from collections import Counter
+
+import httpx
+import pytest
+
+from deployments import paper_profile
+from loadtest.driver import drive
+from loadtest.local_app import config_args, deploy, deployment_handle, local_ray, replica_counts
+
+from ..images import data_url
+
+SMALL, LARGE = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b"
+ONE_REPLICA = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 16}
+
+
+def emulated(dataset="chartqa", time_scale=1.0, small=None, large=None, **app):
+    small = {"emulation": {"dataset": dataset, "time_scale": time_scale}, "autoscaling": ONE_REPLICA, **(small or {})}
+    large = {"emulation": {"dataset": dataset, "time_scale": time_scale}, "autoscaling": ONE_REPLICA, **(large or {})}
+    return config_args("mai-emulated.yaml", {"small": small, "large": large,
+                                             "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1,
+                                                                         "target_ongoing_requests": 64}}, **app})
+
+
+def answer_bodies(n, **extra):
+    image = data_url()
+    return [{"image": image, "question": f"What is the value of bar {i}?", **extra} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    with local_ray(num_cpus=2, metrics_push_interval_s=0.5) as url:
+        yield url
+
+
+def test_routes_follow_the_papers_shares(base_url):
+    deploy(emulated(dataset="mmbench", time_scale=0))
+    outcomes, _ = asyncio.run(drive(base_url, "/v1/mai/answer", answer_bodies(400), concurrency=16))
+    assert all(outcome.status == 200 for outcome in outcomes)
+    routes = Counter(outcome.route for outcome in outcomes)
+    for route, share in zip(("agree_short", "agree_reasoned", "transfer"), paper_profile.ROUTE_SHARES["mmbench"], strict=True):
+        assert abs(routes[route] / 400 - share) < 0.06, routes
+
+
+def test_eager_reasoning_is_cancelled_in_the_engine_when_stage_one_agrees(base_url):
+    deploy(emulated(dataset="chartqa", time_scale=1.0))
+    small = deployment_handle(SMALL)
+    small.reset_stats.remote().result()
+    outcomes, _ = asyncio.run(drive(base_url, "/v1/mai/answer",
+                                    answer_bodies(24, options={"eager_reasoning": True}), concurrency=8))
+    routes = Counter(outcome.route for outcome in outcomes)
+    stats = small.stats.remote().result()
+    assert stats["calls"]["reasoning"] == 24  # eager: every request started reasoning with stage 1
+    assert routes["agree_short"] > 0
+    assert stats["cancelled"] == routes["agree_short"]  # exactly the ones that agreed early
+
+
+def test_small_and_large_scale_up_under_load_and_back_down(base_url):
+    scaling = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 1,
+               "downscale_delay_s": 3, "look_back_period_s": 2}
+    # The large model mostly writes short answers here, so its queue is shallower: a lower target.
+    large_scaling = {**scaling, "target_ongoing_requests": 0.5}
+    deploy(emulated(dataset="chartqa", time_scale=1.0, small={"autoscaling": scaling}, large={"autoscaling": large_scaling}))
+    assert replica_counts()[SMALL] == 1 and replica_counts()[LARGE] == 1
+
+    samples: list[dict] = []
+    scaled, stop = threading.Event(), threading.Event()
+    load_limit_s = 120
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(replica_counts())
+            if samples[-1][SMALL] >= 2 and samples[-1][LARGE] >= 2:
+                scaled.set()
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    try:
+        # Load until both have scaled up (new replicas take a while to start on 2 cores), at most 120 s.
+        outcomes, _ = asyncio.run(drive(base_url, "/v1/mai/answer", answer_bodies(20000), concurrency=24,
+                                        until=lambda: scaled.is_set() or time.monotonic() - started > load_limit_s))
+    finally:
+        stop.set()
+        sampler.join()
+    assert scaled.is_set(), samples[-1]
+    assert len(outcomes) > 100 and all(outcome.status == 200 for outcome in outcomes)
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and (replica_counts()[SMALL] > 1 or replica_counts()[LARGE] > 1):
+        time.sleep(1)
+    assert replica_counts()[SMALL] == 1 and replica_counts()[LARGE] == 1
+
+
+def test_a_full_queue_is_a_fast_503_with_retry_after(base_url):
+    overloaded = {"max_ongoing_requests": 1, "max_queued_requests": 1,
+                  "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 1},
+                  "emulation": {"dataset": "chartqa", "time_scale": 20.0}}
+    deploy(emulated(dataset="chartqa", time_scale=20.0, large=overloaded))
+    body = {"image": data_url(), "question": "What is the value?", "policy": "large"}
+
+    async def burst():
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            return await asyncio.gather(*(http.post("/v1/mai/answer", json=body) for _ in range(8)))
+
+    responses = asyncio.run(burst())
+    rejected = [response for response in responses if response.status_code == 503]
+    assert len(rejected) >= 5  # one running, one queued, the rest turned away
+    for response in rejected:
+        assert response.headers["retry-after"] == "5"
+        assert response.json()["error"]["code"] == "model_unavailable"
+        assert response.elapsed.total_seconds() < 1.5  # turned away at once, not after a queue wait
+    served = [response for response in responses if response.status_code == 200]
+    assert served and min(response.elapsed.total_seconds() for response in served) > 1.5
+    assert len(served) + len(rejected) == len(responses)
