@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import random
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,9 +33,18 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port in 20000-29999: outside Ray's worker ports (10002-19999) and the ephemeral range
+    that Ray's own processes draw from while the cluster starts."""
+    start = random.randrange(20000, 30000)
+    for offset in range(10000):
+        port = 20000 + (start - 20000 + offset) % 10000
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-29999")
 
 
 @contextmanager

@@ -101,8 +101,8 @@ def test_small_and_large_scale_up_under_load_and_back_down(base_url):
 def test_a_full_queue_is_a_fast_503_with_retry_after(base_url):
     overloaded = {"max_ongoing_requests": 1, "max_queued_requests": 1,
                   "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 1},
-                  "emulation": {"dataset": "chartqa", "time_scale": 20.0}}
-    deploy(emulated(dataset="chartqa", time_scale=20.0, large=overloaded))
+                  "emulation": {"dataset": "chartqa", "time_scale": 60.0}}  # >= 2 s per answer
+    deploy(emulated(dataset="chartqa", time_scale=60.0, large=overloaded))
     body = {"image": data_url(), "question": "What is the value?", "policy": "large"}
 
     async def burst():
@@ -115,7 +115,7 @@ def test_a_full_queue_is_a_fast_503_with_retry_after(base_url):
     for response in rejected:
         assert response.headers["retry-after"] == "5"
         assert response.json()["error"]["code"] == "model_unavailable"
-        assert response.elapsed.total_seconds() < 1.5  # turned away at once, not after a queue wait
+        assert response.elapsed.total_seconds() < 1.0  # turned away at once, not after a queue wait
     served = [response for response in responses if response.status_code == 200]
-    assert served and min(response.elapsed.total_seconds() for response in served) > 1.5
+    assert served and min(response.elapsed.total_seconds() for response in served) > 2.0
     assert len(served) + len(rejected) == len(responses)

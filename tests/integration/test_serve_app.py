@@ -4,25 +4,18 @@ A real local Ray (2 CPUs), real Serve proxy, the real MAIIngress and client; onl
 scripted, so that every route, policy and failure can be reached on purpose."""
 
 import json
-import socket
 
 import httpx
 import pytest
 import ray
 from ray import serve
 
+from loadtest.local_app import free_port
 from serve_app.app import build_ingress
 from serve_app.config import AppConfig
 
 from ..images import chat_body, data_url, png_bomb
 from .scripted_llm import SLOW_S, ScriptedLLMServer
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 CONFIG = {
     "small": {"model_id": "fake-small", "source": "scripted"},
@@ -35,7 +28,7 @@ CONFIG = {
 
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
+    port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     config = AppConfig.model_validate(CONFIG)
