@@ -119,3 +119,31 @@ def test_a_full_queue_is_a_fast_503_with_retry_after(base_url):
     served = [response for response in responses if response.status_code == 200]
     assert served and min(response.elapsed.total_seconds() for response in served) > 2.0
     assert len(served) + len(rejected) == len(responses)
+
+
+def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    deploy(emulated(dataset="chartqa", time_scale=0.1))
+    locust = Path(sys.executable).with_name("locust")
+    root = Path(__file__).resolve().parents[2]
+    started = time.monotonic()
+    run = subprocess.run([str(locust), "-f", str(root / "loadtest" / "locustfile.py"), "--headless", "--host", base_url,
+                          "--users", "8", "--spawn-rate", "8", "--run-time", "60s", "--max-requests", "80",
+                          "--json-file", str(tmp_path / "run"), "--only-summary"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert time.monotonic() - started < 50  # stopped by --max-requests, not by --run-time
+    rows = {row["name"]: row for row in json.loads((tmp_path / "run.json").read_text())}
+    posts = sum(rows[name]["num_requests"] for name in ("/v1/chat/completions", "/v1/mai/answer") if name in rows)
+    assert 80 <= posts < 90
+    assert all(row["num_failures"] == 0 for row in rows.values())
+    assert {"route agree_short", "route transfer"} <= set(rows)
+
+    refused = subprocess.run([str(locust), "-f", str(root / "loadtest" / "locustfile.py"), "--headless",
+                              "--host", "http://10.0.0.1:8000", "--users", "1", "--run-time", "5s"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "only targets loopback hosts" in refused.stderr

@@ -1,0 +1,129 @@
+"""Build the VQA datasets the load test, the benchmarks and the evaluation use, as JSONL.
+
+Each line: {"id", "image" (a data URL), "question", "choices"?, "answer", "answer_type", "metric"}.
+- easy-vqa: the `easy-vqa` package's real images, questions and answers (shapes, colours, yes/no);
+- charts: synthetic bar charts drawn here with known values (ChartQA-style numeric answers).
+
+    python -m loadtest.data                     # writes loadtest/data/easy-vqa.jsonl and charts.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+COLOURS = {"red": (220, 50, 47), "blue": (38, 139, 210), "green": (133, 153, 0), "orange": (203, 75, 22),
+           "purple": (108, 113, 196), "gray": (147, 161, 161)}
+
+
+def _data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def easy_vqa_records(split: str = "test", limit: int | None = None, seed: int = 0) -> Iterator[dict]:
+    """easy-vqa questions with their images; yes/no questions scored as yes/no, the rest exactly."""
+    import easy_vqa
+
+    questions, answers, image_ids = easy_vqa.get_test_questions() if split == "test" else easy_vqa.get_train_questions()
+    paths = easy_vqa.get_test_image_paths() if split == "test" else easy_vqa.get_train_image_paths()
+    order = list(range(len(questions)))
+    random.Random(seed).shuffle(order)
+    for index in order[:limit]:
+        answer = answers[index]
+        yes_no = answer in ("yes", "no")
+        yield {"id": f"easy-vqa-{split}-{index}", "image": _data_url(Path(paths[image_ids[index]]).read_bytes()),
+               "question": questions[index][0].upper() + questions[index][1:], "answer": answer,
+               "answer_type": "yes_no" if yes_no else "text", "metric": "yes_no" if yes_no else "exact"}
+
+
+def draw_bar_chart(values: dict[str, int], size: tuple[int, int] = (320, 240)) -> bytes:
+    """A bar chart, each bar labelled with its colour name under it and its value above it."""
+    from PIL import Image, ImageDraw
+
+    width, height = size
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    top, bottom = 30, height - 30
+    peak = max(values.values())
+    slot = width // len(values)
+    for i, (name, value) in enumerate(values.items()):
+        x0, x1 = i * slot + slot // 5, (i + 1) * slot - slot // 5
+        y0 = bottom - round((bottom - top) * value / peak)
+        draw.rectangle([x0, y0, x1, bottom], fill=COLOURS[name])
+        draw.text((x0, y0 - 14), str(value), fill="black")
+        draw.text((x0, bottom + 6), name, fill="black")
+    draw.line([0, bottom, width, bottom], fill="black")
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def chart_records(count: int = 300, seed: int = 0) -> Iterator[dict]:
+    """Bar charts with known values and questions about them: a bar's value, a difference, a count,
+    the tallest bar (ChartQA's kinds of question)."""
+    rng = random.Random(seed)
+    for index in range(count):
+        names = rng.sample(sorted(COLOURS), rng.randint(3, 5))
+        values = {name: rng.randint(5, 95) for name in names}
+        png = draw_bar_chart(values)
+        a, b = rng.sample(names, 2)
+        threshold = rng.choice([20, 40, 50, 60])
+        kind = index % 4
+        if kind == 0:
+            question, answer, answer_type = f"What is the value of the {a} bar?", str(values[a]), "number"
+        elif kind == 1:
+            question, answer, answer_type = f"What is the difference between the {a} and the {b} bar?", str(abs(values[a] - values[b])), "number"
+        elif kind == 2:
+            question, answer, answer_type = f"How many bars are above {threshold}?", str(sum(v > threshold for v in values.values())), "number"
+        else:
+            question, answer, answer_type = "Which bar is the tallest?", max(values, key=values.get), "text"
+        yield {"id": f"charts-{index}", "image": _data_url(png), "question": question, "answer": answer,
+               "answer_type": answer_type, "metric": "relaxed" if answer_type == "number" else "exact"}
+
+
+def write_jsonl(records: Iterator[dict], path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("w") as file:
+        for record in records:
+            file.write(json.dumps(record) + "\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with path.open() as file:
+        return [json.loads(line) for line in file if line.strip()]
+
+
+def ensure_datasets(limit: int = 1000) -> dict[str, Path]:
+    """The datasets under loadtest/data, built when missing."""
+    paths = {"easy-vqa": DATA_DIR / "easy-vqa.jsonl", "charts": DATA_DIR / "charts.jsonl"}
+    if not paths["easy-vqa"].exists():
+        write_jsonl(easy_vqa_records("test", limit), paths["easy-vqa"])
+    if not paths["charts"].exists():
+        write_jsonl(chart_records(min(limit, 300)), paths["charts"])
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=1000, help="easy-vqa questions to keep (default 1000)")
+    parser.add_argument("--charts", type=int, default=300, help="synthetic charts to draw (default 300)")
+    parser.add_argument("--out", type=Path, default=DATA_DIR)
+    args = parser.parse_args(argv)
+    n_vqa = write_jsonl(easy_vqa_records("test", args.limit), args.out / "easy-vqa.jsonl")
+    n_charts = write_jsonl(chart_records(args.charts), args.out / "charts.jsonl")
+    print(f"{args.out}: easy-vqa.jsonl ({n_vqa} questions), charts.jsonl ({n_charts} charts)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

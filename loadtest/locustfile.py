@@ -1,0 +1,110 @@
+"""Locust load test for MAI Serve: VQA requests through the OpenAI route and the native route.
+
+Requests are drawn from loadtest/data/*.jsonl (built on first use from easy-vqa and synthetic charts).
+Besides one entry per endpoint, every answered request is reported again under the cascade route it
+took ("route agree_short", "route transfer", ...), so each route has its own latency percentiles.
+
+Bounded runs only, against this machine only:
+
+    locust -f loadtest/locustfile.py --headless --host http://127.0.0.1:8000 \
+        --users 16 --spawn-rate 4 --run-time 60s --max-requests 2000 --json-file bench/results/locust   # writes locust.json
+
+``--max-requests`` stops the run after that many requests; ``--host`` must be a loopback address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import gevent
+from locust import HttpUser, between, events, task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from loadtest.data import ensure_datasets, read_jsonl  # noqa: E402
+
+RECORDS: list[dict] = []
+_sent = 0
+_quitting = False
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser) -> None:
+    parser.add_argument("--max-requests", type=int, default=1000, help="stop after this many requests (default 1000)")
+    parser.add_argument("--policy-mix", default="mai", help="comma-separated OpenAI model names to draw from (default: mai)")
+
+
+def _is_loopback(host: str | None) -> bool:
+    name = urlparse(host or "").hostname
+    if not name:
+        return False
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(name, None))
+    except (OSError, ValueError):
+        return False
+
+
+@events.init.add_listener
+def _on_init(environment, **kwargs) -> None:
+    if not _is_loopback(environment.host):
+        raise SystemExit(f"this load test only targets loopback hosts (127.0.0.1, localhost); got {environment.host!r}")
+    for path in ensure_datasets().values():
+        RECORDS.extend(read_jsonl(path))
+
+
+@events.request.add_listener
+def _count(request_type, name, **kwargs) -> None:
+    global _sent, _quitting
+    if request_type == "POST":
+        _sent += 1
+        runner = kwargs.get("context", {}).get("runner")
+        if runner is not None and not _quitting and _sent >= runner.environment.parsed_options.max_requests:
+            _quitting = True
+            gevent.spawn(runner.quit)  # not from this user's greenlet: quitting kills the users
+
+
+class VQAUser(HttpUser):
+    wait_time = between(0.0, 0.2)
+
+    def on_start(self) -> None:
+        self.policies = [name.strip() for name in self.environment.parsed_options.policy_mix.split(",") if name.strip()]
+
+    def context(self) -> dict:
+        return {"runner": self.environment.runner}
+
+    def _report_route(self, route: str | None, started: float, length: int) -> None:
+        if route:
+            events.request.fire(request_type="MAI", name=f"route {route}", response_time=(time.perf_counter() - started) * 1000,
+                                response_length=length, exception=None, context={})
+
+    @task(3)
+    def openai_chat(self) -> None:
+        record = random.choice(RECORDS)
+        body = {"model": random.choice(self.policies), "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": record["image"]}},
+            {"type": "text", "text": record["question"]}]}],
+            "mai": {"answer_type": record["answer_type"]}}
+        started = time.perf_counter()
+        with self.client.post("/v1/chat/completions", json=body, name="/v1/chat/completions", catch_response=True,
+                              context=self.context()) as response:
+            if response.status_code != 200:
+                response.failure(f"{response.status_code}: {response.text[:200]}")
+                return
+            self._report_route(response.headers.get("x-mai-route"), started, len(response.content))
+
+    @task(1)
+    def native_answer(self) -> None:
+        record = random.choice(RECORDS)
+        body = {"image": record["image"], "question": record["question"], "answer_type": record["answer_type"]}
+        started = time.perf_counter()
+        with self.client.post("/v1/mai/answer", json=body, name="/v1/mai/answer", catch_response=True,
+                              context=self.context()) as response:
+            if response.status_code != 200:
+                response.failure(f"{response.status_code}: {response.text[:200]}")
+                return
+            self._report_route(response.json().get("route"), started, len(response.content))
