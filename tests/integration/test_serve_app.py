@@ -10,7 +10,7 @@ import pytest
 import ray
 from ray import serve
 
-from loadtest.local_app import free_port
+from loadtest.local_app import deployment_handle, free_port
 from serve_app.app import build_ingress
 from serve_app.config import AppConfig
 
@@ -35,7 +35,7 @@ def server():
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
     large = ScriptedLLMServer.options(name="large:fake").bind("large")
     serve.run(build_ingress(config, small, large), name="mai", route_prefix="/")
-    handles = {role: serve.get_deployment_handle(f"{role}:fake", app_name="mai") for role in ("small", "large")}
+    handles = {role: deployment_handle(f"{role}:fake") for role in ("small", "large")}
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         yield client, handles
     serve.shutdown()

@@ -1,0 +1,290 @@
+"""Benchmarks of the real Serve application: they write bench/results/<name>.json and bench/RESULTS.md.
+
+    python -m loadtest.bench                      # all of them (make bench)
+    python -m loadtest.bench --only overhead,eager
+
+- paper:       the paper's Tables 11/12 under emulation: per dataset, policies cascade, transfer (Full RT)
+               and large-reason, N requests at concurrency C; speedups against the paper's.
+- overhead:    emulated engines with zero latency: what the cascade's agree path adds over one direct
+               call to an LLMServer-compatible deployment through the same proxy; peak requests/s.
+- eager:       eager_reasoning on vs off: latency of the escalated requests, extra small-model tokens.
+- autoscaling: replica counts over time while load ramps up and stops.
+- cpu:         the CPU stack with the tiny real models (vLLM-CPU): per-route latency (a sanity check).
+
+Everything in one benchmark runs side by side in one process on one local Ray; figures are ratios
+of runs made together. Emulated latency is the paper's H100 profile times the recorded time_scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from deployments import paper_profile
+from loadtest.data import ensure_datasets, read_jsonl
+from loadtest.driver import Outcome, drive, percentile
+from loadtest.local_app import config_args, deploy, local_ray, replica_counts
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+ONE = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 32}
+# Emulated time runs 1:1 with the paper's H100 profile, except MMMU, whose 2,000-token reasoning
+# chains would take half an hour per policy: it runs 4x faster (its requests are long, so the
+# orchestration's own CPU time stays small beside them).
+PAPER_TIME_SCALE = {"mmmu": 0.25}
+SMALL, LARGE = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b"
+
+
+def emulated_args(dataset: str, time_scale: float, *, autoscaling: dict | None = None, **app: Any) -> dict:
+    model = {"emulation": {"dataset": dataset, "time_scale": time_scale, "max_num_seqs": 64},
+             "autoscaling": autoscaling or ONE, "max_ongoing_requests": 128, "max_queued_requests": 4096}
+    return config_args("mai-emulated.yaml", {"small": model, "large": model,
+                                             "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1,
+                                                                         "target_ongoing_requests": 256},
+                                                         "max_ongoing_requests": 1024, "max_queued_requests": 8192},
+                                             **app})
+
+
+def bodies(records: list[dict], n: int, **extra: Any) -> list[dict]:
+    return [{"image": records[i % len(records)]["image"], "question": records[i % len(records)]["question"],
+             "answer_type": records[i % len(records)]["answer_type"], **extra} for i in range(n)]
+
+
+def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
+    ok = [outcome for outcome in outcomes if outcome.status == 200]
+    latencies = [outcome.latency_s for outcome in ok]
+    routes = Counter(outcome.route for outcome in ok)
+    tokens = {model: {kind: sum(o.tokens.get(model, {}).get(kind, 0) for o in ok) for kind in ("prompt_tokens", "completion_tokens")}
+              for model in ("small", "large")}
+    return {
+        "requests": len(outcomes), "ok": len(ok), "errors": len(outcomes) - len(ok),
+        "wall_s": round(wall_s, 3), "requests_per_s": round(len(ok) / wall_s, 2) if wall_s else None,
+        "p50_s": round(percentile(latencies, 0.5), 4), "p99_s": round(percentile(latencies, 0.99), 4),
+        "route_shares": {route: round(count / max(1, len(ok)), 4) for route, count in sorted(routes.items())},
+        "tokens": tokens,
+    }
+
+
+def run_load(url: str, path: str, payloads: list[dict], concurrency: int, **kwargs: Any) -> tuple[list[Outcome], float]:
+    return asyncio.run(drive(url, path, payloads, concurrency=concurrency, **kwargs))
+
+
+def progress(label: str, total: int):
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if done[0] % max(1, total // 20) == 0 or done[0] == total:
+            print(f"\r  {label}: {done[0]}/{total}", end="", file=sys.stderr, flush=True)
+            if done[0] == total:
+                print(file=sys.stderr)
+
+    return tick
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def bench_paper(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for dataset in paper_profile.DATASETS:
+        time_scale = PAPER_TIME_SCALE.get(dataset, 1.0)
+        deploy(emulated_args(dataset, time_scale))
+        runs = {}
+        for policy in ("cascade", "transfer", "large-reason"):
+            outcomes, wall = run_load(url, "/v1/mai/answer", bodies(records, requests, policy=policy), concurrency,
+                                      on_tick=progress(f"paper {dataset} {policy}", requests))
+            runs[policy] = summarize(outcomes, wall) | {"emulated_wall_s": round(wall / time_scale, 2)}
+        results[dataset] = {
+            "time_scale": time_scale, "runs": runs,
+            "speedup_vs_transfer": round(runs["transfer"]["wall_s"] / runs["cascade"]["wall_s"], 2),
+            "paper_speedup_vs_transfer": paper_profile.PAPER_SPEEDUP_VS_TRANSFER[dataset],
+            "speedup_vs_large_reason": round(runs["large-reason"]["wall_s"] / runs["cascade"]["wall_s"], 2),
+            "paper_route_shares": dict(zip(("agree_short", "agree_reasoned", "transfer"),
+                                           paper_profile.ROUTE_SHARES[dataset], strict=True)),
+        }
+    results["paper_speedup_vs_large_reason_chartqa"] = paper_profile.PAPER_SPEEDUP_VS_LARGE_REASON_CHARTQA
+    return {"requests": requests, "concurrency": concurrency, "datasets": results}
+
+
+def bench_overhead(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """The cascade's agree path against one direct engine call, both through the same proxy."""
+    from ray import serve
+
+    from loadtest.direct import build_direct_app
+
+    deploy(emulated_args("pope", 0.0))
+    serve.run(build_direct_app(), name="direct", route_prefix="/direct")
+    cascade_payloads = bodies(records, requests, policy="cascade")
+    direct_payloads = [{"model": "direct", "max_tokens": 8, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": record["image"]}}, {"type": "text", "text": record["question"]}]}]}
+        for record in (records[i % len(records)] for i in range(requests))]
+    # Warm both paths, then interleave single requests so that drift hits both alike.
+    run_load(url, "/v1/mai/answer", cascade_payloads[:50], 4)
+    run_load(url, "/direct/v1/chat/completions", direct_payloads[:50], 4)
+    cascade_single, direct_single = [], []
+    for cascade_body, direct_body in zip(cascade_payloads[:300], direct_payloads[:300], strict=True):
+        outcome, _ = run_load(url, "/v1/mai/answer", [cascade_body], 1)
+        if outcome[0].route == "agree_short":
+            cascade_single.append(outcome[0].latency_s)
+        outcome, _ = run_load(url, "/direct/v1/chat/completions", [direct_body], 1)
+        direct_single.append(outcome[0].latency_s)
+    cascade_load = summarize(*run_load(url, "/v1/mai/answer", cascade_payloads, concurrency,
+                                       on_tick=progress("overhead cascade", requests)))
+    direct_load = summarize(*run_load(url, "/direct/v1/chat/completions", direct_payloads, concurrency,
+                                      on_tick=progress("overhead direct", requests)))
+    serve.delete("direct")
+    added_p50_ms = (percentile(cascade_single, 0.5) - percentile(direct_single, 0.5)) * 1000
+    return {
+        "sequential": {"cascade_agree_p50_ms": round(percentile(cascade_single, 0.5) * 1000, 2),
+                       "cascade_agree_p99_ms": round(percentile(cascade_single, 0.99) * 1000, 2),
+                       "direct_p50_ms": round(percentile(direct_single, 0.5) * 1000, 2),
+                       "direct_p99_ms": round(percentile(direct_single, 0.99) * 1000, 2),
+                       "added_p50_ms": round(added_p50_ms, 2), "samples": len(cascade_single)},
+        "loaded": {"concurrency": concurrency, "cascade": cascade_load, "direct": direct_load},
+        "targets": {"added_p50_ms_at_most": 5, "cascade_requests_per_s_at_least": 150},
+    }
+
+
+def bench_eager(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for dataset in ("chartqa", "mmmu"):
+        time_scale = PAPER_TIME_SCALE.get(dataset, 1.0)
+        deploy(emulated_args(dataset, time_scale))
+        runs = {}
+        for eager in (False, True):
+            outcomes, wall = run_load(url, "/v1/mai/answer",
+                                      bodies(records, requests, options={"eager_reasoning": eager}), concurrency,
+                                      on_tick=progress(f"eager {dataset} {'on' if eager else 'off'}", requests))
+            escalated = [o.latency_s for o in outcomes if o.status == 200 and o.route in ("agree_reasoned", "transfer")]
+            runs["on" if eager else "off"] = summarize(outcomes, wall) | {
+                "escalated": len(escalated),
+                "escalated_p50_s": round(percentile(escalated, 0.5), 4),
+                "escalated_p99_s": round(percentile(escalated, 0.99), 4)}
+        off, on = runs["off"], runs["on"]
+        results[dataset] = {
+            "time_scale": time_scale, "runs": runs,
+            "escalated_p99_reduction": round(1 - on["escalated_p99_s"] / off["escalated_p99_s"], 4),
+            "escalated_p50_reduction": round(1 - on["escalated_p50_s"] / off["escalated_p50_s"], 4),
+            "extra_small_completion_tokens": on["tokens"]["small"]["completion_tokens"] - off["tokens"]["small"]["completion_tokens"],
+            # Eager reasoning can save at most the stage-1 time of an escalated request.
+            "stage1_share_of_escalated_latency_bound": _stage1_bound(dataset),
+        }
+    return {"requests": requests, "concurrency": concurrency, "datasets": results, "target_p99_reduction": 0.30}
+
+
+def _stage1_bound(dataset: str) -> float:
+    """Stage 1 time / (stage 1 + small reasoning), from the paper's profile at batch 1."""
+    small_s, _, small_r = paper_profile.COMPLETION_TOKENS[dataset]["2b"]
+    large_s = paper_profile.COMPLETION_TOKENS[dataset]["8b"][0]
+    stage1 = max(small_s / paper_profile.DECODE_TOKENS_PER_S["2b"], large_s / paper_profile.DECODE_TOKENS_PER_S["8b"])
+    reasoning = small_r / paper_profile.DECODE_TOKENS_PER_S["2b"]
+    return round(stage1 / (stage1 + reasoning), 4)
+
+
+def bench_autoscaling(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    scaling = {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 4, "upscale_delay_s": 2,
+               "downscale_delay_s": 10, "look_back_period_s": 3}
+    deploy(emulated_args("chartqa", 1.0, autoscaling=scaling))
+    timeline: list[dict[str, Any]] = []
+    started = time.monotonic()
+    stop = threading.Event()
+    phase = {"name": "idle", "concurrency": 0}
+
+    def sample() -> None:
+        while not stop.is_set():
+            counts = replica_counts()
+            timeline.append({"t_s": round(time.monotonic() - started, 1), "phase": phase["name"],
+                             "concurrency": phase["concurrency"], "small": counts[SMALL], "large": counts[LARGE],
+                             "ingress": counts["MAIIngress"]})
+            time.sleep(1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    phases = []
+    for name, users, seconds in (("ramp 8", 8, 30), ("ramp 32", 32, 45), ("ramp 64", 64, 45)):
+        phase.update(name=name, concurrency=users)
+        deadline = time.monotonic() + seconds
+        outcomes, wall = run_load(url, "/v1/mai/answer", bodies(records, 100000), users,
+                                  until=lambda deadline=deadline: time.monotonic() > deadline)
+        phases.append({"phase": name} | summarize(outcomes, wall))
+    phase.update(name="cool down", concurrency=0)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and (timeline[-1]["small"] > 1 or timeline[-1]["large"] > 1):
+        time.sleep(2)
+    time.sleep(2)
+    stop.set()
+    sampler.join()
+    return {"autoscaling": scaling, "phases": phases, "timeline": timeline,
+            "peak": {"small": max(t["small"] for t in timeline), "large": max(t["large"] for t in timeline)},
+            "final": {"small": timeline[-1]["small"], "large": timeline[-1]["large"]}}
+
+
+def bench_cpu(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    deploy(config_args("mai-cpu.yaml"))
+    results = {}
+    for policy in ("cascade", "small", "large", "transfer"):
+        n = min(requests, 40)
+        outcomes, wall = run_load(url, "/v1/mai/answer", bodies(records, n, policy=policy), 4,
+                                  on_tick=progress(f"cpu {policy}", n))
+        by_route: dict[str, list[float]] = {}
+        for outcome in outcomes:
+            if outcome.status == 200:
+                by_route.setdefault(outcome.route, []).append(outcome.latency_s)
+        results[policy] = summarize(outcomes, wall) | {"per_route": {
+            route: {"n": len(values), "p50_s": round(percentile(values, 0.5), 4), "p99_s": round(percentile(values, 0.99), 4)}
+            for route, values in sorted(by_route.items())}}
+    return {"concurrency": 4, "policies": results}
+
+
+BENCHMARKS = {"paper": bench_paper, "overhead": bench_overhead, "eager": bench_eager,
+              "autoscaling": bench_autoscaling, "cpu": bench_cpu}
+COMMANDS = {name: f"python -m loadtest.bench --only {name}" for name in BENCHMARKS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--overhead-requests", type=int, default=3000)
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = set(chosen) - set(BENCHMARKS)
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    records = [record for path in ensure_datasets().values() for record in read_jsonl(path)]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with local_ray(num_cpus=2, metrics_push_interval_s=1.0) as url:
+        for name in chosen:
+            print(f"benchmark {name} ...", file=sys.stderr)
+            requests = args.overhead_requests if name == "overhead" else args.requests
+            started = time.time()
+            result = BENCHMARKS[name](url, records, requests, args.concurrency)
+            result["meta"] = {"command": COMMANDS[name], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                              "duration_s": round(time.time() - started, 1), "machine": _machine()}
+            (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+            print(f"  wrote {RESULTS / f'{name}.json'}", file=sys.stderr)
+    from loadtest.report import write_report
+
+    write_report()
+    return 0
+
+
+def _machine() -> dict[str, Any]:
+    import os
+
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
