@@ -13,7 +13,7 @@ import uuid
 from . import paper_profile
 from .settings import EmulationSettings
 
-_CALL_ID = re.compile(r"^mai-(?P<request>[0-9a-zA-Z]+)-(?P<kind>[a-z0-9_]+)-\d+$")
+_CALL_ID = re.compile(r"^mai-(?P<request>.+)-(?P<kind>[a-z0-9]+)-\d+$")
 PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
 
 

@@ -100,8 +100,9 @@ def bench_paper(url: str, records: list[dict], requests: int, concurrency: int) 
         deploy(emulated_args(dataset, time_scale))
         runs = {}
         for policy in ("cascade", "transfer", "large-reason"):
+            # The same request ids for every policy: the same scripted requests, answer for answer.
             outcomes, wall = run_load(url, "/v1/mai/answer", bodies(records, requests, policy=policy), concurrency,
-                                      on_tick=progress(f"paper {dataset} {policy}", requests))
+                                      on_tick=progress(f"paper {dataset} {policy}", requests), request_ids=f"{dataset}-")
             runs[policy] = summarize(outcomes, wall) | {"emulated_wall_s": round(wall / time_scale, 2)}
         results[dataset] = {
             "time_scale": time_scale, "runs": runs,
@@ -163,7 +164,8 @@ def bench_eager(url: str, records: list[dict], requests: int, concurrency: int) 
         for eager in (False, True):
             outcomes, wall = run_load(url, "/v1/mai/answer",
                                       bodies(records, requests, options={"eager_reasoning": eager}), concurrency,
-                                      on_tick=progress(f"eager {dataset} {'on' if eager else 'off'}", requests))
+                                      on_tick=progress(f"eager {dataset} {'on' if eager else 'off'}", requests),
+                                      request_ids=f"{dataset}-")
             escalated = [o.latency_s for o in outcomes if o.status == 200 and o.route in ("agree_reasoned", "transfer")]
             runs["on" if eager else "off"] = summarize(outcomes, wall) | {
                 "escalated": len(escalated),

@@ -35,21 +35,23 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def drive(base_url: str, path: str, bodies: Sequence[dict[str, Any]], *, concurrency: int,
                 timeout_s: float = 600, on_tick: Callable[[], None] | None = None,
-                until: Callable[[], bool] | None = None) -> tuple[list[Outcome], float]:
+                until: Callable[[], bool] | None = None, request_ids: str | None = None) -> tuple[list[Outcome], float]:
     """Send every body once with ``concurrency`` clients (stopping early once ``until()`` is true);
-    returns the outcomes and the wall time."""
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    for body in bodies:
-        queue.put_nowait(body)
+    returns the outcomes and the wall time. With ``request_ids``, body i is sent with the header
+    ``x-request-id: <request_ids><i>``, which makes emulated runs reproducible."""
+    queue: asyncio.Queue[tuple[int, dict[str, Any]]] = asyncio.Queue()
+    for index, body in enumerate(bodies):
+        queue.put_nowait((index, body))
     outcomes: list[Outcome] = []
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
     async def client(http: httpx.AsyncClient) -> None:
         while not queue.empty() and not (until is not None and until()):
-            body = queue.get_nowait()
+            index, body = queue.get_nowait()
+            headers = {"x-request-id": f"{request_ids}{index}"} if request_ids is not None else None
             started = time.perf_counter()
             try:
-                response = await http.post(path, json=body)
+                response = await http.post(path, json=body, headers=headers)
                 latency = time.perf_counter() - started
                 outcome = Outcome(response.status_code, latency, retry_after=response.headers.get("retry-after"))
                 if response.status_code == 200:

@@ -71,7 +71,7 @@ def overhead_table(result: dict[str, Any]) -> list[str]:
 def eager_table(result: dict[str, Any]) -> list[str]:
     lines = [f"{result['requests']} requests at concurrency {result['concurrency']}; escalated = routes agree_reasoned "
              "and transfer.", "",
-             "| dataset | escalated p50 off / on s | escalated p99 off / on s | p99 reduction | extra small tokens | bound: stage 1 share |",
+             "| dataset | escalated p50 off / on s | escalated p99 off / on s | p99 reduction | extra small completion tokens (completed calls; cancelled ones report none) | bound: stage 1 share |",
              "|---|---|---|---|---|---|"]
     for dataset, row in result["datasets"].items():
         off, on = row["runs"]["off"], row["runs"]["on"]

@@ -9,6 +9,7 @@ Everything here is pure: it raises ``RequestError`` (a 4xx naming the problem) b
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -176,7 +177,20 @@ def _question(config: AppConfig, text: str, image_url: str, choices: list[str] |
     return Question(question=text, image_url=image.data_url, choices=tuple(choices), kind=kind)
 
 
-def job_from_chat(config: AppConfig, payload: Any) -> Job:
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id_of(header: str | None) -> str:
+    """The client's ``x-request-id`` when it is a plain token, else a new id."""
+    if header is None:
+        return uuid.uuid4().hex
+    if not _REQUEST_ID.match(header):
+        raise RequestError("x-request-id must be 1 to 128 letters, digits or . _ : -", param="x-request-id",
+                           code="invalid_request_id")
+    return header
+
+
+def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None) -> Job:
     request: ChatRequest = _validate(ChatRequest, payload)
     if request.model not in MODELS:
         raise RequestError(f"unknown model {request.model!r}; choose one of {', '.join(MODELS)}", param="model",
@@ -201,15 +215,16 @@ def job_from_chat(config: AppConfig, payload: Any) -> Job:
                          image_param="messages", question_param="messages")
     options = _options(config, MODELS[request.model], extra.options, max_tokens, param)
     include_usage = bool((request.stream_options or {}).get("include_usage"))
-    return Job(question, options, request.model, stream=request.stream, include_usage_in_stream=include_usage)
+    return Job(question, options, request.model, stream=request.stream, include_usage_in_stream=include_usage,
+               request_id=request_id_of(request_id))
 
 
-def job_from_answer(config: AppConfig, payload: Any) -> Job:
+def job_from_answer(config: AppConfig, payload: Any, request_id: str | None = None) -> Job:
     request: AnswerRequest = _validate(AnswerRequest, payload)
     question = _question(config, request.question, request.image, request.choices, request.answer_type,
                          image_param="image", question_param="question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
-    return Job(question, options, MODEL_OF_POLICY[request.policy])
+    return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=request_id_of(request_id))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -47,6 +47,10 @@ def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
     yield "data: [DONE]\n\n"
 
 
+def _reply_headers(job: Job, result: CascadeResult) -> dict[str, str]:
+    return {"x-mai-route": result.route, "x-request-id": job.request_id}
+
+
 @serve.deployment(name="MAIIngress")
 @serve.ingress(app)
 class MAIIngress:
@@ -71,26 +75,26 @@ class MAIIngress:
 
     @app.post("/v1/mai/answer")
     async def answer(self, request: Request):
-        return await self._serve(request, job_from_answer, lambda job, result: answer_response(job, result))
+        return await self._serve(request, job_from_answer, answer_response)
 
     # -------------------------------------------------------------------------------------------
 
-    async def _serve(self, request: Request, parse: Callable[[AppConfig, Any], Job],
+    async def _serve(self, request: Request, parse: Callable[..., Job],
                      reply: Callable[[Job, CascadeResult], Any]):
         try:
-            job = parse(self.config, parse_json(await request.body()))
+            job = parse(self.config, parse_json(await request.body()), request.headers.get("x-request-id"))
             result = await self._run(job)
         except RequestError as error:
             return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
         body = reply(job, result)
         if isinstance(body, StreamingResponse):
             return body
-        return JSONResponse(body, headers={"x-mai-route": result.route})
+        return JSONResponse(body, headers=_reply_headers(job, result))
 
     def _chat_reply(self, job: Job, result: CascadeResult):
         if job.stream:
             return StreamingResponse(_sse(chat_completion_chunks(job, result)), media_type="text/event-stream",
-                                     headers={"x-mai-route": result.route})
+                                     headers=_reply_headers(job, result))
         return chat_completion(job, result)
 
     async def _run(self, job: Job) -> CascadeResult:

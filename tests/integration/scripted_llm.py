@@ -51,6 +51,7 @@ class ScriptedLLMServer:
         question = _question_text(messages)
         scenario = next((name for name in SCRIPTS if f"[{name}]" in question), None)
         call = {"kind": kind, "scenario": scenario, "started": time.time(), "finished": None,
+                "request_id": request.request_id,
                 "max_tokens": request.max_tokens, "has_image": any(
                     isinstance(part, dict) and part.get("type") == "image_url" for part in messages[-1]["content"])}
         self._calls.append(call)

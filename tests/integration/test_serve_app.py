@@ -147,6 +147,21 @@ def test_streaming_returns_the_answer_as_sse(http):
     assert chunks[-1]["usage"]["total_tokens"] > 0
 
 
+def test_request_id_is_taken_from_the_client_and_stamped_on_engine_calls(http, calls):
+    response = http.post("/v1/chat/completions", json=chat_body("Is the shape red? [reasoned]"),
+                         headers={"x-request-id": "client-42"})
+    assert response.status_code == 200
+    assert response.headers["x-request-id"] == "client-42" and response.json()["mai"]["request_id"] == "client-42"
+    assert response.json()["id"] == "chatcmpl-client-42"
+    engine_ids = sorted(call["request_id"] for call in calls("small") + calls("large"))
+    assert [engine_id.rsplit("-", 1)[0] for engine_id in engine_ids] == [
+        "mai-client-42-reasoning", "mai-client-42-simple", "mai-client-42-simple"]
+    assert len(set(engine_ids)) == 3  # unique per engine call
+    bad = http.post("/v1/chat/completions", json=chat_body(), headers={"x-request-id": "no spaces please"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request_id"
+    assert len(calls("small")) + len(calls("large")) == 3  # the bad one reached no engine
+
+
 def test_models_and_health(http):
     assert http.get("/healthz").json() == {"status": "ok"}
     ids = [model["id"] for model in http.get("/v1/models").json()["data"]]

@@ -123,6 +123,15 @@ def test_malformed_json(body, needle):
     assert error.value.code == "invalid_json" and needle in error.value.message
 
 
+def test_request_ids_come_from_the_client_when_valid():
+    assert job_from_chat(CONFIG, chat_body(), "client-42.a:b_c").request_id == "client-42.a:b_c"
+    assert len(job_from_answer(CONFIG, {"image": data_url(), "question": "Q?"}).request_id) == 32
+    for bad in ("", "has space", "x" * 129, "semi;colon"):
+        with pytest.raises(RequestError) as error:
+            job_from_chat(CONFIG, chat_body(), bad)
+        assert error.value.code == "invalid_request_id"
+
+
 def test_config_rejects_unknown_keys_by_name():
     with pytest.raises(ValueError, match="max_replica"):
         AppConfig.model_validate({"small": {"model_id": "s", "source": "x", "autoscaling": {"target_ongoing_requests": 1, "max_replica": 3}},

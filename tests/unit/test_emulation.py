@@ -32,6 +32,7 @@ def test_ttft_interpolates_table_3():
 
 def test_call_ids():
     assert parse_call_id("mai-abc123-reasoning-7") == ("abc123", "reasoning")
+    assert parse_call_id("mai-chartqa-12-stage2-3") == ("chartqa-12", "stage2")  # a client's x-request-id
     assert parse_call_id("mai-abc123-chat-7") == ("mai-abc123-chat-7", "simple")
     assert parse_call_id("anything")[1] == "simple"
     assert parse_call_id(None)[1] == "simple"
