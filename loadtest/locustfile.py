@@ -77,10 +77,16 @@ class VQAUser(HttpUser):
     def context(self) -> dict:
         return {"runner": self.environment.runner}
 
-    def _report_route(self, route: str | None, started: float, length: int) -> None:
-        if route:
-            events.request.fire(request_type="MAI", name=f"route {route}", response_time=(time.perf_counter() - started) * 1000,
-                                response_length=length, exception=None, context={})
+    def _post(self, path: str, body: dict, route_of) -> None:
+        """POST one request; a non-200 is a failure, an answer is reported again under its route."""
+        started = time.perf_counter()
+        with self.client.post(path, json=body, name=path, catch_response=True, context=self.context()) as response:
+            if response.status_code != 200:
+                response.failure(f"{response.status_code}: {response.text[:200]}")
+                return
+            events.request.fire(request_type="MAI", name=f"route {route_of(response)}",
+                                response_time=(time.perf_counter() - started) * 1000,
+                                response_length=len(response.content), exception=None, context={})
 
     @task(3)
     def openai_chat(self) -> None:
@@ -89,22 +95,10 @@ class VQAUser(HttpUser):
             {"type": "image_url", "image_url": {"url": record["image"]}},
             {"type": "text", "text": record["question"]}]}],
             "mai": {"answer_type": record["answer_type"]}}
-        started = time.perf_counter()
-        with self.client.post("/v1/chat/completions", json=body, name="/v1/chat/completions", catch_response=True,
-                              context=self.context()) as response:
-            if response.status_code != 200:
-                response.failure(f"{response.status_code}: {response.text[:200]}")
-                return
-            self._report_route(response.headers.get("x-mai-route"), started, len(response.content))
+        self._post("/v1/chat/completions", body, lambda response: response.headers.get("x-mai-route"))
 
     @task(1)
     def native_answer(self) -> None:
         record = random.choice(RECORDS)
         body = {"image": record["image"], "question": record["question"], "answer_type": record["answer_type"]}
-        started = time.perf_counter()
-        with self.client.post("/v1/mai/answer", json=body, name="/v1/mai/answer", catch_response=True,
-                              context=self.context()) as response:
-            if response.status_code != 200:
-                response.failure(f"{response.status_code}: {response.text[:200]}")
-                return
-            self._report_route(response.json().get("route"), started, len(response.content))
+        self._post("/v1/mai/answer", body, lambda response: response.json().get("route"))

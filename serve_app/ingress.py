@@ -47,8 +47,16 @@ def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
     yield "data: [DONE]\n\n"
 
 
+def _request_id(request: Request) -> str | None:
+    """Serve's id of this request: the client's ``x-request-id`` when it sent one, else one Serve made.
+    Serve's proxy returns it in the ``x-request-id`` response header."""
+    from ray.serve.context import _get_serve_request_context
+
+    return request.headers.get("x-request-id") or _get_serve_request_context().request_id or None
+
+
 def _reply_headers(job: Job, result: CascadeResult) -> dict[str, str]:
-    return {"x-mai-route": result.route, "x-request-id": job.request_id}
+    return {"x-mai-route": result.route}
 
 
 @serve.deployment(name="MAIIngress")
@@ -82,7 +90,7 @@ class MAIIngress:
     async def _serve(self, request: Request, parse: Callable[..., Job],
                      reply: Callable[[Job, CascadeResult], Any]):
         try:
-            job = parse(self.config, parse_json(await request.body()), request.headers.get("x-request-id"))
+            job = parse(self.config, parse_json(await request.body()), _request_id(request))
             result = await self._run(job)
         except RequestError as error:
             return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
