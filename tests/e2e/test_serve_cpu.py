@@ -30,7 +30,7 @@ def server():
     log = LOG.open("w")
     process = subprocess.Popen([str(serve_bin), "run", "configs/mai-cpu.yaml"], cwd=ROOT, stdout=log,
                                stderr=subprocess.STDOUT, env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=_default_sigint)
     try:
         _wait_until_answering(process)
         yield process
@@ -46,6 +46,11 @@ def server():
 
 def _log_tail() -> str:
     return "\n".join(LOG.read_text(errors="replace").splitlines()[-40:])
+
+
+def _default_sigint() -> None:
+    """A process started from a background job inherits SIGINT as ignored; `serve run` must see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_until_answering(process: subprocess.Popen) -> None:
