@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install --no-deps -r requirements/cpu-lock.txt
-	$(PIP) install -c requirements/cpu-lock.txt -e '.[cpu,dev]'
+	$(PIP) install -c requirements/cpu-lock.txt -e '.[cpu,dev,eval]'
 	touch $@
 
 models: install

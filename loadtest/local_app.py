@@ -57,8 +57,6 @@ def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None
     from ray import serve
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    # Ray Serve's throughput mode (gRPC between replicas, no extra thread hops): the benchmarks use it.
-    os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
     if metrics_push_interval_s is not None:
         for name in ("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"):
             os.environ[name] = str(metrics_push_interval_s)

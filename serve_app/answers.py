@@ -337,18 +337,24 @@ _NUMBER_CUES = re.compile(
 
 
 def split_choices(question: str) -> tuple[str, tuple[str, ...]]:
-    """Split a question whose trailing lines are lettered options ("A. cat", "B. dog", ...) into
-    the question text and the options. Options must run A, B, C, ... without gaps; otherwise the
+    """Split a question that lists lettered options ("A. cat", "B. dog", ... one a line) into the
+    question text and the options. Options must run A, B, C, ... without gaps and be the last
+    lettered lines; lines after them (an instruction such as "Answer with the option's letter",
+    as lmms-eval's MMBench and RealWorldQA prompts add) stay in the question text. Otherwise the
     question is returned whole with no options."""
     lines = question.rstrip().splitlines()
-    matches: list[re.Match[str]] = []
-    while lines and (match := _CHOICE_LINE.match(lines[-1])):
-        matches.insert(0, match)
-        lines.pop()
-    letters = [match.group(1) for match in matches]
-    if len(matches) < 2 or letters != [chr(ord("A") + i) for i in range(len(matches))]:
+    end = len(lines)
+    while end and not _CHOICE_LINE.match(lines[end - 1]):
+        end -= 1
+    start = end
+    while start and _CHOICE_LINE.match(lines[start - 1]):
+        start -= 1
+    matches = [_CHOICE_LINE.match(line) for line in lines[start:end]]
+    letters = [match.group(1) for match in matches if match]
+    if len(letters) < 2 or letters != [chr(ord("A") + i) for i in range(len(letters))]:
         return question.strip(), ()
-    return "\n".join(lines).strip(), tuple(match.group(2) for match in matches)
+    text = "\n".join(line for line in [*lines[:start], *lines[end:]] if line.strip())
+    return text.strip(), tuple(match.group(2) for match in matches if match)
 
 
 def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:

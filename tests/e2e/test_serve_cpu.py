@@ -119,6 +119,25 @@ def test_streaming_and_bad_input_on_the_real_stack(server):
     assert bad.status_code == 400 and "not a PNG" in bad.json()["error"]["message"]
 
 
+def test_mai_eval_scores_the_real_stack(server, tmp_path):
+    """The evaluation harness, as a user runs it, against the real engines (the random tiny models'
+    answers are nonsense, so only the plumbing is checked: every request answered, traced, tabled)."""
+    import json
+
+    mai_eval = str(Path(sys.executable).with_name("mai-eval"))
+    data, out = tmp_path / "charts.jsonl", tmp_path / "out"
+    subprocess.run([mai_eval, "convert", "charts", "--out", str(data), "--limit", "4"], check=True, timeout=60)
+    run = subprocess.run([mai_eval, "run", str(data), "--url", BASE, "--policies", "mai,mai-transfer",
+                          "--concurrency", "2", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "## Routes" in run.stdout and "mai-transfer" in run.stdout
+    results = json.loads((out / "results.json").read_text())["policies"]
+    assert results["mai"]["answered"] == 4 and sum(results["mai"]["routes"].values()) == 4
+    assert results["mai-transfer"]["routes"] == {"transfer": 4}
+    assert results["mai-transfer"]["tokens_per_call"]["small"]["reasoning"] > 0
+    assert results["mai"]["latency_p50_s"] > 0 and results["mai"]["speedup"] > 0
+
+
 def test_shuts_down_cleanly_on_sigint(server):
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=90) == 0

@@ -147,3 +147,38 @@ def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_pat
                               "--host", "http://10.0.0.1:8000", "--users", "1", "--run-time", "5s"],
                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "only targets loopback hosts" in refused.stderr
+
+
+def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path):
+    import json
+
+    from loadtest.eval_cli import main
+
+    deploy(emulated(dataset="chartqa", time_scale=0))
+    data, out = tmp_path / "charts.jsonl", tmp_path / "out"
+    assert main(["convert", "charts", "--out", str(data), "--limit", "24"]) == 0
+    command = ["run", str(data), "--url", base_url, "--policies", "mai,mai-large,mai-transfer", "--out", str(out),
+               "--concurrency", "6", "--no-progress"]
+    assert main(command) == 0
+
+    results = json.loads((out / "results.json").read_text())["policies"]
+    assert all(results[policy]["answered"] == 24 and results[policy]["errors"] == 0 for policy in results)
+    assert set(results["mai"]["routes"]) <= {"agree_short", "agree_reasoned", "transfer"}
+    assert sum(results["mai"]["routes"].values()) == 24
+    assert results["mai-large"]["routes"] == {"single": 24}
+    assert results["mai-transfer"]["routes"] == {"transfer": 24}
+    assert results["mai-transfer"]["tokens_per_call"]["small"]["reasoning"] > 0
+    assert results["mai-transfer"]["calls_per_request"]["large"] == {"transfer": 1.0}
+    assert results["mai-transfer"]["speedup"] == 1.0 and results["mai"]["speedup"] > 0
+    assert {path.name for path in out.iterdir()} >= {"results.md", "results.csv", "results.json", "accuracy_latency.png"}
+
+    # Resume: what is answered is not asked again; what was lost (here: cut from the file) is.
+    predictions = out / "predictions" / "mai.jsonl"
+    lines = predictions.read_text().splitlines()
+    predictions.write_text("\n".join(lines[:-5]) + "\n")
+    segments_before = len((out / "runs.jsonl").read_text().splitlines())
+    assert main(command) == 0
+    segments = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(segments) == segments_before + 1 and segments[-1] == segments[-1] | {"policy": "mai", "requests": 5}
+    assert len(predictions.read_text().splitlines()) == 24
+    assert json.loads((out / "results.json").read_text())["policies"]["mai"]["segments"] == 2

@@ -268,3 +268,12 @@ def test_split_choices():
     assert split_choices("What?\n(A) x\n(B) y\n(C) z") == ("What?", ("x", "y", "z"))
     assert split_choices("Hi\nB. x\nC. y") == ("Hi\nB. x\nC. y", ())  # must start at A
     assert split_choices("Only\nA. one") == ("Only\nA. one", ())
+
+
+def test_split_choices_keeps_a_trailing_instruction_in_the_question():
+    mmbench = "Which animal? Options:\nA. cat\nB. dog\n\nAnswer with the option's letter from the given choices directly."
+    assert split_choices(mmbench) == (
+        "Which animal? Options:\nAnswer with the option's letter from the given choices directly.", ("cat", "dog"))
+    assert infer_kind(mmbench) == "choice"
+    # Lettered lines that do not start at A, or an option list interrupted by text, are not options.
+    assert split_choices("Q\nA. x\nnote\nB. y")[1] == ()

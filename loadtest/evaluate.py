@@ -1,0 +1,250 @@
+"""Drive a running MAI server through its OpenAI-compatible API, one policy after another, and keep
+every prediction (with its route, per-stage tokens and latency) as JSONL in an output folder.
+
+Predictions are written as they arrive, so an interrupted run resumes where it stopped: a record
+already answered (HTTP 200) under a policy is not asked again; failed ones are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from serve_app.api import MODELS
+
+from .records import EvalRecord, image_data_url
+from .scoring import score
+
+POLICIES: tuple[str, ...] = tuple(MODELS)  # mai, mai-small, mai-large, mai-small-reason, mai-large-reason, mai-transfer
+_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
+
+
+class OutputMismatchError(ValueError):
+    """The output folder holds results of another dataset."""
+
+
+def chat_body(record: EvalRecord, image_url: str, policy: str, max_tokens: int | None = None) -> dict[str, Any]:
+    """The chat request for one record under one policy: the image and the question in the user
+    message, the options and answer kind in the ``mai`` extension."""
+    mai: dict[str, Any] = {}
+    if record.choices:
+        mai["choices"] = list(record.choices)
+    if record.answer_type:
+        mai["answer_type"] = record.answer_type
+    body: dict[str, Any] = {
+        "model": policy,
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_url}},
+                                                  {"type": "text", "text": record.question}]}],
+    }
+    if mai:
+        body["mai"] = mai
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+def request_id(policy: str, record_id: str) -> str:
+    """An ``x-request-id`` the server accepts, naming the policy and record for log correlation."""
+    token = _UNSAFE_ID_CHARS.sub("_", f"eval.{policy}.{record_id}")
+    if len(token) <= 128:
+        return token
+    return token[:111] + "." + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def prediction_of(record: EvalRecord, policy: str, status: int, latency_s: float, body: Any) -> dict[str, Any]:
+    """What is kept of one response: the answer and its score, or the error."""
+    row: dict[str, Any] = {"id": record.id, "policy": policy, "status": status, "latency_s": round(latency_s, 6)}
+    if status == 200 and isinstance(body, dict):
+        answer = body["choices"][0]["message"]["content"]
+        mai = body.get("mai", {})
+        trace = mai.get("trace", {})
+        row |= {
+            "answer": answer,
+            "score": score(answer, record.model_dump()),
+            "route": mai.get("route"),
+            "kind": trace.get("kind"),
+            "stages": [{key: stage.get(key) for key in ("name", "model", "prompt_kind", "status", "prompt_tokens",
+                                                         "completion_tokens", "latency_s")}
+                       for stage in trace.get("stages", [])],
+            "usage": body.get("usage", {}),
+        }
+    else:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        row["error"] = error.get("message") if isinstance(error, dict) and error.get("message") else str(body)[:500]
+    return row
+
+
+class PredictionStore:
+    """``<out>/predictions/<policy>.jsonl`` (one line per answered request, appended as answers
+    arrive) and ``<out>/runs.jsonl`` (one line per timed segment of a policy's run)."""
+
+    def __init__(self, out: Path, dataset: Path, records: Sequence[EvalRecord]):
+        self.out = out
+        self.dir = out / "predictions"
+        self.manifest = {"dataset": str(dataset), "dataset_sha256": _sha256(dataset), "records": len(records)}
+
+    def open(self, *, fresh: bool) -> None:
+        """Create the folder, or check that it holds results of this very dataset."""
+        path = self.out / "manifest.json"
+        if fresh:
+            for stale in [*self.dir.glob("*.jsonl"), self.out / "runs.jsonl"]:
+                stale.unlink(missing_ok=True)
+        elif path.exists():
+            existing = json.loads(path.read_text())
+            if existing.get("dataset_sha256") != self.manifest["dataset_sha256"]:
+                raise OutputMismatchError(
+                    f"{self.out} holds results of another dataset ({existing.get('dataset')}); "
+                    "choose another --out, or pass --fresh to start over")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.manifest, indent=2) + "\n")
+
+    def path(self, policy: str) -> Path:
+        return self.dir / f"{policy}.jsonl"
+
+    def load(self, policy: str) -> dict[str, dict[str, Any]]:
+        """The latest row per record id under ``policy``."""
+        rows: dict[str, dict[str, Any]] = {}
+        path = self.path(policy)
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut short when the run was killed
+                    rows[row["id"]] = row
+        return rows
+
+    def done(self, policy: str) -> set[str]:
+        return {record_id for record_id, row in self.load(policy).items() if row["status"] == 200}
+
+    def append(self, policy: str, row: dict[str, Any]) -> None:
+        with self.path(policy).open("a") as file:
+            file.write(json.dumps(row) + "\n")
+
+    def add_segment(self, policy: str, segment: dict[str, Any]) -> None:
+        with (self.out / "runs.jsonl").open("a") as file:
+            file.write(json.dumps({"policy": policy, **segment}) + "\n")
+
+    def segments(self, policy: str) -> list[dict[str, Any]]:
+        path = self.out / "runs.jsonl"
+        if not path.exists():
+            return []
+        return [segment for segment in map(json.loads, filter(str.strip, path.read_text().splitlines()))
+                if segment["policy"] == policy]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class DriveSettings:
+    concurrency: int = 8
+    timeout_s: float = 600.0
+    retries: int = 3  # for 503 (server busy) and dropped connections
+    max_tokens: int | None = None
+    api_key: str | None = None
+
+
+async def _ask(http: httpx.AsyncClient, record: EvalRecord, image_url: str, policy: str,
+               settings: DriveSettings) -> dict[str, Any]:
+    body = chat_body(record, image_url, policy, settings.max_tokens)
+    headers = {"x-request-id": request_id(policy, record.id)}
+    for attempt in range(settings.retries + 1):
+        started = time.perf_counter()
+        try:
+            response = await http.post("/v1/chat/completions", json=body, headers=headers)
+        except httpx.TransportError as exc:
+            if attempt < settings.retries:
+                await asyncio.sleep(min(2 ** attempt, 30))
+                continue
+            return prediction_of(record, policy, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+        latency = time.perf_counter() - started
+        if response.status_code == 503 and attempt < settings.retries:
+            await asyncio.sleep(_retry_after(response.headers.get("retry-after"), attempt))
+            continue
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = response.text
+        return prediction_of(record, policy, response.status_code, latency, payload)
+    raise AssertionError("unreachable")
+
+
+def _retry_after(header: str | None, attempt: int) -> float:
+    try:
+        return min(float(header), 60.0) if header is not None else min(2.0 ** attempt, 30.0)
+    except ValueError:
+        return min(2.0 ** attempt, 30.0)
+
+
+async def run_policy(base_url: str, records: Sequence[EvalRecord], dataset_dir: Path, policy: str,
+                     store: PredictionStore, settings: DriveSettings,
+                     on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Ask every record not yet answered under ``policy`` with ``settings.concurrency`` clients;
+    append each row to the store as it arrives and the timed segment at the end (also when
+    interrupted). Returns the segment."""
+    done = store.done(policy)
+    todo = [record for record in records if record.id not in done]
+    queue: asyncio.Queue[EvalRecord] = asyncio.Queue()
+    for record in todo:
+        queue.put_nowait(record)
+    headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
+    limits = httpx.Limits(max_connections=settings.concurrency, max_keepalive_connections=settings.concurrency)
+    answered = 0
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal answered
+        while not queue.empty():
+            record = queue.get_nowait()
+            row = await _ask(http, record, image_data_url(record.image, dataset_dir), policy, settings)
+            store.append(policy, row)
+            answered += 1
+            if on_row is not None:
+                on_row(row)
+
+    started_at = time.time()
+    started = time.perf_counter()
+    try:
+        if todo:
+            async with httpx.AsyncClient(base_url=base_url, timeout=settings.timeout_s, limits=limits,
+                                         headers=headers) as http:
+                await asyncio.gather(*(client(http) for _ in range(min(settings.concurrency, len(todo)))))
+    finally:
+        segment = {"started": started_at, "wall_s": round(time.perf_counter() - started, 6), "requests": answered,
+                   "concurrency": settings.concurrency}
+        if answered:
+            store.add_segment(policy, segment)
+    return segment
+
+
+async def check_server(base_url: str, policies: Sequence[str], api_key: str | None, timeout_s: float = 10.0) -> None:
+    """Fail early, with a message a user can act on, when the server is not there or does not serve
+    the policies asked for."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, headers=headers) as http:
+            response = await http.get("/v1/models")
+    except httpx.HTTPError as exc:
+        raise ConnectionError(f"no MAI server at {base_url} ({type(exc).__name__}: {exc}); start one with "
+                              "`serve run configs/mai.yaml` or pass --url") from None
+    if response.status_code != 200:
+        raise ConnectionError(f"{base_url}/v1/models answered {response.status_code}: {response.text[:200]}")
+    served = {model["id"] for model in response.json().get("data", [])}
+    missing = [policy for policy in policies if policy not in served]
+    if missing:
+        raise ConnectionError(f"{base_url} does not serve {', '.join(missing)} (it serves {', '.join(sorted(served))})")

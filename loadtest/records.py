@@ -1,0 +1,123 @@
+"""The evaluation dataset format: JSONL, one question a line, validated.
+
+    {"id": "chartqa-17", "image": "images/17.png" | "data:image/png;base64,...", "question": "...",
+     "choices": ["...", "..."]?, "answer": "42" | ["42", "forty-two"], "answer_type": "number"?,
+     "metric": "relaxed"}
+
+``image`` is a data URL or a path (relative paths are read from the dataset file's folder);
+``answer_type`` (choice, yes_no, number, text) is sent to the server so the cascade verifies with the
+right matcher, and inferred from the question when absent; ``metric`` is one of ``scoring.METRICS``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from serve_app.errors import describe_validation_error
+
+from .scoring import METRICS
+
+_MIME = {b"\x89PNG": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF8": "image/gif", b"RIFF": "image/webp"}
+
+
+class DatasetError(ValueError):
+    """A dataset file that cannot be used, with the line at fault."""
+
+
+class EvalRecord(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: str = Field(min_length=1)
+    image: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    choices: list[str] | None = Field(None, min_length=2, max_length=26)
+    answer: str | list[str]
+    answer_type: Literal["choice", "yes_no", "number", "text"] | None = None
+    metric: Literal[METRICS]  # type: ignore[valid-type]
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_as_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, int) else value
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _answer_as_text(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, list):
+            return [str(item) if isinstance(item, int | float) and not isinstance(item, bool) else item for item in value]
+        return value
+
+    @model_validator(mode="after")
+    def _choices_for_option_metric(self) -> EvalRecord:
+        if self.answer_type == "choice" and not self.choices and not _lists_options(self.question):
+            raise ValueError("answer_type 'choice' needs choices (or options listed in the question as A. ..., B. ...)")
+        if isinstance(self.answer, list) and not self.answer:
+            raise ValueError("answer is an empty list")
+        return self
+
+
+def _lists_options(question: str) -> bool:
+    from serve_app.answers import split_choices
+
+    return bool(split_choices(question)[1])
+
+
+def load_records(path: Path) -> list[EvalRecord]:
+    """Every record of a JSONL file; a ``DatasetError`` names the first bad line and what is wrong,
+    and duplicate ids are refused (results are keyed by id)."""
+    if not path.exists():
+        raise DatasetError(f"{path}: no such dataset file")
+    records: list[EvalRecord] = []
+    seen: dict[str, int] = {}
+    with path.open() as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = EvalRecord.model_validate(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            except ValidationError as exc:
+                message, _ = describe_validation_error(exc)
+                raise DatasetError(f"{path}:{number}: {message}") from None
+            if record.id in seen:
+                raise DatasetError(f"{path}:{number}: id {record.id!r} already used on line {seen[record.id]}")
+            seen[record.id] = number
+            records.append(record)
+    if not records:
+        raise DatasetError(f"{path}: the dataset has no records")
+    return records
+
+
+def image_data_url(image: str, base: Path) -> str:
+    """A record's image as a data URL: data URLs as they are, paths read and encoded."""
+    if image.startswith("data:"):
+        return image
+    path = Path(image) if Path(image).is_absolute() else base / image
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"image {image!r}: {exc.strerror or exc}") from None
+    mime = next((mime for magic, mime in _MIME.items() if data.startswith(magic)), None)
+    if mime is None:
+        raise DatasetError(f"image {image!r} is not PNG, JPEG, GIF or WebP")
+    return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+
+
+def write_records(records: Iterable[dict], path: Path) -> int:
+    """Validate and write records as JSONL; returns how many."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("w") as file:
+        for record in records:
+            file.write(EvalRecord.model_validate(record).model_dump_json(exclude_none=True) + "\n")
+            count += 1
+    return count
