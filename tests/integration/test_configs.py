@@ -18,7 +18,7 @@ def app_args(name: str) -> dict:
     return application["args"]
 
 
-@pytest.mark.parametrize("name", ["mai.yaml", "mai-cpu.yaml"])
+@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml"])
 def test_config_builds_llm_configs(name):
     from ray.serve.llm import LLMConfig
 
@@ -44,6 +44,19 @@ def test_gpu_config_puts_qwen3_vl_2b_and_8b_on_a_gpu_each():
         assert kwargs["accelerator_config"] == {"kind": "gpu"}
         assert kwargs["placement_group_config"]["bundle_per_worker"]["GPU"] == 1
         assert kwargs["deployment_config"]["autoscaling_config"]["max_replicas"] > 1
+
+
+def test_one_gpu_config_shares_the_gpu_and_its_memory():
+    config = load_app_config(app_args("mai-1gpu.yaml"))
+    small, large = llm_config_kwargs(config.small), llm_config_kwargs(config.large)
+    assert small["model_loading_config"]["model_source"] == "Qwen/Qwen3-VL-2B-Instruct"
+    assert large["model_loading_config"]["model_source"] == "Qwen/Qwen3-VL-8B-Instruct"
+    gpu = [kwargs["placement_group_config"]["bundle_per_worker"]["GPU"] for kwargs in (small, large)]
+    assert sum(gpu) <= 1  # both placement groups fit on one GPU
+    memory = [kwargs["engine_kwargs"]["gpu_memory_utilization"] for kwargs in (small, large)]
+    assert sum(memory) < 1 and memory[1] > memory[0]
+    for kwargs in (small, large):
+        assert kwargs["deployment_config"]["autoscaling_config"]["max_replicas"] == 1
 
 
 def test_pin_resources_go_into_the_engine_bundle():

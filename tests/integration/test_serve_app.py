@@ -128,6 +128,20 @@ def test_native_answer_route_with_choices(http, calls):
     assert [c["kind"] for c in calls("large")] == ["simple", "transfer"]  # choice: the paper's reference form
 
 
+def test_a_request_shaped_like_lmms_evals_openai_backend_is_answered(http, calls):
+    """lmms-eval's openai_compatible model: text before the image, temperature and max_tokens set,
+    MMBench's options followed by its instruction."""
+    question = ("Which shape is it? [agree] Options:\nA. circle\nB. square\n\n"
+                "Answer with the option's letter from the given choices directly.")
+    response = http.post("/v1/chat/completions", json={
+        "model": "mai", "max_tokens": 32, "temperature": 0,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": question},
+                                                  {"type": "image_url", "image_url": {"url": data_url()}}]}]})
+    assert response.status_code == 200, response.text
+    assert response.json()["mai"]["trace"]["kind"] == "choice"
+    assert [c["max_tokens"] for c in calls("small") + calls("large")] == [32, 32]
+
+
 def test_max_tokens_reaches_the_engines(http, calls):
     assert post_chat(http, "Is the shape red? [agree]", max_tokens=3).status_code == 200
     assert [c["max_tokens"] for c in calls("small") + calls("large")] == [3, 3]
