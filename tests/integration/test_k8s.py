@@ -1,0 +1,125 @@
+"""The KubeRay artifacts: the RayService is rendered from configs/mai.yaml (no drift), validates against
+KubeRay's RayService CRD schema, and its names, ports, pins and image tags agree with each other, with
+the Dockerfile and with the project's pins."""
+
+import copy
+import importlib.util
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT.parent / "shared" / "k8s" / "ray.io_rayservices.yaml"
+
+
+def load_render():
+    spec = importlib.util.spec_from_file_location("k8s_render", ROOT / "k8s" / "render.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render = load_render()
+MANIFEST = yaml.safe_load((ROOT / "k8s" / "rayservice.yaml").read_text())
+SERVE = yaml.safe_load(MANIFEST["spec"]["serveConfigV2"])
+CLUSTER = MANIFEST["spec"]["rayClusterConfig"]
+GROUPS = {group["groupName"]: group for group in CLUSTER["workerGroupSpecs"]}
+
+
+def ray_pin() -> str:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [pin] = [dep for dep in pyproject["project"]["optional-dependencies"]["gpu"] if dep.startswith("ray[")]
+    return pin.split("==")[1]
+
+
+def schema():
+    crd = yaml.safe_load(CRD.read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def test_the_committed_manifest_is_what_the_sources_render():
+    assert (ROOT / "k8s" / "rayservice.yaml").read_text() == render.render_text(), \
+        "k8s/rayservice.yaml drifted from configs/mai.yaml or the template: run `python k8s/render.py`"
+
+
+def test_serve_config_v2_is_configs_mai_yaml_with_each_model_pinned():
+    source = yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text())
+    expected = copy.deepcopy(source)
+    for application in expected["applications"]:
+        application["args"]["small"]["pin_resources"] = {"mai_small": 1}
+        application["args"]["large"]["pin_resources"] = {"mai_large": 1}
+    assert SERVE == expected
+
+
+def test_manifest_validates_against_the_rayservice_crd():
+    jsonschema.validate(MANIFEST, schema())
+
+
+@pytest.mark.parametrize(("mutation", "message"), [
+    (lambda m: m["spec"]["rayClusterConfig"]["workerGroupSpecs"][0].pop("groupName"), "'groupName' is a required property"),
+    (lambda m: m["spec"]["rayClusterConfig"]["autoscalerOptions"].update(version="v3"), "'v3' is not one of"),
+    (lambda m: m["spec"].update(serveConfigV2={"applications": []}), "is not of type 'string'"),
+])
+def test_the_schema_check_catches_broken_manifests(mutation, message):
+    broken = copy.deepcopy(MANIFEST)
+    mutation(broken)
+    with pytest.raises(jsonschema.ValidationError, match=message):
+        jsonschema.validate(broken, schema())
+
+
+def test_each_model_has_a_gpu_worker_group_advertising_its_pin_and_the_head_has_no_gpu():
+    assert CLUSTER["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
+    args = SERVE["applications"][0]["args"]
+    for role, resource in (("small", "mai_small"), ("large", "mai_large")):
+        owners = [name for name, group in GROUPS.items() if resource in render.advertised_resources(group)]
+        assert len(owners) == 1, f"{resource} must be advertised by exactly one group, got {owners}"
+        group = GROUPS[owners[0]]
+        assert args[role]["pin_resources"] == {resource: 1}
+        assert group["rayStartParams"]["num-gpus"] == "1" and args[role]["bundle"] == {"GPU": 1}
+        [container] = group["template"]["spec"]["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+        # the group can hold as many engines as Serve may ask for
+        assert group["maxReplicas"] >= args[role]["autoscaling"]["max_replicas"]
+        assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in container["env"]
+    assert CLUSTER["enableInTreeAutoscaling"] is True and CLUSTER["autoscalerOptions"]["version"] == "v2"
+
+
+def test_ports_probes_images_and_versions_agree():
+    serve_port = SERVE["http_options"]["port"]
+    dockerfile = (ROOT / "k8s" / "Dockerfile").read_text()
+    [base] = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert base == f"rayproject/ray-llm:{ray_pin()}-py311-cu128"
+    assert CLUSTER["rayVersion"] == ray_pin()
+    templates = [CLUSTER["headGroupSpec"]["template"]] + [group["template"] for group in GROUPS.values()]
+    images = set()
+    for template in templates:
+        for container in template["spec"]["containers"]:
+            images.add(container["image"])
+            ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+            assert ports["serve"] == serve_port and ports["metrics"] == 8080
+            assert container["readinessProbe"]["httpGet"] == {"path": "/-/healthz", "port": serve_port}
+    [image] = images
+    assert image.endswith(f"-ray{ray_pin()}"), image
+    assert f"-t {image} " in dockerfile  # the build command in the Dockerfile makes the image the pods run
+    for group in [CLUSTER["headGroupSpec"], *GROUPS.values()]:
+        assert group["rayStartParams"]["metrics-export-port"] == "8080"
+
+
+def test_rendering_refuses_a_template_without_a_group_for_a_pin():
+    template = yaml.safe_load((ROOT / "k8s" / "rayservice.template.yaml").read_text())
+    template["spec"]["rayClusterConfig"]["workerGroupSpecs"] = template["spec"]["rayClusterConfig"]["workerGroupSpecs"][:1]
+    with pytest.raises(ValueError, match="no worker group advertises 'mai_large'"):
+        render.render(template, yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text()))
+
+
+def test_advertised_resources_reads_kuberays_quoted_json():
+    assert render.advertised_resources({"rayStartParams": {"resources": '"{\\"mai_small\\": 1}"'}}) == {"mai_small": 1}
+    assert render.advertised_resources({"rayStartParams": {"resources": json.dumps({"a": 2})}}) == {"a": 2}
+    assert render.advertised_resources({"rayStartParams": {}}) == {}
