@@ -27,6 +27,7 @@ from .cascade import Cascade, CascadeResult, ModelUnavailableError
 from .client import LLMServerClient, bind_request_id
 from .config import AppConfig
 from .errors import RequestError
+from .metrics import IngressMetrics
 
 logger = logging.getLogger("ray.serve")
 
@@ -68,6 +69,7 @@ class MAIIngress:
             LLMServerClient(small, self.config.small.model_id),
             LLMServerClient(large, self.config.large.model_id),
         )
+        self.metrics = IngressMetrics()
 
     @app.get("/healthz")
     async def healthz(self) -> dict[str, str]:
@@ -93,7 +95,9 @@ class MAIIngress:
             job = parse(self.config, parse_json(await request.body()), _request_id(request))
             result = await self._run(job)
         except RequestError as error:
+            self.metrics.record_error(error.status, error.code)
             return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+        self.metrics.record(job.options.policy.value, result)
         body = reply(job, result)
         if isinstance(body, StreamingResponse):
             return body

@@ -123,3 +123,30 @@ def test_advertised_resources_reads_kuberays_quoted_json():
     assert render.advertised_resources({"rayStartParams": {"resources": '"{\\"mai_small\\": 1}"'}}) == {"mai_small": 1}
     assert render.advertised_resources({"rayStartParams": {"resources": json.dumps({"a": 2})}}) == {"a": 2}
     assert render.advertised_resources({"rayStartParams": {}}) == {}
+
+
+def _vllm_metric_names() -> set[str]:
+    """vLLM's metric names as Ray exports them: 'vllm:x' -> 'ray_vllm_x' (read from the installed vLLM)."""
+    import vllm.v1.metrics.loggers as loggers
+
+    names = set(re.findall(r'"(vllm:[a-z_]+)"', Path(loggers.__file__).read_text()))
+    return {"ray_" + re.sub(r"[^a-zA-Z0-9_]", "_", name) for name in names}
+
+
+def test_the_grafana_dashboard_queries_only_metrics_that_exist_and_shows_every_mai_metric():
+    from serve_app.metrics import METRICS
+
+    dashboard = json.loads((ROOT / "k8s" / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert exprs and all(panel["targets"] for panel in dashboard["panels"])
+    used = set(re.findall(r"\bray_[a-z_]+", " ".join(exprs)))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    ours = {f"ray_{name}{suffix}" for name, (kind, _, _) in METRICS.items() for suffix in suffixes[kind]}
+    vllm = _vllm_metric_names()
+    vllm_exported = {name + suffix for name in vllm for suffix in ("", "_total", "_bucket", "_count", "_sum")}
+    serve = {"ray_serve_deployment_replica_healthy"}
+    unknown = used - ours - vllm_exported - serve
+    assert not unknown, f"the dashboard queries metrics nothing exports: {sorted(unknown)}"
+    for name in METRICS:
+        assert any(f"ray_{name}" in expr for expr in exprs), f"no panel shows {name}"
+    assert any(name.startswith("ray_vllm_") for name in used)

@@ -28,8 +28,10 @@ CONFIG = {
 
 @pytest.fixture(scope="module")
 def server():
-    port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    port, metrics_port = free_port(), free_port()
+    # Metrics every second (Ray's default is 10 s), exported for Prometheus on metrics_port.
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _metrics_export_port=metrics_port,
+             _system_config={"metrics_report_interval_ms": 1000})
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     config = AppConfig.model_validate(CONFIG)
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
@@ -37,14 +39,14 @@ def server():
     serve.run(build_ingress(config, small, large), name="mai", route_prefix="/")
     handles = {role: deployment_handle(f"{role}:fake") for role in ("small", "large")}
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-        yield client, handles
+        yield client, handles, f"http://127.0.0.1:{metrics_port}/metrics"
     serve.shutdown()
     ray.shutdown()
 
 
 @pytest.fixture
 def http(server):
-    client, handles = server
+    client, handles, _ = server
     for handle in handles.values():
         handle.reset.remote().result()
     return client
@@ -52,7 +54,7 @@ def http(server):
 
 @pytest.fixture
 def calls(server):
-    _, handles = server
+    _, handles, _ = server
     return lambda role: handles[role].calls.remote().result()
 
 
@@ -245,3 +247,51 @@ def test_bad_input_is_a_4xx_and_no_model_is_called(http, calls, name, body, stat
 def test_unknown_path_is_a_json_404(http):
     response = http.get("/v1/nothing")
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def _scrape(url: str, names: list[str], timeout_s: float = 30) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        try:
+            text = httpx.get(url, timeout=5).text
+        except httpx.HTTPError:
+            text = ""
+        if all(name in text for name in names):
+            return text
+        time.sleep(1)
+    return text
+
+
+def _sample(text: str, name: str, **tags: str) -> float:
+    """The value of the sample of ``name`` whose labels include ``tags`` (summed over the rest)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in tags.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_the_ingress_exports_its_metrics_to_prometheus(server, http):
+    _, _, metrics_url = server
+    assert post_chat(http, "Is the shape red? [transfer]").status_code == 200
+    assert post_chat(http, "Is the shape red? [agree]").status_code == 200
+    assert post_chat(http, "Is the shape red? [largefails]", mai={"options": {"on_large_failure": "small"}}).status_code == 200
+    assert http.post("/v1/chat/completions", json=chat_body(model="gpt-9")).status_code == 404
+    names = ["ray_mai_requests_total", "ray_mai_stage_latency_s_bucket", "ray_mai_tokens_total",
+             "ray_mai_verifications_total", "ray_mai_degraded_answers_total", "ray_mai_request_errors_total",
+             "ray_mai_request_latency_s_bucket"]
+    text = _scrape(metrics_url, names)
+    missing = [name for name in names if name not in text]
+    assert not missing, f"not exported: {missing}"
+    assert _sample(text, "ray_mai_requests_total", policy="cascade", route="transfer") >= 1
+    assert _sample(text, "ray_mai_verifications_total", stage="reasoned", agreed="false") >= 1
+    assert _sample(text, "ray_mai_degraded_answers_total", route="degraded_small_only") >= 1
+    assert _sample(text, "ray_mai_request_errors_total", status="404", code="model_not_found") >= 1
+    assert _sample(text, "ray_mai_tokens_total", model="small", prompt_kind="reasoning", direction="completion") > 0
+    assert _sample(text, "ray_mai_stage_latency_s_count", model="large", prompt_kind="transfer") >= 1

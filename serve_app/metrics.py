@@ -1,0 +1,89 @@
+"""The ingress's Prometheus metrics, exported through ``ray.serve.metrics`` next to Ray's and vLLM's.
+
+What one answered request contributes is computed by a pure function (``measure``) from its trace; the
+``IngressMetrics`` class only hands those figures to Ray's metric objects. Ray exports each metric with
+the prefix ``ray_`` (``ray_mai_requests_total``, ...), tagged also with the Serve deployment and replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cascade import CascadeResult, Route
+
+# Seconds; requests run from tens of milliseconds (agreeing short answers) to minutes (long reasoning).
+LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
+
+# name -> (kind, description, tag keys)
+METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "mai_requests": ("counter", "Answered requests by policy and cascade route", ("policy", "route")),
+    "mai_request_latency_s": ("histogram", "Seconds from a request's arrival to its answer, by policy and route",
+                              ("policy", "route")),
+    "mai_stage_latency_s": ("histogram", "Seconds of one model call, by model, prompt kind and outcome",
+                            ("model", "prompt_kind", "status")),
+    "mai_tokens": ("counter", "Tokens by model, prompt kind and direction (prompt or completion)",
+                   ("model", "prompt_kind", "direction")),
+    "mai_verifications": ("counter", "Cascade agreement checks by stage (short, reasoned) and outcome",
+                          ("stage", "agreed")),
+    "mai_degraded_answers": ("counter", "Answers given without a model or stage that failed, by route", ("route",)),
+    "mai_request_errors": ("counter", "Requests answered with an error, by HTTP status and error code",
+                           ("status", "code")),
+}
+
+
+@dataclass
+class Measurements:
+    """What one request adds: counter increments and histogram observations, each with its tags."""
+
+    counters: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    histograms: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+
+
+def measure(policy: str, result: CascadeResult) -> Measurements:
+    """The figures of one answered request, from its trace (pure)."""
+    trace, route = result.trace, result.route
+    out = Measurements()
+    out.counters.append(("mai_requests", {"policy": policy, "route": route}, 1))
+    out.histograms.append(("mai_request_latency_s", {"policy": policy, "route": route}, trace.latency_s))
+    for stage in trace.stages:
+        out.histograms.append(("mai_stage_latency_s", {"model": stage.model, "prompt_kind": stage.prompt_kind,
+                                                       "status": stage.status}, stage.latency_s))
+        for direction, tokens in (("prompt", stage.prompt_tokens), ("completion", stage.completion_tokens)):
+            if tokens:
+                out.counters.append(("mai_tokens", {"model": stage.model, "prompt_kind": stage.prompt_kind,
+                                                    "direction": direction}, tokens))
+    if policy == "cascade":
+        short = {Route.AGREE_SHORT: "true", Route.AGREE_REASONED: "false", Route.TRANSFER: "false"}.get(route)
+        if short is not None:
+            out.counters.append(("mai_verifications", {"stage": "short", "agreed": short}, 1))
+        reasoned = {Route.AGREE_REASONED: "true", Route.TRANSFER: "false"}.get(route)
+        if reasoned is not None:
+            out.counters.append(("mai_verifications", {"stage": "reasoned", "agreed": reasoned}, 1))
+    if route.startswith("degraded_"):
+        out.counters.append(("mai_degraded_answers", {"route": route}, 1))
+    return out
+
+
+class IngressMetrics:
+    """Ray Serve metric objects for ``METRICS``; created in the replica (they are not picklable)."""
+
+    def __init__(self) -> None:
+        from ray.serve import metrics
+
+        self._metrics = {}
+        for name, (kind, description, tags) in METRICS.items():
+            if kind == "counter":
+                self._metrics[name] = metrics.Counter(name, description=description, tag_keys=tags)
+            else:
+                self._metrics[name] = metrics.Histogram(name, description=description, boundaries=list(LATENCY_BUCKETS_S),
+                                                        tag_keys=tags)
+
+    def record(self, policy: str, result: CascadeResult) -> None:
+        measurements = measure(policy, result)
+        for name, tags, value in measurements.counters:
+            self._metrics[name].inc(value, tags=tags)
+        for name, tags, value in measurements.histograms:
+            self._metrics[name].observe(value, tags=tags)
+
+    def record_error(self, status: int, code: str) -> None:
+        self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})

@@ -1,0 +1,66 @@
+"""What one answered request adds to the ingress's metrics, computed from its trace."""
+
+import pytest
+
+from serve_app.cascade import CascadeResult, StageRecord, Trace
+from serve_app.metrics import METRICS, measure
+
+
+def result(route, stages, policy="cascade", latency=1.5):
+    trace = Trace(policy=policy, kind="yes_no", route=route, latency_s=latency, stages=stages)
+    return CascadeResult(answer="yes", route=route, trace=trace)
+
+
+def stage(model, kind, prompt, completion, status="ok", latency=0.1):
+    return StageRecord(name=f"{kind}_{model}", model=model, prompt_kind=kind, status=status, prompt_tokens=prompt,
+                       completion_tokens=completion, latency_s=latency)
+
+
+def counters(measurements, name):
+    return [(tags, value) for metric, tags, value in measurements.counters if metric == name]
+
+
+def test_a_transfer_counts_its_route_stages_tokens_and_both_disagreements():
+    stages = [stage("small", "simple", 300, 2), stage("large", "simple", 300, 3),
+              stage("small", "reasoning", 310, 200, latency=4.0), stage("large", "transfer", 520, 2)]
+    m = measure("cascade", result("transfer", stages))
+    assert counters(m, "mai_requests") == [({"policy": "cascade", "route": "transfer"}, 1)]
+    assert ("mai_request_latency_s", {"policy": "cascade", "route": "transfer"}, 1.5) in m.histograms
+    assert ("mai_stage_latency_s", {"model": "small", "prompt_kind": "reasoning", "status": "ok"}, 4.0) in m.histograms
+    tokens = {(t["model"], t["prompt_kind"], t["direction"]): v for t, v in counters(m, "mai_tokens")}
+    assert tokens[("small", "reasoning", "completion")] == 200 and tokens[("large", "transfer", "prompt")] == 520
+    assert sum(tokens.values()) == sum(s.prompt_tokens + s.completion_tokens for s in stages)
+    assert counters(m, "mai_verifications") == [({"stage": "short", "agreed": "false"}, 1),
+                                                ({"stage": "reasoned", "agreed": "false"}, 1)]
+    assert counters(m, "mai_degraded_answers") == []
+
+
+@pytest.mark.parametrize(("route", "verifications"), [
+    ("agree_short", [("short", "true")]),
+    ("agree_reasoned", [("short", "false"), ("reasoned", "true")]),
+    ("degraded_large_only", []),
+])
+def test_agreement_checks_follow_the_route(route, verifications):
+    m = measure("cascade", result(route, [stage("small", "simple", 10, 1), stage("large", "simple", 10, 1)]))
+    assert [(t["stage"], t["agreed"]) for t, _ in counters(m, "mai_verifications")] == verifications
+
+
+def test_degraded_answers_and_cancelled_stages():
+    stages = [stage("small", "simple", 0, 0, status="error"), stage("large", "simple", 10, 1)]
+    m = measure("cascade", result("degraded_large_only", stages))
+    assert counters(m, "mai_degraded_answers") == [({"route": "degraded_large_only"}, 1)]
+    assert ("mai_stage_latency_s", {"model": "small", "prompt_kind": "simple", "status": "error"}, 0.1) in m.histograms
+    assert all(t["model"] == "large" for t, _ in counters(m, "mai_tokens"))  # no zero increments
+
+
+def test_single_model_policies_have_no_verification():
+    m = measure("large", result("single", [stage("large", "simple", 10, 1)], policy="large"))
+    assert counters(m, "mai_verifications") == []
+    assert counters(m, "mai_requests") == [({"policy": "large", "route": "single"}, 1)]
+
+
+def test_every_measured_metric_is_declared_with_its_tags():
+    m = measure("cascade", result("transfer", [stage("small", "simple", 1, 1)]))
+    for name, tags, _ in m.counters + m.histograms:
+        kind, _, keys = METRICS[name]
+        assert set(tags) == set(keys), name
