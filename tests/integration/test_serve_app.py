@@ -252,22 +252,6 @@ def test_unknown_path_is_a_json_404(http):
 # ---------------------------------------------------------------- metrics
 
 
-def _scrape(url: str, names: list[str], timeout_s: float = 30) -> str:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    text = ""
-    while time.monotonic() < deadline:
-        try:
-            text = httpx.get(url, timeout=5).text
-        except httpx.HTTPError:
-            text = ""
-        if all(name in text for name in names):
-            return text
-        time.sleep(1)
-    return text
-
-
 def _sample(text: str, name: str, **tags: str) -> float:
     """The value of the sample of ``name`` whose labels include ``tags`` (summed over the rest)."""
     total = 0.0
@@ -277,21 +261,41 @@ def _sample(text: str, name: str, **tags: str) -> float:
     return total
 
 
+EXPECTED_SAMPLES = [
+    ("ray_mai_requests_total", {"policy": "cascade", "route": "transfer"}),
+    ("ray_mai_request_latency_s_count", {"policy": "cascade", "route": "agree_short"}),
+    ("ray_mai_verifications_total", {"stage": "reasoned", "agreed": "false"}),
+    ("ray_mai_verifications_total", {"stage": "short", "agreed": "true"}),
+    ("ray_mai_degraded_answers_total", {"route": "degraded_small_only"}),
+    ("ray_mai_request_errors_total", {"status": "404", "code": "model_not_found"}),
+    ("ray_mai_tokens_total", {"model": "small", "prompt_kind": "reasoning", "direction": "completion"}),
+    ("ray_mai_stage_latency_s_count", {"model": "large", "prompt_kind": "transfer", "status": "ok"}),
+]
+
+
+def _scrape(url: str) -> str:
+    try:
+        return httpx.get(url, timeout=5).text
+    except httpx.HTTPError:
+        return ""
+
+
 def test_the_ingress_exports_its_metrics_to_prometheus(server, http):
+    import time
+
     _, _, metrics_url = server
+    before = _scrape(metrics_url)
+    baseline = [_sample(before, name, **tags) for name, tags in EXPECTED_SAMPLES]
     assert post_chat(http, "Is the shape red? [transfer]").status_code == 200
     assert post_chat(http, "Is the shape red? [agree]").status_code == 200
     assert post_chat(http, "Is the shape red? [largefails]", mai={"options": {"on_large_failure": "small"}}).status_code == 200
     assert http.post("/v1/chat/completions", json=chat_body(model="gpt-9")).status_code == 404
-    names = ["ray_mai_requests_total", "ray_mai_stage_latency_s_bucket", "ray_mai_tokens_total",
-             "ray_mai_verifications_total", "ray_mai_degraded_answers_total", "ray_mai_request_errors_total",
-             "ray_mai_request_latency_s_bucket"]
-    text = _scrape(metrics_url, names)
-    missing = [name for name in names if name not in text]
-    assert not missing, f"not exported: {missing}"
-    assert _sample(text, "ray_mai_requests_total", policy="cascade", route="transfer") >= 1
-    assert _sample(text, "ray_mai_verifications_total", stage="reasoned", agreed="false") >= 1
-    assert _sample(text, "ray_mai_degraded_answers_total", route="degraded_small_only") >= 1
-    assert _sample(text, "ray_mai_request_errors_total", status="404", code="model_not_found") >= 1
-    assert _sample(text, "ray_mai_tokens_total", model="small", prompt_kind="reasoning", direction="completion") > 0
-    assert _sample(text, "ray_mai_stage_latency_s_count", model="large", prompt_kind="transfer") >= 1
+    deadline = time.monotonic() + 30
+    while True:
+        text = _scrape(metrics_url)
+        grown = [_sample(text, name, **tags) > base for (name, tags), base in zip(EXPECTED_SAMPLES, baseline, strict=True)]
+        if all(grown) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    missing = [f"{name}{tags}" for (name, tags), ok in zip(EXPECTED_SAMPLES, grown, strict=True) if not ok]
+    assert not missing, f"these samples did not grow within 30 s: {missing}"
