@@ -21,7 +21,8 @@ from .answers import split_choices
 from .cascade import CascadeOptions, CascadeResult, Policy, Question
 from .config import AppConfig
 from .errors import RequestError, describe_validation_error
-from .images import check_image
+from .images import check_image, is_remote
+from .remote_images import RemoteImagePolicy, check_remote_url
 from .prompts import TransferForm
 
 # OpenAI model name -> cascade policy.
@@ -113,6 +114,12 @@ class Job:
     include_usage_in_stream: bool = False
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
+    @property
+    def image_to_download(self) -> str | None:
+        """The remote image URL the ingress still has to fetch, if any."""
+        url = self.question.image_url
+        return url if url is not None and is_remote(url) else None
+
 
 def parse_json(body: bytes) -> Any:
     if not body:
@@ -163,8 +170,12 @@ def _question(config: AppConfig, text: str, image_url: str, choices: list[str] |
             param=question_param, code="question_too_long",
         )
     limits = config.limits
-    image = check_image(image_url, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels,
-                        allow_remote=limits.allow_remote_images, param=image_param)
+    if is_remote(image_url.strip()) and limits.allow_remote_images:
+        check_remote_url(image_url.strip(), remote_image_policy(config), param=image_param)  # downloaded by the ingress
+        image_data_url = image_url.strip()
+    else:
+        image_data_url = check_image(image_url, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels,
+                                     allow_remote=limits.allow_remote_images, param=image_param).data_url
     if choices is None:
         text, listed = split_choices(text)
         choices = list(listed) or None
@@ -174,7 +185,14 @@ def _question(config: AppConfig, text: str, image_url: str, choices: list[str] |
     if kind == "choice" and not choices:
         raise RequestError("answer_type 'choice' needs options: list them in the question (A. ..., B. ...) or send choices",
                            param="answer_type", code="missing_choices")
-    return Question(question=text, image_url=image.data_url, choices=tuple(choices), kind=kind)
+    return Question(question=text, image_url=image_data_url, choices=tuple(choices), kind=kind)
+
+
+def remote_image_policy(config: AppConfig) -> RemoteImagePolicy:
+    limits = config.limits
+    return RemoteImagePolicy(allowed_hosts=tuple(limits.remote_image_hosts), max_bytes=limits.max_image_bytes,
+                             timeout_s=limits.remote_image_timeout_s,
+                             allow_private_networks=limits.remote_image_allow_private_networks)
 
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

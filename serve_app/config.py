@@ -29,7 +29,31 @@ class Limits(Strict):
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)
     max_answer_tokens: int = Field(256, ge=1, description="upper bound of a request's max_tokens")
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413")
+    # Remote (http/https) image URLs: off by default. When on, only hosts on the allowlist
+    # ("images.example.com", "*.example.com"), never private/loopback/link-local addresses unless
+    # remote_image_allow_private_networks (a trusted in-cluster image store), downloads capped at
+    # max_image_bytes and remote_image_timeout_s.
     allow_remote_images: bool = False
+    remote_image_hosts: list[str] = Field(default_factory=list)
+    remote_image_timeout_s: float = Field(10.0, gt=0)
+    remote_image_allow_private_networks: bool = False
+
+    @model_validator(mode="after")
+    def _remote_needs_hosts(self) -> Limits:
+        if self.allow_remote_images and not self.remote_image_hosts:
+            raise ValueError("allow_remote_images needs remote_image_hosts: the hosts images may be fetched from")
+        return self
+
+
+class Security(Strict):
+    """Who may call the API and from where. API keys come from an environment variable (comma-separated)
+    and/or a file (one key per line, e.g. a mounted Kubernetes secret); with no key configured the API
+    is open. CORS is off unless origins are listed."""
+
+    api_keys_env: str | None = Field("MAI_API_KEYS", description="environment variable holding API keys")
+    api_keys_file: str | None = Field(None, description="file holding API keys, one per line")
+    cors_allow_origins: list[str] = Field(default_factory=list)
 
 
 class AppConfig(Strict):
@@ -38,6 +62,7 @@ class AppConfig(Strict):
     cascade: CascadeOptions = CascadeOptions()
     ingress: IngressDeployment = IngressDeployment()
     limits: Limits = Limits()
+    security: Security = Security()
     request_timeout_s: float = Field(300.0, gt=0)
 
     @model_validator(mode="after")

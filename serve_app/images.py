@@ -49,20 +49,29 @@ def _describe(data: bytes) -> str:
     return f"{len(data)} bytes of {what}"
 
 
+def is_remote(url: str) -> bool:
+    return url[:16].lower().startswith(("http://", "https://"))
+
+
+def data_url_of(data: bytes) -> str:
+    """Downloaded bytes as a data URL for ``check_image`` (the format is sniffed there)."""
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
+
+
 def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool, param: str) -> CheckedImage:
     """Validate one image reference and return it as a canonical data URL."""
     if not isinstance(url, str) or not url.strip():
         raise RequestError("the image URL is empty", param=param, code="invalid_image")
     url = url.strip()
     lowered = url[:16].lower()
-    if lowered.startswith(("http://", "https://")):
+    if is_remote(url):
         if not allow_remote:
             raise RequestError(
                 "remote image URLs are disabled on this server; send the image inline as a data URL "
                 "(data:image/png;base64,...)",
                 param=param, code="remote_image_disabled",
             )
-        raise RequestError("remote image download is not supported yet", param=param, code="remote_image_disabled")
+        raise ValueError("a remote image is downloaded first (serve_app.remote_images), then checked as bytes")
     if lowered.startswith("file:"):
         raise RequestError("file: URLs are not accepted; send the image inline as a data URL", param=param, code="invalid_image")
     match = _DATA_URL.match(url)

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .api import (
     Job,
+    remote_image_policy,
     answer_response,
     chat_completion,
     chat_completion_chunks,
@@ -27,7 +28,10 @@ from .cascade import Cascade, CascadeResult, ModelUnavailableError
 from .client import LLMServerClient, bind_request_id
 from .config import AppConfig
 from .errors import RequestError
+from .images import check_image, data_url_of
 from .metrics import IngressMetrics
+from .remote_images import fetch_image
+from .security import check_api_key, load_api_keys, read_body
 
 logger = logging.getLogger("ray.serve")
 
@@ -70,13 +74,25 @@ class MAIIngress:
             LLMServerClient(large, self.config.large.model_id),
         )
         self.metrics = IngressMetrics()
+        self.api_keys = load_api_keys(self.config.security)
+        logger.info("MAI ingress: API keys %s", f"required ({len(self.api_keys)} configured)" if self.api_keys else "off")
+        if self.config.security.cors_allow_origins:
+            from fastapi.middleware.cors import CORSMiddleware
+
+            app.add_middleware(CORSMiddleware, allow_origins=self.config.security.cors_allow_origins,
+                               allow_methods=["GET", "POST"], allow_headers=["authorization", "content-type", "x-api-key",
+                                                                          "x-request-id"])
 
     @app.get("/healthz")
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/v1/models")
-    async def models(self) -> dict[str, Any]:
+    async def models(self, request: Request):
+        try:
+            check_api_key(request.headers, self.api_keys)
+        except RequestError as error:
+            return self._error(error)
         return models_list()
 
     @app.post("/v1/chat/completions")
@@ -92,16 +108,33 @@ class MAIIngress:
     async def _serve(self, request: Request, parse: Callable[..., Job],
                      reply: Callable[[Job, CascadeResult], Any]):
         try:
-            job = parse(self.config, parse_json(await request.body()), _request_id(request))
+            check_api_key(request.headers, self.api_keys)
+            body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
+            job = parse(self.config, parse_json(body), _request_id(request))
+            if job.image_to_download is not None:
+                job = await self._download_image(job)
             result = await self._run(job)
         except RequestError as error:
-            self.metrics.record_error(error.status, error.code)
-            return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+            return self._error(error)
         self.metrics.record(job.options.policy.value, result)
         body = reply(job, result)
         if isinstance(body, StreamingResponse):
             return body
         return JSONResponse(body, headers=_reply_headers(job, result))
+
+    def _error(self, error: RequestError) -> JSONResponse:
+        self.metrics.record_error(error.status, error.code)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+    async def _download_image(self, job: Job) -> Job:
+        """Fetch the allowed remote image, then check its bytes like an inline one."""
+        import dataclasses
+
+        limits = self.config.limits
+        data = await fetch_image(job.image_to_download, remote_image_policy(self.config), param="image")
+        image = check_image(data_url_of(data), max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels,
+                            allow_remote=False, param="image")
+        return dataclasses.replace(job, question=dataclasses.replace(job.question, image_url=image.data_url))
 
     def _chat_reply(self, job: Job, result: CascadeResult):
         if job.stream:

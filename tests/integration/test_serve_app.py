@@ -299,3 +299,55 @@ def test_the_ingress_exports_its_metrics_to_prometheus(server, http):
         time.sleep(1)
     missing = [f"{name}{tags}" for (name, tags), ok in zip(EXPECTED_SAMPLES, grown, strict=True) if not ok]
     assert not missing, f"these samples did not grow within 30 s: {missing}"
+
+
+# ---------------------------------------------------------------- API keys, body limit, CORS
+
+
+@pytest.fixture(scope="module")
+def secure(server, tmp_path_factory):
+    """A second app on /secure: keys from a mounted-secret-style file, a small body limit, CORS for one origin."""
+    client, _, _ = server
+    keys = tmp_path_factory.mktemp("secret") / "api-keys"
+    keys.write_text("# one key per line\nsk-mai-first\nsk-mai-second\n")
+    config = AppConfig.model_validate(CONFIG | {
+        "security": {"api_keys_file": str(keys), "cors_allow_origins": ["https://app.example.com"]},
+        "limits": {"max_image_pixels": 1_000_000, "max_answer_tokens": 64, "max_body_bytes": 50_000}})
+    small = ScriptedLLMServer.options(name="small:fake").bind("small")
+    large = ScriptedLLMServer.options(name="large:fake").bind("large")
+    serve.run(build_ingress(config, small, large), name="secure", route_prefix="/secure")
+    yield client
+    serve.delete("secure")
+
+
+def test_api_keys_are_required_and_checked(secure):
+    body = chat_body("Is the shape red? [agree]")
+    missing = secure.post("/secure/v1/chat/completions", json=body)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json()["error"]["code"] == "invalid_api_key"
+    wrong = secure.post("/secure/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-mai-third"})
+    assert wrong.status_code == 401 and "sk-mai" not in wrong.text
+    assert secure.get("/secure/v1/models").status_code == 401
+    for headers in ({"authorization": "Bearer sk-mai-second"}, {"x-api-key": "sk-mai-first"}):
+        assert secure.post("/secure/v1/chat/completions", json=body, headers=headers).status_code == 200
+    assert secure.get("/secure/v1/models", headers={"authorization": "Bearer sk-mai-first"}).status_code == 200
+    assert secure.get("/secure/healthz").status_code == 200  # probes need no key
+    assert secure.post("/v1/chat/completions", json=body).status_code == 200  # the other app is open
+
+
+def test_a_body_over_the_limit_is_a_413_before_parsing(secure):
+    big = chat_body("Is the shape red? [agree]", image=data_url(size=(400, 400), fmt="PNG")) | {"padding": "x" * 60_000}
+    response = secure.post("/secure/v1/chat/completions", json=big, headers={"authorization": "Bearer sk-mai-first"})
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+
+
+def test_cors_is_off_by_default_and_on_for_configured_origins(secure):
+    preflight = {"origin": "https://app.example.com", "access-control-request-method": "POST",
+                 "access-control-request-headers": "authorization,content-type"}
+    allowed = secure.options("/secure/v1/chat/completions", headers=preflight)
+    assert allowed.headers.get("access-control-allow-origin") == "https://app.example.com"
+    other = secure.options("/secure/v1/chat/completions", headers=preflight | {"origin": "https://evil.example"})
+    assert other.headers.get("access-control-allow-origin") is None
+    default_app = secure.post("/v1/chat/completions", json=chat_body("Is the shape red? [agree]"),
+                              headers={"origin": "https://app.example.com"})
+    assert "access-control-allow-origin" not in default_app.headers

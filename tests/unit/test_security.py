@@ -1,0 +1,202 @@
+"""API keys, body limits and remote images: what gets through and what the client is told."""
+
+import asyncio
+import http.server
+import threading
+import time
+
+import pytest
+
+from serve_app.api import job_from_chat
+from serve_app.config import AppConfig, Limits, Security
+from serve_app.errors import RequestError
+from serve_app.remote_images import RemoteImagePolicy, address_is_public, fetch_image, host_allowed
+from serve_app.security import check_api_key, load_api_keys, presented_key, read_body
+
+from ..images import chat_body, image_bytes
+
+# ---------------------------------------------------------------- API keys
+
+
+def test_keys_come_from_the_env_var_and_the_file(tmp_path):
+    secret = tmp_path / "keys"
+    secret.write_text("# rotated monthly\nkey-from-file\n\n")
+    keys = load_api_keys(Security(api_keys_file=str(secret)), {"MAI_API_KEYS": "k1, k2,"})
+    assert len(keys) == 3
+    assert load_api_keys(Security(), {}) == ()  # nothing configured: the API is open
+    with pytest.raises(ValueError, match="holds no key"):
+        secret.write_text("# none yet\n")
+        load_api_keys(Security(api_keys_file=str(secret)), {})
+    with pytest.raises(ValueError, match="api_keys_file .*missing"):
+        load_api_keys(Security(api_keys_file=str(tmp_path / "missing")), {})
+
+
+@pytest.mark.parametrize(("headers", "allowed"), [
+    ({"authorization": "Bearer k2"}, True),
+    ({"authorization": "bearer k1"}, True),
+    ({"x-api-key": "k1"}, True),
+    ({"authorization": "Bearer k3"}, False),
+    ({"authorization": "Basic azE6"}, False),
+    ({"authorization": "Bearer "}, False),
+    ({}, False),
+])
+def test_a_request_needs_one_of_the_keys(headers, allowed):
+    keys = load_api_keys(Security(), {"MAI_API_KEYS": "k1,k2"})
+    if allowed:
+        check_api_key(headers, keys)
+        return
+    with pytest.raises(RequestError) as caught:
+        check_api_key(headers, keys)
+    error = caught.value
+    assert error.status == 401 and error.headers == {"WWW-Authenticate": "Bearer"}
+    assert "k3" not in error.message and "k1" not in error.message  # keys are never echoed
+
+
+def test_open_api_needs_no_key():
+    check_api_key({}, ())
+    assert presented_key({"authorization": "Bearer abc"}) == "abc"
+
+
+# ---------------------------------------------------------------- body limit
+
+
+async def chunks(*parts):
+    for part in parts:
+        yield part
+
+
+async def test_body_limit_from_content_length_and_while_streaming():
+    assert await read_body({"content-length": "4"}, chunks(b"ab", b"cd"), 4) == b"abcd"
+    with pytest.raises(RequestError, match="has 5000 bytes, over the limit of 1024") as caught:
+        await read_body({"content-length": "5000"}, chunks(), 1024)
+    assert caught.value.status == 413
+    with pytest.raises(RequestError, match="over the limit of 3"):
+        await read_body({}, chunks(b"ab", b"cd"), 3)  # chunked: no length announced
+
+
+# ---------------------------------------------------------------- remote image URLs: configuration and checks
+
+
+def test_remote_images_need_an_allowlist():
+    with pytest.raises(ValueError, match="needs remote_image_hosts"):
+        Limits(allow_remote_images=True)
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    ("images.example.com", True), ("IMAGES.example.com.", True), ("cdn.example.org", True), ("a.b.example.org", True),
+    ("example.org", False), ("evil-example.org", False), ("images.example.com.evil.net", False), ("localhost", False),
+])
+def test_host_allowlist(host, allowed):
+    assert host_allowed(host, ["images.example.com", "*.example.org"]) is allowed
+
+
+@pytest.mark.parametrize(("address", "public"), [
+    ("8.8.8.8", True), ("2606:4700:4700::1111", True),
+    ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.1", False),
+    ("169.254.169.254", False), ("0.0.0.0", False), ("::1", False), ("fe80::1", False), ("fd00::1", False),
+    ("::ffff:127.0.0.1", False), ("224.0.0.1", False), ("100.64.0.1", False),
+])
+def test_only_public_addresses_are_fetched_from(address, public):
+    assert address_is_public(address) is public
+
+
+def config(**limits):
+    return AppConfig.model_validate({"small": {"model_id": "s", "source": "s"}, "large": {"model_id": "l", "source": "l"},
+                                     "limits": limits})
+
+
+def test_a_remote_url_is_checked_before_any_download():
+    off = config()
+    with pytest.raises(RequestError, match="remote image URLs are disabled"):
+        job_from_chat(off, chat_body(image="https://images.example.com/a.png"))
+    on = config(allow_remote_images=True, remote_image_hosts=["images.example.com"])
+    job = job_from_chat(on, chat_body(image="https://images.example.com/a.png"))
+    assert job.image_to_download == "https://images.example.com/a.png"
+    for url, message in [("https://evil.example.net/a.png", "not on this server's allowlist"),
+                         ("https://user:pw@images.example.com/a.png", "credentials"),
+                         ("https://images.example.com:99999/a.png", "malformed")]:
+        with pytest.raises(RequestError, match=message) as caught:
+            job_from_chat(on, chat_body(image=url))
+        assert caught.value.status == 400
+    assert job_from_chat(on, chat_body()).image_to_download is None  # inline images stay inline
+
+
+# ---------------------------------------------------------------- remote image URLs: downloads
+
+
+class ImageHandler(http.server.BaseHTTPRequestHandler):
+    routes: dict = {}
+
+    def do_GET(self):  # noqa: N802
+        status, headers, body, delay = self.routes.get(self.path, (404, {}, b"", 0))
+        time.sleep(delay)
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def image_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ImageHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    png = image_bytes()
+    ImageHandler.routes = {
+        "/a.png": (200, {"content-type": "image/png", "content-length": str(len(png))}, png, 0),
+        "/big.png": (200, {"content-length": "999999"}, b"x" * 10, 0),
+        "/slow.png": (200, {}, png, 2.0),
+        "/away": (302, {"location": "http://elsewhere.test/a.png"}, b"", 0),
+        "/here": (302, {"location": "/a.png"}, b"", 0),
+        "/loop": (302, {"location": "/loop"}, b"", 0),
+    }
+    yield f"http://images.test:{port}"
+    server.shutdown()
+
+
+async def to_loopback(host, port):
+    return ["127.0.0.1"]
+
+
+def policy(**overrides):
+    return RemoteImagePolicy(**{"allowed_hosts": ("images.test",), "max_bytes": 100_000, "timeout_s": 1.0,
+                                "allow_private_networks": True} | overrides)
+
+
+async def test_download_follows_allowed_redirects_and_pins_the_checked_address(image_server):
+    assert await fetch_image(f"{image_server}/a.png", policy(), param="image", resolver=to_loopback) == image_bytes()
+    assert await fetch_image(f"{image_server}/here", policy(), param="image", resolver=to_loopback) == image_bytes()
+
+
+@pytest.mark.parametrize(("path", "overrides", "status", "message"), [
+    ("/a.png", {"allow_private_networks": False}, 400, "resolves to a private, loopback or link-local address"),
+    ("/away", {}, 400, "'elsewhere.test' is not on this server's allowlist"),
+    ("/loop", {}, 400, "redirects more than 3 times"),
+    ("/big.png", {}, 413, "larger than the limit of 100000 bytes"),
+    ("/a.png", {"max_bytes": 50}, 413, "larger than the limit of 50 bytes"),
+    ("/slow.png", {"timeout_s": 0.3}, 400, "did not finish within 0.3 s"),
+    ("/missing.png", {}, 400, "answered HTTP 404"),
+])
+async def test_downloads_that_are_refused(image_server, path, overrides, status, message):
+    with pytest.raises(RequestError, match=message) as caught:
+        await fetch_image(f"{image_server}{path}", policy(**overrides), param="image", resolver=to_loopback)
+    assert caught.value.status == status
+
+
+async def test_a_host_that_does_not_resolve_is_a_clear_400():
+    async def nowhere(host, port):
+        raise OSError("no such host")
+
+    with pytest.raises(RequestError, match="does not resolve"):
+        await fetch_image("https://images.test/a.png", policy(), param="image", resolver=nowhere)
+
+
+def test_real_resolution_refuses_localhost():
+    with pytest.raises(RequestError, match="private, loopback"):
+        asyncio.run(fetch_image("http://localhost:9/a.png", policy(allowed_hosts=("localhost",), allow_private_networks=False),
+                                param="image"))
