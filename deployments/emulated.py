@@ -51,6 +51,7 @@ class EmulatedVLM:
         self._slots = asyncio.Semaphore(self.settings.max_num_seqs)
         self._running = 0
         self._stats: dict[str, Any] = {}
+        self._extra_delay_s = 0.0  # fault drills: every call takes this much longer
         self.reset_stats_now()
         logger.warning("EmulatedVLM %s (%s, profile %s, dataset %s): answers are scripted, latency is emulated; "
                        "not for real serving", model_id, role, self.settings.profile, self.settings.dataset)
@@ -73,6 +74,8 @@ class EmulatedVLM:
                 self._running += 1
                 self._stats["peak_batch"] = max(self._stats["peak_batch"], self._running)
                 try:
+                    if self._extra_delay_s:
+                        await asyncio.sleep(self._extra_delay_s)
                     await self._decode(prompt_tokens, tokens)
                 finally:
                     self._running -= 1
@@ -104,3 +107,9 @@ class EmulatedVLM:
 
     async def reset_stats(self) -> None:
         self.reset_stats_now()
+
+    async def inject_delay(self, seconds: float) -> str:
+        """Fault drills: make this replica's calls ``seconds`` slower (0 restores it). Returns the
+        replica's id, so a caller can tell when every replica has it."""
+        self._extra_delay_s = max(0.0, float(seconds))
+        return serve.get_replica_context().replica_id.unique_id

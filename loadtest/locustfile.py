@@ -27,6 +27,7 @@ from locust import HttpUser, between, events, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from loadtest.data import ensure_datasets, read_jsonl  # noqa: E402
+from loadtest.outcomes import classify, route_label_is_true  # noqa: E402
 
 RECORDS: list[dict] = []
 _sent = 0
@@ -37,6 +38,8 @@ _quitting = False
 def _options(parser) -> None:
     parser.add_argument("--max-requests", type=int, default=1000, help="stop after this many requests (default 1000)")
     parser.add_argument("--policy-mix", default="mai", help="comma-separated OpenAI model names to draw from (default: mai)")
+    parser.add_argument("--request-timeout", type=float, default=330.0,
+                        help="seconds a request may take before it counts as hung (default 330)")
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -72,21 +75,37 @@ class VQAUser(HttpUser):
     wait_time = between(0.0, 0.2)
 
     def on_start(self) -> None:
+        self.client.timeout = self.environment.parsed_options.request_timeout
         self.policies = [name.strip() for name in self.environment.parsed_options.policy_mix.split(",") if name.strip()]
 
     def context(self) -> dict:
         return {"runner": self.environment.runner}
 
     def _post(self, path: str, body: dict, route_of) -> None:
-        """POST one request; a non-200 is a failure, an answer is reported again under its route."""
+        """POST one request; a non-200 is a failure, an answer is reported again under its route, and
+        every request once more under its outcome ("outcome answered", "outcome rejected_503", ...;
+        "outcome mislabelled" when a route label contradicts its trace)."""
         started = time.perf_counter()
         with self.client.post(path, json=body, name=path, catch_response=True, context=self.context()) as response:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            try:
+                payload = response.json() if response.status_code == 200 else None
+            except ValueError:
+                payload = None
+            timed_out = response.status_code == 0 and "timed out" in str(response.error or "").lower()
+            outcome = classify(response.status_code, response.headers or {}, payload, timed_out=timed_out)
+            self._report(f"outcome {outcome}", elapsed_ms)
             if response.status_code != 200:
-                response.failure(f"{response.status_code}: {response.text[:200]}")
+                response.failure(f"{response.status_code}: {response.text[:200] if response.text else response.error}")
                 return
-            events.request.fire(request_type="MAI", name=f"route {route_of(response)}",
-                                response_time=(time.perf_counter() - started) * 1000,
-                                response_length=len(response.content), exception=None, context={})
+            trace = payload.get("trace") or payload.get("mai", {}).get("trace", {})
+            if not route_label_is_true(trace):
+                self._report("outcome mislabelled", elapsed_ms)
+            self._report(f"route {route_of(response)}", elapsed_ms)
+
+    def _report(self, name: str, elapsed_ms: float) -> None:
+        events.request.fire(request_type="MAI", name=name, response_time=elapsed_ms, response_length=0,
+                            exception=None, context={})
 
     @task(3)
     def openai_chat(self) -> None:

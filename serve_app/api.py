@@ -121,6 +121,24 @@ class Job:
         return url if url is not None and is_remote(url) else None
 
 
+def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` declaring ``model`` as an operation's JSON body (its ``$defs`` inlined), for
+    endpoints that read and validate the raw body themselves so that every error is ours."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
+
+
 def parse_json(body: bytes) -> Any:
     if not body:
         raise RequestError("the request body is empty; send a JSON object", code="invalid_json")

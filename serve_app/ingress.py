@@ -14,7 +14,10 @@ from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .api import (
+    AnswerRequest,
+    ChatRequest,
     Job,
+    openapi_body,
     remote_image_policy,
     answer_response,
     chat_completion,
@@ -95,11 +98,11 @@ class MAIIngress:
             return self._error(error)
         return models_list()
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=openapi_body(ChatRequest))
     async def chat_completions(self, request: Request):
         return await self._serve(request, job_from_chat, self._chat_reply)
 
-    @app.post("/v1/mai/answer")
+    @app.post("/v1/mai/answer", openapi_extra=openapi_body(AnswerRequest))
     async def answer(self, request: Request):
         return await self._serve(request, job_from_answer, answer_response)
 

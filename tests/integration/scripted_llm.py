@@ -24,6 +24,14 @@ SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
     "smallfails": {("small", "simple"): "!raise", ("large", "simple"): "[[Yes]]"},
     "largefails": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!error"},
     "slow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes]]"},
+    # "!sleep <s> <reply>": answer after <s> seconds (past a stage timeout in the timeout tests)
+    "smallslow": {("small", "simple"): "!sleep 3 [[No]]", ("large", "simple"): "[[Yes]]"},
+    "largeslow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!sleep 3 [[Yes]]"},
+    "reasonslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]", ("small", "reasoning"): "!sleep 3 [[No]]"},
+    "transferslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
+                     ("small", "reasoning"): "It is blue.\n[[No]]", ("large", "transfer"): "!sleep 3 [[No]]"},
+    "allslow": {("small", "simple"): "!sleep 0.4 [[No]]", ("large", "simple"): "!sleep 0.4 [[Yes]]",
+                ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]", ("large", "transfer"): "!sleep 0.4 [[No]]"},
 }
 DEFAULT_REPLIES = {"simple": "[[Yes]]", "reasoning": "Thinking.\n[[Yes]]", "stage2": "Yes", "transfer": "[[Yes]]"}
 SLOW_S = 0.6
@@ -58,6 +66,13 @@ class ScriptedLLMServer:
         if scenario == "slow":
             await asyncio.sleep(SLOW_S)
         reply = SCRIPTS.get(scenario, {}).get((self.role, kind), DEFAULT_REPLIES.get(kind, "[[Yes]]"))
+        if reply.startswith("!sleep "):
+            _, seconds, reply = reply.split(" ", 2)
+            try:
+                await asyncio.sleep(float(seconds))
+            except asyncio.CancelledError:
+                call["cancelled"] = True
+                raise
         call["finished"] = time.time()
         if reply == "!raise":
             raise RuntimeError(f"{self.role} engine crashed (scripted)")

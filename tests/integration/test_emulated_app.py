@@ -60,6 +60,20 @@ def test_eager_reasoning_is_cancelled_in_the_engine_when_stage_one_agrees(base_u
     assert stats["cancelled"] == routes["agree_short"]  # exactly the ones that agreed early
 
 
+def test_a_client_that_disconnects_cancels_the_model_calls_in_flight(base_url):
+    deploy(emulated(dataset="chartqa", time_scale=1.0))
+    small = deployment_handle(SMALL)
+    small.reset_stats.remote().result()
+    body = {"image": data_url(), "question": "What is the value of the red bar?", "policy": "small-reason"}
+    with pytest.raises(httpx.ReadTimeout):  # reasoning takes seconds on the 2B profile; leave after 1 s
+        httpx.post(f"{base_url}/v1/mai/answer", json=body, timeout=httpx.Timeout(30, read=1.0))
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and small.stats.remote().result()["cancelled"] < 1:
+        time.sleep(0.5)
+    stats = small.stats.remote().result()
+    assert stats["calls"]["reasoning"] == 1 and stats["cancelled"] == 1 and stats["completed"] == 0, stats
+
+
 def test_small_and_large_scale_up_under_load_and_back_down(base_url):
     scaling = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 1,
                "downscale_delay_s": 3, "look_back_period_s": 2}
@@ -182,3 +196,21 @@ def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path
     assert len(segments) == segments_before + 1 and segments[-1] == segments[-1] | {"policy": "mai", "requests": 5}
     assert len(predictions.read_text().splitlines()) == 24
     assert json.loads((out / "results.json").read_text())["policies"]["mai"]["segments"] == 2
+
+
+def test_fuzzing_the_api_from_its_openapi_schema_finds_no_server_error(base_url):
+    from loadtest.fuzz import fuzz
+
+    deploy(emulated(dataset="chartqa", time_scale=0))
+    replicas = replica_counts()
+    report = fuzz(base_url, examples=30)
+    assert not report.violations, report.violations[:5]
+    operations = {operation for operation, _, _, _ in report.counts}
+    assert {"POST /v1/chat/completions", "POST /v1/mai/answer", "GET /v1/models"} <= operations
+    statuses = Counter()
+    for (_, _, status, _), count in report.counts.items():
+        statuses[status] += count
+    assert statuses[200] > 0 and statuses[400] > 0  # answered paths and refused ones were both reached
+    assert replica_counts() == replicas  # no replica crashed or was replaced
+    body = {"image": data_url(), "question": "What is the value?", "policy": "cascade"}
+    assert httpx.post(f"{base_url}/v1/mai/answer", json=body, timeout=30).status_code == 200

@@ -351,3 +351,46 @@ def test_cors_is_off_by_default_and_on_for_configured_origins(secure):
     default_app = secure.post("/v1/chat/completions", json=chat_body("Is the shape red? [agree]"),
                               headers={"origin": "https://app.example.com"})
     assert "access-control-allow-origin" not in default_app.headers
+
+
+# ---------------------------------------------------------------- timeouts, end to end
+
+
+@pytest.fixture(scope="module")
+def hurried(server):
+    """A third app on /hurried: stage timeouts of 0.5 s and a request timeout of 1 s."""
+    client, handles, _ = server
+    config = AppConfig.model_validate(CONFIG | {
+        "cascade": {"timeouts": {"short_s": 0.5, "reasoning_s": 0.5, "stage2_s": 0.5, "transfer_s": 0.5}},
+        "request_timeout_s": 1.0})
+    small = ScriptedLLMServer.options(name="small:fake").bind("small")
+    large = ScriptedLLMServer.options(name="large:fake").bind("large")
+    serve.run(build_ingress(config, small, large), name="hurried", route_prefix="/hurried")
+    yield client
+    serve.delete("hurried")
+
+
+@pytest.mark.parametrize(("scenario", "status", "route", "answer", "timed_out"), [
+    ("smallslow", 200, "degraded_large_only", "Yes", "short_small"),
+    ("reasonslow", 200, "degraded_no_reasoning", "Yes", "reason_small"),
+    ("transferslow", 200, "degraded_no_transfer", "Yes", "transfer_large"),
+    ("largeslow", 503, None, None, None),
+    ("allslow", 504, None, None, None),
+])
+def test_what_the_client_sees_when_a_stage_or_the_request_times_out(hurried, scenario, status, route, answer, timed_out):
+    response = hurried.post("/hurried/v1/chat/completions", json=chat_body(f"Is the shape red? [{scenario}]"))
+    assert response.status_code == status, response.text
+    if status == 200:
+        body = response.json()
+        assert response.headers["x-mai-route"] == route and body["choices"][0]["message"]["content"] == answer
+        stages = {stage["name"]: stage["status"] for stage in body["mai"]["trace"]["stages"]}
+        assert stages[timed_out] == "timeout"
+        assert response.elapsed.total_seconds() < 2.5  # the slow call was not waited for
+    elif status == 503:
+        error = response.json()["error"]
+        assert error["code"] == "model_unavailable" and "large" in error["message"]
+        assert response.headers["retry-after"] == "5"
+    else:
+        error = response.json()["error"]
+        assert error["code"] == "timeout" and "request timeout of 1 s" in error["message"]
+        assert response.elapsed.total_seconds() < 2.0

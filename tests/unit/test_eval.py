@@ -296,3 +296,21 @@ def test_cli_run_says_clearly_when_no_server_answers(tmp_path, capsys):
     data = write_lines(tmp_path / "d.jsonl", [rec("1", "exact")])
     assert main(["run", str(data), "--out", str(tmp_path / "o"), "--url", "http://127.0.0.1:9"]) == 2
     assert "no MAI server at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- outcomes of fault-injection runs
+
+
+def test_outcomes_and_route_labels():
+    from loadtest.outcomes import classify, route_label_is_true
+
+    ok = {"trace": {"route": "transfer", "stages": [{"status": "ok"}, {"status": "ok"}]}}
+    degraded = {"mai": {"trace": {"route": "degraded_large_only", "stages": [{"status": "timeout"}, {"status": "ok"}]}}}
+    assert classify(200, {}, ok) == "answered" and classify(200, {}, degraded) == "degraded"
+    assert classify(503, {"retry-after": "5"}, None) == "rejected_503"
+    assert classify(503, {}, None) == "failed" and classify(500, {}, None) == "failed"
+    assert classify(0, {}, None, timed_out=True) == "hung"
+    assert route_label_is_true(ok["trace"]) and route_label_is_true(degraded["mai"]["trace"])
+    assert not route_label_is_true({"route": "transfer", "stages": [{"status": "error"}]})
+    assert not route_label_is_true({"route": "degraded_no_transfer", "stages": [{"status": "ok"}]})
+    assert route_label_is_true({"route": "agree_short", "stages": [{"status": "ok"}, {"status": "cancelled"}]})

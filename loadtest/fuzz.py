@@ -1,0 +1,190 @@
+"""Fuzz the HTTP API of a running server from its own OpenAPI schema (schemathesis + hypothesis).
+
+Per operation, three kinds of input:
+- ``positive``: bodies that satisfy the schema (mostly with images that are not images);
+- ``negative``: bodies that break it (wrong types, missing fields, junk bytes);
+- ``near-valid``: a valid request (a real PNG) with the question, choices, answer kind, options,
+  max_tokens, model and image mutated by hypothesis, so that answered (200) paths are fuzzed too.
+
+Every answer must be below 500 (503 with Retry-After from backpressure is allowed, when the server is
+busy), and every error a JSON body ``{"error": {"message", "code", ...}}``. The report counts answers
+by status and error code, with one example input each.
+
+    python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200 --out bench/results/fuzz.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+MODES = ("positive", "negative", "near-valid")
+
+
+@dataclass
+class FuzzReport:
+    """Answers per (operation, mode, status, error code), with an example input; the violations."""
+
+    counts: Counter = field(default_factory=Counter)
+    examples: dict[tuple[str, str, int, str], str] = field(default_factory=dict)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, operation: str, mode: str, body: Any, response: httpx.Response) -> None:
+        code = ""
+        problem = None
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                code = str(error["code"])
+                if not isinstance(error.get("message"), str) or not error["message"]:
+                    problem = "error without a message"
+            except (ValueError, KeyError, TypeError):
+                problem = "error body is not {'error': {...}} JSON"
+        if response.status_code >= 500 and not (response.status_code == 503 and response.headers.get("retry-after")):
+            problem = f"server error {response.status_code}"
+        key = (operation, mode, response.status_code, code)
+        self.counts[key] += 1
+        self.examples.setdefault(key, _describe(body))
+        if problem:
+            self.violations.append({"operation": operation, "mode": mode, "status": response.status_code,
+                                    "problem": problem, "input": _describe(body), "answer": response.text[:300]})
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"operation": op, "mode": mode, "status": status, "code": code, "count": count,
+                 "example": self.examples[(op, mode, status, code)]}
+                for (op, mode, status, code), count in sorted(self.counts.items(), key=lambda item: (item[0][0], item[0][1], item[0][2], item[0][3]))]
+
+
+def _describe(body: Any) -> str:
+    text = body.decode("latin-1") if isinstance(body, bytes | bytearray) else json.dumps(body, ensure_ascii=True, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _png() -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def near_valid_strategies():
+    """Hypothesis strategies of chat and native requests that are valid but for what is drawn."""
+    from hypothesis import strategies as st
+
+    png = _png()
+    text = st.text(max_size=300)
+    choices = st.none() | st.lists(st.text(max_size=40), min_size=0, max_size=30)
+    kind = st.none() | st.sampled_from(["choice", "yes_no", "number", "text", "essay", ""])
+    options = st.none() | st.fixed_dictionaries({}, optional={
+        "stage2_answer": st.sampled_from(["inline", "two_stage", "three_stage"]),
+        "eager_reasoning": st.booleans() | st.integers(),
+        "transfer_form": st.sampled_from(["reference", "hint", "bogus"]),
+        "transfer_selector": st.sampled_from(["full", "top-20%", ""]),
+        "on_large_failure": st.sampled_from(["error", "small", "retry"]),
+        "unknown_option": st.integers()})
+    image = st.sampled_from([png, png[len("data:image/png;base64,"):], png[:60], "data:image/png;base64,!!!",
+                             "https://example.com/a.png", "file:///etc/passwd", ""])
+    max_tokens = st.none() | st.integers(min_value=-5, max_value=100_000)
+    model = st.sampled_from(["mai", "mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer",
+                             "gpt-4o", ""])
+
+    def strip_none(body: dict) -> dict:
+        return {key: value for key, value in body.items() if value is not None}
+
+    chat = st.builds(lambda m, q, i, c, k, o, t, stream: strip_none({
+        "model": m, "max_tokens": t, "stream": stream,
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": i}}, {"type": "text", "text": q}]}],
+        "mai": strip_none({"choices": c, "answer_type": k, "options": o}) or None}),
+        model, text, image, choices, kind, options, max_tokens, st.booleans())
+    answer = st.builds(lambda q, i, c, k, o, t, p: strip_none({
+        "image": i, "question": q, "choices": c, "answer_type": k, "options": o, "max_tokens": t, "policy": p}),
+        text, image, choices, kind, options, max_tokens,
+        st.none() | st.sampled_from(["cascade", "small", "large", "transfer", "small-reason", "everything"]))
+    return {"/v1/chat/completions": chat, "/v1/mai/answer": answer}
+
+
+def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | None = None) -> FuzzReport:
+    """Send ``examples`` inputs per operation and mode (the same ones on every run); return what came back."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    report = FuzzReport()
+    spec = httpx.get(f"{base_url}/openapi.json", timeout=30).json()
+    schema = schemathesis.openapi.from_dict(spec)
+    near_valid = near_valid_strategies()
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+
+        def send(operation: str, mode: str, method: str, body: Any, content_type: str | None = None) -> None:
+            if isinstance(body, bytes | bytearray):
+                response = http.request(method, operation, content=body,
+                                        headers={"content-type": content_type or "application/json"})
+            else:
+                response = http.request(method, operation, json=body)
+            report.add(f"{method} {operation}", mode, body, response)
+            if on_case is not None:
+                on_case()
+
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            method = operation.method.upper()
+            for mode in MODES:
+                if mode == "near-valid":
+                    if operation.path not in near_valid:
+                        continue
+                    strategy = near_valid[operation.path]
+                else:
+                    generation = schemathesis.GenerationMode.POSITIVE if mode == "positive" else schemathesis.GenerationMode.NEGATIVE
+                    strategy = operation.as_strategy(generation_mode=generation).map(lambda case: case.body)
+
+                @settings(max_examples=examples, database=None, deadline=None, derandomize=True,
+                          suppress_health_check=list(HealthCheck))
+                @given(body=strategy)
+                def run(body, mode=mode, operation=operation, method=method):
+                    if body is None or type(body).__name__ == "NotSet":
+                        body = b""
+                    send(operation.path, mode, method, body)
+
+                run()
+    return report
+
+
+def markdown(report: FuzzReport) -> str:
+    lines = ["| operation | input | status | error code | answers | example input |", "|---|---|---|---|---|---|"]
+    for row in report.rows():
+        example = row["example"].replace("|", "\\|")
+        lines.append(f"| `{row['operation']}` | {row['mode']} | {row['status']} | {row['code'] or '–'} | {row['count']} | `{example}` |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--examples", type=int, default=100, help="inputs per operation and mode (default 100)")
+    parser.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    report = fuzz(args.url, args.examples)
+    print(markdown(report))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"rows": report.rows(), "violations": report.violations}, indent=2) + "\n")
+    if report.violations:
+        print(f"{len(report.violations)} violations:", file=sys.stderr)
+        for violation in report.violations[:20]:
+            print(json.dumps(violation), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
