@@ -94,11 +94,14 @@ def run_locust(base_url: str, run_time_s: int, users: int, request_timeout_s: fl
     rows = json.loads(Path(f"{out}.json").read_text())
     counts = {row["name"].removeprefix("outcome "): row["num_requests"] for row in rows if row["name"].startswith("outcome ")}
     counts["sent"] = sum(row["num_requests"] for row in rows if row["method"] == "POST")
+    counts["failed_statuses"] = {row["name"].removeprefix("failed with status "): row["num_requests"]
+                                 for row in rows if row["name"].startswith("failed with status ")}
     return counts
 
 
 def recovered(base_url: str) -> dict[str, Any]:
-    """Whether the app answers normally again, and how long that took."""
+    """Whether the app answers ``RECOVERY_REQUESTS`` requests in a row normally once the load has stopped
+    (within 120 s), and how long getting them took."""
     body = {"image": _png(), "question": "What is the value of the red bar?", "policy": "cascade"}
     started = time.monotonic()
     normal = 0
@@ -111,7 +114,7 @@ def recovered(base_url: str) -> dict[str, Any]:
         normal = normal + 1 if ok else 0
         if not ok:
             time.sleep(1)
-    return {"recovered": normal >= RECOVERY_REQUESTS, "seconds_to_recover": round(time.monotonic() - started, 1)}
+    return {"recovered": normal >= RECOVERY_REQUESTS, "recovery_check_s": round(time.monotonic() - started, 1)}
 
 
 def _png() -> str:
@@ -129,7 +132,8 @@ def drill(base_url: str, fault: str, run_time_s: int, fault_at_s: float, users: 
         counts = run_locust(base_url, run_time_s, users, request_timeout_s, Path(folder) / "locust")
         timer.join()
     row = {"fault": fault, "what": note.get("fault"), "sent": counts.pop("sent"),
-           **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES}, "mislabelled": counts.get("mislabelled", 0)}
+           **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES}, "mislabelled": counts.get("mislabelled", 0),
+           "failed_statuses": counts.get("failed_statuses", {})}
     row |= recovered(base_url)
     print(json.dumps(row), file=sys.stderr)
     return row
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         for fault in chosen:
             rows.append(drill(base_url, fault, args.run_time, args.fault_at, args.users, args.request_timeout))
     # Client timeout = the app's request timeout + 30 s: a request still open then is "hung".
-    result = {"meta": {"command": "python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:]),
+    result = {"meta": {"command": ("python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
                        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                        "duration_s": round(time.time() - started, 1),
                        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}},

@@ -10,7 +10,8 @@ Every answer must be below 500 (503 with Retry-After from backpressure is allowe
 busy), and every error a JSON body ``{"error": {"message", "code", ...}}``. The report counts answers
 by status and error code, with one example input each.
 
-    python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200 --out bench/results/fuzz.json
+    python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200
+    python -m loadtest.fuzz --local --examples 200 --out bench/results/fuzz.json   # starts the emulated app itself
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class FuzzReport:
     counts: Counter = field(default_factory=Counter)
     examples: dict[tuple[str, str, int, str], str] = field(default_factory=dict)
     violations: list[dict[str, Any]] = field(default_factory=list)
+    not_generated: list[str] = field(default_factory=list)  # operation and mode with no input to send
 
     def add(self, operation: str, mode: str, body: Any, response: httpx.Response) -> None:
         code = ""
@@ -66,7 +68,11 @@ class FuzzReport:
 
 
 def _describe(body: Any) -> str:
-    text = body.decode("latin-1") if isinstance(body, bytes | bytearray) else json.dumps(body, ensure_ascii=True, default=str)
+    """A short, printable, single-line rendering of an input."""
+    if isinstance(body, bytes | bytearray):
+        text = "b'" + bytes(body).decode("latin-1").encode("unicode_escape").decode("ascii") + "'"
+    else:
+        text = json.dumps(body, ensure_ascii=True, default=str)
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -118,6 +124,7 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
     """Send ``examples`` inputs per operation and mode (the same ones on every run); return what came back."""
     import schemathesis
     from hypothesis import HealthCheck, given, settings
+    from hypothesis.errors import Unsatisfiable
 
     report = FuzzReport()
     spec = httpx.get(f"{base_url}/openapi.json", timeout=30).json()
@@ -135,6 +142,20 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
             if on_case is not None:
                 on_case()
 
+        def run_mode(operation_path: str, mode: str, method: str, strategy) -> None:
+            @settings(max_examples=examples, database=None, deadline=None, derandomize=True,
+                      suppress_health_check=list(HealthCheck))
+            @given(body=strategy)
+            def run(body):
+                if body is None or type(body).__name__ == "NotSet":
+                    body = b""
+                send(operation_path, mode, method, body)
+
+            try:
+                run()
+            except Unsatisfiable:  # e.g. no way to break an operation that takes no input
+                report.not_generated.append(f"{method} {operation_path} ({mode})")
+
         for result in schema.get_all_operations():
             operation = result.ok()
             method = operation.method.upper()
@@ -146,23 +167,15 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
                 else:
                     generation = schemathesis.GenerationMode.POSITIVE if mode == "positive" else schemathesis.GenerationMode.NEGATIVE
                     strategy = operation.as_strategy(generation_mode=generation).map(lambda case: case.body)
-
-                @settings(max_examples=examples, database=None, deadline=None, derandomize=True,
-                          suppress_health_check=list(HealthCheck))
-                @given(body=strategy)
-                def run(body, mode=mode, operation=operation, method=method):
-                    if body is None or type(body).__name__ == "NotSet":
-                        body = b""
-                    send(operation.path, mode, method, body)
-
-                run()
+                run_mode(operation.path, mode, method, strategy)
     return report
 
 
-def markdown(report: FuzzReport) -> str:
+def markdown(report: FuzzReport, example_chars: int = 70) -> str:
     lines = ["| operation | input | status | error code | answers | example input |", "|---|---|---|---|---|---|"]
     for row in report.rows():
-        example = row["example"].replace("|", "\\|")
+        example = row["example"] if len(row["example"]) <= example_chars else row["example"][:example_chars - 3] + "..."
+        example = example.replace("|", "\\|").replace("`", "'")
         lines.append(f"| `{row['operation']}` | {row['mode']} | {row['status']} | {row['code'] or '–'} | {row['count']} | `{example}` |")
     return "\n".join(lines) + "\n"
 
@@ -172,12 +185,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--examples", type=int, default=100, help="inputs per operation and mode (default 100)")
     parser.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
+    parser.add_argument("--local", action="store_true",
+                        help="start configs/mai-emulated.yaml (instant answers) on a local Ray and fuzz that")
     args = parser.parse_args(argv)
-    report = fuzz(args.url, args.examples)
+    if args.local:
+        from loadtest.local_app import config_args, deploy, local_ray
+
+        with local_ray(num_cpus=2) as url:
+            deploy(config_args("mai-emulated.yaml", {"small": {"emulation": {"time_scale": 0}},
+                                                     "large": {"emulation": {"time_scale": 0}}}))
+            report = fuzz(url, args.examples)
+    else:
+        report = fuzz(args.url, args.examples)
     print(markdown(report))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"rows": report.rows(), "violations": report.violations}, indent=2) + "\n")
+        command = "python -m loadtest.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])
+        args.out.write_text(json.dumps({"command": command, "examples_per_operation_and_mode": args.examples,
+                                        "rows": report.rows(), "violations": report.violations,
+                                        "not_generated": report.not_generated}, indent=2) + "\n")
     if report.violations:
         print(f"{len(report.violations)} violations:", file=sys.stderr)
         for violation in report.violations[:20]:

@@ -94,5 +94,6 @@ def deployment_handle(deployment: str, name: str = "mai"):
     from ray import serve
 
     handle = serve.get_deployment_handle(deployment, app_name=name)
-    handle._init(_run_router_in_separate_loop=True)
+    if not handle.is_initialized:
+        handle._init(_run_router_in_separate_loop=True)
     return handle

@@ -95,6 +95,8 @@ class VQAUser(HttpUser):
             timed_out = response.status_code == 0 and "timed out" in str(response.error or "").lower()
             outcome = classify(response.status_code, response.headers or {}, payload, timed_out=timed_out)
             self._report(f"outcome {outcome}", elapsed_ms)
+            if outcome == "failed":
+                self._report(f"failed with status {response.status_code}", elapsed_ms)
             if response.status_code != 200:
                 response.failure(f"{response.status_code}: {response.text[:200] if response.text else response.error}")
                 return

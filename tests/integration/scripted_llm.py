@@ -29,9 +29,11 @@ SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
     "largeslow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!sleep 3 [[Yes]]"},
     "reasonslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]", ("small", "reasoning"): "!sleep 3 [[No]]"},
     "transferslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
-                     ("small", "reasoning"): "It is blue.\n[[No]]", ("large", "transfer"): "!sleep 3 [[No]]"},
+                     ("small", "reasoning"): "It is blue.\n[[No]]", ("large", "transfer"): "!sleep 3 [[No]]",
+                     ("large", "stage2"): "!sleep 3 No"},  # a yes/no transfer reads like the S2 prompt
     "allslow": {("small", "simple"): "!sleep 0.4 [[No]]", ("large", "simple"): "!sleep 0.4 [[Yes]]",
-                ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]", ("large", "transfer"): "!sleep 0.4 [[No]]"},
+                ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]", ("large", "transfer"): "!sleep 0.4 [[No]]",
+                ("large", "stage2"): "!sleep 0.4 No"},
 }
 DEFAULT_REPLIES = {"simple": "[[Yes]]", "reasoning": "Thinking.\n[[Yes]]", "stage2": "Yes", "transfer": "[[Yes]]"}
 SLOW_S = 0.6
