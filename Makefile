@@ -37,7 +37,7 @@ test: models
 bench: models
 	RAY_SERVE_THROUGHPUT_OPTIMIZED=1 $(PY) -m loadtest.bench
 
-test-unit: install
+test-unit: models
 	$(PY) -m pytest tests/unit
 
 clean:

@@ -90,12 +90,18 @@ class ModelDeployment(Strict):
     def local_source(self) -> Path | None:
         """The local folder ``source`` names, resolved (relative paths against the current folder,
         then the project root), or None for a hub repo id."""
-        if not self.source.startswith((".", "/", "~")):
-            return None
-        path = Path(self.source).expanduser()
-        if path.is_absolute():
-            return path
-        for base in (Path.cwd(), PROJECT_ROOT):
-            if (base / path).exists():
-                return (base / path).resolve()
-        return (PROJECT_ROOT / path).resolve()
+        return local_folder(self.source)
+
+
+def local_folder(source: str) -> Path | None:
+    """The local folder a model ``source`` names (relative paths against the current folder, then the
+    project root), or None for a hub repo id."""
+    if not source.startswith((".", "/", "~")):
+        return None
+    path = Path(source).expanduser()
+    if path.is_absolute():
+        return path
+    for base in (Path.cwd(), PROJECT_ROOT):
+        if (base / path).exists():
+            return (base / path).resolve()
+    return (PROJECT_ROOT / path).resolve()

@@ -85,3 +85,13 @@ def build_emulated_deployment(spec: ModelDeployment, role: str):
     return EmulatedVLM.options(name=f"{role}:{spec.model_id}", **options).bind(
         spec.emulation.model_dump(), role, spec.model_id
     )
+
+
+def build_scorer_deployment(source: str, *, device: str, dtype: str, num_cpus: float, num_gpus: float,
+                            max_reasoning_tokens: int, autoscaling: dict[str, Any]):
+    """The AttentionScorer for sparse reasoning transfer (deployments/scorer.py)."""
+    from .scorer import AttentionScorer
+
+    return AttentionScorer.options(
+        autoscaling_config=autoscaling, ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
+    ).bind(source, device, dtype, max_reasoning_tokens)

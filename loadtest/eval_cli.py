@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default 600)")
     run.add_argument("--retries", type=int, default=3, help="retries on 503 and dropped connections (default 3)")
     run.add_argument("--max-tokens", type=_positive_int, default=None, help="the requests' max_tokens (default: the server's)")
+    run.add_argument("--transfer-selector", default=None,
+                     help="the requests' transfer selector (full, budget, attention; default: the server's)")
     run.add_argument("--api-key", default=os.environ.get("MAI_API_KEY"), help="bearer token (default $MAI_API_KEY)")
     run.add_argument("--fresh", action="store_true", help="discard the predictions already in --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -93,8 +95,9 @@ def command_run(args: argparse.Namespace) -> int:
     store.open(fresh=args.fresh)
     asyncio.run(check_server(args.url, args.policies, args.api_key))
     settings = DriveSettings(concurrency=args.concurrency, timeout_s=args.timeout, retries=args.retries,
-                             max_tokens=args.max_tokens, api_key=args.api_key)
+                             max_tokens=args.max_tokens, api_key=args.api_key, transfer_selector=args.transfer_selector)
     meta = {"dataset": str(args.data), "url": args.url, "concurrency": args.concurrency, "baseline": baseline,
+            "transfer_selector": args.transfer_selector,
             "limit": args.limit, "policies": args.policies, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (args.out / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
     for policy in args.policies:

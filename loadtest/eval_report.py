@@ -38,6 +38,7 @@ def summarize_policy(policy: str, records: Sequence[EvalRecord], rows: Mapping[s
                 per_request[stage["model"]] += stage.get("completion_tokens") or 0
                 if stage.get("status") == "ok":
                     calls[stage["model"]][stage["prompt_kind"]].append(stage.get("completion_tokens") or 0)
+    transfers = [row["transfer"] for row in answered if row.get("transfer") and not row["transfer"].get("error")]
     latencies = [row["latency_s"] for row in answered]
     wall = sum(segment["wall_s"] for segment in segments)
     timed_requests = sum(segment["requests"] for segment in segments)
@@ -56,6 +57,11 @@ def summarize_policy(policy: str, records: Sequence[EvalRecord], rows: Mapping[s
         "calls_per_request": {model: {kind: len(values) / n for kind, values in sorted(kinds.items())}
                               for model, kinds in calls.items()} if n else {},
         "completion_tokens_per_request": {model: total / n for model, total in per_request.items()} if n else {},
+        # Table 9's Avg. #T: reasoning tokens the large model read per transfer, before and after selection
+        "transfers": len(transfers),
+        "transferred_tokens_mean": sum(t["tokens_after"] for t in transfers) / len(transfers) if transfers else None,
+        "reasoning_tokens_mean": sum(t["tokens_before"] for t in transfers) / len(transfers) if transfers else None,
+        "transfer_selectors": sorted({t["selector"] for t in transfers}),
         "wall_s": wall,
         "segments": len(segments),
         "requests_per_s": timed_requests / wall if wall > 0 else None,
@@ -112,11 +118,14 @@ def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -
                if any(kind in s["tokens_per_call"][model] for s in summaries.values())]
     lines += ["", "## Completion tokens (Table 5: mean per call, by model and prompt kind)", "",
               "| policy | " + "".join(f"{model} {kind} | " for model, kind in columns)
-              + "small per request | large per request |", "|---|" + "---|" * (len(columns) + 2)]
+              + "small per request | large per request | avg #T transferred (of reasoning) |",
+              "|---|" + "---|" * (len(columns) + 3)]
     for s in summaries.values():
         cells = "".join(f"{_fmt(s['tokens_per_call'][model].get(kind), 1)} | " for model, kind in columns)
         per = s["completion_tokens_per_request"]
-        lines.append(f"| {s['policy']} | {cells}{_fmt(per.get('small'), 1)} | {_fmt(per.get('large'), 1)} |")
+        transferred = (f"{_fmt(s['transferred_tokens_mean'], 1)} ({_fmt(s['reasoning_tokens_mean'], 1)}, "
+                       f"{'/'.join(s['transfer_selectors'])})" if s["transfers"] else "–")
+        lines.append(f"| {s['policy']} | {cells}{_fmt(per.get('small'), 1)} | {_fmt(per.get('large'), 1)} | {transferred} |")
     if any(s["segments"] > 1 for s in summaries.values()):
         lines += ["", "Some policies ran in several segments (resumed runs): their wall time is the sum of the segments."]
     return "\n".join(lines) + "\n"
@@ -124,7 +133,7 @@ def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -
 
 CSV_FIELDS = ("policy", "records", "answered", "errors", "score", "accuracy", "precision", "recall", "f1",
               "route_agree_short", "route_agree_reasoned", "route_transfer", "route_single",
-              "small_completion_tokens_per_request", "large_completion_tokens_per_request",
+              "small_completion_tokens_per_request", "large_completion_tokens_per_request", "transferred_tokens_mean",
               "wall_s", "requests_per_s", "latency_mean_s", "latency_p50_s", "latency_p99_s", "speedup", "latency_speedup")
 
 

@@ -32,10 +32,13 @@ class OutputMismatchError(ValueError):
     """The output folder holds results of another dataset."""
 
 
-def chat_body(record: EvalRecord, image_url: str, policy: str, max_tokens: int | None = None) -> dict[str, Any]:
+def chat_body(record: EvalRecord, image_url: str, policy: str, max_tokens: int | None = None,
+              transfer_selector: str | None = None) -> dict[str, Any]:
     """The chat request for one record under one policy: the image and the question in the user
-    message, the options and answer kind in the ``mai`` extension."""
+    message, the options, answer kind and transfer selector in the ``mai`` extension."""
     mai: dict[str, Any] = {}
+    if transfer_selector:
+        mai["options"] = {"transfer_selector": transfer_selector}
     if record.choices:
         mai["choices"] = list(record.choices)
     if record.answer_type:
@@ -76,6 +79,7 @@ def prediction_of(record: EvalRecord, policy: str, status: int, latency_s: float
                                                          "completion_tokens", "latency_s")}
                        for stage in trace.get("stages", [])],
             "usage": body.get("usage", {}),
+            "transfer": trace.get("transfer"),
         }
     else:
         error = body.get("error", {}) if isinstance(body, dict) else {}
@@ -158,11 +162,12 @@ class DriveSettings:
     retries: int = 3  # for 503 (server busy) and dropped connections
     max_tokens: int | None = None
     api_key: str | None = None
+    transfer_selector: str | None = None
 
 
 async def _ask(http: httpx.AsyncClient, record: EvalRecord, image_url: str, policy: str,
                settings: DriveSettings) -> dict[str, Any]:
-    body = chat_body(record, image_url, policy, settings.max_tokens)
+    body = chat_body(record, image_url, policy, settings.max_tokens, settings.transfer_selector)
     headers = {"x-request-id": request_id(policy, record.id)}
     for attempt in range(settings.retries + 1):
         started = time.perf_counter()

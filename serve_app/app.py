@@ -11,21 +11,33 @@ from typing import Any
 
 from ray.serve import Application
 
-from deployments.vlm import build_vlm_deployment
+from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
 from .ingress import MAIIngress
 
 
-def build_ingress(config: AppConfig, small: Application, large: Application) -> Application:
-    """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``)."""
+def build_ingress(config: AppConfig, small: Application, large: Application,
+                  scorer: Application | None = None) -> Application:
+    """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
+    for sparse reasoning transfer, the attention scorer."""
     ingress = config.ingress
     return MAIIngress.options(
         autoscaling_config=ingress.autoscaling.to_serve(),
         max_ongoing_requests=ingress.max_ongoing_requests,
         max_queued_requests=ingress.max_queued_requests,
         ray_actor_options={"num_cpus": ingress.num_cpus},
-    ).bind(small, large, config.model_dump(mode="json"))
+    ).bind(small, large, config.model_dump(mode="json"), scorer)
+
+
+def build_scorer(config: AppConfig) -> Application | None:
+    if not config.transfer_selection.attention:
+        return None
+    scorer = config.transfer_selection.scorer
+    return build_scorer_deployment(config.scorer_source(), device=scorer.device, dtype=scorer.dtype,
+                                   num_cpus=scorer.num_cpus, num_gpus=scorer.num_gpus,
+                                   max_reasoning_tokens=scorer.max_reasoning_tokens,
+                                   autoscaling=scorer.autoscaling.to_serve())
 
 
 def build_app(args: dict[str, Any]) -> Application:
@@ -34,4 +46,5 @@ def build_app(args: dict[str, Any]) -> Application:
         config,
         build_vlm_deployment(config.small, "small"),
         build_vlm_deployment(config.large, "large"),
+        build_scorer(config),
     )

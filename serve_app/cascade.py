@@ -123,8 +123,23 @@ class Question:
             raise ValueError(f"answer kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
 
 
-# A transfer selector picks what of the small model's reasoning the large model reads.
-TransferSelector = Callable[[str, Question], Awaitable[str]]
+@dataclass(frozen=True)
+class Selection:
+    """What a transfer selector kept of the reasoning, and how much that was (in its ``unit``)."""
+
+    text: str
+    tokens_before: int
+    tokens_after: int
+    unit: str = "words"
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+# A transfer selector picks what of the small model's reasoning the large model reads: the text, or a
+# Selection that also says how many tokens it kept.
+TransferSelector = Callable[[str, Question], Awaitable["str | Selection"]]
 
 
 async def keep_full_reasoning(reasoning: str, question: Question) -> str:
@@ -153,6 +168,18 @@ class StageRecord:
 
 
 @dataclass
+class TransferRecord:
+    """The reasoning transfer: which selector, tokens before and after it, what it cost."""
+
+    selector: str
+    tokens_before: int = 0
+    tokens_after: int = 0
+    unit: str = "words"
+    latency_s: float = 0.0
+    error: str | None = None  # the selector failed; the full reasoning was sent
+
+
+@dataclass
 class Trace:
     policy: str
     kind: str
@@ -160,6 +187,7 @@ class Trace:
     answer_parsed: bool = False
     latency_s: float = 0.0
     stages: list[StageRecord] = field(default_factory=list)
+    transfer: TransferRecord | None = None
 
     def tokens(self) -> dict[str, dict[str, int]]:
         totals = {SMALL: {"prompt_tokens": 0, "completion_tokens": 0}, LARGE: {"prompt_tokens": 0, "completion_tokens": 0}}
@@ -320,13 +348,30 @@ class _Run:
         return _Reasoned(reasoning, stage2 if stage2.ok else reasoning)
 
     async def _transfer(self, reasoning: str) -> StageRecord:
-        selector = self.cascade.selectors[self.options.transfer_selector]
-        selected = await selector(reasoning.strip(), self.question)
         return await self._call(
             "transfer_large", LARGE, PromptKind.TRANSFER,
             self.options.max_tokens.transfer, self.options.timeouts.transfer_s,
-            reasoning=selected,
+            reasoning=await self._select(reasoning.strip()),
         )
+
+    async def _select(self, reasoning: str) -> str:
+        """The part of the reasoning the large model reads, per the transfer selector; a failing
+        selector sends the whole reasoning (and says so in the trace) rather than fail the request."""
+        name = self.options.transfer_selector
+        record = self.trace.transfer = TransferRecord(selector=name)
+        started = time.monotonic()
+        try:
+            selected = await self.cascade.selectors[name](reasoning, self.question)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            record.error = f"{type(exc).__name__}: {exc}; the full reasoning was sent"
+            selected = reasoning
+        if not isinstance(selected, Selection):
+            selected = Selection(selected, count_words(reasoning), count_words(selected))
+        record.tokens_before, record.tokens_after, record.unit = selected.tokens_before, selected.tokens_after, selected.unit
+        record.latency_s = time.monotonic() - started
+        return selected.text
 
     async def _call(
         self,

@@ -5,11 +5,11 @@ Unknown keys are errors that name the key; every default is written here, not in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from deployments.settings import Autoscaling, ModelDeployment, Strict
+from deployments.settings import Autoscaling, ModelDeployment, Strict, local_folder
 
 from .cascade import CascadeOptions
 
@@ -56,6 +56,36 @@ class Security(Strict):
     cors_allow_origins: list[str] = Field(default_factory=list)
 
 
+class ScorerSettings(Strict):
+    """The AttentionScorer deployment: one transformers prefill (eager attention) per transfer."""
+
+    source: str | None = Field(None, description="a Qwen3-VL checkpoint; default: the small model's source")
+    device: Literal["cpu", "gpu"] = "cpu"
+    dtype: str = "float32"
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    max_reasoning_tokens: int = Field(4096, ge=1)
+    autoscaling: Autoscaling = Autoscaling(min_replicas=1, max_replicas=1, target_ongoing_requests=4)
+
+    @model_validator(mode="after")
+    def _gpu_for_gpu(self) -> ScorerSettings:
+        if self.device == "gpu" and self.num_gpus <= 0:
+            raise ValueError("a scorer on device gpu needs num_gpus > 0")
+        return self
+
+
+class TransferSelection(Strict):
+    """Selectors a request may choose with ``transfer_selector`` besides ``full``: ``budget`` always,
+    ``attention`` when ``attention: true`` (which deploys the scorer)."""
+
+    budget_head_words: int = Field(48, ge=0)
+    budget_tail_words: int = Field(48, ge=0)
+    attention: bool = False
+    delta: float = Field(0.8, gt=0, le=1, description="share of the reasoning's attention mass to keep")
+    layer: int = Field(-1, description="the scorer layer whose attention ranks the tokens (-1: the last)")
+    scorer: ScorerSettings = ScorerSettings()
+
+
 class AppConfig(Strict):
     small: ModelDeployment
     large: ModelDeployment
@@ -63,13 +93,24 @@ class AppConfig(Strict):
     ingress: IngressDeployment = IngressDeployment()
     limits: Limits = Limits()
     security: Security = Security()
+    transfer_selection: TransferSelection = TransferSelection()
     request_timeout_s: float = Field(300.0, gt=0)
 
     @model_validator(mode="after")
     def _distinct_models(self) -> AppConfig:
         if self.small.model_id == self.large.model_id:
             raise ValueError("small and large need different model_id values")
+        selector = self.cascade.transfer_selector
+        if selector not in ("full", "budget") and not (selector == "attention" and self.transfer_selection.attention):
+            raise ValueError(f"cascade.transfer_selector {selector!r} is not available: use full, budget, or attention "
+                             "with transfer_selection.attention: true")
         return self
+
+    def scorer_source(self) -> str:
+        """The scorer's checkpoint: its own source, else the small model's (a local folder resolved)."""
+        source = self.transfer_selection.scorer.source or self.small.source
+        local = local_folder(source)
+        return str(local) if local is not None else source
 
 
 def load_app_config(args: dict[str, Any]) -> AppConfig:

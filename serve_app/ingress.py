@@ -35,6 +35,7 @@ from .images import check_image, data_url_of
 from .metrics import IngressMetrics
 from .remote_images import fetch_image
 from .security import check_api_key, load_api_keys, read_body
+from .selectors import attention_selector, budget_selector
 
 logger = logging.getLogger("ray.serve")
 
@@ -70,11 +71,17 @@ def _reply_headers(job: Job, result: CascadeResult) -> dict[str, str]:
 @serve.deployment(name="MAIIngress")
 @serve.ingress(app)
 class MAIIngress:
-    def __init__(self, small: Any, large: Any, config: dict[str, Any]):
+    def __init__(self, small: Any, large: Any, config: dict[str, Any], scorer: Any = None):
         self.config = AppConfig.model_validate(config)
+        selection = self.config.transfer_selection
+        selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
+        if scorer is not None:
+            selectors["attention"] = attention_selector(
+                lambda *args: scorer.select.remote(*args), selection.delta, selection.layer)
         self.cascade = Cascade(
             LLMServerClient(small, self.config.small.model_id),
             LLMServerClient(large, self.config.large.model_id),
+            selectors=selectors,
         )
         self.metrics = IngressMetrics()
         self.api_keys = load_api_keys(self.config.security)

@@ -138,6 +138,20 @@ def test_mai_eval_scores_the_real_stack(server, tmp_path):
     assert results["mai"]["latency_p50_s"] > 0 and results["mai"]["speedup"] > 0
 
 
+def test_sparse_transfer_with_the_attention_scorer_on_the_real_stack(server):
+    response = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
+        "image": data_url(), "question": "What colour is the shape?", "policy": "transfer",
+        "options": {"transfer_selector": "attention"}})
+    assert response.status_code == 200, response.text
+    transfer = response.json()["trace"]["transfer"]
+    assert transfer["selector"] == "attention" and transfer["unit"] == "tokens" and transfer["error"] is None
+    assert 0 < transfer["tokens_after"] <= transfer["tokens_before"]
+    budget = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
+        "image": data_url(), "question": "What colour is the shape?", "policy": "transfer",
+        "options": {"transfer_selector": "budget"}}).json()["trace"]["transfer"]
+    assert budget["selector"] == "budget" and budget["unit"] == "words"
+
+
 def test_shuts_down_cleanly_on_sigint(server):
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=90) == 0

@@ -197,6 +197,18 @@ def test_summary_has_route_shares_tokens_per_model_and_kind_latency_and_failures
     assert summary["latency_p50_s"] == 2.0 and summary["latency_sum_s"] == 4.0
 
 
+def test_summary_reports_the_average_transferred_tokens():
+    records = [EvalRecord.model_validate(rec("1", "relaxed") | {"id": str(i)}) for i in range(3)]
+    rows = {"0": answered("0", "1", "transfer", 1.0, []) | {"transfer": {"selector": "attention", "tokens_before": 100, "tokens_after": 40}},
+            "1": answered("1", "1", "transfer", 1.0, []) | {"transfer": {"selector": "attention", "tokens_before": 60, "tokens_after": 20}},
+            "2": answered("2", "1", "transfer", 1.0, []) | {"transfer": {"selector": "attention", "tokens_before": 9,
+                                                                           "tokens_after": 9, "error": "scorer down"}}}
+    summary = summarize_policy("mai-transfer", records, rows, [])
+    assert summary["transfers"] == 2 and summary["transferred_tokens_mean"] == 30 and summary["reasoning_tokens_mean"] == 80
+    body = chat_body(records[0], "data:,", "mai-transfer", transfer_selector="attention")
+    assert body["mai"]["options"] == {"transfer_selector": "attention"}
+
+
 def test_cancelled_stages_count_in_totals_not_in_per_call_means():
     records = [EvalRecord.model_validate(rec("1", "relaxed"))]
     rows = {"r": answered("r", "1", "agree_short", 1.0, [stage("small", "simple", 2), stage("small", "reasoning", 0, "cancelled")])}

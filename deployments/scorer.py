@@ -1,0 +1,25 @@
+"""AttentionScorer: the Ray Serve deployment that selects reasoning tokens by attention for sparse
+reasoning transfer (the scoring itself is deployments/attention.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ray import serve
+
+from .attention import ReasoningScorer
+
+logger = logging.getLogger("ray.serve")
+
+
+@serve.deployment(name="AttentionScorer", ray_actor_options={"num_cpus": 0})
+class AttentionScorer:
+    """One prefill per call; CPU or GPU per its settings."""
+
+    def __init__(self, source: str, device: str, dtype: str, max_reasoning_tokens: int):
+        self.scorer = ReasoningScorer(source, device=device, dtype=dtype, max_reasoning_tokens=max_reasoning_tokens)
+        logger.info("AttentionScorer loaded %s on %s (%d layers)", source, device, self.scorer.layers)
+
+    async def select(self, image_url: str | None, question: str, reasoning: str, delta: float, layer: int) -> dict:
+        return await asyncio.to_thread(self.scorer.select, image_url, question, reasoning, delta=delta, layer=layer)
