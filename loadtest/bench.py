@@ -248,8 +248,46 @@ def bench_cpu(url: str, records: list[dict], requests: int, concurrency: int) ->
     return {"concurrency": 4, "policies": results}
 
 
+def bench_selector(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """What the attention selector costs on the CPU stack (tiny models): the AttentionScorer deployment
+    called through Serve, and the same scoring in this process, by reasoning length; the budget selector
+    beside it. The tiny random models' own reasoning is mostly whitespace, so the reasoning here is
+    written text of known length."""
+    from deployments.attention import ReasoningScorer
+    from deployments.settings import local_folder
+    from loadtest.local_app import deployment_handle
+    from serve_app.selectors import budget_select
+
+    deploy(config_args("mai-cpu.yaml"))
+    handle = deployment_handle("AttentionScorer")
+    scorer = ReasoningScorer(str(local_folder("./models/tiny-small")))
+    image, question = records[0]["image"], "What is the value of the red bar?"
+    sentence = "the red bar is taller than the blue bar so the answer is 42"
+    repeats = max(3, min(requests, 10))
+    rows = {}
+    for words in (32, 128, 512, 2048):
+        reasoning = " ".join([sentence] * (words // 13 + 1))
+        served, local, budget = [], [], []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            result = handle.select.remote(image, question, reasoning, 0.8, -1).result()
+            served.append(time.perf_counter() - started)
+            local.append(scorer.select(image, question, reasoning, delta=0.8)["seconds"])
+            started = time.perf_counter()
+            kept = budget_select(reasoning, 48, 48)
+            budget.append(time.perf_counter() - started)
+        rows[str(result["tokens_before"])] = {
+            "attention_served_p50_ms": round(1000 * percentile(served, 0.5), 2),
+            "attention_in_process_p50_ms": round(1000 * percentile(local, 0.5), 2),
+            "attention_tokens_kept": result["tokens_after"], "attention_mass_kept": round(result["mass"], 3),
+            "budget_p50_ms": round(1000 * percentile(budget, 0.5), 3),
+            "budget_words_kept": f"{kept.tokens_after} of {kept.tokens_before}"}
+    return {"repeats": repeats, "delta": 0.8, "by_reasoning_tokens": rows,
+            "note": "tiny random-weight small model (0.54 M parameters) on 2 CPU cores: costs, not accuracy"}
+
+
 BENCHMARKS = {"paper": bench_paper, "overhead": bench_overhead, "eager": bench_eager,
-              "autoscaling": bench_autoscaling, "cpu": bench_cpu}
+              "autoscaling": bench_autoscaling, "cpu": bench_cpu, "selector": bench_selector}
 COMMANDS = {name: f"python -m loadtest.bench --only {name}" for name in BENCHMARKS}
 
 

@@ -107,11 +107,25 @@ def cpu_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def selector_table(result: dict[str, Any]) -> list[str]:
+    lines = [f"Selecting at δ = {result['delta']} by reasoning length, p50 of {result['repeats']} calls each; "
+             f"{result['note']}. The AttentionScorer is called through Serve (what a transfer waits for) and "
+             "the same scoring in-process; the budget selector (first/last 48 words, numbers, option letters) beside it.", "",
+             "| reasoning tokens | attention via Serve ms | attention in-process ms | tokens kept (mass) | budget ms | budget words kept |",
+             "|---|---|---|---|---|---|"]
+    for tokens, row in result["by_reasoning_tokens"].items():
+        lines.append(f"| {tokens} | {row['attention_served_p50_ms']} | {row['attention_in_process_p50_ms']} | "
+                     f"{row['attention_tokens_kept']} ({row['attention_mass_kept']}) | {row['budget_p50_ms']} | "
+                     f"{row['budget_words_kept']} |")
+    return lines
+
+
 SECTIONS = (("paper", "Paper reproduction under emulation (Tables 10–12)", paper_table),
             ("overhead", "Orchestration overhead", overhead_table),
             ("eager", "Eager reasoning", eager_table),
             ("autoscaling", "Autoscaling on queue depth", autoscaling_table),
-            ("cpu", "The CPU stack with the tiny real models", cpu_table))
+            ("cpu", "The CPU stack with the tiny real models", cpu_table),
+            ("selector", "Sparse reasoning transfer: selector cost", selector_table))
 
 
 def write_report() -> Path:

@@ -139,13 +139,17 @@ def test_mai_eval_scores_the_real_stack(server, tmp_path):
 
 
 def test_sparse_transfer_with_the_attention_scorer_on_the_real_stack(server):
+    """The scorer deployment answers inside a real transfer. The random tiny model's reasoning is often
+    only whitespace (nothing to select); selection on real text is checked on the same checkpoint in
+    tests/unit/test_selectors.py."""
     response = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
         "image": data_url(), "question": "What colour is the shape?", "policy": "transfer",
         "options": {"transfer_selector": "attention"}})
     assert response.status_code == 200, response.text
     transfer = response.json()["trace"]["transfer"]
     assert transfer["selector"] == "attention" and transfer["unit"] == "tokens" and transfer["error"] is None
-    assert 0 < transfer["tokens_after"] <= transfer["tokens_before"]
+    assert 0 <= transfer["tokens_after"] <= transfer["tokens_before"]
+    assert (transfer["tokens_after"] > 0) == (transfer["tokens_before"] > 0)
     budget = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
         "image": data_url(), "question": "What colour is the shape?", "policy": "transfer",
         "options": {"transfer_selector": "budget"}}).json()["trace"]["transfer"]
