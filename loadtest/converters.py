@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from serve_app.answers import split_choices
+from serve_app.images import sniff_format
 
 from .records import write_records
 
@@ -66,13 +67,8 @@ def _image_bytes(value: Any) -> bytes | None:
 
 
 def _suffix(data: bytes) -> str:
-    if data.startswith(b"\x89PNG"):
-        return ".png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return ".jpg"
-    if data.startswith(b"RIFF"):
-        return ".webp"
-    return ".gif" if data.startswith(b"GIF8") else ".img"
+    kind = sniff_format(data)
+    return {"JPEG": ".jpg"}.get(kind, f".{kind.lower()}") if kind else ".img"
 
 
 def _present(value: Any) -> bool:

@@ -27,6 +27,15 @@ def _data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
+def sample_png_data_url(size: tuple[int, int] = (32, 32), colour: tuple[int, int, int] = (200, 30, 30)) -> str:
+    """A small solid-colour PNG as a data URL (a valid image for requests whose content does not matter)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, "PNG")
+    return _data_url(buffer.getvalue())
+
+
 def easy_vqa_records(split: str = "test", limit: int | None = None, seed: int = 0) -> Iterator[dict]:
     """easy-vqa questions with their images; yes/no questions scored as yes/no, the rest exactly."""
     import easy_vqa

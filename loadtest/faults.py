@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from loadtest.data import sample_png_data_url
 from loadtest.local_app import config_args, deploy, deployment_handle, local_ray
 from loadtest.outcomes import OUTCOMES
 
@@ -102,7 +103,7 @@ def run_locust(base_url: str, run_time_s: int, users: int, request_timeout_s: fl
 def recovered(base_url: str) -> dict[str, Any]:
     """Whether the app answers ``RECOVERY_REQUESTS`` requests in a row normally once the load has stopped
     (within 120 s), and how long getting them took."""
-    body = {"image": _png(), "question": "What is the value of the red bar?", "policy": "cascade"}
+    body = {"image": sample_png_data_url(), "question": "What is the value of the red bar?", "policy": "cascade"}
     started = time.monotonic()
     normal = 0
     while time.monotonic() - started < 120 and normal < RECOVERY_REQUESTS:
@@ -115,12 +116,6 @@ def recovered(base_url: str) -> dict[str, Any]:
         if not ok:
             time.sleep(1)
     return {"recovered": normal >= RECOVERY_REQUESTS, "recovery_check_s": round(time.monotonic() - started, 1)}
-
-
-def _png() -> str:
-    from loadtest.fuzz import _png as png
-
-    return png()
 
 
 def drill(base_url: str, fault: str, run_time_s: int, fault_at_s: float, users: int, request_timeout_s: float) -> dict:

@@ -17,8 +17,6 @@ by status and error code, with one example input each.
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import json
 import sys
 from collections import Counter
@@ -76,19 +74,13 @@ def _describe(body: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _png() -> str:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (32, 32), (200, 30, 30)).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
 def near_valid_strategies():
     """Hypothesis strategies of chat and native requests that are valid but for what is drawn."""
     from hypothesis import strategies as st
 
-    png = _png()
+    from loadtest.data import sample_png_data_url
+
+    png = sample_png_data_url()
     text = st.text(max_size=300)
     choices = st.none() | st.lists(st.text(max_size=40), min_size=0, max_size=30)
     kind = st.none() | st.sampled_from(["choice", "yes_no", "number", "text", "essay", ""])

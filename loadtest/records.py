@@ -20,10 +20,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from serve_app.errors import describe_validation_error
+from serve_app.images import sniff_format
 
 from .scoring import METRICS
 
-_MIME = {b"\x89PNG": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF8": "image/gif", b"RIFF": "image/webp"}
 
 
 class DatasetError(ValueError):
@@ -106,10 +106,10 @@ def image_data_url(image: str, base: Path) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise DatasetError(f"image {image!r}: {exc.strerror or exc}") from None
-    mime = next((mime for magic, mime in _MIME.items() if data.startswith(magic)), None)
-    if mime is None:
+    kind = sniff_format(data)
+    if kind is None:
         raise DatasetError(f"image {image!r} is not PNG, JPEG, GIF or WebP")
-    return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+    return f"data:image/{kind.lower()};base64," + base64.b64encode(data).decode("ascii")
 
 
 def write_records(records: Iterable[dict], path: Path) -> int:

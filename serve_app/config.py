@@ -100,6 +100,10 @@ class AppConfig(Strict):
     def _distinct_models(self) -> AppConfig:
         if self.small.model_id == self.large.model_id:
             raise ValueError("small and large need different model_id values")
+        return self
+
+    @model_validator(mode="after")
+    def _default_selector_deployed(self) -> AppConfig:
         selector = self.cascade.transfer_selector
         if selector not in ("full", "budget") and not (selector == "attention" and self.transfer_selection.attention):
             raise ValueError(f"cascade.transfer_selector {selector!r} is not available: use full, budget, or attention "

@@ -29,7 +29,8 @@ class CheckedImage:
     num_bytes: int
 
 
-def _sniff(data: bytes) -> str | None:
+def sniff_format(data: bytes) -> str | None:
+    """PNG, JPEG, WEBP or GIF from the file's magic bytes; None for anything else."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return "PNG"
     if data.startswith(b"\xff\xd8\xff"):
@@ -51,11 +52,6 @@ def _describe(data: bytes) -> str:
 
 def is_remote(url: str) -> bool:
     return url[:16].lower().startswith(("http://", "https://"))
-
-
-def data_url_of(data: bytes) -> str:
-    """Downloaded bytes as a data URL for ``check_image`` (the format is sniffed there)."""
-    return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
 
 
 def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool, param: str) -> CheckedImage:
@@ -92,9 +88,14 @@ def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool
         data = base64.b64decode(re.sub(r"\s+", "", payload), validate=True)
     except (binascii.Error, ValueError):
         raise RequestError("the image data is not valid base64", param=param, code="invalid_image") from None
+    return check_image_bytes(data, max_bytes=max_bytes, max_pixels=max_pixels, param=param)
+
+
+def check_image_bytes(data: bytes, *, max_bytes: int, max_pixels: int, param: str) -> CheckedImage:
+    """Validate an image's bytes (inline once decoded, or downloaded) and return it as a data URL."""
     if len(data) > max_bytes:
         raise RequestError(f"the image is larger than the limit of {max_bytes} bytes", param=param, code="image_too_large", status=413)
-    kind = _sniff(data)
+    kind = sniff_format(data)
     if kind is None:
         raise RequestError(f"the image is not a PNG, JPEG, WebP or GIF (got {_describe(data)})", param=param, code="invalid_image")
     width, height = _dimensions(data, kind, max_pixels, param)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from .cascade import Cascade, CascadeResult, ModelUnavailableError
 from .client import LLMServerClient, bind_request_id
 from .config import AppConfig
 from .errors import RequestError
-from .images import check_image, data_url_of
+from .images import check_image_bytes
 from .metrics import IngressMetrics
 from .remote_images import fetch_image
 from .security import check_api_key, load_api_keys, read_body
@@ -138,12 +139,9 @@ class MAIIngress:
 
     async def _download_image(self, job: Job) -> Job:
         """Fetch the allowed remote image, then check its bytes like an inline one."""
-        import dataclasses
-
         limits = self.config.limits
         data = await fetch_image(job.image_to_download, remote_image_policy(self.config), param="image")
-        image = check_image(data_url_of(data), max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels,
-                            allow_remote=False, param="image")
+        image = check_image_bytes(data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param="image")
         return dataclasses.replace(job, question=dataclasses.replace(job.question, image_url=image.data_url))
 
     def _chat_reply(self, job: Job, result: CascadeResult):

@@ -305,14 +305,44 @@ def test_the_ingress_exports_its_metrics_to_prometheus(server, http):
 
 
 @pytest.fixture(scope="module")
+def image_host():
+    """A local HTTP server with images for the remote-image tests; yields its port."""
+    import http.server
+    import threading
+
+    from ..images import image_bytes
+
+    files = {"/red.png": image_bytes(), "/notes.png": b"just some text", "/big.png": image_bytes(size=(64, 64)) + b"\0" * 60_000}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = files.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("content-length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
 def secure(server, tmp_path_factory):
-    """A second app on /secure: keys from a mounted-secret-style file, a small body limit, CORS for one origin."""
+    """A second app on /secure: keys from a mounted-secret-style file, a small body limit, CORS for one
+    origin, remote images from an allowlisted host (a local one, so private addresses are allowed)."""
     client, _, _ = server
     keys = tmp_path_factory.mktemp("secret") / "api-keys"
     keys.write_text("# one key per line\nsk-mai-first\nsk-mai-second\n")
     config = AppConfig.model_validate(CONFIG | {
         "security": {"api_keys_file": str(keys), "cors_allow_origins": ["https://app.example.com"]},
-        "limits": {"max_image_pixels": 1_000_000, "max_answer_tokens": 64, "max_body_bytes": 50_000}})
+        "limits": {"max_image_pixels": 1_000_000, "max_answer_tokens": 64, "max_body_bytes": 50_000,
+                   "max_image_bytes": 40_000, "allow_remote_images": True, "remote_image_hosts": ["localhost"],
+                   "remote_image_allow_private_networks": True, "remote_image_timeout_s": 5}})
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
     large = ScriptedLLMServer.options(name="large:fake").bind("large")
     serve.run(build_ingress(config, small, large), name="secure", route_prefix="/secure")
@@ -339,6 +369,24 @@ def test_a_body_over_the_limit_is_a_413_before_parsing(secure):
     big = chat_body("Is the shape red? [agree]", image=data_url(size=(400, 400), fmt="PNG")) | {"padding": "x" * 60_000}
     response = secure.post("/secure/v1/chat/completions", json=big, headers={"authorization": "Bearer sk-mai-first"})
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize(("path", "host", "status", "code"), [
+    ("/red.png", "localhost", 200, None),
+    ("/notes.png", "localhost", 400, "invalid_image"),
+    ("/big.png", "localhost", 413, "image_too_large"),
+    ("/missing.png", "localhost", 400, "remote_image_failed"),
+    ("/red.png", "127.0.0.1", 400, "remote_image_forbidden"),  # not on the allowlist
+])
+def test_remote_images_are_fetched_then_checked_like_inline_ones(secure, image_host, path, host, status, code):
+    url = f"http://{host}:{image_host}{path}"
+    response = secure.post("/secure/v1/chat/completions", json=chat_body("Is the shape red? [agree]", image=url),
+                           headers={"authorization": "Bearer sk-mai-first"})
+    assert response.status_code == status, response.text
+    if code is not None:
+        assert response.json()["error"]["code"] == code
+    else:
+        assert response.headers["x-mai-route"] == "agree_short"
 
 
 def test_cors_is_off_by_default_and_on_for_configured_origins(secure):
