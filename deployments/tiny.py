@@ -79,7 +79,9 @@ def training_corpus() -> list[str]:
     return lines * 4
 
 
-def build_tokenizer():
+def build_tokenizer(corpus: list[str] | None = None):
+    """A byte-level BPE of VOCAB_SIZE tokens learnt from ``corpus`` (default: ``training_corpus()``),
+    wrapped as Qwen2TokenizerFast with Qwen's special tokens and a chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
@@ -92,7 +94,7 @@ def build_tokenizer():
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(training_corpus(), trainer=trainer)
+    tokenizer.train_from_iterator(corpus or training_corpus(), trainer=trainer)
     wrapped = Qwen2TokenizerFast(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
@@ -105,11 +107,11 @@ def build_tokenizer():
     return wrapped
 
 
-def build_processor(tokenizer):
+def build_processor(tokenizer, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS):
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    size = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
+    size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
     image_processor = Qwen2VLImageProcessor(patch_size=16, merge_size=2, temporal_patch_size=2, size=size)
     video_processor = Qwen3VLVideoProcessor(patch_size=16, merge_size=2, temporal_patch_size=2, size=size)
     return Qwen3VLProcessor(
@@ -120,7 +122,7 @@ def build_processor(tokenizer):
     )
 
 
-def build_model(spec: TinySpec, tokenizer):
+def build_model(spec: TinySpec, tokenizer, dtype: str = "bfloat16"):
     import torch
     from transformers import GenerationConfig, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -163,7 +165,7 @@ def build_model(spec: TinySpec, tokenizer):
         tie_word_embeddings=True,
     )
     torch.manual_seed(spec.seed)
-    model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16).eval()
+    model = Qwen3VLForConditionalGeneration(config).to(getattr(torch, dtype)).eval()
     model.generation_config = GenerationConfig(
         eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], do_sample=False
     )

@@ -1,0 +1,291 @@
+"""Train the two demo VLMs (tiny Qwen3-VL, from scratch) on easy-vqa, on CPU, in plain PyTorch.
+
+The small and the large model differ the way the paper's 2B and 8B do: the large one has about
+eight times the parameters and sees more examples, so it answers better without thinking; the small
+one learns to reason (a short rationale grounded in what it sees, then ``[[answer]]``) and the large
+one learns to answer with a smaller model's reasoning in context (the reasoning-transfer prompts).
+
+    mai-train-demo --out models            # writes models/demo-small and models/demo-large
+    mai-train-demo --only demo-small --steps 200 --out /tmp/demo   # a quick look
+
+Seeded and bounded: a fixed number of steps per model, stopped early (and said so) at
+``--max-minutes``. The trained checkpoints are committed, so serving needs no training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from deployments.demo_data import (
+    QA,
+    Example,
+    ImageFacts,
+    PromptMix,
+    facts_by_image,
+    make_example,
+    question_type,
+    tokenizer_corpus,
+)
+from deployments.tiny import TinySpec, build_model, build_processor, build_tokenizer
+from serve_app.prompts import PromptKind
+
+# easy-vqa's 64x64 images are upscaled to 128x128 in the processor: 16 image tokens each.
+IMAGE_PIXELS = 128 * 128
+VALIDATION_IMAGES = 200  # the last train images are held out to follow training
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    model: TinySpec
+    steps: int
+    batch_size: int
+    learning_rate: float
+    mix: PromptMix
+    seed: int
+
+
+DEMO_SMALL = DemoSpec(
+    TinySpec("demo-small", 128, 256, 2, 2, 1, 2, 32, seed=2),
+    steps=3000, batch_size=32, learning_rate=3e-3,
+    mix=PromptMix(simple=0.45, reasoning=0.45, stage2=0.1, transfer=0.0), seed=11,
+)
+DEMO_LARGE = DemoSpec(
+    TinySpec("demo-large", 256, 512, 4, 4, 2, 2, 64, seed=8),
+    steps=2500, batch_size=32, learning_rate=1.5e-3,
+    mix=PromptMix(simple=0.4, reasoning=0.2, stage2=0.0, transfer=0.4), seed=13,
+)
+SPECS = {spec.model.name: spec for spec in (DEMO_SMALL, DEMO_LARGE)}
+
+
+@dataclass
+class Corpus:
+    """easy-vqa's train split: questions, what each image shows, and the processed images."""
+
+    train: list[QA]
+    validation: list[QA]
+    facts: dict[int, ImageFacts]
+    pixels: dict[int, object]  # image id -> tensor of patches
+    grid: object  # the (1, 3) image_grid_thw every image shares
+
+
+def load_questions() -> tuple[list[QA], list[str]]:
+    import easy_vqa
+
+    questions, answers, image_ids = easy_vqa.get_train_questions()
+    return [QA(i, q, a) for q, a, i in zip(questions, answers, image_ids)], easy_vqa.get_train_image_paths()
+
+
+def load_corpus(processor, qas: list[QA], paths: list[str], *, validation_images: int = VALIDATION_IMAGES,
+                progress: bool = True) -> Corpus:
+    import torch
+    from PIL import Image
+    from tqdm import tqdm
+
+    facts = facts_by_image(qas)
+    image_ids = sorted({qa.image_id for qa in qas})
+    if len(image_ids) <= validation_images:
+        raise ValueError(f"{len(image_ids)} images leave none for training after {validation_images} held out")
+    held_out = set(image_ids[-validation_images:])
+    pixels, grid = {}, None
+    for image_id in tqdm(image_ids, desc="images", unit="img", disable=not progress, file=sys.stderr):
+        with Image.open(paths[image_id]) as image:
+            batch = processor.image_processor(images=[image.convert("RGB")], return_tensors="pt")
+        pixels[image_id] = batch["pixel_values"].to(torch.float32)
+        grid = batch["image_grid_thw"] if grid is None else grid
+    return Corpus(
+        train=[qa for qa in qas if qa.image_id not in held_out],
+        validation=[qa for qa in qas if qa.image_id in held_out],
+        facts=facts, pixels=pixels, grid=grid,
+    )
+
+
+class Collator:
+    """Examples -> a padded batch: input ids, attention mask, labels on the target only."""
+
+    def __init__(self, tokenizer, image_tokens: int):
+        self.tokenizer = tokenizer
+        self.image_tokens = image_tokens
+        self.image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.pad = tokenizer.pad_token_id
+
+    def ids(self, example: Example) -> tuple[list[int], list[int]]:
+        prompt = self.tokenizer.apply_chat_template(example.messages, tokenize=False, add_generation_prompt=True)
+        prompt = prompt.replace("<|image_pad|>", "<|image_pad|>" * self.image_tokens)
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        target_ids = self.tokenizer(example.target, add_special_tokens=False)["input_ids"] + [self.end]
+        return prompt_ids, target_ids
+
+    def __call__(self, examples: list[Example]) -> dict:
+        import torch
+
+        pairs = [self.ids(example) for example in examples]
+        width = max(len(p) + len(t) for p, t in pairs)
+        input_ids = torch.full((len(pairs), width), self.pad, dtype=torch.long)
+        labels = torch.full((len(pairs), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(pairs), width), dtype=torch.long)
+        for row, (prompt, target) in enumerate(pairs):
+            sequence = prompt + target
+            input_ids[row, : len(sequence)] = torch.tensor(sequence)
+            labels[row, len(prompt) : len(sequence)] = torch.tensor(target)
+            mask[row, : len(sequence)] = 1
+        return {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            "labels": labels,
+            "mm_token_type_ids": (input_ids == self.image_pad).long(),
+        }
+
+
+def batch_of(corpus: Corpus, qas: list[QA], kinds: list[PromptKind], collator: Collator, rng: random.Random,
+             mix: PromptMix) -> dict:
+    import torch
+
+    examples = []
+    for qa, kind in zip(qas, kinds):
+        facts = corpus.facts.get(qa.image_id)
+        # Without known facts there is no rationale to teach: such images give Simple examples only.
+        examples.append(make_example("image", qa, facts, kind if facts else PromptKind.SIMPLE, rng, mix))
+    batch = collator(examples)
+    batch["pixel_values"] = torch.cat([corpus.pixels[qa.image_id] for qa in qas])
+    batch["image_grid_thw"] = corpus.grid.repeat(len(qas), 1)
+    return batch
+
+
+def simple_accuracy(model, corpus: Corpus, collator: Collator, qas: list[QA], batch_size: int = 64) -> dict[str, float]:
+    """Greedy accuracy of the Simple prompt on ``qas``, by kind: under teacher forcing an answer is
+    right when every target token is the argmax, which is what greedy decoding would write."""
+    import torch
+
+    right: dict[str, list[bool]] = defaultdict(list)
+    rng = random.Random(0)
+    mix = PromptMix(1, 0, 0, 0)
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(qas), batch_size):
+            chunk = qas[start : start + batch_size]
+            batch = batch_of(corpus, chunk, [PromptKind.SIMPLE] * len(chunk), collator, rng, mix)
+            labels = batch.pop("labels")
+            logits = model(**batch).logits
+            predicted = logits[:, :-1].argmax(-1)
+            wanted = labels[:, 1:]
+            ok = ((predicted == wanted) | (wanted == -100)).all(-1)
+            for qa, correct in zip(chunk, ok.tolist()):
+                right[question_type(qa.question, qa.answer)].append(correct)
+                right["all"].append(correct)
+    model.train()
+    return {kind: sum(values) / len(values) for kind, values in right.items()}
+
+
+def learning_rate(step: int, spec: DemoSpec) -> float:
+    """Linear warm-up over the first 5 % of steps, then cosine down to a tenth."""
+    warmup = max(1, spec.steps // 20)
+    if step < warmup:
+        return spec.learning_rate * (step + 1) / warmup
+    progress = (step - warmup) / max(1, spec.steps - warmup)
+    return spec.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(spec: DemoSpec, corpus: Corpus, tokenizer, processor, out_dir: Path, *, max_minutes: float,
+          progress: bool = True) -> dict:
+    import torch
+    from tqdm import tqdm
+
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)
+    model = build_model(spec.model, tokenizer, dtype="float32").train()
+    collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
+    parameters = sum(p.numel() for p in model.parameters())
+    validation = random.Random(0).sample(corpus.validation, min(400, len(corpus.validation)))
+    # Questions are drawn type by type: three quarters of easy-vqa's are yes/no, which the question
+    # text alone answers four times in five, and a model fed them in that share learns to read
+    # the question, not the image.
+    by_type: dict[str, list[QA]] = defaultdict(list)
+    for qa in corpus.train:
+        by_type[question_type(qa.question, qa.answer)].append(qa)
+    types = sorted(by_type)
+    started = time.monotonic()
+    steps_done, stopped_early, loss_ema = 0, False, None
+    bar = tqdm(range(spec.steps), desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)", unit="step",
+               disable=not progress, file=sys.stderr)
+    for step in bar:
+        if time.monotonic() - started > max_minutes * 60:
+            stopped_early = True
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, spec)
+        qas = [rng.choice(by_type[rng.choice(types)]) for _ in range(spec.batch_size)]
+        batch = batch_of(corpus, qas, [spec.mix.draw(rng) for _ in qas], collator, rng, spec.mix)
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        steps_done = step + 1
+        loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+        if steps_done % 500 == 0:
+            bar.set_postfix(loss=f"{loss_ema:.3f}", val=f"{simple_accuracy(model, corpus, collator, validation)['all']:.2f}")
+        elif steps_done % 20 == 0:
+            bar.set_postfix(loss=f"{loss_ema:.3f}")
+    bar.close()
+    if stopped_early:
+        print(f"{spec.model.name}: stopped at --max-minutes {max_minutes} after {steps_done} of {spec.steps} steps",
+              file=sys.stderr)
+    accuracy = simple_accuracy(model, corpus, collator, validation)
+    target = out_dir / spec.model.name
+    target.mkdir(parents=True, exist_ok=True)
+    model.eval().save_pretrained(target)
+    processor.save_pretrained(target)
+    report = {
+        "spec": asdict(spec), "parameters": parameters, "steps": steps_done, "stopped_early": stopped_early,
+        "minutes": round((time.monotonic() - started) / 60, 2), "final_loss": round(loss_ema or 0.0, 4),
+        "validation_simple_accuracy": {k: round(v, 3) for k, v in accuracy.items()},
+        "validation_questions": len(validation), "data": "easy-vqa train split",
+    }
+    (target / "mai-demo.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{target}: {parameters / 1e6:.2f} M parameters, {steps_done} steps, Simple accuracy on held-out "
+          f"train images {accuracy['all']:.1%} ({', '.join(f'{k} {v:.0%}' for k, v in accuracy.items() if k != 'all')})",
+          file=sys.stderr)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("models"), help="folder for the checkpoints (default: models)")
+    parser.add_argument("--only", choices=sorted(SPECS), action="append", help="train only this model (repeatable)")
+    parser.add_argument("--steps", type=int, help="override the number of steps (for a quick look)")
+    parser.add_argument("--max-minutes", type=float, default=45.0, help="stop a model's training after this long (default: 45)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = parser.parse_args(argv)
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be at least 1")
+    try:
+        import easy_vqa  # noqa: F401
+        import torch
+    except ImportError as error:
+        parser.error(f"{error.name} is missing: install the project with its eval extra (make install)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    qas, paths = load_questions()
+    tokenizer = build_tokenizer(tokenizer_corpus(qas, facts_by_image(qas)))
+    processor = build_processor(tokenizer, min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS)
+    corpus = load_corpus(processor, qas, paths)
+    print(f"easy-vqa train: {len(corpus.train)} questions for training, {len(corpus.validation)} held out; "
+          f"{len(corpus.facts)} of {len(corpus.pixels)} images with a known colour and shape", file=sys.stderr)
+    for name in args.only or list(SPECS):
+        spec = SPECS[name] if args.steps is None else replace(SPECS[name], steps=args.steps)
+        train(spec, corpus, tokenizer, processor, args.out, max_minutes=args.max_minutes)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
