@@ -1,6 +1,8 @@
 # Set-up and everyday commands. Everything installs into .venv at the repository root.
-#   make serve   install the CPU stack, build the tiny models, serve configs/mai-cpu.yaml on 127.0.0.1:8000
-#   make test    install the CPU stack, build the tiny models, run the whole test suite
+#   make serve        install the CPU stack, serve configs/mai-cpu.yaml (the trained demo models) on 127.0.0.1:8000
+#   make test         install the CPU stack, build the random-weight tiny models, run the whole test suite
+#   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa, about 40 min
+#   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +14,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # replicas, no extra thread hops); `make serve` and the tests run Serve's default mode, because in
 # throughput mode `serve run` took 33 s to exit on Ctrl-C here (the controller's 30 s shutdown timeout).
 
-.PHONY: install models serve test test-unit bench clean
+.PHONY: install models demo-models serve test test-unit bench eval-demo clean
 
 install: $(VENV)/.installed
 
@@ -28,7 +30,10 @@ $(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
 models: install
 	$(VENV)/bin/mai-build-tiny --out models
 
-serve: models
+demo-models: install
+	$(VENV)/bin/mai-train-demo --out models
+
+serve: install
 	$(VENV)/bin/serve run configs/mai-cpu.yaml
 
 test: models
@@ -37,8 +42,11 @@ test: models
 bench: models
 	RAY_SERVE_THROUGHPUT_OPTIMIZED=1 $(PY) -m loadtest.bench
 
+eval-demo: install
+	$(PY) -m loadtest.demo_eval
+
 test-unit: models
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) models .pytest_cache .hypothesis
+	rm -rf $(VENV) models/tiny-* .pytest_cache .hypothesis

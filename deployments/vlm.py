@@ -48,7 +48,8 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
     if local is not None and not (local / "config.json").exists():
         raise FileNotFoundError(
             f"model folder {local} (source {spec.source!r} of {spec.model_id!r}) has no config.json; "
-            "for the tiny CPU models run `mai-build-tiny` (or `make models`) first"
+            "the trained demo models (models/demo-*) come with the repository (`make demo-models` retrains "
+            "them); the random-weight tiny ones are built by `mai-build-tiny` (or `make models`)"
         )
     kwargs: dict[str, Any] = {
         "model_loading_config": {"model_id": spec.model_id, "model_source": str(local or spec.source)},

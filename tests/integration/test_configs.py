@@ -1,5 +1,6 @@
 """The shipped configs validate, and turn into ray.serve.llm LLMConfigs with the settings MAI needs."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -67,10 +68,13 @@ def test_pin_resources_go_into_the_engine_bundle():
     assert kwargs["accelerator_type"] == "L4"
 
 
-def test_cpu_config_uses_local_tiny_models(tmp_path):
+def test_cpu_config_uses_the_committed_demo_models(tmp_path):
     config = load_app_config(app_args("mai-cpu.yaml"))
-    assert config.small.local_source() == ROOT / "models" / "tiny-small"
-    assert config.large.local_source() == ROOT / "models" / "tiny-large"
+    assert config.small.local_source() == ROOT / "models" / "demo-small"
+    assert config.large.local_source() == ROOT / "models" / "demo-large"
+    for source in (config.small.local_source(), config.large.local_source()):
+        assert (source / "config.json").exists() and (source / "model.safetensors").exists()
+        assert json.loads((source / "mai-demo.json").read_text())["steps"] > 0
     missing = config.small.model_copy(update={"source": str(tmp_path / "nothing")})
     with pytest.raises(FileNotFoundError, match="mai-build-tiny"):
         llm_config_kwargs(missing)
