@@ -165,9 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.url:
         status = mai_eval(run + ["--url", args.url])
     else:
+        import logging
+
         from loadtest.local_app import config_args, deploy, local_ray
 
         with local_ray(num_cpus=2) as url:
+            # Ray's logging setup in this process would print every request httpx makes.
+            logging.getLogger("httpx").setLevel(logging.WARNING)
             print("deploying configs/mai-cpu.yaml (about a minute) ...", file=sys.stderr)
             deploy(config_args("mai-cpu.yaml"))
             status = mai_eval(run + ["--url", url])
