@@ -50,6 +50,13 @@ class DemoSpec:
     learning_rate: float
     mix: PromptMix
     seed: int
+    # How many times each question type is in the draw (color, shape, yes/no); shapes are the hard part.
+    type_weights: tuple[tuple[str, int], ...] = (("color", 1), ("shape", 1), ("yes/no", 1))
+
+    def __post_init__(self):
+        unknown = {name for name, _ in self.type_weights} - {"color", "shape", "yes/no"}
+        if unknown or any(times < 1 for _, times in self.type_weights):
+            raise ValueError(f"type_weights names color, shape and yes/no, each at least once: {self.type_weights}")
 
 
 DEMO_SMALL = DemoSpec(
@@ -61,6 +68,7 @@ DEMO_LARGE = DemoSpec(
     TinySpec("demo-large", 256, 512, 4, 4, 2, 2, 64, seed=8),
     steps=2500, batch_size=32, learning_rate=1.5e-3,
     mix=PromptMix(simple=0.4, reasoning=0.2, stage2=0.0, transfer=0.4), seed=13,
+    type_weights=(("color", 1), ("shape", 3), ("yes/no", 1)),
 )
 SPECS = {spec.model.name: spec for spec in (DEMO_SMALL, DEMO_LARGE)}
 
@@ -206,13 +214,13 @@ def train(spec: DemoSpec, corpus: Corpus, tokenizer, processor, out_dir: Path, *
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
     parameters = sum(p.numel() for p in model.parameters())
     validation = random.Random(0).sample(corpus.validation, min(400, len(corpus.validation)))
-    # Questions are drawn type by type: three quarters of easy-vqa's are yes/no, which the question
-    # text alone answers four times in five, and a model fed them in that share learns to read
-    # the question, not the image.
+    # Questions are drawn type by type (spec.type_weights): three quarters of easy-vqa's are yes/no,
+    # which the question text alone answers four times in five, and a model fed them in that share
+    # learns to read the question, not the image.
     by_type: dict[str, list[QA]] = defaultdict(list)
     for qa in corpus.train:
         by_type[question_type(qa.question, qa.answer)].append(qa)
-    types = sorted(by_type)
+    draw = [name for name, times in spec.type_weights if by_type.get(name) for _ in range(times)]
     started = time.monotonic()
     steps_done, stopped_early, loss_ema = 0, False, None
     bar = tqdm(range(spec.steps), desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)", unit="step",
@@ -223,7 +231,7 @@ def train(spec: DemoSpec, corpus: Corpus, tokenizer, processor, out_dir: Path, *
             break
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, spec)
-        qas = [rng.choice(by_type[rng.choice(types)]) for _ in range(spec.batch_size)]
+        qas = [rng.choice(by_type[rng.choice(draw)]) for _ in range(spec.batch_size)]
         batch = batch_of(corpus, qas, [spec.mix.draw(rng) for _ in qas], collator, rng, spec.mix)
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)

@@ -59,3 +59,10 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     stopped = demo_train.train(replace(spec, steps=10_000), corpus, tokenizer, processor, tmp_path / "cut",
                                max_minutes=0.05, progress=False)
     assert stopped["stopped_early"] and stopped["steps"] < 10_000
+
+
+def test_type_weights_are_checked():
+    with pytest.raises(ValueError, match="type_weights"):
+        replace(demo_train.DEMO_SMALL, type_weights=(("colour", 1),))
+    with pytest.raises(ValueError, match="type_weights"):
+        replace(demo_train.DEMO_SMALL, type_weights=(("shape", 0),))
