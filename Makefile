@@ -1,6 +1,6 @@
 # Set-up and everyday commands. Everything installs into .venv at the repository root.
 #   make serve        install the CPU stack, serve configs/mai-cpu.yaml (the trained demo models) on 127.0.0.1:8000
-#   make test         install the CPU stack, build the random-weight tiny models, run the whole test suite
+#   make test         install the CPU stack, build the random-weight tiny models, run ruff, then the whole test suite
 #   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa, about 40 min
 #   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
 PYTHON ?= python3
@@ -14,7 +14,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # replicas, no extra thread hops); `make serve` and the tests run Serve's default mode, because in
 # throughput mode `serve run` took 33 s to exit on Ctrl-C here (the controller's 30 s shutdown timeout).
 
-.PHONY: install models demo-models serve test test-unit bench eval-demo clean
+.PHONY: install models demo-models serve lint test test-unit bench eval-demo clean
 
 install: $(VENV)/.installed
 
@@ -36,14 +36,18 @@ demo-models: install
 serve: install
 	$(VENV)/bin/serve run configs/mai-cpu.yaml
 
-test: models
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: models lint
 	$(PY) -m pytest tests
 
 bench: models
 	RAY_SERVE_THROUGHPUT_OPTIMIZED=1 $(PY) -m loadtest.bench
 
 eval-demo: install
-	$(PY) -m loadtest.demo_eval
+	$(PY) -m evaluation.demo_eval
 
 test-unit: models
 	$(PY) -m pytest tests/unit

@@ -9,6 +9,7 @@ import logging
 from ray import serve
 
 from .attention import ReasoningScorer
+from .settings import ScorerSettings
 
 logger = logging.getLogger("ray.serve")
 
@@ -17,9 +18,10 @@ logger = logging.getLogger("ray.serve")
 class AttentionScorer:
     """One prefill per call; CPU or GPU per its settings."""
 
-    def __init__(self, source: str, device: str, dtype: str, max_reasoning_tokens: int):
-        self.scorer = ReasoningScorer(source, device=device, dtype=dtype, max_reasoning_tokens=max_reasoning_tokens)
-        logger.info("AttentionScorer loaded %s on %s (%d layers)", source, device, self.scorer.layers)
+    def __init__(self, settings: ScorerSettings, source: str):
+        self.scorer = ReasoningScorer(source, device=settings.device, dtype=settings.dtype,
+                                      max_reasoning_tokens=settings.max_reasoning_tokens)
+        logger.info("AttentionScorer loaded %s on %s (%d layers)", source, settings.device, self.scorer.layers)
 
     async def select(self, image_url: str | None, question: str, reasoning: str, delta: float, layer: int) -> dict:
         return await asyncio.to_thread(self.scorer.select, image_url, question, reasoning, delta=delta, layer=layer)

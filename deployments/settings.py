@@ -105,3 +105,21 @@ def local_folder(source: str) -> Path | None:
         if (base / path).exists():
             return (base / path).resolve()
     return (PROJECT_ROOT / path).resolve()
+
+
+class ScorerSettings(Strict):
+    """The AttentionScorer deployment: one transformers prefill (eager attention) per transfer."""
+
+    source: str | None = Field(None, description="a Qwen3-VL checkpoint; default: the small model's source")
+    device: Literal["cpu", "gpu"] = "cpu"
+    dtype: str = "float32"
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    max_reasoning_tokens: int = Field(4096, ge=1)
+    autoscaling: Autoscaling = Autoscaling(min_replicas=1, max_replicas=1, target_ongoing_requests=4)
+
+    @model_validator(mode="after")
+    def _gpu_for_gpu(self) -> ScorerSettings:
+        if self.device == "gpu" and self.num_gpus <= 0:
+            raise ValueError("a scorer on device gpu needs num_gpus > 0")
+        return self

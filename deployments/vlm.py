@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .settings import ModelDeployment
+from .settings import ModelDeployment, ScorerSettings
 
 PREFIX_CACHE_ROUTER = "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
 
@@ -76,23 +76,22 @@ def build_vlm_deployment(spec: ModelDeployment, role: str):
 
 def build_emulated_deployment(spec: ModelDeployment, role: str):
     """EmulatedVLM with the same Serve options and pinning as the LLMServer it stands in for."""
-    from .emulated import EmulatedVLM
+    from .emulated_vlm import EmulatedVLM
 
     options = deployment_options(spec)
     options.pop("request_router_config", None)  # the prefix-cache router needs an engine's KV cache
     options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus or 0}
     if spec.pin_resources:
         options["placement_group_bundles"] = [{"CPU": 0, **spec.pin_resources}]
-    return EmulatedVLM.options(name=f"{role}:{spec.model_id}", **options).bind(
-        spec.emulation.model_dump(), role, spec.model_id
-    )
+    return EmulatedVLM.options(name=f"{role}:{spec.model_id}", **options).bind(spec.emulation, role, spec.model_id)
 
 
-def build_scorer_deployment(source: str, *, device: str, dtype: str, num_cpus: float, num_gpus: float,
-                            max_reasoning_tokens: int, autoscaling: dict[str, Any]):
-    """The AttentionScorer for sparse reasoning transfer (deployments/scorer.py)."""
+def build_scorer_deployment(settings: ScorerSettings, source: str):
+    """The AttentionScorer for sparse reasoning transfer (deployments/scorer.py), scoring with the
+    checkpoint at ``source``."""
     from .scorer import AttentionScorer
 
     return AttentionScorer.options(
-        autoscaling_config=autoscaling, ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
-    ).bind(source, device, dtype, max_reasoning_tokens)
+        autoscaling_config=settings.autoscaling.to_serve(),
+        ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
+    ).bind(settings, source)

@@ -1,1 +1,1 @@
-"""Load tests, benchmarks and their data (run from the repository root)."""
+"""Load tests, benchmarks, fault drills and fuzzing (run from the repository root)."""

@@ -26,16 +26,15 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from deployments import paper_profile
-from loadtest.data import ensure_datasets, read_jsonl
-from loadtest.driver import Outcome, drive, percentile
-from loadtest.local_app import config_args, deploy, local_ray, replica_counts
+from evaluation.datasets import ensure_datasets
+from evaluation.driver import Outcome, drive, percentile
+from evaluation.jsonl import read_jsonl
+from evaluation.local_server import config_args, deploy, local_ray, replica_counts
+from evaluation.paths import RESULTS
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 ONE = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 32}
 # Emulated time runs 1:1 with the paper's H100 profile, except MMMU, whose 2,000-token reasoning
 # chains would take half an hour per policy: it runs 4x faster (its requests are long, so the
@@ -255,8 +254,8 @@ def bench_selector(url: str, records: list[dict], requests: int, concurrency: in
     written text of known length."""
     from deployments.attention import ReasoningScorer
     from deployments.settings import local_folder
-    from loadtest.local_app import deployment_handle
-    from serve_app.selectors import budget_select
+    from evaluation.local_server import deployment_handle
+    from serve_app.transfer_selectors import budget_select
 
     deploy(config_args("mai-cpu.yaml"))
     handle = deployment_handle("AttentionScorer")
@@ -316,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                               "duration_s": round(time.time() - started, 1), "machine": _machine()}
             (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
             print(f"  wrote {RESULTS / f'{name}.json'}", file=sys.stderr)
-    from loadtest.report import write_report
+    from loadtest.bench_report import write_report
 
     write_report()
     return 0

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
-from deployments.emulated import EmulatedVLM
+from deployments.emulated_vlm import EmulatedVLM
 
 app = FastAPI()
 

@@ -27,12 +27,11 @@ from typing import Any
 
 import httpx
 
-from loadtest.data import sample_png_data_url
-from loadtest.local_app import config_args, deploy, deployment_handle, local_ray
+from evaluation.datasets import sample_png_data_url
+from evaluation.local_server import config_args, deploy, deployment_handle, local_ray
+from evaluation.paths import RESULTS
 from loadtest.outcomes import OUTCOMES
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 SMALL, LARGE, INGRESS = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b", "MAIIngress"
 FAULTS = ("kill_small", "kill_large", "kill_ingress", "slow_large")
 RECOVERY_REQUESTS = 20
@@ -85,7 +84,7 @@ def inject(fault: str, run_time_s: float, fault_at_s: float) -> str:
 
 def run_locust(base_url: str, run_time_s: int, users: int, request_timeout_s: float, out: Path) -> dict[str, int]:
     locust = Path(sys.executable).with_name("locust")
-    run = subprocess.run([str(locust), "-f", str(ROOT / "loadtest" / "locustfile.py"), "--headless", "--host", base_url,
+    run = subprocess.run([str(locust), "-f", str(Path(__file__).resolve().parent / "locustfile.py"), "--headless", "--host", base_url,
                           "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{run_time_s}s",
                           "--max-requests", "1000000", "--request-timeout", str(request_timeout_s),
                           "--json-file", str(out), "--only-summary"],

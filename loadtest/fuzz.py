@@ -78,7 +78,7 @@ def near_valid_strategies():
     """Hypothesis strategies of chat and native requests that are valid but for what is drawn."""
     from hypothesis import strategies as st
 
-    from loadtest.data import sample_png_data_url
+    from evaluation.datasets import sample_png_data_url
 
     png = sample_png_data_url()
     text = st.text(max_size=300)
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="start configs/mai-emulated.yaml (instant answers) on a local Ray and fuzz that")
     args = parser.parse_args(argv)
     if args.local:
-        from loadtest.local_app import config_args, deploy, local_ray
+        from evaluation.local_server import config_args, deploy, local_ray
 
         with local_ray(num_cpus=2) as url:
             deploy(config_args("mai-emulated.yaml", {"small": {"emulation": {"time_scale": 0}},

@@ -1,6 +1,6 @@
 """Locust load test for MAI Serve: VQA requests through the OpenAI route and the native route.
 
-Requests are drawn from loadtest/data/*.jsonl (built on first use from easy-vqa and synthetic charts).
+Requests are drawn from bench/data/*.jsonl (built on first use from easy-vqa and synthetic charts).
 Besides one entry per endpoint, every answered request is reported again under the cascade route it
 took ("route agree_short", "route transfer", ...), so each route has its own latency percentiles.
 
@@ -26,7 +26,8 @@ import gevent
 from locust import HttpUser, between, events, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from loadtest.data import ensure_datasets, read_jsonl  # noqa: E402
+from evaluation.datasets import ensure_datasets  # noqa: E402
+from evaluation.jsonl import read_jsonl  # noqa: E402
 from loadtest.outcomes import classify, route_label_is_true  # noqa: E402
 
 RECORDS: list[dict] = []

@@ -27,17 +27,13 @@ def build_ingress(config: AppConfig, small: Application, large: Application,
         max_ongoing_requests=ingress.max_ongoing_requests,
         max_queued_requests=ingress.max_queued_requests,
         ray_actor_options={"num_cpus": ingress.num_cpus},
-    ).bind(small, large, config.model_dump(mode="json"), scorer)
+    ).bind(small, large, config, scorer)
 
 
 def build_scorer(config: AppConfig) -> Application | None:
     if not config.transfer_selection.attention:
         return None
-    scorer = config.transfer_selection.scorer
-    return build_scorer_deployment(config.scorer_source(), device=scorer.device, dtype=scorer.dtype,
-                                   num_cpus=scorer.num_cpus, num_gpus=scorer.num_gpus,
-                                   max_reasoning_tokens=scorer.max_reasoning_tokens,
-                                   autoscaling=scorer.autoscaling.to_serve())
+    return build_scorer_deployment(config.transfer_selection.scorer, config.scorer_source())
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -10,203 +10,25 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
    (``transfer``): prefill instead of decode.
 
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
-async ``complete(messages, *, max_tokens) -> Completion``.
+async ``complete(messages, *, max_tokens, call) -> Completion`` (``contracts.VLMClient``). The options
+are in ``options.py``, the trace records in ``trace.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
-from typing import Any, Literal, Protocol
+import uuid
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from .answers import KINDS, agree, extract_answer, infer_kind
-from .prompts import PromptKind, TransferForm, build_messages
-
-SMALL, LARGE = "small", "large"
-
-
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-
-
-class VLMClient(Protocol):
-    async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion: ...
-
-
-class Policy(StrEnum):
-    CASCADE = "cascade"  # MAI
-    SMALL = "small"  # small model, Simple prompt
-    LARGE = "large"  # large model, Simple prompt
-    SMALL_REASON = "small-reason"  # small model, Reasoning (+ S2), the paper's 2B(R)
-    LARGE_REASON = "large-reason"  # large model, Reasoning (+ S2), the paper's 8B(R)
-    TRANSFER = "transfer"  # the paper's "Full RT": small reasons, large always answers with it
-
-
-class Route(StrEnum):
-    AGREE_SHORT = "agree_short"
-    AGREE_REASONED = "agree_reasoned"
-    TRANSFER = "transfer"
-    SINGLE = "single"
-    DEGRADED_LARGE_ONLY = "degraded_large_only"  # small failed in stage 1
-    DEGRADED_NO_REASONING = "degraded_no_reasoning"  # small failed while reasoning
-    DEGRADED_NO_TRANSFER = "degraded_no_transfer"  # large failed in the transfer stage
-    DEGRADED_SMALL_ONLY = "degraded_small_only"  # large failed, on_large_failure: small
-
-
-class TokenBudgets(BaseModel):
-    """``max_tokens`` per prompt kind."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    simple: int = Field(32, ge=1)
-    explain: int = Field(512, ge=1)
-    reasoning: int = Field(2048, ge=1)
-    stage2: int = Field(32, ge=1)
-    transfer: int = Field(32, ge=1)
-
-
-class StageTimeouts(BaseModel):
-    """Seconds each stage may take; ``None`` waits as long as the model does."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    short_s: float | None = Field(None, gt=0)
-    reasoning_s: float | None = Field(None, gt=0)
-    stage2_s: float | None = Field(None, gt=0)
-    transfer_s: float | None = Field(None, gt=0)
-
-
-class CascadeOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    policy: Policy = Policy.CASCADE
-    # How a reasoning stage yields its answer: "inline" parses [[answer]] from the reasoning (the
-    # paper's final cascade), "two_stage" asks again with the Stage 2 prompt (B.3). None: the
-    # paper's choice per policy (inline for cascade and transfer, two_stage for the baselines).
-    stage2_answer: Literal["inline", "two_stage"] | None = None
-    # Start the small model's reasoning together with stage 1; cancel it when stage 1 agrees.
-    eager_reasoning: bool = False
-    # Reasoning-transfer prompt; None: the paper's choice per answer kind.
-    transfer_form: TransferForm | None = None
-    transfer_selector: str = "full"
-    on_large_failure: Literal["error", "small"] = "error"
-    max_tokens: TokenBudgets = TokenBudgets()
-    timeouts: StageTimeouts = StageTimeouts()
-    anls_threshold: float = Field(0.5, gt=0, le=1)
-    rel_tol: float = Field(0.05, ge=0, le=1)
-
-    def resolved_stage2_answer(self) -> str:
-        if self.stage2_answer is not None:
-            return self.stage2_answer
-        return "two_stage" if self.policy in (Policy.SMALL_REASON, Policy.LARGE_REASON) else "inline"
-
-
-@dataclass(frozen=True)
-class Question:
-    question: str
-    image_url: str | None = None
-    choices: tuple[str, ...] = ()
-    kind: str | None = None  # choice | yes_no | number | text; None: inferred from the question
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "choices", tuple(self.choices))
-        if self.kind is None:
-            object.__setattr__(self, "kind", infer_kind(self.question, self.choices))
-        elif self.kind not in KINDS:
-            raise ValueError(f"answer kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What a transfer selector kept of the reasoning, and how much that was (in its ``unit``)."""
-
-    text: str
-    tokens_before: int
-    tokens_after: int
-    unit: str = "words"
-
-
-def count_words(text: str) -> int:
-    return len(text.split())
-
-
-# A transfer selector picks what of the small model's reasoning the large model reads: the text, or a
-# Selection that also says how many tokens it kept.
-TransferSelector = Callable[[str, Question], Awaitable["str | Selection"]]
-
-
-async def keep_full_reasoning(reasoning: str, question: Question) -> str:
-    return reasoning
-
-
-DEFAULT_SELECTORS: Mapping[str, TransferSelector] = {"full": keep_full_reasoning}
-
-
-@dataclass
-class StageRecord:
-    name: str
-    model: str
-    prompt_kind: str
-    status: str = "running"  # ok | error | timeout | cancelled
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-    answer: str | None = None  # parsed answer, None when nothing could be parsed
-    output: str = ""
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-@dataclass
-class TransferRecord:
-    """The reasoning transfer: which selector, tokens before and after it, what it cost."""
-
-    selector: str
-    tokens_before: int = 0
-    tokens_after: int = 0
-    unit: str = "words"
-    latency_s: float = 0.0
-    error: str | None = None  # the selector failed; the full reasoning was sent
-
-
-@dataclass
-class Trace:
-    policy: str
-    kind: str
-    route: str | None = None
-    answer_parsed: bool = False
-    latency_s: float = 0.0
-    stages: list[StageRecord] = field(default_factory=list)
-    transfer: TransferRecord | None = None
-
-    def tokens(self) -> dict[str, dict[str, int]]:
-        totals = {SMALL: {"prompt_tokens": 0, "completion_tokens": 0}, LARGE: {"prompt_tokens": 0, "completion_tokens": 0}}
-        for stage in self.stages:
-            totals[stage.model]["prompt_tokens"] += stage.prompt_tokens
-            totals[stage.model]["completion_tokens"] += stage.completion_tokens
-        return totals
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["tokens"] = self.tokens()
-        return data
-
-
-@dataclass(frozen=True)
-class CascadeResult:
-    answer: str
-    route: str
-    trace: Trace
+from .answers import agree, extract_answer
+from .contracts import EngineCall, Question, Selection, TransferSelector, VLMClient
+from .options import CascadeOptions, Policy
+from .prompts import PromptKind, build_messages
+from .trace import LARGE, SMALL, CascadeResult, Route, StageRecord, Trace, TransferRecord
+from .transfer_selectors import DEFAULT_SELECTORS, check_transfer_selector, count_words
 
 
 class ModelUnavailableError(RuntimeError):
@@ -230,12 +52,13 @@ class Cascade:
         self.clients: dict[str, VLMClient] = {SMALL: small, LARGE: large}
         self.selectors: dict[str, TransferSelector] = {**DEFAULT_SELECTORS, **(selectors or {})}
 
-    async def run(self, question: Question, options: CascadeOptions | None = None) -> CascadeResult:
+    async def run(self, question: Question, options: CascadeOptions | None = None, *,
+                  request_id: str | None = None) -> CascadeResult:
+        """Answer ``question`` under ``options``; every model call names ``request_id`` (a new id when
+        None). An unknown transfer selector is refused before any model is called."""
         options = options or CascadeOptions()
-        if options.transfer_selector not in self.selectors:
-            known = ", ".join(sorted(self.selectors))
-            raise ValueError(f"unknown transfer_selector {options.transfer_selector!r} (known: {known})")
-        return await _Run(self, question, options).execute()
+        check_transfer_selector(options.transfer_selector, self.selectors)
+        return await _Run(self, question, options, request_id or uuid.uuid4().hex).execute()
 
 
 @dataclass
@@ -251,8 +74,8 @@ class _Reasoned:
 class _Run:
     """One request: its options, its trace, and the model calls it has in flight."""
 
-    def __init__(self, cascade: Cascade, question: Question, options: CascadeOptions):
-        self.cascade, self.question, self.options = cascade, question, options
+    def __init__(self, cascade: Cascade, question: Question, options: CascadeOptions, request_id: str):
+        self.cascade, self.question, self.options, self.request_id = cascade, question, options, request_id
         self.kind: str = question.kind or "text"
         self.trace = Trace(policy=options.policy.value, kind=self.kind)
         self._tasks: list[asyncio.Task] = []
@@ -263,6 +86,8 @@ class _Run:
             Policy.CASCADE: self._cascade,
             Policy.SMALL: lambda: self._single_short(SMALL),
             Policy.LARGE: lambda: self._single_short(LARGE),
+            Policy.SMALL_EXPLAIN: lambda: self._single_explained(SMALL),
+            Policy.LARGE_EXPLAIN: lambda: self._single_explained(LARGE),
             Policy.SMALL_REASON: lambda: self._single_reasoned(SMALL),
             Policy.LARGE_REASON: lambda: self._single_reasoned(LARGE),
             Policy.TRANSFER: self._full_transfer,
@@ -298,6 +123,15 @@ class _Run:
 
     async def _single_short(self, model: str) -> CascadeResult:
         stage = await self._short(model)
+        if not stage.ok:
+            raise ModelUnavailableError(model, stage, self.trace)
+        return self._finish(Route.SINGLE, stage)
+
+    async def _single_explained(self, model: str) -> CascadeResult:
+        stage = await self._call(
+            f"explain_{model}", model, PromptKind.EXPLAIN,
+            self.options.max_tokens.explain, self.options.timeouts.explain_s,
+        )
         if not stage.ok:
             raise ModelUnavailableError(model, stage, self.trace)
         return self._finish(Route.SINGLE, stage)
@@ -394,7 +228,9 @@ class _Run:
         started = time.monotonic()
         try:
             completion = await asyncio.wait_for(
-                self.cascade.clients[model].complete(messages, max_tokens=max_tokens), timeout_s
+                self.cascade.clients[model].complete(
+                    messages, max_tokens=max_tokens, call=EngineCall(self.request_id, name, prompt_kind)),
+                timeout_s,
             )
         except asyncio.CancelledError:
             stage.status, stage.latency_s = "cancelled", time.monotonic() - started

@@ -5,29 +5,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-import uuid
-from contextvars import ContextVar
 from typing import Any
 
-from .cascade import Completion
-from .prompts import prompt_kind_of
+from deployments.engine_ids import EngineRequestId
 
-# The MAI request the current task serves; every engine call of it is stamped with it.
-_current_request_id: ContextVar[str | None] = ContextVar("mai_request_id", default=None)
+from .contracts import Completion, EngineCall
+
 _call_numbers = itertools.count()
 
 
-def bind_request_id(request_id: str) -> None:
-    """Stamp the engine calls made from the current task (and tasks it starts) with ``request_id``."""
-    _current_request_id.set(request_id)
-
-
-def engine_request_id(messages: list[dict]) -> str:
-    """``mai-<request>-<prompt kind>-<n>``: unique per engine call, and it ties vLLM's logs (and the
-    emulated engine's script) to the MAI request and stage."""
-    kind = prompt_kind_of(messages)
-    request = _current_request_id.get() or uuid.uuid4().hex
-    return f"mai-{request}-{kind.value if kind else 'chat'}-{next(_call_numbers)}"
+def engine_request_id(call: EngineCall) -> str:
+    """The engine's request id of ``call``: unique per engine call, and it ties vLLM's logs (and the
+    emulated engine's script) to the MAI request, stage and prompt kind."""
+    return str(EngineRequestId(call.request_id, call.stage, call.prompt_kind.value, next(_call_numbers)))
 
 
 class EngineError(RuntimeError):
@@ -49,10 +39,10 @@ class LLMServerClient:
         self.model_id = model_id
         self._sampling = {"temperature": 0.0, **(sampling or {})}
 
-    async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
+    async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion:
         request = self._request_type(
             model=self.model_id, messages=messages, max_tokens=max_tokens, stream=False,
-            request_id=engine_request_id(messages), **self._sampling,
+            request_id=engine_request_id(call), **self._sampling,
         )
         started = time.monotonic()
         response = self._handle.chat.remote(request)

@@ -5,13 +5,14 @@ Unknown keys are errors that name the key; every default is written here, not in
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, model_validator
 
-from deployments.settings import Autoscaling, ModelDeployment, Strict, local_folder
+from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, Strict, local_folder
 
-from .cascade import CascadeOptions
+from .options import CascadeOptions
+from .transfer_selectors import UnknownSelectorError, check_transfer_selector
 
 
 class IngressDeployment(Strict):
@@ -56,24 +57,6 @@ class Security(Strict):
     cors_allow_origins: list[str] = Field(default_factory=list)
 
 
-class ScorerSettings(Strict):
-    """The AttentionScorer deployment: one transformers prefill (eager attention) per transfer."""
-
-    source: str | None = Field(None, description="a Qwen3-VL checkpoint; default: the small model's source")
-    device: Literal["cpu", "gpu"] = "cpu"
-    dtype: str = "float32"
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
-    max_reasoning_tokens: int = Field(4096, ge=1)
-    autoscaling: Autoscaling = Autoscaling(min_replicas=1, max_replicas=1, target_ongoing_requests=4)
-
-    @model_validator(mode="after")
-    def _gpu_for_gpu(self) -> ScorerSettings:
-        if self.device == "gpu" and self.num_gpus <= 0:
-            raise ValueError("a scorer on device gpu needs num_gpus > 0")
-        return self
-
-
 class TransferSelection(Strict):
     """Selectors a request may choose with ``transfer_selector`` besides ``full``: ``budget`` always,
     ``attention`` when ``attention: true`` (which deploys the scorer)."""
@@ -84,6 +67,10 @@ class TransferSelection(Strict):
     delta: float = Field(0.8, gt=0, le=1, description="share of the reasoning's attention mass to keep")
     layer: int = Field(-1, description="the scorer layer whose attention ranks the tokens (-1: the last)")
     scorer: ScorerSettings = ScorerSettings()
+
+    def available(self) -> tuple[str, ...]:
+        """The selectors a request may name: ``attention`` only when its scorer is deployed."""
+        return ("full", "budget", "attention") if self.attention else ("full", "budget")
 
 
 class AppConfig(Strict):
@@ -105,9 +92,11 @@ class AppConfig(Strict):
     @model_validator(mode="after")
     def _default_selector_deployed(self) -> AppConfig:
         selector = self.cascade.transfer_selector
-        if selector not in ("full", "budget") and not (selector == "attention" and self.transfer_selection.attention):
-            raise ValueError(f"cascade.transfer_selector {selector!r} is not available: use full, budget, or attention "
-                             "with transfer_selection.attention: true")
+        try:
+            check_transfer_selector(selector, self.transfer_selection.available())
+        except UnknownSelectorError as exc:
+            raise ValueError(f"cascade.transfer_selector {selector!r} is not available ({exc}); attention needs "
+                             "transfer_selection.attention: true") from None
         return self
 
     def scorer_source(self) -> str:

@@ -1,60 +1,40 @@
-"""MAIIngress: the FastAPI ingress deployment that runs the cascade over the two model deployments."""
+"""MAIIngress: the FastAPI ingress deployment that runs the cascade over the two model deployments.
 
-from __future__ import annotations
+The FastAPI app is built when a replica starts (``__serve_build_asgi_app__``), from the validated
+config: CORS is part of it from the start, and the route handlers only wire the request models
+(``protocol``), request -> job (``jobs``), the cascade, and job + result -> reply (``responses``).
+"""
 
+# No ``from __future__ import annotations`` here: the replica gets this class by value (cloudpickle),
+# and FastAPI must see the handlers' parameter types (``Request``) as objects, not as names to look up.
 import asyncio
 import dataclasses
-import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .api import (
-    AnswerRequest,
-    ChatRequest,
-    Job,
-    openapi_body,
-    remote_image_policy,
-    answer_response,
-    chat_completion,
-    chat_completion_chunks,
-    job_from_answer,
-    job_from_chat,
-    models_list,
-    parse_json,
-)
-from .cascade import Cascade, CascadeResult, ModelUnavailableError
-from .client import LLMServerClient, bind_request_id
-from .config import AppConfig
+from .cascade import Cascade, ModelUnavailableError
+from .client import LLMServerClient
+from .config import AppConfig, Security
 from .errors import RequestError
 from .images import check_image_bytes
+from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
+from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .remote_images import fetch_image
+from .responses import answer_reply, chat_reply, error_reply, models_list
 from .security import check_api_key, load_api_keys, read_body
-from .selectors import attention_selector, budget_selector
+from .trace import CascadeResult
+from .transfer_selectors import UnknownSelectorError, attention_selector, budget_selector
 
 logger = logging.getLogger("ray.serve")
 
 RETRY_AFTER_S = "5"
-
-app = FastAPI(title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0")
-
-
-@app.exception_handler(StarletteHTTPException)
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    error = RequestError(str(exc.detail), code="not_found" if exc.status_code == 404 else "http_error", status=exc.status_code)
-    return JSONResponse(error.body(), status_code=exc.status_code)
-
-
-def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
-    for chunk in chunks:
-        yield f"data: {json.dumps(chunk)}\n\n"
-    yield "data: [DONE]\n\n"
 
 
 def _request_id(request: Request) -> str | None:
@@ -65,40 +45,53 @@ def _request_id(request: Request) -> str | None:
     return request.headers.get("x-request-id") or _get_serve_request_context().request_id or None
 
 
-def _reply_headers(job: Job, result: CascadeResult) -> dict[str, str]:
-    return {"x-mai-route": result.route}
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    error = RequestError(str(exc.detail), code="not_found" if exc.status_code == 404 else "http_error", status=exc.status_code)
+    return JSONResponse(error.body(), status_code=exc.status_code)
+
+
+def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
+    """The HTTP API of one ingress replica: its routes, error bodies and CORS policy."""
+    api = FastAPI(title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0")
+    api.add_exception_handler(StarletteHTTPException, _http_error)
+    if security.cors_allow_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        api.add_middleware(CORSMiddleware, allow_origins=security.cors_allow_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["authorization", "content-type", "x-api-key", "x-request-id"])
+    api.add_api_route("/healthz", ingress.healthz, methods=["GET"])
+    api.add_api_route("/v1/models", ingress.models, methods=["GET"])
+    api.add_api_route("/v1/chat/completions", ingress.chat_completions, methods=["POST"],
+                      openapi_extra=openapi_body(ChatRequest))
+    api.add_api_route("/v1/mai/answer", ingress.answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest))
+    return api
 
 
 @serve.deployment(name="MAIIngress")
-@serve.ingress(app)
+@serve.ingress()
 class MAIIngress:
-    def __init__(self, small: Any, large: Any, config: dict[str, Any], scorer: Any = None):
-        self.config = AppConfig.model_validate(config)
-        selection = self.config.transfer_selection
+    def __init__(self, small: Any, large: Any, config: AppConfig, scorer: Any = None):
+        self.config = config
+        selection = config.transfer_selection
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
         if scorer is not None:
             selectors["attention"] = attention_selector(
                 lambda *args: scorer.select.remote(*args), selection.delta, selection.layer)
         self.cascade = Cascade(
-            LLMServerClient(small, self.config.small.model_id),
-            LLMServerClient(large, self.config.large.model_id),
+            LLMServerClient(small, config.small.model_id),
+            LLMServerClient(large, config.large.model_id),
             selectors=selectors,
         )
         self.metrics = IngressMetrics()
-        self.api_keys = load_api_keys(self.config.security)
+        self.api_keys = load_api_keys(config.security)
         logger.info("MAI ingress: API keys %s", f"required ({len(self.api_keys)} configured)" if self.api_keys else "off")
-        if self.config.security.cors_allow_origins:
-            from fastapi.middleware.cors import CORSMiddleware
 
-            app.add_middleware(CORSMiddleware, allow_origins=self.config.security.cors_allow_origins,
-                               allow_methods=["GET", "POST"], allow_headers=["authorization", "content-type", "x-api-key",
-                                                                          "x-request-id"])
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_api(self, self.config.security)
 
-    @app.get("/healthz")
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/v1/models")
     async def models(self, request: Request):
         try:
             check_api_key(request.headers, self.api_keys)
@@ -106,18 +99,15 @@ class MAIIngress:
             return self._error(error)
         return models_list()
 
-    @app.post("/v1/chat/completions", openapi_extra=openapi_body(ChatRequest))
     async def chat_completions(self, request: Request):
-        return await self._serve(request, job_from_chat, self._chat_reply)
+        return await self._serve(request, job_from_chat, chat_reply)
 
-    @app.post("/v1/mai/answer", openapi_extra=openapi_body(AnswerRequest))
     async def answer(self, request: Request):
-        return await self._serve(request, job_from_answer, answer_response)
+        return await self._serve(request, job_from_answer, answer_reply)
 
     # -------------------------------------------------------------------------------------------
 
-    async def _serve(self, request: Request, parse: Callable[..., Job],
-                     reply: Callable[[Job, CascadeResult], Any]):
+    async def _serve(self, request: Request, parse: Callable[..., Job], reply: Callable[[Job, CascadeResult], Any]):
         try:
             check_api_key(request.headers, self.api_keys)
             body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
@@ -128,14 +118,11 @@ class MAIIngress:
         except RequestError as error:
             return self._error(error)
         self.metrics.record(job.options.policy.value, result)
-        body = reply(job, result)
-        if isinstance(body, StreamingResponse):
-            return body
-        return JSONResponse(body, headers=_reply_headers(job, result))
+        return reply(job, result)
 
     def _error(self, error: RequestError) -> JSONResponse:
         self.metrics.record_error(error.status, error.code)
-        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+        return error_reply(error)
 
     async def _download_image(self, job: Job) -> Job:
         """Fetch the allowed remote image, then check its bytes like an inline one."""
@@ -144,21 +131,13 @@ class MAIIngress:
         image = check_image_bytes(data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param="image")
         return dataclasses.replace(job, question=dataclasses.replace(job.question, image_url=image.data_url))
 
-    def _chat_reply(self, job: Job, result: CascadeResult):
-        if job.stream:
-            return StreamingResponse(_sse(chat_completion_chunks(job, result)), media_type="text/event-stream",
-                                     headers=_reply_headers(job, result))
-        return chat_completion(job, result)
-
     async def _run(self, job: Job) -> CascadeResult:
-        selector = job.options.transfer_selector
-        if selector not in self.cascade.selectors:
-            raise RequestError(f"unknown transfer_selector {selector!r}; known: {', '.join(sorted(self.cascade.selectors))}",
-                               param="options.transfer_selector", code="invalid_options")
         timeout_s = self.config.request_timeout_s
-        bind_request_id(job.request_id)
         try:
-            return await asyncio.wait_for(self.cascade.run(job.question, job.options), timeout_s)
+            return await asyncio.wait_for(self.cascade.run(job.question, job.options, request_id=job.request_id),
+                                          timeout_s)
+        except UnknownSelectorError as exc:
+            raise RequestError(str(exc), param="options.transfer_selector", code="invalid_options") from None
         except ModelUnavailableError as exc:
             logger.warning("MAI request failed: %s", exc)
             raise RequestError(f"{exc}; retry later", code="model_unavailable", status=503,

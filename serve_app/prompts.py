@@ -147,31 +147,3 @@ def build_messages(
         }
     )
     return [{"role": "user", "content": content}]
-
-
-_OPENINGS: tuple[tuple[str, PromptKind], ...] = (
-    ("Without thinking", PromptKind.SIMPLE),
-    ("Provide a simple explanation", PromptKind.EXPLAIN),
-    ("Please think step by step", PromptKind.REASONING),
-    ("According to previous thinking", PromptKind.STAGE2),
-    ("The following is a reference answer", PromptKind.TRANSFER),
-)
-
-
-def prompt_kind_of(messages: Sequence[dict]) -> PromptKind | None:
-    """Which template the last text part of ``messages`` was built from, or None.
-
-    The "according" wording is shared by Stage 2 and the "according" transfer form; it reads as
-    ``STAGE2`` here, since both ask for a short answer given a reasoning."""
-    for message in reversed(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        parts = [content] if isinstance(content, str) else list(content or [])
-        for part in reversed(parts):
-            text = part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None
-            if not isinstance(text, str):
-                continue
-            for opening, prompt_kind in _OPENINGS:
-                if text.lstrip().startswith(opening):
-                    return prompt_kind
-            return None
-    return None

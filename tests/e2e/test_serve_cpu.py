@@ -159,20 +159,20 @@ def test_the_served_demo_models_answer_what_they_were_trained_for(server):
     the demo models answer them far above chance (1 in 8), and the small model's Reasoning prompt
     yields a rationale about the image before its [[answer]]. Breaks if the served prompts, the chat
     template, the image processing or the engine's numerics drift from what the models learnt."""
-    from loadtest.data import easy_vqa_records
+    from evaluation.datasets import easy_vqa_records
+    from training.demo_data import COLOURS
 
     colour = [r for r in easy_vqa_records("test", limit=400) if "color" in r["question"].lower()][:16]
     assert len(colour) == 16
     for policy in ("small", "large"):
         answers = [httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
             "image": r["image"], "question": r["question"], "policy": policy}).json()["answer"] for r in colour]
-        right = sum(answer == r["answer"] for answer, r in zip(answers, colour))
+        right = sum(answer == r["answer"] for answer, r in zip(answers, colour, strict=True))
         assert right >= 12, f"{policy}: {right}/16 colours right: {answers}"
     body = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
         "image": colour[0]["image"], "question": colour[0]["question"], "policy": "small-reason"}).json()
     reasoning = next(stage for stage in body["trace"]["stages"] if stage["prompt_kind"] == "reasoning")
-    assert reasoning["completion_tokens"] > 8 and body["answer"] in (
-        "red", "green", "blue", "yellow", "black", "gray", "teal", "brown")
+    assert reasoning["completion_tokens"] > 8 and body["answer"] in COLOURS
 
 
 def test_shuts_down_cleanly_on_sigint(server):

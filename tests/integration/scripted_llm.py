@@ -1,7 +1,7 @@
 """A Serve deployment with LLMServer's ``chat`` interface that answers from a script.
 
 The scenario is a keyword in the question text; the reply depends on the deployment's role (small or
-large) and the prompt kind of the request. It records every call, so tests can count model calls.
+large) and the prompt kind its engine request id names. It records every call, so tests can count model calls.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 from ray import serve
 
-from serve_app.prompts import prompt_kind_of
+from deployments.engine_ids import parse_engine_request_id
 
 # scenario -> {(role, prompt kind): reply}; a reply "!raise" raises, "!error" yields an ErrorResponse.
 SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
@@ -19,8 +19,9 @@ SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
     "reasoned": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
                  ("small", "reasoning"): "The shape is red, so yes.\n[[Yes]]"},
     "transfer": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
-                 ("small", "reasoning"): "It looks blue to me.\n[[No]]", ("large", "stage2"): "No",
-                 ("large", "transfer"): "[[B]]"},
+                 ("small", "reasoning"): "It looks blue to me.\n[[No]]", ("large", "transfer"): "No"},
+    "choicetransfer": {("small", "simple"): "[[A]]", ("large", "simple"): "[[C]]",
+                       ("small", "reasoning"): "It has four corners.\n[[B]]", ("large", "transfer"): "[[B]]"},
     "smallfails": {("small", "simple"): "!raise", ("large", "simple"): "[[Yes]]"},
     "largefails": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!error"},
     "slow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes]]"},
@@ -29,13 +30,12 @@ SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
     "largeslow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!sleep 3 [[Yes]]"},
     "reasonslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]", ("small", "reasoning"): "!sleep 3 [[No]]"},
     "transferslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
-                     ("small", "reasoning"): "It is blue.\n[[No]]", ("large", "transfer"): "!sleep 3 [[No]]",
-                     ("large", "stage2"): "!sleep 3 No"},  # a yes/no transfer reads like the S2 prompt
+                     ("small", "reasoning"): "It is blue.\n[[No]]", ("large", "transfer"): "!sleep 3 [[No]]"},
     "allslow": {("small", "simple"): "!sleep 0.4 [[No]]", ("large", "simple"): "!sleep 0.4 [[Yes]]",
-                ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]", ("large", "transfer"): "!sleep 0.4 [[No]]",
-                ("large", "stage2"): "!sleep 0.4 No"},
+                ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]", ("large", "transfer"): "!sleep 0.4 [[No]]"},
 }
-DEFAULT_REPLIES = {"simple": "[[Yes]]", "reasoning": "Thinking.\n[[Yes]]", "stage2": "Yes", "transfer": "[[Yes]]"}
+DEFAULT_REPLIES = {"simple": "[[Yes]]", "explain": "Red.\n[[Yes]]", "reasoning": "Thinking.\n[[Yes]]", "stage2": "Yes",
+                   "transfer": "[[Yes]]"}
 SLOW_S = 0.6
 
 
@@ -56,8 +56,8 @@ class ScriptedLLMServer:
     async def chat(self, request, raw_request_info=None):
         ChatCompletionResponse, ErrorResponse = self._response_types
         messages = [dict(message) for message in request.messages]
-        kind = prompt_kind_of(messages)
-        kind = kind.value if kind is not None else "unknown"
+        engine_call = parse_engine_request_id(request.request_id)
+        kind = engine_call.prompt_kind if engine_call is not None else "unknown"
         question = _question_text(messages)
         scenario = next((name for name in SCRIPTS if f"[{name}]" in question), None)
         call = {"kind": kind, "scenario": scenario, "started": time.time(), "finished": None,

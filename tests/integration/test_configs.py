@@ -78,3 +78,29 @@ def test_cpu_config_uses_the_committed_demo_models(tmp_path):
     missing = config.small.model_copy(update={"source": str(tmp_path / "nothing")})
     with pytest.raises(FileNotFoundError, match="mai-build-tiny"):
         llm_config_kwargs(missing)
+
+
+@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml"])
+def test_engine_kwargs_are_arguments_the_pinned_vllm_knows(name):
+    """Every engine argument (ours and the config's) is split by ray.serve.llm's own code into vLLM's
+    engine and frontend arguments and builds vLLM's argument classes, on the vLLM version the GPU extra
+    pins: a misspelt or retired argument fails here instead of on a GPU deployment."""
+    import tomllib
+
+    import vllm
+    from ray.llm._internal.serve.engines.vllm.vllm_models import VLLMEngineConfig
+    from ray.serve.llm import LLMConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import FrontendArgs
+
+    gpu_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    assert f"vllm=={vllm.__version__}" in gpu_extra
+    config = load_app_config(app_args(name))
+    for spec in (config.small, config.large):
+        engine = VLLMEngineConfig.from_llm_config(LLMConfig(**llm_config_kwargs(spec)))
+        AsyncEngineArgs(**engine.engine_kwargs)
+        FrontendArgs(**engine.frontend_kwargs)
+        assert set(engine.engine_kwargs) | set(engine.frontend_kwargs) == set(llm_config_kwargs(spec)["engine_kwargs"])
+    misspelt = config.large.model_copy(update={"engine_kwargs": {"gpu_memory_utilisation": 0.9}})
+    with pytest.raises(ValueError, match="gpu_memory_utilisation"):
+        VLLMEngineConfig.from_llm_config(LLMConfig(**llm_config_kwargs(misspelt)))

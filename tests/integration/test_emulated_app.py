@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from deployments import paper_profile
-from loadtest.driver import drive
-from loadtest.local_app import config_args, deploy, deployment_handle, local_ray, replica_counts
+from evaluation.driver import drive
+from evaluation.local_server import config_args, deploy, deployment_handle, local_ray, replica_counts
 
 from ..images import data_url
 
@@ -166,7 +166,7 @@ def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_pat
 def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path):
     import json
 
-    from loadtest.eval_cli import main
+    from evaluation.cli import main
 
     deploy(emulated(dataset="chartqa", time_scale=0))
     data, out = tmp_path / "charts.jsonl", tmp_path / "out"

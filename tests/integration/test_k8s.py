@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT.parent / "shared" / "k8s" / "ray.io_rayservices.yaml"
+CRD = ROOT / "k8s" / "crd" / "ray.io_rayservices.yaml"  # vendored: KubeRay commit feeaf72
 
 
 def load_render():

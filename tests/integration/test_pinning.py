@@ -9,7 +9,7 @@ import ray
 from ray import serve
 from ray.cluster_utils import Cluster
 
-from loadtest.local_app import config_args, free_port
+from evaluation.local_server import config_args, free_port
 from serve_app.app import build_app
 
 SMALL, LARGE = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b"

@@ -10,7 +10,7 @@ import pytest
 import ray
 from ray import serve
 
-from loadtest.local_app import deployment_handle, free_port
+from evaluation.local_server import deployment_handle, free_port
 from serve_app.app import build_ingress
 from serve_app.config import AppConfig
 
@@ -70,7 +70,7 @@ def post_chat(http, question, **kwargs):
     [
         ("agree", "agree_short", "Yes", ["simple"], ["simple"]),
         ("reasoned", "agree_reasoned", "Yes", ["simple", "reasoning"], ["simple"]),
-        ("transfer", "transfer", "No", ["simple", "reasoning"], ["simple", "stage2"]),
+        ("transfer", "transfer", "No", ["simple", "reasoning"], ["simple", "transfer"]),
     ],
 )
 def test_cascade_routes_over_http(http, calls, scenario, route, answer, small_kinds, large_kinds):
@@ -99,7 +99,9 @@ def test_cascade_routes_over_http(http, calls, scenario, route, answer, small_ki
         ("mai-large", [], ["simple"], "single"),
         ("mai-small-reason", ["reasoning", "stage2"], [], "single"),
         ("mai-large-reason", [], ["reasoning", "stage2"], "single"),
-        ("mai-transfer", ["reasoning"], ["stage2"], "transfer"),
+        ("mai-transfer", ["reasoning"], ["transfer"], "transfer"),
+        ("mai-small-explain", ["explain"], [], "single"),
+        ("mai-large-explain", [], ["explain"], "single"),
     ],
 )
 def test_every_policy_over_http(http, calls, model, small_kinds, large_kinds, route):
@@ -121,7 +123,7 @@ def test_stage_one_calls_run_in_parallel(http, calls):
 
 def test_native_answer_route_with_choices(http, calls):
     response = http.post("/v1/mai/answer", json={
-        "image": data_url(), "question": "Which shape is it? [transfer]", "choices": ["circle", "square", "star"],
+        "image": data_url(), "question": "Which shape is it? [choicetransfer]", "choices": ["circle", "square", "star"],
         "policy": "cascade", "options": {"stage2_answer": "inline"}})
     assert response.status_code == 200, response.text
     body = response.json()
@@ -171,7 +173,7 @@ def test_request_id_is_taken_from_the_client_and_stamped_on_engine_calls(http, c
     assert response.json()["id"] == "chatcmpl-client-42"
     engine_ids = sorted(call["request_id"] for call in calls("small") + calls("large"))
     assert [engine_id.rsplit("-", 1)[0] for engine_id in engine_ids] == [
-        "mai-client-42-reasoning", "mai-client-42-simple", "mai-client-42-simple"]
+        "mai-client-42-reason_small-reasoning", "mai-client-42-short_large-simple", "mai-client-42-short_small-simple"]
     assert len(set(engine_ids)) == 3  # unique per engine call
     bad = http.post("/v1/chat/completions", json=chat_body(), headers={"x-request-id": "no spaces please"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request_id"
@@ -181,7 +183,8 @@ def test_request_id_is_taken_from_the_client_and_stamped_on_engine_calls(http, c
 def test_models_and_health(http):
     assert http.get("/healthz").json() == {"status": "ok"}
     ids = [model["id"] for model in http.get("/v1/models").json()["data"]]
-    assert ids == ["mai", "mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer"]
+    assert ids == ["mai", "mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer",
+                   "mai-small-explain", "mai-large-explain"]
 
 
 # ---------------------------------------------------------------- failures

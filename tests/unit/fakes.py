@@ -1,12 +1,12 @@
-"""A scripted VLM client for the cascade's unit tests: it answers by prompt kind."""
+"""A scripted VLM client for the cascade's unit tests: it answers by the prompt kind its call names."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from serve_app.cascade import Completion
-from serve_app.prompts import PromptKind, prompt_kind_of
+from serve_app.contracts import Completion, EngineCall
+from serve_app.prompts import PromptKind
 
 
 @dataclass
@@ -17,6 +17,7 @@ class Call:
     started_at: float
     finished_at: float | None = None
     cancelled: bool = False
+    engine_call: EngineCall | None = None
 
 
 @dataclass
@@ -27,10 +28,10 @@ class ScriptedVLM:
     delays: dict[PromptKind, float] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
 
-    async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
+    async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion:
         loop = asyncio.get_running_loop()
-        kind = prompt_kind_of(messages)
-        call = Call(kind, messages, max_tokens, started_at=loop.time())
+        kind = call.prompt_kind
+        call = Call(kind, messages, max_tokens, started_at=loop.time(), engine_call=call)
         self.calls.append(call)
         delay = self.delays.get(kind, 0.0)
         try:

@@ -2,15 +2,9 @@ import asyncio
 
 import pytest
 
-from serve_app.cascade import (
-    Cascade,
-    CascadeOptions,
-    ModelUnavailableError,
-    Policy,
-    Question,
-    StageTimeouts,
-    TokenBudgets,
-)
+from serve_app.cascade import Cascade, ModelUnavailableError
+from serve_app.contracts import Question
+from serve_app.options import CascadeOptions, Policy, StageTimeouts, TokenBudgets
 from serve_app.prompts import PromptKind
 
 from .fakes import ScriptedVLM
@@ -64,9 +58,10 @@ async def test_transfer_gives_the_large_model_the_small_reasoning():
 
 
 async def test_transfer_form_can_be_overridden():
-    small, large = models({S: "[[A]]", R: "thinking [[C]]"}, {S: "[[B]]", S2: "C"})
+    small, large = models({S: "[[A]]", R: "thinking [[C]]"}, {S: "[[B]]", T: "C"})
     result = await run(small, large, question=CHOICE, transfer_form="according")
     assert result.route == "transfer"
+    assert large.kinds() == [S, T]  # the "according" form is a transfer, not a Stage 2 call
     assert large.instruction_of(1).startswith("According to previous thinking: thinking [[C]]")
     assert result.answer == "C"
 
@@ -77,7 +72,7 @@ async def test_paper_example_2_inline_transfers_but_two_stage_agrees():
     reasoning = "find returns 0, so the output is not '1' but 0.\n[[0]]"
     replies_small = {S: "[[Yes]]", R: reasoning, S2: "No"}
 
-    small, large = models(replies_small, {S: "[[No]]", S2: "No"})
+    small, large = models(replies_small, {S: "[[No]]", T: "No"})
     inline = await run(small, large, question=question, stage2_answer="inline")
     assert inline.route == "transfer"
     assert small.kinds() == [S, R]
@@ -320,3 +315,31 @@ def test_question_infers_its_kind():
     assert Question("How many cats?").kind == "number"
     assert Question("Which?", choices=["a", "b"]).kind == "choice"
     assert Question("Is it?").kind == "yes_no"
+
+
+async def test_every_call_names_its_request_stage_and_prompt_kind():
+    small, large = models({S: "[[No]]", R: "It is red.\n[[No]]"}, {S: "[[Yes]]", T: "[[No]]"})
+    await Cascade(small, large).run(YES_NO, CascadeOptions(), request_id="req-7")
+    calls = [call.engine_call for call in small.calls + large.calls]
+    assert {call.request_id for call in calls} == {"req-7"}
+    assert [(call.stage, call.prompt_kind) for call in calls] == [
+        ("short_small", S), ("reason_small", R), ("short_large", S), ("transfer_large", T)]
+    assert large.instruction_of(1).startswith("According to previous thinking")  # a yes/no transfer: still T
+
+
+async def test_a_request_without_an_id_gets_one_for_all_its_calls():
+    small, large = models({S: "[[No]]"}, {S: "[[Yes]]", T: "[[No]]"})
+    small.replies[R] = "[[No]]"
+    await Cascade(small, large).run(YES_NO)
+    ids = {call.engine_call.request_id for call in small.calls + large.calls}
+    assert len(ids) == 1 and ids.pop()
+
+
+@pytest.mark.parametrize(("policy", "model"), [("small-explain", "small"), ("large-explain", "large")])
+async def test_explain_policies_answer_from_one_explain_call(policy, model):
+    small, large = models({E: "It is red.\n[[Yes]]"}, {E: "Red shape.\n[[yes]]"})
+    result = await run(small, large, policy=policy, max_tokens=TokenBudgets(explain=77))
+    called, idle = (small, large) if model == "small" else (large, small)
+    assert called.kinds() == [E] and idle.calls == [] and called.calls[0].max_tokens == 77
+    assert result.route == "single" and result.answer.lower() == "yes"
+    assert [stage.name for stage in result.trace.stages] == [f"explain_{model}"]

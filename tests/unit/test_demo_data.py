@@ -6,7 +6,9 @@ from collections import defaultdict
 
 import pytest
 
-from deployments.demo_data import (
+from serve_app.answers import extract_answer
+from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm
+from training.demo_data import (
     QA,
     ImageFacts,
     PromptMix,
@@ -20,8 +22,6 @@ from deployments.demo_data import (
     reasoning_text,
     tokenizer_corpus,
 )
-from serve_app.answers import extract_answer
-from serve_app.prompts import TEMPLATES, PromptKind, prompt_kind_of
 
 BLUE_CIRCLE = ImageFacts("blue", "circle")
 MIX = PromptMix(simple=1, reasoning=1, stage2=1, transfer=1, shape_error=0.5, colour_error=0.5)
@@ -32,7 +32,7 @@ def easy_vqa_train():
     import easy_vqa
 
     questions, answers, image_ids = easy_vqa.get_train_questions()
-    return [QA(i, q, a) for q, a, i in zip(questions, answers, image_ids)]
+    return [QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True)]
 
 
 def test_facts_read_off_the_answers_reproduce_every_answer_of_the_image(easy_vqa_train):
@@ -85,9 +85,12 @@ def test_examples_use_the_servers_prompts(kind):
     [message] = example.messages
     image, question, instruction = message["content"]
     assert image["type"] == "image_url" and question["text"] == "Is there not a red shape?"
-    # The "according" transfer form shares Stage 2's wording, so it reads as Stage 2.
-    assert prompt_kind_of(example.messages) in ({kind} if kind is not PromptKind.TRANSFER
-                                                else {PromptKind.TRANSFER, PromptKind.STAGE2})
+    # The instruction is the served template of that kind (for a transfer, of either form), with
+    # the reasoning where the template takes one.
+    served = ([TRANSFER_TEMPLATES[(form, "short")] for form in TransferForm] if kind is PromptKind.TRANSFER
+              else [TEMPLATES[(kind, "short")]])
+    assert any(instruction["text"].startswith(template.split("{reasoning}")[0])
+               and instruction["text"].endswith(template.split("{reasoning}")[-1]) for template in served)
     if kind is PromptKind.SIMPLE:
         assert instruction["text"] == TEMPLATES[(PromptKind.SIMPLE, "short")] and example.target == "[[yes]]"
 

@@ -1,7 +1,7 @@
 """The demo evaluation's own figures: the question-only baseline, accuracy by question type, and what
 reasoning transfer did on the escalated questions."""
 
-from loadtest.demo_eval import accuracy_by_type, question_prior, question_type, render, transfer_effect
+from evaluation.demo_eval import accuracy_by_type, question_prior, question_type, render, transfer_effect
 
 TRAIN = [
     ("what color is the circle?", "red"), ("what color is the circle?", "red"), ("what color is the circle?", "blue"),

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from deployments import demo_train
-from deployments.demo_data import QA, PromptMix, facts_by_image, make_example, tokenizer_corpus
-from deployments.tiny import build_processor, build_tokenizer
 from serve_app.prompts import PromptKind
+from training import demo_train
+from training.demo_data import QA, PromptMix, facts_by_image, make_example, tokenizer_corpus
+from training.tiny import build_processor, build_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from deployments import paper_profile
-from deployments.emulation import (
+from deployments.emulated_script import (
     completion_tokens,
     estimate_prompt_tokens,
     parse_call_id,
@@ -31,9 +31,9 @@ def test_ttft_interpolates_table_3():
 
 
 def test_call_ids():
-    assert parse_call_id("mai-abc123-reasoning-7") == ("abc123", "reasoning")
-    assert parse_call_id("mai-chartqa-12-stage2-3") == ("chartqa-12", "stage2")  # a client's x-request-id
-    assert parse_call_id("mai-abc123-chat-7") == ("mai-abc123-chat-7", "simple")
+    assert parse_call_id("mai-abc123-reason_small-reasoning-7") == ("abc123", "reasoning")
+    assert parse_call_id("mai-chartqa-12-stage2_small-stage2-3") == ("chartqa-12", "stage2")  # a client's x-request-id
+    assert parse_call_id("mai-abc123-short_small-chat-7") == ("mai-abc123-short_small-chat-7", "simple")
     assert parse_call_id("anything")[1] == "simple"
     assert parse_call_id(None)[1] == "simple"
 

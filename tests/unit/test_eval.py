@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from loadtest.converters import lmms_eval_records, read_parquet_rows
-from loadtest.eval_cli import build_parser, main
-from loadtest.eval_report import add_speedups, summarize_policy, write_report
-from loadtest.evaluate import PredictionStore, chat_body, prediction_of, request_id
-from loadtest.records import DatasetError, EvalRecord, image_data_url, load_records
-from loadtest.scoring import dataset_metrics, score, yes_no_metrics
+from evaluation.cli import build_parser, main
+from evaluation.converters import lmms_eval_records, read_parquet_rows
+from evaluation.records import DatasetError, EvalRecord, image_data_url, load_records
+from evaluation.report import add_speedups, summarize_policy, write_report
+from evaluation.run import PredictionStore, chat_body, prediction_of, request_id
+from evaluation.scoring import dataset_metrics, score, yes_no_metrics
 
 
 def rec(answer, metric, **extra):

@@ -8,7 +8,6 @@ from serve_app.prompts import (
     build_messages,
     default_transfer_form,
     instruction,
-    prompt_kind_of,
     question_text,
 )
 
@@ -95,18 +94,3 @@ def test_all_stages_of_a_request_share_the_image_and_question_prefix():
 def test_question_text_letters_the_options():
     assert question_text("Q?", ["x", "y", "z"]) == "Q?\nA. x\nB. y\nC. z"
     assert question_text("  Q?  ") == "Q?"
-
-
-@pytest.mark.parametrize("prompt_kind", [PromptKind.SIMPLE, PromptKind.EXPLAIN, PromptKind.REASONING, PromptKind.STAGE2])
-@pytest.mark.parametrize("kind", ["choice", "text"])
-def test_prompt_kind_is_recovered_from_messages(prompt_kind, kind):
-    reasoning = "r" if prompt_kind is PromptKind.STAGE2 else None
-    messages = build_messages(IMAGE, "Q?", ["a", "b"] if kind == "choice" else [], kind, prompt_kind, reasoning=reasoning)
-    assert prompt_kind_of(messages) == prompt_kind
-
-
-def test_reference_transfer_reads_as_transfer_and_plain_chat_as_nothing():
-    messages = build_messages(IMAGE, "Q?", ["a", "b"], "choice", PromptKind.TRANSFER, reasoning="r")
-    assert prompt_kind_of(messages) == PromptKind.TRANSFER
-    assert prompt_kind_of([{"role": "user", "content": "hello"}]) is None
-    assert prompt_kind_of([]) is None

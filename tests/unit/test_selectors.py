@@ -7,13 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deployments.attention import select_by_mass, runs
-from serve_app.cascade import Cascade, CascadeOptions, Question, Selection
-from serve_app.selectors import GAP, budget_select
+from deployments.attention import runs, select_by_mass
+from serve_app.cascade import Cascade
+from serve_app.contracts import Question, Selection
+from serve_app.options import CascadeOptions
+from serve_app.prompts import PromptKind
+from serve_app.transfer_selectors import GAP, budget_select
 
 from ..images import data_url
-from serve_app.prompts import PromptKind
-
 from .fakes import ScriptedVLM
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Datasets into mai-eval's JSONL format.
 
-- ``easy-vqa``, ``charts``: the sets of ``loadtest.data`` (images inline as data URLs);
+- ``easy-vqa``, ``charts``: the sets of ``evaluation.datasets`` (images inline as data URLs);
 - ``lmms-eval``: the parquet files of the lmms-lab datasets lmms-eval reads, for a user who has them
   locally (``huggingface-cli download lmms-lab/ChartQA --repo-type dataset``). Images are written
   next to the JSONL (``<name>_images/``) and referenced by relative path.
@@ -36,13 +36,13 @@ _LETTER_INSTRUCTION = re.compile(r"\s*Please answer directly with only the lette
 
 
 def convert_easy_vqa(out: Path, limit: int | None = None) -> int:
-    from .data import easy_vqa_records
+    from .datasets import easy_vqa_records
 
     return write_records(easy_vqa_records("test", limit), out)
 
 
 def convert_charts(out: Path, limit: int | None = None) -> int:
-    from .data import chart_records
+    from .datasets import chart_records
 
     return write_records(chart_records(limit or 300), out)
 

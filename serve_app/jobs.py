@@ -1,106 +1,34 @@
-"""HTTP request and response models, and turning a request into one cascade job.
+"""A request turned into one cascade job: every check a request must pass before any model runs.
 
-Two entry points share one validation path:
-- ``POST /v1/chat/completions`` (OpenAI-compatible; ``model`` picks the policy);
-- ``POST /v1/mai/answer`` (native: image, question, choices, answer_type, policy, options).
-Everything here is pure: it raises ``RequestError`` (a 4xx naming the problem) before any model runs.
+Everything here is pure: it raises ``RequestError`` (a 4xx naming the problem) for bad input.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .answers import split_choices
-from .cascade import CascadeOptions, CascadeResult, Policy, Question
 from .config import AppConfig
+from .contracts import Question
 from .errors import RequestError, describe_validation_error
 from .images import check_image, is_remote
+from .options import CascadeOptions, Policy
+from .protocol import (
+    MODEL_OF_POLICY,
+    MODELS,
+    AnswerRequest,
+    ChatRequest,
+    ContentPart,
+    MAIExtra,
+    RequestOptions,
+)
 from .remote_images import RemoteImagePolicy, check_remote_url
-from .prompts import TransferForm
-
-# OpenAI model name -> cascade policy.
-MODELS: dict[str, Policy] = {
-    "mai": Policy.CASCADE,
-    "mai-small": Policy.SMALL,
-    "mai-large": Policy.LARGE,
-    "mai-small-reason": Policy.SMALL_REASON,
-    "mai-large-reason": Policy.LARGE_REASON,
-    "mai-transfer": Policy.TRANSFER,
-}
-MODEL_OF_POLICY = {policy: name for name, policy in MODELS.items()}
-
-AnswerKind = Literal["choice", "yes_no", "number", "text"]
-
-
-class RequestOptions(BaseModel):
-    """Per-request cascade options a client may set; the rest is server configuration."""
-
-    model_config = ConfigDict(extra="forbid")
-    stage2_answer: Literal["inline", "two_stage"] | None = None
-    eager_reasoning: bool | None = None
-    transfer_form: TransferForm | None = None
-    transfer_selector: str | None = None
-    on_large_failure: Literal["error", "small"] | None = None
-
-
-class ImageURL(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    url: str
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["text", "image_url"]
-    text: str | None = None
-    image_url: ImageURL | None = None
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-
-
-class MAIExtra(BaseModel):
-    """The ``mai`` object a chat request may carry."""
-
-    model_config = ConfigDict(extra="forbid")
-    choices: list[str] | None = Field(None, min_length=2, max_length=26)
-    answer_type: AnswerKind | None = None
-    options: RequestOptions | None = None
-
-
-class ChatRequest(BaseModel):
-    """The OpenAI chat request fields MAI reads; other OpenAI fields are accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow")
-    model: str = Field(..., json_schema_extra={"enum": list(MODELS)}, description="the policy; others get 404")
-    messages: list[ChatMessage] = Field(..., min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    stream: bool = False
-    stream_options: dict[str, Any] | None = None
-    mai: MAIExtra | None = None
-
-
-class AnswerRequest(BaseModel):
-    """``POST /v1/mai/answer``."""
-
-    model_config = ConfigDict(extra="forbid")
-    image: str = Field(..., description="a data URL (data:image/png;base64,...) or bare base64")
-    question: str
-    choices: list[str] | None = Field(None, min_length=2, max_length=26)
-    answer_type: AnswerKind | None = None
-    policy: Policy = Policy.CASCADE
-    options: RequestOptions | None = None
-    max_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,24 +47,6 @@ class Job:
         """The remote image URL the ingress still has to fetch, if any."""
         url = self.question.image_url
         return url if url is not None and is_remote(url) else None
-
-
-def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` declaring ``model`` as an operation's JSON body (its ``$defs`` inlined), for
-    endpoints that read and validate the raw body themselves so that every error is ours."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
-            return {key: inline(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [inline(item) for item in node]
-        return node
-
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
 
 
 def parse_json(body: bytes) -> Any:
@@ -262,65 +172,4 @@ def job_from_answer(config: AppConfig, payload: Any, request_id: str | None = No
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=request_id_of(request_id))
 
-
-# ---------------------------------------------------------------------------------------------
-# Responses
-# ---------------------------------------------------------------------------------------------
-
-
-def usage_of(result: CascadeResult) -> dict[str, int]:
-    tokens = result.trace.tokens()
-    prompt = sum(model["prompt_tokens"] for model in tokens.values())
-    completion = sum(model["completion_tokens"] for model in tokens.values())
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def mai_object(job: Job, result: CascadeResult) -> dict[str, Any]:
-    return {"request_id": job.request_id, "answer": result.answer, "route": result.route,
-            "trace": result.trace.to_dict()}
-
-
-def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
-    return {
-        "id": f"chatcmpl-{job.request_id}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": job.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
-        "usage": usage_of(result),
-        "mai": mai_object(job, result),
-    }
-
-
-def chat_completion_chunks(job: Job, result: CascadeResult) -> list[dict[str, Any]]:
-    """The answer as OpenAI stream chunks: the role, the content, the finish (with the trace)."""
-    base = {"id": f"chatcmpl-{job.request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": job.model}
-    chunks = [
-        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {"content": result.answer}, "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(job, result)},
-    ]
-    if job.include_usage_in_stream:
-        chunks.append(base | {"choices": [], "usage": usage_of(result)})
-    return chunks
-
-
-def answer_response(job: Job, result: CascadeResult) -> dict[str, Any]:
-    return {
-        "id": f"mai-{job.request_id}",
-        "request_id": job.request_id,
-        "answer": result.answer,
-        "route": result.route,
-        "policy": job.options.policy.value,
-        "kind": job.question.kind,
-        "usage": usage_of(result),
-        "trace": result.trace.to_dict(),
-    }
-
-
-def models_list() -> dict[str, Any]:
-    return {"object": "list",
-            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
-                     for name, policy in MODELS.items()]}
 

@@ -1,7 +1,8 @@
 """Train the two demo VLMs (tiny Qwen3-VL, from scratch) on easy-vqa, on CPU, in plain PyTorch.
 
 The small and the large model differ the way the paper's 2B and 8B do: the large one has about
-eight times the parameters and sees more examples, so it answers better without thinking; the small
+six times the parameters and is shown shape questions three times as often, so it answers better
+without thinking; the small
 one learns to reason (a short rationale grounded in what it sees, then ``[[answer]]``) and the large
 one learns to answer with a smaller model's reasoning in context (the reasoning-transfer prompts).
 
@@ -24,7 +25,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from deployments.demo_data import (
+from serve_app.prompts import PromptKind
+from training.demo_data import (
     QA,
     Example,
     ImageFacts,
@@ -34,8 +36,7 @@ from deployments.demo_data import (
     question_type,
     tokenizer_corpus,
 )
-from deployments.tiny import TinySpec, build_model, build_processor, build_tokenizer
-from serve_app.prompts import PromptKind
+from training.tiny import TinySpec, build_model, build_processor, build_tokenizer
 
 # easy-vqa's 64x64 images are upscaled to 128x128 in the processor: 16 image tokens each.
 IMAGE_PIXELS = 128 * 128
@@ -88,7 +89,7 @@ def load_questions() -> tuple[list[QA], list[str]]:
     import easy_vqa
 
     questions, answers, image_ids = easy_vqa.get_train_questions()
-    return [QA(i, q, a) for q, a, i in zip(questions, answers, image_ids)], easy_vqa.get_train_image_paths()
+    return [QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True)], easy_vqa.get_train_image_paths()
 
 
 def load_corpus(processor, qas: list[QA], paths: list[str], *, validation_images: int = VALIDATION_IMAGES,
@@ -158,7 +159,7 @@ def batch_of(corpus: Corpus, qas: list[QA], kinds: list[PromptKind], collator: C
     import torch
 
     examples = []
-    for qa, kind in zip(qas, kinds):
+    for qa, kind in zip(qas, kinds, strict=True):
         facts = corpus.facts.get(qa.image_id)
         # Without known facts there is no rationale to teach: such images give Simple examples only.
         examples.append(make_example("image", qa, facts, kind if facts else PromptKind.SIMPLE, rng, mix))
@@ -186,7 +187,7 @@ def simple_accuracy(model, corpus: Corpus, collator: Collator, qas: list[QA], ba
             predicted = logits[:, :-1].argmax(-1)
             wanted = labels[:, 1:]
             ok = ((predicted == wanted) | (wanted == -100)).all(-1)
-            for qa, correct in zip(chunk, ok.tolist()):
+            for qa, correct in zip(chunk, ok.tolist(), strict=True):
                 right[question_type(qa.question, qa.answer)].append(correct)
                 right["all"].append(correct)
     model.train()

@@ -19,12 +19,13 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .eval_report import add_speedups, summarize_policy, write_report
-from .evaluate import POLICIES, DriveSettings, OutputMismatchError, PredictionStore, check_server, run_policy
 from .records import DatasetError, load_records
+from .report import add_speedups, summarize_policy, write_report
+from .run import POLICIES, DriveSettings, OutputMismatchError, PredictionStore, check_server, run_policy
 
 
 def _policies(text: str) -> list[str]:
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="evaluate policies of a running server on a dataset")
-    run.add_argument("data", type=Path, help="JSONL dataset (see loadtest/records.py for the format)")
+    run.add_argument("data", type=Path, help="JSONL dataset (see evaluation/records.py for the format)")
     run.add_argument("--url", default=os.environ.get("MAI_URL", "http://127.0.0.1:8000"),
                      help="the server's base URL (default $MAI_URL or http://127.0.0.1:8000)")
     run.add_argument("--policies", type=_policies, default=["mai", "mai-transfer"],
@@ -86,6 +87,23 @@ def _progress(total: int, policy: str, disabled: bool):
     return tqdm(total=total, desc=policy, unit="q", disable=disabled, file=sys.stderr, dynamic_ncols=True)
 
 
+def _tally(bar) -> Callable[[dict[str, Any]], None]:
+    """Advance ``bar`` per answered row, showing the running score and the errors so far."""
+    scores: list[float] = []
+    errors = 0
+
+    def tick(row: dict[str, Any]) -> None:
+        nonlocal errors
+        if row["status"] == 200:
+            scores.append(row["score"])
+        else:
+            errors += 1
+        bar.update(1)
+        bar.set_postfix(score=f"{100 * sum(scores) / max(len(scores), 1):.1f}%", errors=errors, refresh=False)
+
+    return tick
+
+
 def command_run(args: argparse.Namespace) -> int:
     records = load_records(args.data)[: args.limit]
     baseline = args.baseline or args.policies[-1]
@@ -103,19 +121,7 @@ def command_run(args: argparse.Namespace) -> int:
     for policy in args.policies:
         remaining = len(records) - len(store.done(policy) & {record.id for record in records})
         with _progress(remaining, policy, args.no_progress) as bar:
-            scores: list[float] = []
-            errors = 0
-
-            def tick(row: dict[str, Any]) -> None:
-                nonlocal errors
-                if row["status"] == 200:
-                    scores.append(row["score"])
-                else:
-                    errors += 1
-                bar.update(1)
-                bar.set_postfix(score=f"{100 * sum(scores) / max(len(scores), 1):.1f}%", errors=errors, refresh=False)
-
-            asyncio.run(run_policy(args.url, records, args.data.parent, policy, store, settings, on_row=tick))
+            asyncio.run(run_policy(args.url, records, args.data.parent, policy, store, settings, on_row=_tally(bar)))
     return _report(args.out, records, args.policies, baseline, meta)
 
 

@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments import paper_profile
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from evaluation.paths import RESULTS, RESULTS_SUMMARY
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -135,7 +133,7 @@ def write_report() -> Path:
         lines += [f"## {title}", ""]
         lines += (table(result) + ["", _meta(result)]) if result else ["Not run yet: `" + f"python -m loadtest.bench --only {name}`."]
         lines.append("")
-    path = ROOT / "bench" / "RESULTS.md"
+    path = RESULTS_SUMMARY
     path.write_text("\n".join(lines))
     return path
 

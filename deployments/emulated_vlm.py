@@ -9,7 +9,7 @@ decode speed, slowed by the batch: per-token time x (1 + batch_slowdown x (runni
 most ``max_num_seqs`` sequences decode at once; the rest wait, as in vLLM's continuous batching.
 Completion tokens are drawn around Table 5's mean for the dataset and prompt kind. Answers are scripted
 so that the cascade's routes occur at Table 10's rates, keyed by the MAI request id in the call's
-``request_id`` (``mai-<request>-<prompt kind>-<n>``), so small and large agree or disagree consistently
+``request_id`` (deployments/engine_ids.py), so small and large agree or disagree consistently
 within one request. Everything sleeps (asyncio), so replicas cost no CPU while they "decode"; each
 costs memory (about 1 GB RSS measured here, mostly vLLM's request types it must load to read requests).
 """
@@ -25,7 +25,7 @@ from typing import Any
 from ray import serve
 
 from . import paper_profile
-from .emulation import (
+from .emulated_script import (
     PROMPT_KINDS,
     completion_tokens,
     estimate_prompt_tokens,
@@ -42,11 +42,11 @@ logger = logging.getLogger("ray.serve")
 
 @serve.deployment(name="EmulatedVLM", ray_actor_options={"num_cpus": 0})
 class EmulatedVLM:
-    def __init__(self, settings: dict[str, Any], role: str, model_id: str):
+    def __init__(self, settings: EmulationSettings, role: str, model_id: str):
         from ray.serve.llm.openai_api_models import ChatCompletionResponse
 
         self._response_type = ChatCompletionResponse
-        self.settings = EmulationSettings.model_validate(settings)
+        self.settings = settings
         self.role, self.model_id = role, model_id
         self._slots = asyncio.Semaphore(self.settings.max_num_seqs)
         self._running = 0

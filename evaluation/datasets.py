@@ -4,7 +4,7 @@ Each line: {"id", "image" (a data URL), "question", "choices"?, "answer", "answe
 - easy-vqa: the `easy-vqa` package's real images, questions and answers (shapes, colours, yes/no);
 - charts: synthetic bar charts drawn here with known values (ChartQA-style numeric answers).
 
-    python -m loadtest.data                     # writes loadtest/data/easy-vqa.jsonl and charts.jsonl
+    python -m evaluation.datasets          # writes bench/data/easy-vqa.jsonl and charts.jsonl
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import json
 import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+from training.demo_data import display_question
+
+from .jsonl import write_jsonl
+from .paths import DATASETS
+
 COLOURS = {"red": (220, 50, 47), "blue": (38, 139, 210), "green": (133, 153, 0), "orange": (203, 75, 22),
            "purple": (108, 113, 196), "gray": (147, 161, 161)}
 
@@ -48,7 +51,7 @@ def easy_vqa_records(split: str = "test", limit: int | None = None, seed: int = 
         answer = answers[index]
         yes_no = answer in ("yes", "no")
         yield {"id": f"easy-vqa-{split}-{index}", "image": _data_url(Path(paths[image_ids[index]]).read_bytes()),
-               "question": questions[index][0].upper() + questions[index][1:], "answer": answer,
+               "question": display_question(questions[index]), "answer": answer,
                "answer_type": "yes_no" if yes_no else "text", "metric": "yes_no" if yes_no else "exact"}
 
 
@@ -97,24 +100,9 @@ def chart_records(count: int = 300, seed: int = 0) -> Iterator[dict]:
                "answer_type": answer_type, "metric": "relaxed" if answer_type == "number" else "exact"}
 
 
-def write_jsonl(records: Iterator[dict], path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with path.open("w") as file:
-        for record in records:
-            file.write(json.dumps(record) + "\n")
-            count += 1
-    return count
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with path.open() as file:
-        return [json.loads(line) for line in file if line.strip()]
-
-
 def ensure_datasets(limit: int = 1000) -> dict[str, Path]:
-    """The datasets under loadtest/data, built when missing."""
-    paths = {"easy-vqa": DATA_DIR / "easy-vqa.jsonl", "charts": DATA_DIR / "charts.jsonl"}
+    """The datasets under bench/data, built when missing."""
+    paths = {"easy-vqa": DATASETS / "easy-vqa.jsonl", "charts": DATASETS / "charts.jsonl"}
     if not paths["easy-vqa"].exists():
         write_jsonl(easy_vqa_records("test", limit), paths["easy-vqa"])
     if not paths["charts"].exists():
@@ -126,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=1000, help="easy-vqa questions to keep (default 1000)")
     parser.add_argument("--charts", type=int, default=300, help="synthetic charts to draw (default 300)")
-    parser.add_argument("--out", type=Path, default=DATA_DIR)
+    parser.add_argument("--out", type=Path, default=DATASETS)
     args = parser.parse_args(argv)
     n_vqa = write_jsonl(easy_vqa_records("test", args.limit), args.out / "easy-vqa.jsonl")
     n_charts = write_jsonl(chart_records(args.charts), args.out / "charts.jsonl")

@@ -19,12 +19,14 @@ from typing import Any
 
 import httpx
 
-from serve_app.api import MODELS
+from serve_app.protocol import MODELS
 
+from .driver import closed_loop
+from .jsonl import append_jsonl, read_jsonl
 from .records import EvalRecord, image_data_url
 from .scoring import score
 
-POLICIES: tuple[str, ...] = tuple(MODELS)  # mai, mai-small, mai-large, mai-small-reason, mai-large-reason, mai-transfer
+POLICIES: tuple[str, ...] = tuple(MODELS)  # every policy the server offers, as OpenAI model names
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
 
 
@@ -116,35 +118,23 @@ class PredictionStore:
 
     def load(self, policy: str) -> dict[str, dict[str, Any]]:
         """The latest row per record id under ``policy``."""
-        rows: dict[str, dict[str, Any]] = {}
         path = self.path(policy)
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut short when the run was killed
-                    rows[row["id"]] = row
-        return rows
+        return {row["id"]: row for row in read_jsonl(path, skip_truncated=True)} if path.exists() else {}
 
     def done(self, policy: str) -> set[str]:
         return {record_id for record_id, row in self.load(policy).items() if row["status"] == 200}
 
     def append(self, policy: str, row: dict[str, Any]) -> None:
-        with self.path(policy).open("a") as file:
-            file.write(json.dumps(row) + "\n")
+        append_jsonl(row, self.path(policy))
 
     def add_segment(self, policy: str, segment: dict[str, Any]) -> None:
-        with (self.out / "runs.jsonl").open("a") as file:
-            file.write(json.dumps({"policy": policy, **segment}) + "\n")
+        append_jsonl({"policy": policy, **segment}, self.out / "runs.jsonl")
 
     def segments(self, policy: str) -> list[dict[str, Any]]:
         path = self.out / "runs.jsonl"
         if not path.exists():
             return []
-        return [segment for segment in map(json.loads, filter(str.strip, path.read_text().splitlines()))
-                if segment["policy"] == policy]
+        return [segment for segment in read_jsonl(path) if segment["policy"] == policy]
 
 
 def _sha256(path: Path) -> str:
@@ -205,30 +195,24 @@ async def run_policy(base_url: str, records: Sequence[EvalRecord], dataset_dir: 
     interrupted). Returns the segment."""
     done = store.done(policy)
     todo = [record for record in records if record.id not in done]
-    queue: asyncio.Queue[EvalRecord] = asyncio.Queue()
-    for record in todo:
-        queue.put_nowait(record)
     headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
-    limits = httpx.Limits(max_connections=settings.concurrency, max_keepalive_connections=settings.concurrency)
     answered = 0
 
-    async def client(http: httpx.AsyncClient) -> None:
+    async def ask(http: httpx.AsyncClient, index: int, record: EvalRecord) -> dict[str, Any]:
+        return await _ask(http, record, image_data_url(record.image, dataset_dir), policy, settings)
+
+    def keep(row: dict[str, Any]) -> None:
         nonlocal answered
-        while not queue.empty():
-            record = queue.get_nowait()
-            row = await _ask(http, record, image_data_url(record.image, dataset_dir), policy, settings)
-            store.append(policy, row)
-            answered += 1
-            if on_row is not None:
-                on_row(row)
+        store.append(policy, row)
+        answered += 1
+        if on_row is not None:
+            on_row(row)
 
     started_at = time.time()
     started = time.perf_counter()
     try:
-        if todo:
-            async with httpx.AsyncClient(base_url=base_url, timeout=settings.timeout_s, limits=limits,
-                                         headers=headers) as http:
-                await asyncio.gather(*(client(http) for _ in range(min(settings.concurrency, len(todo)))))
+        await closed_loop(base_url, todo, ask, concurrency=settings.concurrency, timeout_s=settings.timeout_s,
+                          headers=headers, on_result=keep)
     finally:
         segment = {"started": started_at, "wall_s": round(time.perf_counter() - started, 6), "requests": answered,
                    "concurrency": settings.concurrency}

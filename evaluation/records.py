@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serve_app.errors import describe_validation_error
 from serve_app.images import sniff_format
 
+from .jsonl import write_jsonl
 from .scoring import METRICS
-
 
 
 class DatasetError(ValueError):
@@ -114,10 +114,5 @@ def image_data_url(image: str, base: Path) -> str:
 
 def write_records(records: Iterable[dict], path: Path) -> int:
     """Validate and write records as JSONL; returns how many."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with path.open("w") as file:
-        for record in records:
-            file.write(EvalRecord.model_validate(record).model_dump_json(exclude_none=True) + "\n")
-            count += 1
-    return count
+    return write_jsonl((EvalRecord.model_validate(record).model_dump(mode="json", exclude_none=True)
+                        for record in records), path)

@@ -7,21 +7,20 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-import re
 import uuid
 
 from . import paper_profile
+from .engine_ids import parse_engine_request_id
 from .settings import EmulationSettings
 
-_CALL_ID = re.compile(r"^mai-(?P<request>.+)-(?P<kind>[a-z0-9]+)-\d+$")
 PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
 
 
 def parse_call_id(request_id: str | None) -> tuple[str, str]:
-    """(request key, prompt kind) of a call; calls without a MAI id count as Simple prompts."""
-    match = _CALL_ID.match(request_id or "")
-    if match and match.group("kind") in PROMPT_KINDS:
-        return match.group("request"), match.group("kind")
+    """(request key, prompt kind) of a call; calls without a MAI engine request id count as Simple prompts."""
+    call = parse_engine_request_id(request_id)
+    if call is not None and call.prompt_kind in PROMPT_KINDS:
+        return call.request_id, call.prompt_kind
     return request_id or uuid.uuid4().hex, "simple"
 
 

@@ -8,17 +8,16 @@ import random
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import CONFIGS
 
 
 def config_args(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``args`` of the application in ``configs/<name>``, with ``overrides`` merged in deeply."""
-    [application] = yaml.safe_load((ROOT / "configs" / name).read_text())["applications"]
+    [application] = yaml.safe_load((CONFIGS / name).read_text())["applications"]
     return merge(application["args"], overrides or {})
 
 

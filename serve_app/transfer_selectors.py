@@ -1,6 +1,6 @@
-"""Transfer selectors beyond ``full`` (the paper's §5.3): what of the small model's reasoning the large
-model reads.
+"""Transfer selectors (the paper's §5.3): what of the small model's reasoning the large model reads.
 
+- ``full``: all of it (the default);
 - ``budget``: cheap, no model: the first and last words of the reasoning, and every word in between
   that holds a number or names an option letter; gaps marked with " … ".
 - ``attention``: the reasoning tokens the final prompt position attends to most, up to a share
@@ -10,12 +10,33 @@ model reads.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from .cascade import Question, Selection, TransferSelector
+from .contracts import Question, Selection, TransferSelector
 
 GAP = " … "
+
+
+class UnknownSelectorError(ValueError):
+    """A transfer selector that is not available here."""
+
+
+def check_transfer_selector(name: str, available: Mapping[str, Any] | tuple[str, ...]) -> None:
+    """The one check of a selector name, against the selectors available (a mapping or names)."""
+    if name not in available:
+        raise UnknownSelectorError(f"unknown transfer_selector {name!r}; available here: {', '.join(sorted(available))}")
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+async def keep_full_reasoning(reasoning: str, question: Question) -> str:
+    return reasoning
+
+
+DEFAULT_SELECTORS: Mapping[str, TransferSelector] = {"full": keep_full_reasoning}
 _KEY_WORD = re.compile(r"\d|^\(?[A-Z][.):]?$|^\[\[.*\]\]$")
 
 

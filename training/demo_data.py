@@ -20,11 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from serve_app.answers import infer_kind
-from serve_app.prompts import PromptKind, TransferForm, build_messages
+from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm, build_messages
 
 COLOURS = ("red", "green", "blue", "yellow", "black", "gray", "teal", "brown")
 SHAPES = ("circle", "rectangle", "triangle")
 _NEGATED = re.compile(r"\bnot\b|^is no\b")
+_COLOUR_WORD = re.compile(r"\bcolou?r\b")
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,15 @@ def _mentioned(question: str, vocabulary: Sequence[str]) -> str | None:
     return next((word for word in vocabulary if word in words), None)
 
 
+def asks_colour(question: str) -> bool:
+    return bool(_COLOUR_WORD.search(question.lower()))
+
+
 def question_type(question: str, answer: str) -> str:
     """easy-vqa's three kinds of question, by the answer they want: yes/no, color or shape."""
     if answer in ("yes", "no"):
         return "yes/no"
-    return "color" if re.search(r"\bcolou?r\b", question.lower()) else "shape"
+    return "color" if asks_colour(question) else "shape"
 
 
 def is_negated(question: str) -> bool:
@@ -93,17 +98,19 @@ def answer_from_facts(facts: ImageFacts, question: str) -> str | None:
     kinds). Used to keep a wrong rationale consistent with the answer it reaches."""
     asked_colour, asked_shape = _mentioned(question, COLOURS), _mentioned(question, SHAPES)
     if infer_kind(question) == "yes_no":
-        present = (asked_colour is None or asked_colour == facts.colour) and (
-            asked_shape is None or asked_shape == facts.shape
-        )
         if asked_colour is None and asked_shape is None:
             return None
-        return "yes" if present != is_negated(question) else "no"
-    if re.search(r"\bcolou?r\b", question.lower()):
+        return "yes" if _shows(facts, asked_colour, asked_shape) != is_negated(question) else "no"
+    if asks_colour(question):
         return facts.colour
     if "shape" in question.lower():
         return facts.shape
     return None
+
+
+def _shows(facts: ImageFacts, colour: str | None, shape: str | None) -> bool:
+    """Whether the image has the asked colour and shape (an attribute not asked about matches)."""
+    return colour in (None, facts.colour) and shape in (None, facts.shape)
 
 
 def rationale(facts: ImageFacts, question: str) -> str:
@@ -112,9 +119,8 @@ def rationale(facts: ImageFacts, question: str) -> str:
     asked_colour, asked_shape = _mentioned(question, COLOURS), _mentioned(question, SHAPES)
     if infer_kind(question) == "yes_no":
         thing = " ".join(word for word in (asked_colour, asked_shape or "shape") if word)
-        present = (asked_colour in (None, facts.colour)) and (asked_shape in (None, facts.shape))
-        return f"{seen} There is {'a' if present else 'no'} {thing}."
-    if re.search(r"\bcolou?r\b", question.lower()):
+        return f"{seen} There is {'a' if _shows(facts, asked_colour, asked_shape) else 'no'} {thing}."
+    if asks_colour(question):
         return f"{seen} Its color is {facts.colour}."
     return f"{seen} Its shape is a {facts.shape}."
 
@@ -135,7 +141,7 @@ def perturbed(facts: ImageFacts, rng: random.Random, *, shape_error: float, colo
 
 
 def display_question(question: str) -> str:
-    """Questions as the evaluation sends them: first letter upper-case."""
+    """easy-vqa questions as the evaluation sends them and the demo models learn them: first letter upper-case."""
     return question[:1].upper() + question[1:]
 
 
@@ -193,8 +199,6 @@ def make_example(
 def tokenizer_corpus(qas: Sequence[QA], facts: dict[int, ImageFacts]) -> list[str]:
     """Text the demo tokenizer learns its merges from: every prompt template, the questions and
     the rationales, so that prompts and answers are a few tokens each."""
-    from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES
-
     lines = list(TEMPLATES.values()) + list(TRANSFER_TEMPLATES.values())
     for qa in qas[:5000]:
         lines.append(display_question(qa.question))

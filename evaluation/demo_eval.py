@@ -1,7 +1,7 @@
 """The demo models on the CPU stack: every policy on easy-vqa's test split, the README's demo table.
 
-    python -m loadtest.demo_eval                       # make eval-demo: serves configs/mai-cpu.yaml itself
-    python -m loadtest.demo_eval --url http://127.0.0.1:8000   # against a server already running it
+    python -m evaluation.demo_eval                       # make eval-demo: serves configs/mai-cpu.yaml itself
+    python -m evaluation.demo_eval --url http://127.0.0.1:8000   # against a server already running it
 
 It runs ``mai-eval run`` with all six policies (predictions resume, so an interrupted run goes on
 where it stopped), then writes ``bench/results/demo-eval/demo.md`` and ``demo.json``: accuracy by
@@ -21,13 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from deployments.demo_data import question_type
+from training.demo_data import COLOURS, SHAPES, question_type
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "results" / "demo-eval"
+from .paths import DATASETS, DEMO_EVAL
+
 POLICY_ORDER = ("mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer", "mai")
 COMMAND = "make eval-demo"
-_ATTRIBUTES = re.compile(r"\b(red|green|blue|yellow|black|gray|teal|brown|circle|rectangle|triangle)\b")
+_ATTRIBUTES = re.compile(rf"\b({'|'.join(COLOURS + SHAPES)})\b")
 
 
 def question_prior(train: Iterable[tuple[str, str]]):
@@ -109,8 +109,8 @@ def render(summary: dict[str, Any]) -> str:
 
 def build_summary(out: Path, records: list[dict], train: Iterable[tuple[str, str]], concurrency: int) -> dict[str, Any]:
     """Figures of a finished ``mai-eval run`` in ``out``, per policy, with the question-only baseline."""
-    from loadtest.evaluate import PredictionStore
-    from loadtest.records import load_records
+    from evaluation.records import load_records
+    from evaluation.run import PredictionStore
 
     results = json.loads((out / "results.json").read_text())["policies"]
     dataset = Path(json.loads((out / "run.json").read_text())["dataset"])
@@ -134,32 +134,27 @@ def build_summary(out: Path, records: list[dict], train: Iterable[tuple[str, str
     return summary
 
 
-def train_questions() -> list[tuple[str, str]]:
-    import easy_vqa
-
-    questions, answers, _ = easy_vqa.get_train_questions()
-    return list(zip(questions, answers))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=None, help="a server already running configs/mai-cpu.yaml (default: start one here)")
     parser.add_argument("--limit", type=int, default=500, help="test questions, a seeded sample (default 500)")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=DEMO_EVAL)
     parser.add_argument("--fresh", action="store_true", help="discard earlier predictions in --out")
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.error("--limit must be at least 1")
-    from loadtest.data import easy_vqa_records, write_jsonl
-    from loadtest.eval_cli import main as mai_eval
+    from evaluation.cli import main as mai_eval
+    from evaluation.datasets import easy_vqa_records
+    from evaluation.jsonl import read_jsonl, write_jsonl
+    from training.demo_train import load_questions
 
     args.out.mkdir(parents=True, exist_ok=True)
-    data = ROOT / "loadtest" / "data" / f"easy-vqa-test-{args.limit}.jsonl"
+    data = DATASETS / f"easy-vqa-test-{args.limit}.jsonl"
     if not data.exists():
         data.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(easy_vqa_records("test", args.limit), data)
-    records = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
+    records = read_jsonl(data)
     run = ["run", str(data), "--policies", ",".join(POLICY_ORDER), "--baseline", "mai-transfer",
            "--concurrency", str(args.concurrency), "--out", str(args.out)] + (["--fresh"] if args.fresh else [])
     if args.url:
@@ -167,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import logging
 
-        from loadtest.local_app import config_args, deploy, local_ray
+        from evaluation.local_server import config_args, deploy, local_ray
 
         with local_ray(num_cpus=2) as url:
             # Ray's logging setup in this process would print every request httpx makes.
@@ -177,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             status = mai_eval(run + ["--url", url])
     if status != 0:
         return status
-    summary = build_summary(args.out, records, train_questions(), args.concurrency)
+    train = [(qa.question, qa.answer) for qa in load_questions()[0]]
+    summary = build_summary(args.out, records, train, args.concurrency)
     (args.out / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
     table = render(summary)
     (args.out / "demo.md").write_text(table)

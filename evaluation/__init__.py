@@ -1,0 +1,1 @@
+"""mai-eval: run policies of a server on a labelled set, score, report, convert datasets."""

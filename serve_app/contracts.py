@@ -1,0 +1,65 @@
+"""What crosses the cascade's boundary, as typed objects: the question, the identity of a model call,
+the client a model is reached through and what it returns, and what a transfer selector keeps.
+
+No Ray, vLLM or FastAPI here: a client is anything with ``complete(messages, *, max_tokens, call)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .answers import KINDS, infer_kind
+from .prompts import PromptKind
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    image_url: str | None = None
+    choices: tuple[str, ...] = ()
+    kind: str | None = None  # choice | yes_no | number | text; None: inferred from the question
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if self.kind is None:
+            object.__setattr__(self, "kind", infer_kind(self.question, self.choices))
+        elif self.kind not in KINDS:
+            raise ValueError(f"answer kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """Who is calling a model: the MAI request, the cascade stage and the prompt kind it sends."""
+
+    request_id: str
+    stage: str
+    prompt_kind: PromptKind
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+
+
+class VLMClient(Protocol):
+    async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion: ...
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a transfer selector kept of the reasoning, and how much that was (in its ``unit``)."""
+
+    text: str
+    tokens_before: int
+    tokens_after: int
+    unit: str = "words"
+
+
+# A transfer selector picks what of the small model's reasoning the large model reads: the text, or a
+# Selection that also says how many tokens it kept.
+TransferSelector = Callable[[str, Question], Awaitable["str | Selection"]]

@@ -1,0 +1,70 @@
+"""The cascade's options: the policy a request runs under, token budgets, stage timeouts, the
+verification and transfer settings. Server defaults come from the config's ``cascade:`` section; a
+request may override some of them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .prompts import TransferForm
+
+
+class Policy(StrEnum):
+    CASCADE = "cascade"  # MAI
+    SMALL = "small"  # small model, Simple prompt
+    LARGE = "large"  # large model, Simple prompt
+    SMALL_EXPLAIN = "small-explain"  # small model, Explain prompt (a short explanation, then the answer)
+    LARGE_EXPLAIN = "large-explain"  # large model, Explain prompt: the paper's E rows
+    SMALL_REASON = "small-reason"  # small model, Reasoning (+ S2), the paper's 2B(R)
+    LARGE_REASON = "large-reason"  # large model, Reasoning (+ S2), the paper's 8B(R)
+    TRANSFER = "transfer"  # the paper's "Full RT": small reasons, large always answers with it
+
+
+class TokenBudgets(BaseModel):
+    """``max_tokens`` per prompt kind."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    simple: int = Field(32, ge=1)
+    explain: int = Field(512, ge=1)
+    reasoning: int = Field(2048, ge=1)
+    stage2: int = Field(32, ge=1)
+    transfer: int = Field(32, ge=1)
+
+
+class StageTimeouts(BaseModel):
+    """Seconds each stage may take; ``None`` waits as long as the model does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    short_s: float | None = Field(None, gt=0)
+    explain_s: float | None = Field(None, gt=0)
+    reasoning_s: float | None = Field(None, gt=0)
+    stage2_s: float | None = Field(None, gt=0)
+    transfer_s: float | None = Field(None, gt=0)
+
+
+class CascadeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: Policy = Policy.CASCADE
+    # How a reasoning stage yields its answer: "inline" parses [[answer]] from the reasoning (the
+    # paper's final cascade), "two_stage" asks again with the Stage 2 prompt (B.3). None: the
+    # paper's choice per policy (inline for cascade and transfer, two_stage for the baselines).
+    stage2_answer: Literal["inline", "two_stage"] | None = None
+    # Start the small model's reasoning together with stage 1; cancel it when stage 1 agrees.
+    eager_reasoning: bool = False
+    # Reasoning-transfer prompt; None: the paper's choice per answer kind.
+    transfer_form: TransferForm | None = None
+    transfer_selector: str = "full"
+    on_large_failure: Literal["error", "small"] = "error"
+    max_tokens: TokenBudgets = TokenBudgets()
+    timeouts: StageTimeouts = StageTimeouts()
+    anls_threshold: float = Field(0.5, gt=0, le=1)
+    rel_tol: float = Field(0.05, ge=0, le=1)
+
+    def resolved_stage2_answer(self) -> str:
+        if self.stage2_answer is not None:
+            return self.stage2_answer
+        return "two_stage" if self.policy in (Policy.SMALL_REASON, Policy.LARGE_REASON) else "inline"

@@ -1,0 +1,113 @@
+"""The HTTP API's request models: what a client may send, validated by pydantic.
+
+- ``POST /v1/chat/completions`` (OpenAI-compatible; ``model`` picks the policy): ``ChatRequest``;
+- ``POST /v1/mai/answer`` (native: image, question, choices, answer_type, policy, options): ``AnswerRequest``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .options import Policy
+from .prompts import TransferForm
+
+# OpenAI model name -> cascade policy.
+MODELS: dict[str, Policy] = {
+    "mai": Policy.CASCADE,
+    "mai-small": Policy.SMALL,
+    "mai-large": Policy.LARGE,
+    "mai-small-reason": Policy.SMALL_REASON,
+    "mai-large-reason": Policy.LARGE_REASON,
+    "mai-transfer": Policy.TRANSFER,
+    "mai-small-explain": Policy.SMALL_EXPLAIN,
+    "mai-large-explain": Policy.LARGE_EXPLAIN,
+}
+MODEL_OF_POLICY = {policy: name for name, policy in MODELS.items()}
+
+AnswerKind = Literal["choice", "yes_no", "number", "text"]
+
+
+class RequestOptions(BaseModel):
+    """Per-request cascade options a client may set; the rest is server configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage2_answer: Literal["inline", "two_stage"] | None = None
+    eager_reasoning: bool | None = None
+    transfer_form: TransferForm | None = None
+    transfer_selector: str | None = None
+    on_large_failure: Literal["error", "small"] | None = None
+
+
+class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    url: str
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "image_url"]
+    text: str | None = None
+    image_url: ImageURL | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+class MAIExtra(BaseModel):
+    """The ``mai`` object a chat request may carry."""
+
+    model_config = ConfigDict(extra="forbid")
+    choices: list[str] | None = Field(None, min_length=2, max_length=26)
+    answer_type: AnswerKind | None = None
+    options: RequestOptions | None = None
+
+
+class ChatRequest(BaseModel):
+    """The OpenAI chat request fields MAI reads; other OpenAI fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(..., json_schema_extra={"enum": list(MODELS)}, description="the policy; others get 404")
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    mai: MAIExtra | None = None
+
+
+class AnswerRequest(BaseModel):
+    """``POST /v1/mai/answer``."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str = Field(..., description="a data URL (data:image/png;base64,...) or bare base64")
+    question: str
+    choices: list[str] | None = Field(None, min_length=2, max_length=26)
+    answer_type: AnswerKind | None = None
+    policy: Policy = Policy.CASCADE
+    options: RequestOptions | None = None
+    max_tokens: int | None = None
+
+
+def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` declaring ``model`` as an operation's JSON body (its ``$defs`` inlined), for
+    endpoints that read and validate the raw body themselves so that every error is ours."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
+
+

@@ -1,0 +1,103 @@
+"""A job and its cascade result turned into the response body: an OpenAI chat completion (or its
+stream of chunks), the native answer, an error. The route handlers only pass them on."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from .errors import RequestError
+from .jobs import Job
+from .protocol import MODELS
+from .trace import CascadeResult
+
+
+def usage_of(result: CascadeResult) -> dict[str, int]:
+    tokens = result.trace.tokens()
+    prompt = sum(model["prompt_tokens"] for model in tokens.values())
+    completion = sum(model["completion_tokens"] for model in tokens.values())
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def mai_object(job: Job, result: CascadeResult) -> dict[str, Any]:
+    return {"request_id": job.request_id, "answer": result.answer, "route": result.route,
+            "trace": result.trace.to_dict()}
+
+
+def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{job.request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": job.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
+        "usage": usage_of(result),
+        "mai": mai_object(job, result),
+    }
+
+
+def chat_completion_chunks(job: Job, result: CascadeResult) -> list[dict[str, Any]]:
+    """The answer as OpenAI stream chunks: the role, the content, the finish (with the trace)."""
+    base = {"id": f"chatcmpl-{job.request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": job.model}
+    chunks = [
+        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {"content": result.answer}, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(job, result)},
+    ]
+    if job.include_usage_in_stream:
+        chunks.append(base | {"choices": [], "usage": usage_of(result)})
+    return chunks
+
+
+def answer_response(job: Job, result: CascadeResult) -> dict[str, Any]:
+    return {
+        "id": f"mai-{job.request_id}",
+        "request_id": job.request_id,
+        "answer": result.answer,
+        "route": result.route,
+        "policy": job.options.policy.value,
+        "kind": job.question.kind,
+        "usage": usage_of(result),
+        "trace": result.trace.to_dict(),
+    }
+
+
+def models_list() -> dict[str, Any]:
+    return {"object": "list",
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
+                     for name, policy in MODELS.items()]}
+
+
+# -- HTTP replies --------------------------------------------------------------------------------
+
+
+def _route_header(result: CascadeResult) -> dict[str, str]:
+    return {"x-mai-route": result.route}
+
+
+def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def chat_reply(job: Job, result: CascadeResult) -> JSONResponse | StreamingResponse:
+    """``/v1/chat/completions``: the completion, or its chunks as server-sent events when streamed."""
+    if job.stream:
+        return StreamingResponse(_sse(chat_completion_chunks(job, result)), media_type="text/event-stream",
+                                 headers=_route_header(result))
+    return JSONResponse(chat_completion(job, result), headers=_route_header(result))
+
+
+def answer_reply(job: Job, result: CascadeResult) -> JSONResponse:
+    """``/v1/mai/answer``."""
+    return JSONResponse(answer_response(job, result), headers=_route_header(result))
+
+
+def error_reply(error: RequestError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)

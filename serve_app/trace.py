@@ -1,0 +1,81 @@
+"""What a request did: its route, and a record of every stage (model, prompt kind, tokens, latency,
+parsed answer) and of the reasoning transfer. Every response carries it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+SMALL, LARGE = "small", "large"
+
+
+class Route(StrEnum):
+    AGREE_SHORT = "agree_short"
+    AGREE_REASONED = "agree_reasoned"
+    TRANSFER = "transfer"
+    SINGLE = "single"
+    DEGRADED_LARGE_ONLY = "degraded_large_only"  # small failed in stage 1
+    DEGRADED_NO_REASONING = "degraded_no_reasoning"  # small failed while reasoning
+    DEGRADED_NO_TRANSFER = "degraded_no_transfer"  # large failed in the transfer stage
+    DEGRADED_SMALL_ONLY = "degraded_small_only"  # large failed, on_large_failure: small
+
+
+@dataclass
+class StageRecord:
+    name: str
+    model: str
+    prompt_kind: str
+    status: str = "running"  # ok | error | timeout | cancelled
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    answer: str | None = None  # parsed answer, None when nothing could be parsed
+    output: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class TransferRecord:
+    """The reasoning transfer: which selector, tokens before and after it, what it cost."""
+
+    selector: str
+    tokens_before: int = 0
+    tokens_after: int = 0
+    unit: str = "words"
+    latency_s: float = 0.0
+    error: str | None = None  # the selector failed; the full reasoning was sent
+
+
+@dataclass
+class Trace:
+    policy: str
+    kind: str
+    route: str | None = None
+    answer_parsed: bool = False
+    latency_s: float = 0.0
+    stages: list[StageRecord] = field(default_factory=list)
+    transfer: TransferRecord | None = None
+
+    def tokens(self) -> dict[str, dict[str, int]]:
+        totals = {SMALL: {"prompt_tokens": 0, "completion_tokens": 0}, LARGE: {"prompt_tokens": 0, "completion_tokens": 0}}
+        for stage in self.stages:
+            totals[stage.model]["prompt_tokens"] += stage.prompt_tokens
+            totals[stage.model]["completion_tokens"] += stage.completion_tokens
+        return totals
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tokens"] = self.tokens()
+        return data
+
+
+@dataclass(frozen=True)
+class CascadeResult:
+    answer: str
+    route: str
+    trace: Trace
