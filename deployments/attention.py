@@ -58,7 +58,9 @@ class ReasoningScorer:
 
     MARK = "\u0000MAI-REASONING\u0000"
 
-    def __init__(self, source: str, *, device: str = "cpu", dtype: str = "float32", max_reasoning_tokens: int = 4096):
+    def __init__(
+        self, source: str, *, device: str = "cpu", dtype: str = "float32", max_reasoning_tokens: int = 4096
+    ):
         import torch
         from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
@@ -66,12 +68,18 @@ class ReasoningScorer:
         self.device = device
         self.max_reasoning_tokens = max_reasoning_tokens
         self.processor = AutoProcessor.from_pretrained(source)
-        self.model = Qwen3VLForConditionalGeneration.from_pretrained(
-            source, attn_implementation="eager", dtype=getattr(torch, dtype)).to(device).eval()
+        self.model = (
+            Qwen3VLForConditionalGeneration.from_pretrained(
+                source, attn_implementation="eager", dtype=getattr(torch, dtype)
+            )
+            .to(device)
+            .eval()
+        )
         self.layers = self.model.config.text_config.num_hidden_layers
 
-    def select(self, image_url: str | None, question: str, reasoning: str, *, delta: float = 0.8,
-               layer: int = -1) -> dict[str, Any]:
+    def select(
+        self, image_url: str | None, question: str, reasoning: str, *, delta: float = 0.8, layer: int = -1
+    ) -> dict[str, Any]:
         """``{"text", "tokens_before", "tokens_after", "mass", "seconds"}`` for one reasoning."""
         started = time.perf_counter()
         tokenizer = self.processor.tokenizer
@@ -84,16 +92,23 @@ class ReasoningScorer:
         kept = select_by_mass(weights, delta)
         text = GAP.join(tokenizer.decode([reasoning_ids[i] for i in run]).strip() for run in runs(kept))
         total = sum(weights)
-        return {"text": text, "tokens_before": len(reasoning_ids), "tokens_after": len(kept),
-                "mass": sum(weights[i] for i in kept) / total if total > 0 else 1.0,
-                "seconds": time.perf_counter() - started}
+        return {
+            "text": text,
+            "tokens_before": len(reasoning_ids),
+            "tokens_after": len(kept),
+            "mass": sum(weights[i] for i in kept) / total if total > 0 else 1.0,
+            "seconds": time.perf_counter() - started,
+        }
 
-    def _attention(self, image_url: str | None, question: str, reasoning_ids: list[int], layer: int) -> list[float]:
+    def _attention(
+        self, image_url: str | None, question: str, reasoning_ids: list[int], layer: int
+    ) -> list[float]:
         torch = self.torch
         content: list[dict[str, Any]] = [{"type": "image"}] if image_url else []
         content.append({"type": "text", "text": f"{question}\nReasoning: {self.MARK}\nAnswer the question."})
-        text = self.processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                  add_generation_prompt=True)
+        text = self.processor.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
         before, after = text.split(self.MARK)
         images = [_decode_image(image_url)] if image_url else None
         prefix = self.processor(text=[before], images=images, return_tensors="pt")
@@ -102,11 +117,17 @@ class ReasoningScorer:
         input_ids = torch.cat([prefix.input_ids, middle, suffix], dim=1)
         inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
         if images:
-            inputs |= {"pixel_values": prefix.pixel_values, "image_grid_thw": prefix.image_grid_thw,
-                       "mm_token_type_ids": torch.cat([prefix.mm_token_type_ids, torch.zeros_like(middle),
-                                                       torch.zeros_like(suffix)], dim=1)}
+            inputs |= {
+                "pixel_values": prefix.pixel_values,
+                "image_grid_thw": prefix.image_grid_thw,
+                "mm_token_type_ids": torch.cat(
+                    [prefix.mm_token_type_ids, torch.zeros_like(middle), torch.zeros_like(suffix)], dim=1
+                ),
+            }
         with torch.no_grad():
-            output = self.model(**{key: value.to(self.device) for key, value in inputs.items()}, output_attentions=True)
+            output = self.model(
+                **{key: value.to(self.device) for key, value in inputs.items()}, output_attentions=True
+            )
         final_row = output.attentions[layer][0].float().mean(dim=0)[-1]  # heads averaged, last position
         start = prefix.input_ids.shape[1]
         return final_row[start : start + len(reasoning_ids)].tolist()

@@ -51,7 +51,9 @@ def scripted_answer(route: str, role: str, prompt_kind: str) -> str:
     return "C" if route == "transfer" else "A"
 
 
-def completion_tokens(settings: EmulationSettings, request: str, prompt_kind: str, max_tokens: int | None) -> int:
+def completion_tokens(
+    settings: EmulationSettings, request: str, prompt_kind: str, max_tokens: int | None
+) -> int:
     """Drawn from a log-normal around Table 5's mean (coefficient of variation ``token_spread``)."""
     simple, explain, reasoning = paper_profile.COMPLETION_TOKENS[settings.dataset][settings.profile]
     mean = {"explain": explain, "reasoning": reasoning}.get(prompt_kind, simple)
@@ -86,4 +88,6 @@ def reply_text(answer: str, prompt_kind: str, tokens: int) -> str:
 
 
 def per_token_s(settings: EmulationSettings, batch: int) -> float:
-    return (1 / paper_profile.DECODE_TOKENS_PER_S[settings.profile]) * (1 + settings.batch_slowdown * max(0, batch - 1))
+    return (1 / paper_profile.DECODE_TOKENS_PER_S[settings.profile]) * (
+        1 + settings.batch_slowdown * max(0, batch - 1)
+    )

@@ -53,12 +53,23 @@ class EmulatedVLM:
         self._stats: dict[str, Any] = {}
         self._extra_delay_s = 0.0  # fault drills: every call takes this much longer
         self.reset_stats_now()
-        logger.warning("EmulatedVLM %s (%s, profile %s, dataset %s): answers are scripted, latency is emulated; "
-                       "not for real serving", model_id, role, self.settings.profile, self.settings.dataset)
+        logger.warning(
+            "EmulatedVLM %s (%s, profile %s, dataset %s): answers are scripted, latency is emulated; "
+            "not for real serving",
+            model_id,
+            role,
+            self.settings.profile,
+            self.settings.dataset,
+        )
 
     def reset_stats_now(self) -> None:
-        self._stats = {"calls": {kind: 0 for kind in PROMPT_KINDS}, "completed": 0, "cancelled": 0,
-                       "completion_tokens": 0, "peak_batch": 0}
+        self._stats = {
+            "calls": {kind: 0 for kind in PROMPT_KINDS},
+            "completed": 0,
+            "cancelled": 0,
+            "completion_tokens": 0,
+            "peak_batch": 0,
+        }
 
     async def chat(self, request: Any, raw_request_info: Any = None):
         settings = self.settings
@@ -85,17 +96,30 @@ class EmulatedVLM:
         self._stats["completed"] += 1
         self._stats["completion_tokens"] += tokens
         yield self._response_type(
-            id=f"emulated-{uuid.uuid4().hex}", created=int(time.time()), model=self.model_id,
-            choices=[{"index": 0, "message": {"role": "assistant", "content": reply_text(answer, prompt_kind, tokens)},
-                      "finish_reason": "stop"}],
-            usage={"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens},
+            id=f"emulated-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=self.model_id,
+            choices=[
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply_text(answer, prompt_kind, tokens)},
+                    "finish_reason": "stop",
+                }
+            ],
+            usage={
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": tokens,
+                "total_tokens": prompt_tokens + tokens,
+            },
         )
 
     async def _decode(self, prompt_tokens: int, tokens: int) -> None:
         settings = self.settings
         if settings.time_scale == 0:
             return
-        await asyncio.sleep(paper_profile.ttft_ms(settings.profile, prompt_tokens) / 1000 * settings.time_scale)
+        await asyncio.sleep(
+            paper_profile.ttft_ms(settings.profile, prompt_tokens) / 1000 * settings.time_scale
+        )
         remaining = tokens - 1  # the first token came with the TTFT
         while remaining > 0:
             step = min(settings.decode_chunk_tokens, remaining)

@@ -15,12 +15,39 @@ DATASETS = ("pope", "mmmu", "mmbench", "chartqa", "infovqa", "realworldqa")
 # Table 3: (total tokens, TTFT ms). Total 320 was profiled twice (256² image + 256 query tokens,
 # 512² image + 64 query tokens); both points are kept and averaged by the interpolation.
 TTFT_MS: dict[str, list[tuple[int, float]]] = {
-    "2b": [(128, 27.52), (320, 27.79), (576, 27.92), (320, 28.22), (512, 28.00), (768, 28.89),
-           (1088, 45.96), (1280, 46.97), (1536, 49.80)],
-    "4b": [(128, 32.21), (320, 32.15), (576, 34.66), (320, 32.79), (512, 32.86), (768, 39.02),
-           (1088, 65.87), (1280, 69.33), (1536, 77.86)],
-    "8b": [(128, 33.76), (320, 36.25), (576, 47.93), (320, 36.74), (512, 43.91), (768, 53.45),
-           (1088, 94.27), (1280, 102.65), (1536, 115.31)],
+    "2b": [
+        (128, 27.52),
+        (320, 27.79),
+        (576, 27.92),
+        (320, 28.22),
+        (512, 28.00),
+        (768, 28.89),
+        (1088, 45.96),
+        (1280, 46.97),
+        (1536, 49.80),
+    ],
+    "4b": [
+        (128, 32.21),
+        (320, 32.15),
+        (576, 34.66),
+        (320, 32.79),
+        (512, 32.86),
+        (768, 39.02),
+        (1088, 65.87),
+        (1280, 69.33),
+        (1536, 77.86),
+    ],
+    "8b": [
+        (128, 33.76),
+        (320, 36.25),
+        (576, 47.93),
+        (320, 36.74),
+        (512, 43.91),
+        (768, 53.45),
+        (1088, 94.27),
+        (1280, 102.65),
+        (1536, 115.31),
+    ],
 }
 
 # Table 4, "Avg Tok/s".
@@ -49,7 +76,12 @@ ROUTE_SHARES: dict[str, tuple[float, float, float]] = {
 # Table 11 (sequential upper bound, cold engines): MAI speedup over Full RT per dataset;
 # Table 12: MAI over 8B-R on ChartQA with vLLM at batch size 32.
 PAPER_SPEEDUP_VS_TRANSFER: dict[str, float] = {
-    "pope": 8.05, "mmbench": 4.69, "mmmu": 1.76, "chartqa": 2.60, "infovqa": 1.81, "realworldqa": 2.09,
+    "pope": 8.05,
+    "mmbench": 4.69,
+    "mmmu": 1.76,
+    "chartqa": 2.60,
+    "infovqa": 1.81,
+    "realworldqa": 2.09,
 }
 PAPER_SPEEDUP_VS_LARGE_REASON_CHARTQA = 2.40
 

@@ -19,9 +19,19 @@ class AttentionScorer:
     """One prefill per call; CPU or GPU per its settings."""
 
     def __init__(self, settings: ScorerSettings, source: str):
-        self.scorer = ReasoningScorer(source, device=settings.device, dtype=settings.dtype,
-                                      max_reasoning_tokens=settings.max_reasoning_tokens)
-        logger.info("AttentionScorer loaded %s on %s (%d layers)", source, settings.device, self.scorer.layers)
+        self.scorer = ReasoningScorer(
+            source,
+            device=settings.device,
+            dtype=settings.dtype,
+            max_reasoning_tokens=settings.max_reasoning_tokens,
+        )
+        logger.info(
+            "AttentionScorer loaded %s on %s (%d layers)", source, settings.device, self.scorer.layers
+        )
 
-    async def select(self, image_url: str | None, question: str, reasoning: str, delta: float, layer: int) -> dict:
-        return await asyncio.to_thread(self.scorer.select, image_url, question, reasoning, delta=delta, layer=layer)
+    async def select(
+        self, image_url: str | None, question: str, reasoning: str, delta: float, layer: int
+    ) -> dict:
+        return await asyncio.to_thread(
+            self.scorer.select, image_url, question, reasoning, delta=delta, layer=layer
+        )

@@ -32,7 +32,10 @@ class Autoscaling(Strict):
     def _ordered(self) -> Autoscaling:
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"min_replicas ({self.min_replicas}) exceeds max_replicas ({self.max_replicas})")
-        if self.initial_replicas is not None and not self.min_replicas <= self.initial_replicas <= self.max_replicas:
+        if (
+            self.initial_replicas is not None
+            and not self.min_replicas <= self.initial_replicas <= self.max_replicas
+        ):
             raise ValueError("initial_replicas must lie between min_replicas and max_replicas")
         return self
 
@@ -58,7 +61,9 @@ class ModelDeployment(Strict):
     """One VLM deployment: a ray.serve.llm LLMServer running vLLM."""
 
     model_id: str = Field(..., min_length=1, description="the name the engine serves the model under")
-    source: str = Field(..., min_length=1, description="a Hugging Face repo id, or a local folder ('./...' or '/...')")
+    source: str = Field(
+        ..., min_length=1, description="a Hugging Face repo id, or a local folder ('./...' or '/...')"
+    )
     device: Literal["gpu", "cpu"] = "gpu"
     # "emulated" replaces the engine by EmulatedVLM (load tests without GPUs); never for real serving.
     engine: Literal["vllm", "emulated"] = "vllm"
@@ -71,11 +76,17 @@ class ModelDeployment(Strict):
     bundle: dict[str, float] | None = None
     actor_num_cpus: float | None = Field(None, ge=0, description="num_cpus of the LLMServer actor itself")
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict, description="environment of the replica (e.g. VLLM_CPU_KVCACHE_SPACE)")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment of the replica (e.g. VLLM_CPU_KVCACHE_SPACE)"
+    )
     autoscaling: Autoscaling = Autoscaling(target_ongoing_requests=16)
     max_ongoing_requests: int = Field(64, ge=1)
-    max_queued_requests: int = Field(256, ge=1, description="beyond this the caller gets a fast 503, not a queue")
-    prefix_cache_routing: bool = Field(True, description="route requests with the same prefix to the same replica")
+    max_queued_requests: int = Field(
+        256, ge=1, description="beyond this the caller gets a fast 503, not a queue"
+    )
+    prefix_cache_routing: bool = Field(
+        True, description="route requests with the same prefix to the same replica"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelDeployment:

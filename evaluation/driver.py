@@ -15,11 +15,17 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-async def closed_loop(base_url: str, items: Sequence[Item],
-                      send: Callable[[httpx.AsyncClient, int, Item], Awaitable[Result]], *, concurrency: int,
-                      timeout_s: float = 600, headers: Mapping[str, str] | None = None,
-                      on_result: Callable[[Result], None] | None = None,
-                      until: Callable[[], bool] | None = None) -> tuple[list[Result], float]:
+async def closed_loop(
+    base_url: str,
+    items: Sequence[Item],
+    send: Callable[[httpx.AsyncClient, int, Item], Awaitable[Result]],
+    *,
+    concurrency: int,
+    timeout_s: float = 600,
+    headers: Mapping[str, str] | None = None,
+    on_result: Callable[[Result], None] | None = None,
+    until: Callable[[], bool] | None = None,
+) -> tuple[list[Result], float]:
     """``send(http, index, item)`` for every item with ``concurrency`` clients sharing one connection
     pool (stopping early once ``until()`` is true); returns the results in completion order and the
     wall time. ``on_result`` sees each result as it arrives."""
@@ -39,8 +45,9 @@ async def closed_loop(base_url: str, items: Sequence[Item],
 
     started = time.perf_counter()
     if items:
-        async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits,
-                                     headers=dict(headers or {})) as http:
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=timeout_s, limits=limits, headers=dict(headers or {})
+        ) as http:
             await asyncio.gather(*(client(http) for _ in range(min(concurrency, len(items)))))
     return results, time.perf_counter() - started
 
@@ -66,9 +73,17 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-async def drive(base_url: str, path: str, bodies: Sequence[dict[str, Any]], *, concurrency: int,
-                timeout_s: float = 600, on_tick: Callable[[], None] | None = None,
-                until: Callable[[], bool] | None = None, request_ids: str | None = None) -> tuple[list[Outcome], float]:
+async def drive(
+    base_url: str,
+    path: str,
+    bodies: Sequence[dict[str, Any]],
+    *,
+    concurrency: int,
+    timeout_s: float = 600,
+    on_tick: Callable[[], None] | None = None,
+    until: Callable[[], bool] | None = None,
+    request_ids: str | None = None,
+) -> tuple[list[Outcome], float]:
     """POST every body once to ``path`` through ``closed_loop``; returns the outcomes and the wall time.
     With ``request_ids``, body i is sent with the header ``x-request-id: <request_ids><i>``, which makes
     emulated runs reproducible."""
@@ -80,8 +95,11 @@ async def drive(base_url: str, path: str, bodies: Sequence[dict[str, Any]], *, c
             response = await http.post(path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             return Outcome(0, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
-        outcome = Outcome(response.status_code, time.perf_counter() - started,
-                          retry_after=response.headers.get("retry-after"))
+        outcome = Outcome(
+            response.status_code,
+            time.perf_counter() - started,
+            retry_after=response.headers.get("retry-after"),
+        )
         if response.status_code == 200:
             data = response.json()
             trace = data.get("trace") or data.get("mai", {}).get("trace", {})
@@ -90,5 +108,12 @@ async def drive(base_url: str, path: str, bodies: Sequence[dict[str, Any]], *, c
             outcome.error = response.text[:300]
         return outcome
 
-    return await closed_loop(base_url, bodies, post, concurrency=concurrency, timeout_s=timeout_s,
-                             on_result=(lambda _: on_tick()) if on_tick is not None else None, until=until)
+    return await closed_loop(
+        base_url,
+        bodies,
+        post,
+        concurrency=concurrency,
+        timeout_s=timeout_s,
+        on_result=(lambda _: on_tick()) if on_tick is not None else None,
+        until=until,
+    )

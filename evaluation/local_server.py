@@ -57,7 +57,10 @@ def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if metrics_push_interval_s is not None:
-        for name in ("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"):
+        for name in (
+            "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S",
+            "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S",
+        ):
             os.environ[name] = str(metrics_push_interval_s)
     port = free_port()
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
@@ -83,7 +86,9 @@ def replica_counts(name: str = "mai") -> dict[str, int]:
     from ray import serve
 
     status = serve.status().applications[name]
-    return {deployment: info.replica_states.get("RUNNING", 0) for deployment, info in status.deployments.items()}
+    return {
+        deployment: info.replica_states.get("RUNNING", 0) for deployment, info in status.deployments.items()
+    }
 
 
 def deployment_handle(deployment: str, name: str = "mai"):

@@ -52,13 +52,18 @@ class EvalRecord(BaseModel):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
         if isinstance(value, list):
-            return [str(item) if isinstance(item, int | float) and not isinstance(item, bool) else item for item in value]
+            return [
+                str(item) if isinstance(item, int | float) and not isinstance(item, bool) else item
+                for item in value
+            ]
         return value
 
     @model_validator(mode="after")
     def _choices_for_option_metric(self) -> EvalRecord:
         if self.answer_type == "choice" and not self.choices and not _lists_options(self.question):
-            raise ValueError("answer_type 'choice' needs choices (or options listed in the question as A. ..., B. ...)")
+            raise ValueError(
+                "answer_type 'choice' needs choices (or options listed in the question as A. ..., B. ...)"
+            )
         if isinstance(self.answer, list) and not self.answer:
             raise ValueError("answer is an empty list")
         return self
@@ -89,7 +94,9 @@ def load_records(path: Path) -> list[EvalRecord]:
                 message, _ = describe_validation_error(exc)
                 raise DatasetError(f"{path}:{number}: {message}") from None
             if record.id in seen:
-                raise DatasetError(f"{path}:{number}: id {record.id!r} already used on line {seen[record.id]}")
+                raise DatasetError(
+                    f"{path}:{number}: id {record.id!r} already used on line {seen[record.id]}"
+                )
             seen[record.id] = number
             records.append(record)
     if not records:
@@ -114,5 +121,7 @@ def image_data_url(image: str, base: Path) -> str:
 
 def write_records(records: Iterable[dict], path: Path) -> int:
     """Validate and write records as JSONL; returns how many."""
-    return write_jsonl((EvalRecord.model_validate(record).model_dump(mode="json", exclude_none=True)
-                        for record in records), path)
+    return write_jsonl(
+        (EvalRecord.model_validate(record).model_dump(mode="json", exclude_none=True) for record in records),
+        path,
+    )

@@ -20,13 +20,19 @@ ROUTES = ("agree_short", "agree_reasoned", "transfer", "single")
 PROMPT_KINDS = ("simple", "reasoning", "stage2", "transfer")
 
 
-def summarize_policy(policy: str, records: Sequence[EvalRecord], rows: Mapping[str, dict[str, Any]],
-                     segments: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def summarize_policy(
+    policy: str,
+    records: Sequence[EvalRecord],
+    rows: Mapping[str, dict[str, Any]],
+    segments: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
     """One policy's figures. Records without an answer (never asked, or failed) score 0 in the
     metric, as an evaluator would count them, and are reported as ``missing``/``errors``."""
     answered = [rows[r.id] for r in records if r.id in rows and rows[r.id]["status"] == 200]
     errors = sum(1 for r in records if r.id in rows and rows[r.id]["status"] != 200)
-    predictions = [rows[r.id]["answer"] if r.id in rows and rows[r.id]["status"] == 200 else None for r in records]
+    predictions = [
+        rows[r.id]["answer"] if r.id in rows and rows[r.id]["status"] == 200 else None for r in records
+    ]
     metrics = dataset_metrics(predictions, [r.model_dump() for r in records])
 
     routes = Counter(row.get("route") for row in answered)
@@ -38,7 +44,9 @@ def summarize_policy(policy: str, records: Sequence[EvalRecord], rows: Mapping[s
                 per_request[stage["model"]] += stage.get("completion_tokens") or 0
                 if stage.get("status") == "ok":
                     calls[stage["model"]][stage["prompt_kind"]].append(stage.get("completion_tokens") or 0)
-    transfers = [row["transfer"] for row in answered if row.get("transfer") and not row["transfer"].get("error")]
+    transfers = [
+        row["transfer"] for row in answered if row.get("transfer") and not row["transfer"].get("error")
+    ]
     latencies = [row["latency_s"] for row in answered]
     wall = sum(segment["wall_s"] for segment in segments)
     timed_requests = sum(segment["requests"] for segment in segments)
@@ -52,15 +60,27 @@ def summarize_policy(policy: str, records: Sequence[EvalRecord], rows: Mapping[s
         "metrics": metrics,
         "routes": {route: routes[route] for route in sorted(routes, key=str)},
         "route_shares": {route: routes[route] / n for route in sorted(routes, key=str)} if n else {},
-        "tokens_per_call": {model: {kind: sum(values) / len(values) for kind, values in sorted(kinds.items())}
-                            for model, kinds in calls.items()},
-        "calls_per_request": {model: {kind: len(values) / n for kind, values in sorted(kinds.items())}
-                              for model, kinds in calls.items()} if n else {},
-        "completion_tokens_per_request": {model: total / n for model, total in per_request.items()} if n else {},
+        "tokens_per_call": {
+            model: {kind: sum(values) / len(values) for kind, values in sorted(kinds.items())}
+            for model, kinds in calls.items()
+        },
+        "calls_per_request": {
+            model: {kind: len(values) / n for kind, values in sorted(kinds.items())}
+            for model, kinds in calls.items()
+        }
+        if n
+        else {},
+        "completion_tokens_per_request": {model: total / n for model, total in per_request.items()}
+        if n
+        else {},
         # Table 9's Avg. #T: reasoning tokens the large model read per transfer, before and after selection
         "transfers": len(transfers),
-        "transferred_tokens_mean": sum(t["tokens_after"] for t in transfers) / len(transfers) if transfers else None,
-        "reasoning_tokens_mean": sum(t["tokens_before"] for t in transfers) / len(transfers) if transfers else None,
+        "transferred_tokens_mean": sum(t["tokens_after"] for t in transfers) / len(transfers)
+        if transfers
+        else None,
+        "reasoning_tokens_mean": sum(t["tokens_before"] for t in transfers) / len(transfers)
+        if transfers
+        else None,
         "transfer_selectors": sorted({t["selector"] for t in transfers}),
         "wall_s": wall,
         "segments": len(segments),
@@ -94,47 +114,106 @@ def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
 
 def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -> str:
     first = next(iter(summaries.values()))
-    extra = [name for name in ("accuracy", "precision", "recall", "f1", "yes_ratio") if name in first["metrics"]]
-    lines = [f"# Evaluation: {meta['dataset']}", "",
-             f"{first['records']} records; server {meta['url']}; concurrency {meta['concurrency']}. "
-             f"Speedup = wall time of `{meta['baseline']}` / wall time of the policy, policies run one after another.", "",
-             "## Accuracy and speed (Tables 10–12)", "",
-             "| policy | score % | " + "".join(f"{name} % | " for name in extra)
-             + "answered | errors | wall s | requests/s | p50 s | p99 s | speedup | latency-sum speedup |",
-             "|---|---|" + "---|" * len(extra) + "---|---|---|---|---|---|---|---|"]
+    extra = [
+        name for name in ("accuracy", "precision", "recall", "f1", "yes_ratio") if name in first["metrics"]
+    ]
+    lines = [
+        f"# Evaluation: {meta['dataset']}",
+        "",
+        f"{first['records']} records; server {meta['url']}; concurrency {meta['concurrency']}. "
+        f"Speedup = wall time of `{meta['baseline']}` / wall time of the policy, policies run one after "
+        "another.",
+        "",
+        "## Accuracy and speed (Tables 10–12)",
+        "",
+        "| policy | score % | "
+        + "".join(f"{name} % | " for name in extra)
+        + "answered | errors | wall s | requests/s | p50 s | p99 s | speedup | latency-sum speedup |",
+        "|---|---|" + "---|" * len(extra) + "---|---|---|---|---|---|---|---|",
+    ]
     for s in summaries.values():
-        lines.append(f"| {s['policy']} | {_fmt(s['metrics']['score'], 1)} | "
-                     + "".join(f"{_fmt(s['metrics'][name], 1)} | " for name in extra)
-                     + f"{s['answered']} | {s['errors']} | {_fmt(s['wall_s'], 1)} | {_fmt(s['requests_per_s'])} | "
-                     f"{_fmt(s['latency_p50_s'], 3)} | {_fmt(s['latency_p99_s'], 3)} | {_fmt(s['speedup'], 2, '×')} | "
-                     f"{_fmt(s['latency_speedup'], 2, '×')} |")
-    lines += ["", "## Routes (Table 10: MV S/S, MV R/S, RT)", "",
-              "| policy | " + " | ".join(ROUTES) + " | other |", "|---|" + "---|" * (len(ROUTES) + 1)]
+        lines.append(
+            f"| {s['policy']} | {_fmt(s['metrics']['score'], 1)} | "
+            + "".join(f"{_fmt(s['metrics'][name], 1)} | " for name in extra)
+            + f"{s['answered']} | {s['errors']} | {_fmt(s['wall_s'], 1)} | {_fmt(s['requests_per_s'])} | "
+            f"{_fmt(s['latency_p50_s'], 3)} | {_fmt(s['latency_p99_s'], 3)} | {_fmt(s['speedup'], 2, '×')} | "
+            f"{_fmt(s['latency_speedup'], 2, '×')} |"
+        )
+    lines += [
+        "",
+        "## Routes (Table 10: MV S/S, MV R/S, RT)",
+        "",
+        "| policy | " + " | ".join(ROUTES) + " | other |",
+        "|---|" + "---|" * (len(ROUTES) + 1),
+    ]
     for s in summaries.values():
         other = sum(count for route, count in s["routes"].items() if route not in ROUTES)
-        cells = [f"{s['routes'].get(route, 0)} ({100 * s['route_shares'].get(route, 0):.1f}%)" for route in ROUTES]
+        cells = [
+            f"{s['routes'].get(route, 0)} ({100 * s['route_shares'].get(route, 0):.1f}%)" for route in ROUTES
+        ]
         lines.append(f"| {s['policy']} | " + " | ".join(cells) + f" | {other} |")
-    columns = [(model, kind) for model in ("small", "large") for kind in PROMPT_KINDS
-               if any(kind in s["tokens_per_call"][model] for s in summaries.values())]
-    lines += ["", "## Completion tokens (Table 5: mean per call, by model and prompt kind)", "",
-              "| policy | " + "".join(f"{model} {kind} | " for model, kind in columns)
-              + "small per request | large per request | avg #T transferred (of reasoning) |",
-              "|---|" + "---|" * (len(columns) + 3)]
+    columns = [
+        (model, kind)
+        for model in ("small", "large")
+        for kind in PROMPT_KINDS
+        if any(kind in s["tokens_per_call"][model] for s in summaries.values())
+    ]
+    lines += [
+        "",
+        "## Completion tokens (Table 5: mean per call, by model and prompt kind)",
+        "",
+        "| policy | "
+        + "".join(f"{model} {kind} | " for model, kind in columns)
+        + "small per request | large per request | avg #T transferred (of reasoning) |",
+        "|---|" + "---|" * (len(columns) + 3),
+    ]
     for s in summaries.values():
         cells = "".join(f"{_fmt(s['tokens_per_call'][model].get(kind), 1)} | " for model, kind in columns)
         per = s["completion_tokens_per_request"]
-        transferred = (f"{_fmt(s['transferred_tokens_mean'], 1)} ({_fmt(s['reasoning_tokens_mean'], 1)}, "
-                       f"{'/'.join(s['transfer_selectors'])})" if s["transfers"] else "–")
-        lines.append(f"| {s['policy']} | {cells}{_fmt(per.get('small'), 1)} | {_fmt(per.get('large'), 1)} | {transferred} |")
+        transferred = (
+            f"{_fmt(s['transferred_tokens_mean'], 1)} ({_fmt(s['reasoning_tokens_mean'], 1)}, "
+            f"{'/'.join(s['transfer_selectors'])})"
+            if s["transfers"]
+            else "–"
+        )
+        lines.append(
+            f"| {s['policy']} | {cells}{_fmt(per.get('small'), 1)} | {_fmt(per.get('large'), 1)} | "
+            f"{transferred} |"
+        )
     if any(s["segments"] > 1 for s in summaries.values()):
-        lines += ["", "Some policies ran in several segments (resumed runs): their wall time is the sum of the segments."]
+        lines += [
+            "",
+            "Some policies ran in several segments (resumed runs): their wall time is the sum of the "
+            "segments.",
+        ]
     return "\n".join(lines) + "\n"
 
 
-CSV_FIELDS = ("policy", "records", "answered", "errors", "score", "accuracy", "precision", "recall", "f1",
-              "route_agree_short", "route_agree_reasoned", "route_transfer", "route_single",
-              "small_completion_tokens_per_request", "large_completion_tokens_per_request", "transferred_tokens_mean",
-              "wall_s", "requests_per_s", "latency_mean_s", "latency_p50_s", "latency_p99_s", "speedup", "latency_speedup")
+CSV_FIELDS = (
+    "policy",
+    "records",
+    "answered",
+    "errors",
+    "score",
+    "accuracy",
+    "precision",
+    "recall",
+    "f1",
+    "route_agree_short",
+    "route_agree_reasoned",
+    "route_transfer",
+    "route_single",
+    "small_completion_tokens_per_request",
+    "large_completion_tokens_per_request",
+    "transferred_tokens_mean",
+    "wall_s",
+    "requests_per_s",
+    "latency_mean_s",
+    "latency_p50_s",
+    "latency_p99_s",
+    "speedup",
+    "latency_speedup",
+)
 
 
 def csv_rows(summaries: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -143,8 +222,10 @@ def csv_rows(summaries: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
         row = {key: s.get(key) for key in CSV_FIELDS if key in s}
         row |= {name: s["metrics"].get(name) for name in ("score", "accuracy", "precision", "recall", "f1")}
         row |= {f"route_{route}": s["route_shares"].get(route, 0.0) for route in ROUTES}
-        row |= {f"{model}_completion_tokens_per_request": s["completion_tokens_per_request"].get(model)
-                for model in ("small", "large")}
+        row |= {
+            f"{model}_completion_tokens_per_request": s["completion_tokens_per_request"].get(model)
+            for model in ("small", "large")
+        }
         rows.append(row)
     return rows
 
@@ -158,8 +239,11 @@ def plot(summaries: Mapping[str, dict[str, Any]], path: Path, title: str) -> boo
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    points = [(s["latency_mean_s"], s["metrics"]["score"], s["policy"]) for s in summaries.values()
-              if s["latency_mean_s"] is not None]
+    points = [
+        (s["latency_mean_s"], s["metrics"]["score"], s["policy"])
+        for s in summaries.values()
+        if s["latency_mean_s"] is not None
+    ]
     figure, axes = plt.subplots(figsize=(6, 4), dpi=120)
     for x, y, label in points:
         axes.scatter([x], [y], s=36)
@@ -176,8 +260,12 @@ def plot(summaries: Mapping[str, dict[str, Any]], path: Path, title: str) -> boo
 
 def write_report(out: Path, summaries: dict[str, dict[str, Any]], meta: dict[str, Any]) -> dict[str, Path]:
     """results.md, results.csv, results.json and accuracy_latency.png in ``out``."""
-    paths = {"markdown": out / "results.md", "csv": out / "results.csv", "json": out / "results.json",
-             "plot": out / "accuracy_latency.png"}
+    paths = {
+        "markdown": out / "results.md",
+        "csv": out / "results.csv",
+        "json": out / "results.json",
+        "plot": out / "accuracy_latency.png",
+    }
     paths["markdown"].write_text(markdown(summaries, meta))
     with paths["csv"].open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=CSV_FIELDS)

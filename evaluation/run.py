@@ -34,8 +34,13 @@ class OutputMismatchError(ValueError):
     """The output folder holds results of another dataset."""
 
 
-def chat_body(record: EvalRecord, image_url: str, policy: str, max_tokens: int | None = None,
-              transfer_selector: str | None = None) -> dict[str, Any]:
+def chat_body(
+    record: EvalRecord,
+    image_url: str,
+    policy: str,
+    max_tokens: int | None = None,
+    transfer_selector: str | None = None,
+) -> dict[str, Any]:
     """The chat request for one record under one policy: the image and the question in the user
     message, the options, answer kind and transfer selector in the ``mai`` extension."""
     mai: dict[str, Any] = {}
@@ -47,8 +52,15 @@ def chat_body(record: EvalRecord, image_url: str, policy: str, max_tokens: int |
         mai["answer_type"] = record.answer_type
     body: dict[str, Any] = {
         "model": policy,
-        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_url}},
-                                                  {"type": "text", "text": record.question}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": image_url}},
+                    {"type": "text", "text": record.question},
+                ],
+            }
+        ],
     }
     if mai:
         body["mai"] = mai
@@ -65,9 +77,16 @@ def request_id(policy: str, record_id: str) -> str:
     return token[:111] + "." + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
-def prediction_of(record: EvalRecord, policy: str, status: int, latency_s: float, body: Any) -> dict[str, Any]:
+def prediction_of(
+    record: EvalRecord, policy: str, status: int, latency_s: float, body: Any
+) -> dict[str, Any]:
     """What is kept of one response: the answer and its score, or the error."""
-    row: dict[str, Any] = {"id": record.id, "policy": policy, "status": status, "latency_s": round(latency_s, 6)}
+    row: dict[str, Any] = {
+        "id": record.id,
+        "policy": policy,
+        "status": status,
+        "latency_s": round(latency_s, 6),
+    }
     if status == 200 and isinstance(body, dict):
         answer = body["choices"][0]["message"]["content"]
         mai = body.get("mai", {})
@@ -77,15 +96,29 @@ def prediction_of(record: EvalRecord, policy: str, status: int, latency_s: float
             "score": score(answer, record.model_dump()),
             "route": mai.get("route"),
             "kind": trace.get("kind"),
-            "stages": [{key: stage.get(key) for key in ("name", "model", "prompt_kind", "status", "prompt_tokens",
-                                                         "completion_tokens", "latency_s")}
-                       for stage in trace.get("stages", [])],
+            "stages": [
+                {
+                    key: stage.get(key)
+                    for key in (
+                        "name",
+                        "model",
+                        "prompt_kind",
+                        "status",
+                        "prompt_tokens",
+                        "completion_tokens",
+                        "latency_s",
+                    )
+                }
+                for stage in trace.get("stages", [])
+            ],
             "usage": body.get("usage", {}),
             "transfer": trace.get("transfer"),
         }
     else:
         error = body.get("error", {}) if isinstance(body, dict) else {}
-        row["error"] = error.get("message") if isinstance(error, dict) and error.get("message") else str(body)[:500]
+        row["error"] = (
+            error.get("message") if isinstance(error, dict) and error.get("message") else str(body)[:500]
+        )
     return row
 
 
@@ -109,7 +142,8 @@ class PredictionStore:
             if existing.get("dataset_sha256") != self.manifest["dataset_sha256"]:
                 raise OutputMismatchError(
                     f"{self.out} holds results of another dataset ({existing.get('dataset')}); "
-                    "choose another --out, or pass --fresh to start over")
+                    "choose another --out, or pass --fresh to start over"
+                )
         self.dir.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.manifest, indent=2) + "\n")
 
@@ -155,8 +189,9 @@ class DriveSettings:
     transfer_selector: str | None = None
 
 
-async def _ask(http: httpx.AsyncClient, record: EvalRecord, image_url: str, policy: str,
-               settings: DriveSettings) -> dict[str, Any]:
+async def _ask(
+    http: httpx.AsyncClient, record: EvalRecord, image_url: str, policy: str, settings: DriveSettings
+) -> dict[str, Any]:
     body = chat_body(record, image_url, policy, settings.max_tokens, settings.transfer_selector)
     headers = {"x-request-id": request_id(policy, record.id)}
     for attempt in range(settings.retries + 1):
@@ -165,9 +200,11 @@ async def _ask(http: httpx.AsyncClient, record: EvalRecord, image_url: str, poli
             response = await http.post("/v1/chat/completions", json=body, headers=headers)
         except httpx.TransportError as exc:
             if attempt < settings.retries:
-                await asyncio.sleep(min(2 ** attempt, 30))
+                await asyncio.sleep(min(2**attempt, 30))
                 continue
-            return prediction_of(record, policy, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+            return prediction_of(
+                record, policy, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
+            )
         latency = time.perf_counter() - started
         if response.status_code == 503 and attempt < settings.retries:
             await asyncio.sleep(_retry_after(response.headers.get("retry-after"), attempt))
@@ -182,14 +219,20 @@ async def _ask(http: httpx.AsyncClient, record: EvalRecord, image_url: str, poli
 
 def _retry_after(header: str | None, attempt: int) -> float:
     try:
-        return min(float(header), 60.0) if header is not None else min(2.0 ** attempt, 30.0)
+        return min(float(header), 60.0) if header is not None else min(2.0**attempt, 30.0)
     except ValueError:
-        return min(2.0 ** attempt, 30.0)
+        return min(2.0**attempt, 30.0)
 
 
-async def run_policy(base_url: str, records: Sequence[EvalRecord], dataset_dir: Path, policy: str,
-                     store: PredictionStore, settings: DriveSettings,
-                     on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+async def run_policy(
+    base_url: str,
+    records: Sequence[EvalRecord],
+    dataset_dir: Path,
+    policy: str,
+    store: PredictionStore,
+    settings: DriveSettings,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Ask every record not yet answered under ``policy`` with ``settings.concurrency`` clients;
     append each row to the store as it arrives and the timed segment at the end (also when
     interrupted). Returns the segment."""
@@ -211,17 +254,30 @@ async def run_policy(base_url: str, records: Sequence[EvalRecord], dataset_dir: 
     started_at = time.time()
     started = time.perf_counter()
     try:
-        await closed_loop(base_url, todo, ask, concurrency=settings.concurrency, timeout_s=settings.timeout_s,
-                          headers=headers, on_result=keep)
+        await closed_loop(
+            base_url,
+            todo,
+            ask,
+            concurrency=settings.concurrency,
+            timeout_s=settings.timeout_s,
+            headers=headers,
+            on_result=keep,
+        )
     finally:
-        segment = {"started": started_at, "wall_s": round(time.perf_counter() - started, 6), "requests": answered,
-                   "concurrency": settings.concurrency}
+        segment = {
+            "started": started_at,
+            "wall_s": round(time.perf_counter() - started, 6),
+            "requests": answered,
+            "concurrency": settings.concurrency,
+        }
         if answered:
             store.add_segment(policy, segment)
     return segment
 
 
-async def check_server(base_url: str, policies: Sequence[str], api_key: str | None, timeout_s: float = 10.0) -> None:
+async def check_server(
+    base_url: str, policies: Sequence[str], api_key: str | None, timeout_s: float = 10.0
+) -> None:
     """Fail early, with a message a user can act on, when the server is not there or does not serve
     the policies asked for."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else None
@@ -229,11 +285,15 @@ async def check_server(base_url: str, policies: Sequence[str], api_key: str | No
         async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, headers=headers) as http:
             response = await http.get("/v1/models")
     except httpx.HTTPError as exc:
-        raise ConnectionError(f"no MAI server at {base_url} ({type(exc).__name__}: {exc}); start one with "
-                              "`serve run configs/mai.yaml` or pass --url") from None
+        raise ConnectionError(
+            f"no MAI server at {base_url} ({type(exc).__name__}: {exc}); start one with "
+            "`serve run configs/mai.yaml` or pass --url"
+        ) from None
     if response.status_code != 200:
         raise ConnectionError(f"{base_url}/v1/models answered {response.status_code}: {response.text[:200]}")
     served = {model["id"] for model in response.json().get("data", [])}
     missing = [policy for policy in policies if policy not in served]
     if missing:
-        raise ConnectionError(f"{base_url} does not serve {', '.join(missing)} (it serves {', '.join(sorted(served))})")
+        raise ConnectionError(
+            f"{base_url} does not serve {', '.join(missing)} (it serves {', '.join(sorted(served))})"
+        )

@@ -34,7 +34,9 @@ def score(prediction: str | None, record: Mapping[str, Any]) -> float:
     if metric == "option":
         choices = record.get("choices") or None
         predicted = option_letter(prediction, choices)
-        return float(predicted is not None and any(option_letter(g, choices) == predicted for g in _golds(answer)))
+        return float(
+            predicted is not None and any(option_letter(g, choices) == predicted for g in _golds(answer))
+        )
     if metric == "yes_no":
         predicted = yes_no(prediction)
         return float(predicted is not None and any(yes_no(g) == predicted for g in _golds(answer)))
@@ -65,11 +67,18 @@ def yes_no_metrics(pairs: Iterable[tuple[str | None, str]]) -> dict[str, float]:
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"accuracy": (tp + tn) / total if total else 0.0, "precision": precision, "recall": recall, "f1": f1,
-            "yes_ratio": said_yes / total if total else 0.0}
+    return {
+        "accuracy": (tp + tn) / total if total else 0.0,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "yes_ratio": said_yes / total if total else 0.0,
+    }
 
 
-def dataset_metrics(predictions: Sequence[str | None], records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def dataset_metrics(
+    predictions: Sequence[str | None], records: Sequence[Mapping[str, Any]]
+) -> dict[str, float]:
     """The dataset's headline figure ``score`` (the mean per-record score, in %) and, when every
     record is yes/no, POPE's accuracy, precision, recall and F1 (in %)."""
     if len(predictions) != len(records):

@@ -33,5 +33,6 @@ class DirectIngress:
 
 def build_direct_app():
     engine = EmulatedVLM.options(name="direct-engine", max_ongoing_requests=1024).bind(
-        {"profile": "8b", "dataset": "pope", "time_scale": 0.0}, "large", "direct")
+        {"profile": "8b", "dataset": "pope", "time_scale": 0.0}, "large", "direct"
+    )
     return DirectIngress.bind(engine)

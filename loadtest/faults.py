@@ -40,17 +40,26 @@ TWO = {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 16}
 
 def app_args(request_timeout_s: float) -> dict[str, Any]:
     model = {"emulation": {"dataset": "chartqa", "time_scale": 0.2}, "autoscaling": TWO}
-    return config_args("mai-emulated.yaml", {
-        "small": model, "large": model, "ingress": {"autoscaling": TWO},
-        "cascade": {"timeouts": {"short_s": 2, "reasoning_s": 10, "stage2_s": 2, "transfer_s": 4}},
-        "request_timeout_s": request_timeout_s})
+    return config_args(
+        "mai-emulated.yaml",
+        {
+            "small": model,
+            "large": model,
+            "ingress": {"autoscaling": TWO},
+            "cascade": {"timeouts": {"short_s": 2, "reasoning_s": 10, "stage2_s": 2, "transfer_s": 4}},
+            "request_timeout_s": request_timeout_s,
+        },
+    )
 
 
 def replica_actors(deployment: str) -> list[str]:
     import ray
 
-    return sorted(actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True)
-                  if actor["namespace"] == "serve" and f"#{deployment}#" in actor["name"])
+    return sorted(
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == "serve" and f"#{deployment}#" in actor["name"]
+    )
 
 
 def kill_one(deployment: str) -> str:
@@ -82,27 +91,61 @@ def inject(fault: str, run_time_s: float, fault_at_s: float) -> str:
     return "large model 3 s slower per call (stage timeout 2 s), restored halfway through the rest"
 
 
-def run_locust(base_url: str, run_time_s: int, users: int, request_timeout_s: float, out: Path) -> dict[str, int]:
+def run_locust(
+    base_url: str, run_time_s: int, users: int, request_timeout_s: float, out: Path
+) -> dict[str, int]:
     locust = Path(sys.executable).with_name("locust")
-    run = subprocess.run([str(locust), "-f", str(Path(__file__).resolve().parent / "locustfile.py"), "--headless", "--host", base_url,
-                          "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{run_time_s}s",
-                          "--max-requests", "1000000", "--request-timeout", str(request_timeout_s),
-                          "--json-file", str(out), "--only-summary"],
-                         capture_output=True, text=True, timeout=run_time_s + request_timeout_s + 120)
+    run = subprocess.run(
+        [
+            str(locust),
+            "-f",
+            str(Path(__file__).resolve().parent / "locustfile.py"),
+            "--headless",
+            "--host",
+            base_url,
+            "--users",
+            str(users),
+            "--spawn-rate",
+            str(users),
+            "--run-time",
+            f"{run_time_s}s",
+            "--max-requests",
+            "1000000",
+            "--request-timeout",
+            str(request_timeout_s),
+            "--json-file",
+            str(out),
+            "--only-summary",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=run_time_s + request_timeout_s + 120,
+    )
     if run.returncode not in (0, 1):  # 1: some requests failed, which is what is being counted
         raise RuntimeError(f"locust exited with {run.returncode}: {run.stderr[-2000:]}")
     rows = json.loads(Path(f"{out}.json").read_text())
-    counts = {row["name"].removeprefix("outcome "): row["num_requests"] for row in rows if row["name"].startswith("outcome ")}
+    counts = {
+        row["name"].removeprefix("outcome "): row["num_requests"]
+        for row in rows
+        if row["name"].startswith("outcome ")
+    }
     counts["sent"] = sum(row["num_requests"] for row in rows if row["method"] == "POST")
-    counts["failed_statuses"] = {row["name"].removeprefix("failed with status "): row["num_requests"]
-                                 for row in rows if row["name"].startswith("failed with status ")}
+    counts["failed_statuses"] = {
+        row["name"].removeprefix("failed with status "): row["num_requests"]
+        for row in rows
+        if row["name"].startswith("failed with status ")
+    }
     return counts
 
 
 def recovered(base_url: str) -> dict[str, Any]:
     """Whether the app answers ``RECOVERY_REQUESTS`` requests in a row normally once the load has stopped
     (within 120 s), and how long getting them took."""
-    body = {"image": sample_png_data_url(), "question": "What is the value of the red bar?", "policy": "cascade"}
+    body = {
+        "image": sample_png_data_url(),
+        "question": "What is the value of the red bar?",
+        "policy": "cascade",
+    }
     started = time.monotonic()
     normal = 0
     while time.monotonic() - started < 120 and normal < RECOVERY_REQUESTS:
@@ -114,32 +157,50 @@ def recovered(base_url: str) -> dict[str, Any]:
         normal = normal + 1 if ok else 0
         if not ok:
             time.sleep(1)
-    return {"recovered": normal >= RECOVERY_REQUESTS, "recovery_check_s": round(time.monotonic() - started, 1)}
+    return {
+        "recovered": normal >= RECOVERY_REQUESTS,
+        "recovery_check_s": round(time.monotonic() - started, 1),
+    }
 
 
-def drill(base_url: str, fault: str, run_time_s: int, fault_at_s: float, users: int, request_timeout_s: float) -> dict:
+def drill(
+    base_url: str, fault: str, run_time_s: int, fault_at_s: float, users: int, request_timeout_s: float
+) -> dict:
     deploy(app_args(request_timeout_s))
     note: dict[str, str] = {}
-    timer = threading.Timer(fault_at_s, lambda: note.setdefault("fault", inject(fault, run_time_s, fault_at_s)))
+    timer = threading.Timer(
+        fault_at_s, lambda: note.setdefault("fault", inject(fault, run_time_s, fault_at_s))
+    )
     with tempfile.TemporaryDirectory() as folder:
         timer.start()
         counts = run_locust(base_url, run_time_s, users, request_timeout_s, Path(folder) / "locust")
         timer.join()
-    row = {"fault": fault, "what": note.get("fault"), "sent": counts.pop("sent"),
-           **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES}, "mislabelled": counts.get("mislabelled", 0),
-           "failed_statuses": counts.get("failed_statuses", {})}
+    row = {
+        "fault": fault,
+        "what": note.get("fault"),
+        "sent": counts.pop("sent"),
+        **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "mislabelled": counts.get("mislabelled", 0),
+        "failed_statuses": counts.get("failed_statuses", {}),
+    }
     row |= recovered(base_url)
     print(json.dumps(row), file=sys.stderr)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(FAULTS), help=f"comma-separated subset of {', '.join(FAULTS)}")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only", default=",".join(FAULTS), help=f"comma-separated subset of {', '.join(FAULTS)}"
+    )
     parser.add_argument("--run-time", type=int, default=45, help="seconds of load per fault (default 45)")
     parser.add_argument("--fault-at", type=float, default=15.0, help="seconds into the load (default 15)")
     parser.add_argument("--users", type=int, default=8)
-    parser.add_argument("--request-timeout", type=float, default=30.0, help="the app's request_timeout_s (default 30)")
+    parser.add_argument(
+        "--request-timeout", type=float, default=30.0, help="the app's request_timeout_s (default 30)"
+    )
     args = parser.parse_args(argv)
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = set(chosen) - set(FAULTS)
@@ -149,21 +210,41 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with local_ray(num_cpus=2, metrics_push_interval_s=1.0) as base_url:
         for fault in chosen:
-            rows.append(drill(base_url, fault, args.run_time, args.fault_at, args.users, args.request_timeout))
+            rows.append(
+                drill(base_url, fault, args.run_time, args.fault_at, args.users, args.request_timeout)
+            )
     # Client timeout = the app's request timeout + 30 s: a request still open then is "hung".
-    result = {"meta": {"command": ("python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
-                       "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-                       "duration_s": round(time.time() - started, 1),
-                       "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}},
-              "settings": {"run_time_s": args.run_time, "fault_at_s": args.fault_at, "users": args.users,
-                           "request_timeout_s": args.request_timeout, "replicas_per_deployment": 2,
-                           "stage_timeouts_s": {"short": 2, "reasoning": 10, "stage2": 2, "transfer": 4}},
-              "faults": rows}
+    result = {
+        "meta": {
+            "command": (
+                "python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:])
+            ).strip(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+            "duration_s": round(time.time() - started, 1),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        },
+        "settings": {
+            "run_time_s": args.run_time,
+            "fault_at_s": args.fault_at,
+            "users": args.users,
+            "request_timeout_s": args.request_timeout,
+            "replicas_per_deployment": 2,
+            "stage_timeouts_s": {"short": 2, "reasoning": 10, "stage2": 2, "transfer": 4},
+        },
+        "faults": rows,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "faults.json").write_text(json.dumps(result, indent=2) + "\n")
-    bad = [row["fault"] for row in rows if row["failed"] or row["hung"] or row["mislabelled"] or not row["recovered"]]
-    print(f"wrote {RESULTS / 'faults.json'}" + (f"; targets missed for {', '.join(bad)}" if bad else "; all targets met"),
-          file=sys.stderr)
+    bad = [
+        row["fault"]
+        for row in rows
+        if row["failed"] or row["hung"] or row["mislabelled"] or not row["recovered"]
+    ]
+    print(
+        f"wrote {RESULTS / 'faults.json'}"
+        + (f"; targets missed for {', '.join(bad)}" if bad else "; all targets met"),
+        file=sys.stderr,
+    )
     return 0
 
 

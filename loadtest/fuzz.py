@@ -11,7 +11,8 @@ busy), and every error a JSON body ``{"error": {"message", "code", ...}}``. The 
 by status and error code, with one example input each.
 
     python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200
-    python -m loadtest.fuzz --local --examples 200 --out bench/results/fuzz.json   # starts the emulated app itself
+    # --local starts the emulated app itself:
+    python -m loadtest.fuzz --local --examples 200 --out bench/results/fuzz.json
 """
 
 from __future__ import annotations
@@ -50,19 +51,39 @@ class FuzzReport:
                     problem = "error without a message"
             except (ValueError, KeyError, TypeError):
                 problem = "error body is not {'error': {...}} JSON"
-        if response.status_code >= 500 and not (response.status_code == 503 and response.headers.get("retry-after")):
+        if response.status_code >= 500 and not (
+            response.status_code == 503 and response.headers.get("retry-after")
+        ):
             problem = f"server error {response.status_code}"
         key = (operation, mode, response.status_code, code)
         self.counts[key] += 1
         self.examples.setdefault(key, _describe(body))
         if problem:
-            self.violations.append({"operation": operation, "mode": mode, "status": response.status_code,
-                                    "problem": problem, "input": _describe(body), "answer": response.text[:300]})
+            self.violations.append(
+                {
+                    "operation": operation,
+                    "mode": mode,
+                    "status": response.status_code,
+                    "problem": problem,
+                    "input": _describe(body),
+                    "answer": response.text[:300],
+                }
+            )
 
     def rows(self) -> list[dict[str, Any]]:
-        return [{"operation": op, "mode": mode, "status": status, "code": code, "count": count,
-                 "example": self.examples[(op, mode, status, code)]}
-                for (op, mode, status, code), count in sorted(self.counts.items(), key=lambda item: (item[0][0], item[0][1], item[0][2], item[0][3]))]
+        return [
+            {
+                "operation": op,
+                "mode": mode,
+                "status": status,
+                "code": code,
+                "count": count,
+                "example": self.examples[(op, mode, status, code)],
+            }
+            for (op, mode, status, code), count in sorted(
+                self.counts.items(), key=lambda item: (item[0][0], item[0][1], item[0][2], item[0][3])
+            )
+        ]
 
 
 def _describe(body: Any) -> str:
@@ -84,31 +105,92 @@ def near_valid_strategies():
     text = st.text(max_size=300)
     choices = st.none() | st.lists(st.text(max_size=40), min_size=0, max_size=30)
     kind = st.none() | st.sampled_from(["choice", "yes_no", "number", "text", "essay", ""])
-    options = st.none() | st.fixed_dictionaries({}, optional={
-        "stage2_answer": st.sampled_from(["inline", "two_stage", "three_stage"]),
-        "eager_reasoning": st.booleans() | st.integers(),
-        "transfer_form": st.sampled_from(["reference", "hint", "bogus"]),
-        "transfer_selector": st.sampled_from(["full", "top-20%", ""]),
-        "on_large_failure": st.sampled_from(["error", "small", "retry"]),
-        "unknown_option": st.integers()})
-    image = st.sampled_from([png, png[len("data:image/png;base64,"):], png[:60], "data:image/png;base64,!!!",
-                             "https://example.com/a.png", "file:///etc/passwd", ""])
+    options = st.none() | st.fixed_dictionaries(
+        {},
+        optional={
+            "stage2_answer": st.sampled_from(["inline", "two_stage", "three_stage"]),
+            "eager_reasoning": st.booleans() | st.integers(),
+            "transfer_form": st.sampled_from(["reference", "hint", "bogus"]),
+            "transfer_selector": st.sampled_from(["full", "top-20%", ""]),
+            "on_large_failure": st.sampled_from(["error", "small", "retry"]),
+            "unknown_option": st.integers(),
+        },
+    )
+    image = st.sampled_from(
+        [
+            png,
+            png[len("data:image/png;base64,") :],
+            png[:60],
+            "data:image/png;base64,!!!",
+            "https://example.com/a.png",
+            "file:///etc/passwd",
+            "",
+        ]
+    )
     max_tokens = st.none() | st.integers(min_value=-5, max_value=100_000)
-    model = st.sampled_from(["mai", "mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer",
-                             "gpt-4o", ""])
+    model = st.sampled_from(
+        [
+            "mai",
+            "mai-small",
+            "mai-large",
+            "mai-small-reason",
+            "mai-large-reason",
+            "mai-transfer",
+            "gpt-4o",
+            "",
+        ]
+    )
 
     def strip_none(body: dict) -> dict:
         return {key: value for key, value in body.items() if value is not None}
 
-    chat = st.builds(lambda m, q, i, c, k, o, t, stream: strip_none({
-        "model": m, "max_tokens": t, "stream": stream,
-        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": i}}, {"type": "text", "text": q}]}],
-        "mai": strip_none({"choices": c, "answer_type": k, "options": o}) or None}),
-        model, text, image, choices, kind, options, max_tokens, st.booleans())
-    answer = st.builds(lambda q, i, c, k, o, t, p: strip_none({
-        "image": i, "question": q, "choices": c, "answer_type": k, "options": o, "max_tokens": t, "policy": p}),
-        text, image, choices, kind, options, max_tokens,
-        st.none() | st.sampled_from(["cascade", "small", "large", "transfer", "small-reason", "everything"]))
+    chat = st.builds(
+        lambda m, q, i, c, k, o, t, stream: strip_none(
+            {
+                "model": m,
+                "max_tokens": t,
+                "stream": stream,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": i}},
+                            {"type": "text", "text": q},
+                        ],
+                    }
+                ],
+                "mai": strip_none({"choices": c, "answer_type": k, "options": o}) or None,
+            }
+        ),
+        model,
+        text,
+        image,
+        choices,
+        kind,
+        options,
+        max_tokens,
+        st.booleans(),
+    )
+    answer = st.builds(
+        lambda q, i, c, k, o, t, p: strip_none(
+            {
+                "image": i,
+                "question": q,
+                "choices": c,
+                "answer_type": k,
+                "options": o,
+                "max_tokens": t,
+                "policy": p,
+            }
+        ),
+        text,
+        image,
+        choices,
+        kind,
+        options,
+        max_tokens,
+        st.none() | st.sampled_from(["cascade", "small", "large", "transfer", "small-reason", "everything"]),
+    )
     return {"/v1/chat/completions": chat, "/v1/mai/answer": answer}
 
 
@@ -126,8 +208,12 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
 
         def send(operation: str, mode: str, method: str, body: Any, content_type: str | None = None) -> None:
             if isinstance(body, bytes | bytearray):
-                response = http.request(method, operation, content=body,
-                                        headers={"content-type": content_type or "application/json"})
+                response = http.request(
+                    method,
+                    operation,
+                    content=body,
+                    headers={"content-type": content_type or "application/json"},
+                )
             else:
                 response = http.request(method, operation, json=body)
             report.add(f"{method} {operation}", mode, body, response)
@@ -135,8 +221,13 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
                 on_case()
 
         def run_mode(operation_path: str, mode: str, method: str, strategy) -> None:
-            @settings(max_examples=examples, database=None, deadline=None, derandomize=True,
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=examples,
+                database=None,
+                deadline=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
             @given(body=strategy)
             def run(body):
                 if body is None or type(body).__name__ == "NotSet":
@@ -157,35 +248,60 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
                         continue
                     strategy = near_valid[operation.path]
                 else:
-                    generation = schemathesis.GenerationMode.POSITIVE if mode == "positive" else schemathesis.GenerationMode.NEGATIVE
+                    generation = (
+                        schemathesis.GenerationMode.POSITIVE
+                        if mode == "positive"
+                        else schemathesis.GenerationMode.NEGATIVE
+                    )
                     strategy = operation.as_strategy(generation_mode=generation).map(lambda case: case.body)
                 run_mode(operation.path, mode, method, strategy)
     return report
 
 
 def markdown(report: FuzzReport, example_chars: int = 70) -> str:
-    lines = ["| operation | input | status | error code | answers | example input |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| operation | input | status | error code | answers | example input |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in report.rows():
-        example = row["example"] if len(row["example"]) <= example_chars else row["example"][:example_chars - 3] + "..."
+        example = (
+            row["example"]
+            if len(row["example"]) <= example_chars
+            else row["example"][: example_chars - 3] + "..."
+        )
         example = example.replace("|", "\\|").replace("`", "'")
-        lines.append(f"| `{row['operation']}` | {row['mode']} | {row['status']} | {row['code'] or '–'} | {row['count']} | `{example}` |")
+        lines.append(
+            f"| `{row['operation']}` | {row['mode']} | {row['status']} | {row['code'] or '–'} | "
+            f"{row['count']} | `{example}` |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--examples", type=int, default=100, help="inputs per operation and mode (default 100)")
+    parser.add_argument(
+        "--examples", type=int, default=100, help="inputs per operation and mode (default 100)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
-    parser.add_argument("--local", action="store_true",
-                        help="start configs/mai-emulated.yaml (instant answers) on a local Ray and fuzz that")
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="start configs/mai-emulated.yaml (instant answers) on a local Ray and fuzz that",
+    )
     args = parser.parse_args(argv)
     if args.local:
         from evaluation.local_server import config_args, deploy, local_ray
 
         with local_ray(num_cpus=2) as url:
-            deploy(config_args("mai-emulated.yaml", {"small": {"emulation": {"time_scale": 0}},
-                                                     "large": {"emulation": {"time_scale": 0}}}))
+            deploy(
+                config_args(
+                    "mai-emulated.yaml",
+                    {"small": {"emulation": {"time_scale": 0}}, "large": {"emulation": {"time_scale": 0}}},
+                )
+            )
             report = fuzz(url, args.examples)
     else:
         report = fuzz(args.url, args.examples)
@@ -193,9 +309,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         command = "python -m loadtest.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])
-        args.out.write_text(json.dumps({"command": command, "examples_per_operation_and_mode": args.examples,
-                                        "rows": report.rows(), "violations": report.violations,
-                                        "not_generated": report.not_generated}, indent=2) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "command": command,
+                    "examples_per_operation_and_mode": args.examples,
+                    "rows": report.rows(),
+                    "violations": report.violations,
+                    "not_generated": report.not_generated,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     if report.violations:
         print(f"{len(report.violations)} violations:", file=sys.stderr)
         for violation in report.violations[:20]:

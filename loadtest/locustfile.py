@@ -7,7 +7,8 @@ took ("route agree_short", "route transfer", ...), so each route has its own lat
 Bounded runs only, against this machine only:
 
     locust -f loadtest/locustfile.py --headless --host http://127.0.0.1:8000 \
-        --users 16 --spawn-rate 4 --run-time 60s --max-requests 2000 --json-file bench/results/locust   # writes locust.json
+        --users 16 --spawn-rate 4 --run-time 60s --max-requests 2000 \
+        --json-file bench/results/locust   # writes locust.json
 
 ``--max-requests`` stops the run after that many requests; ``--host`` must be a loopback address.
 """
@@ -37,10 +38,18 @@ _quitting = False
 
 @events.init_command_line_parser.add_listener
 def _options(parser) -> None:
-    parser.add_argument("--max-requests", type=int, default=1000, help="stop after this many requests (default 1000)")
-    parser.add_argument("--policy-mix", default="mai", help="comma-separated OpenAI model names to draw from (default: mai)")
-    parser.add_argument("--request-timeout", type=float, default=330.0,
-                        help="seconds a request may take before it counts as hung (default 330)")
+    parser.add_argument(
+        "--max-requests", type=int, default=1000, help="stop after this many requests (default 1000)"
+    )
+    parser.add_argument(
+        "--policy-mix", default="mai", help="comma-separated OpenAI model names to draw from (default: mai)"
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=330.0,
+        help="seconds a request may take before it counts as hung (default 330)",
+    )
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -56,7 +65,9 @@ def _is_loopback(host: str | None) -> bool:
 @events.init.add_listener
 def _on_init(environment, **kwargs) -> None:
     if not _is_loopback(environment.host):
-        raise SystemExit(f"this load test only targets loopback hosts (127.0.0.1, localhost); got {environment.host!r}")
+        raise SystemExit(
+            f"this load test only targets loopback hosts (127.0.0.1, localhost); got {environment.host!r}"
+        )
     for path in ensure_datasets().values():
         RECORDS.extend(read_jsonl(path))
 
@@ -77,7 +88,9 @@ class VQAUser(HttpUser):
 
     def on_start(self) -> None:
         self.client.timeout = self.environment.parsed_options.request_timeout
-        self.policies = [name.strip() for name in self.environment.parsed_options.policy_mix.split(",") if name.strip()]
+        self.policies = [
+            name.strip() for name in self.environment.parsed_options.policy_mix.split(",") if name.strip()
+        ]
 
     def context(self) -> dict:
         return {"runner": self.environment.runner}
@@ -87,7 +100,9 @@ class VQAUser(HttpUser):
         every request once more under its outcome ("outcome answered", "outcome rejected_503", ...;
         "outcome mislabelled" when a route label contradicts its trace)."""
         started = time.perf_counter()
-        with self.client.post(path, json=body, name=path, catch_response=True, context=self.context()) as response:
+        with self.client.post(
+            path, json=body, name=path, catch_response=True, context=self.context()
+        ) as response:
             elapsed_ms = (time.perf_counter() - started) * 1000
             try:
                 payload = response.json() if response.status_code == 200 else None
@@ -99,7 +114,9 @@ class VQAUser(HttpUser):
             if outcome == "failed":
                 self._report(f"failed with status {response.status_code}", elapsed_ms)
             if response.status_code != 200:
-                response.failure(f"{response.status_code}: {response.text[:200] if response.text else response.error}")
+                response.failure(
+                    f"{response.status_code}: {response.text[:200] if response.text else response.error}"
+                )
                 return
             trace = payload.get("trace") or payload.get("mai", {}).get("trace", {})
             if not route_label_is_true(trace):
@@ -107,20 +124,39 @@ class VQAUser(HttpUser):
             self._report(f"route {route_of(response)}", elapsed_ms)
 
     def _report(self, name: str, elapsed_ms: float) -> None:
-        events.request.fire(request_type="MAI", name=name, response_time=elapsed_ms, response_length=0,
-                            exception=None, context={})
+        events.request.fire(
+            request_type="MAI",
+            name=name,
+            response_time=elapsed_ms,
+            response_length=0,
+            exception=None,
+            context={},
+        )
 
     @task(3)
     def openai_chat(self) -> None:
         record = random.choice(RECORDS)
-        body = {"model": random.choice(self.policies), "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": record["image"]}},
-            {"type": "text", "text": record["question"]}]}],
-            "mai": {"answer_type": record["answer_type"]}}
+        body = {
+            "model": random.choice(self.policies),
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": record["image"]}},
+                        {"type": "text", "text": record["question"]},
+                    ],
+                }
+            ],
+            "mai": {"answer_type": record["answer_type"]},
+        }
         self._post("/v1/chat/completions", body, lambda response: response.headers.get("x-mai-route"))
 
     @task(1)
     def native_answer(self) -> None:
         record = random.choice(RECORDS)
-        body = {"image": record["image"], "question": record["question"], "answer_type": record["answer_type"]}
+        body = {
+            "image": record["image"],
+            "question": record["question"],
+            "answer_type": record["answer_type"],
+        }
         self._post("/v1/mai/answer", body, lambda response: response.json().get("route"))

@@ -19,9 +19,7 @@ KINDS = ("choice", "yes_no", "number", "text")
 
 _BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_ANSWER_IS = re.compile(
-    r"(?:final\s+answer|answer)\s*(?:is|:)\s*:?\s*(?P<ans>[^\n]+)", re.IGNORECASE
-)
+_ANSWER_IS = re.compile(r"(?:final\s+answer|answer)\s*(?:is|:)\s*:?\s*(?P<ans>[^\n]+)", re.IGNORECASE)
 _PLACEHOLDERS = {"answer", "..."}
 _MAX_BARE_WORDS = 6
 _MAX_BARE_CHARS = 64
@@ -141,7 +139,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def yes_no(answer: object) -> str | None:
-    """"yes" or "no" when the answer starts with one ("Yes.", "no, there is not"), else None."""
+    """ "yes" or "no" when the answer starts with one ("Yes.", "no, there is not"), else None."""
     raw = _as_text(answer)
     if raw is None:
         return None
@@ -239,9 +237,7 @@ def _levenshtein(a: str, b: str) -> int:
     for i, char_a in enumerate(a, start=1):
         current = [i]
         for j, char_b in enumerate(b, start=1):
-            current.append(
-                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
-            )
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b)))
         previous = current
     return previous[-1]
 

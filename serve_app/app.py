@@ -1,8 +1,8 @@
 """The application builder ``serve run`` imports: ``import_path: serve_app.app:build_app``.
 
-    small VLM (LLMServer) ─┐
-                           ├─► MAIIngress (FastAPI) ◄── HTTP
-    large VLM (LLMServer) ─┘
+small VLM (LLMServer) ─┐
+                       ├─► MAIIngress (FastAPI) ◄── HTTP
+large VLM (LLMServer) ─┘
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from .config import AppConfig, load_app_config
 from .ingress import MAIIngress
 
 
-def build_ingress(config: AppConfig, small: Application, large: Application,
-                  scorer: Application | None = None) -> Application:
+def build_ingress(
+    config: AppConfig, small: Application, large: Application, scorer: Application | None = None
+) -> Application:
     """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
     for sparse reasoning transfer, the attention scorer."""
     ingress = config.ingress

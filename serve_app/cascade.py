@@ -52,8 +52,9 @@ class Cascade:
         self.clients: dict[str, VLMClient] = {SMALL: small, LARGE: large}
         self.selectors: dict[str, TransferSelector] = {**DEFAULT_SELECTORS, **(selectors or {})}
 
-    async def run(self, question: Question, options: CascadeOptions | None = None, *,
-                  request_id: str | None = None) -> CascadeResult:
+    async def run(
+        self, question: Question, options: CascadeOptions | None = None, *, request_id: str | None = None
+    ) -> CascadeResult:
         """Answer ``question`` under ``options``; every model call names ``request_id`` (a new id when
         None). An unknown transfer selector is refused before any model is called."""
         options = options or CascadeOptions()
@@ -129,8 +130,11 @@ class _Run:
 
     async def _single_explained(self, model: str) -> CascadeResult:
         stage = await self._call(
-            f"explain_{model}", model, PromptKind.EXPLAIN,
-            self.options.max_tokens.explain, self.options.timeouts.explain_s,
+            f"explain_{model}",
+            model,
+            PromptKind.EXPLAIN,
+            self.options.max_tokens.explain,
+            self.options.timeouts.explain_s,
         )
         if not stage.ok:
             raise ModelUnavailableError(model, stage, self.trace)
@@ -158,24 +162,33 @@ class _Run:
 
     async def _short(self, model: str) -> StageRecord:
         return await self._call(
-            f"short_{model}", model, PromptKind.SIMPLE,
-            self.options.max_tokens.simple, self.options.timeouts.short_s,
+            f"short_{model}",
+            model,
+            PromptKind.SIMPLE,
+            self.options.max_tokens.simple,
+            self.options.timeouts.short_s,
         )
 
     async def _reason(self, model: str) -> _Reasoned | None:
         """The model reasons, then yields its answer inline or through an S2 call. None when the
         reasoning call itself failed."""
         reasoning = await self._call(
-            f"reason_{model}", model, PromptKind.REASONING,
-            self.options.max_tokens.reasoning, self.options.timeouts.reasoning_s,
+            f"reason_{model}",
+            model,
+            PromptKind.REASONING,
+            self.options.max_tokens.reasoning,
+            self.options.timeouts.reasoning_s,
         )
         if not reasoning.ok:
             return None
         if self.options.resolved_stage2_answer() == "inline":
             return _Reasoned(reasoning, reasoning)
         stage2 = await self._call(
-            f"stage2_{model}", model, PromptKind.STAGE2,
-            self.options.max_tokens.stage2, self.options.timeouts.stage2_s,
+            f"stage2_{model}",
+            model,
+            PromptKind.STAGE2,
+            self.options.max_tokens.stage2,
+            self.options.timeouts.stage2_s,
             reasoning=reasoning.output.strip(),
         )
         # A failed S2 call leaves the answer the reasoning wrote inline, if any.
@@ -183,8 +196,11 @@ class _Run:
 
     async def _transfer(self, reasoning: str) -> StageRecord:
         return await self._call(
-            "transfer_large", LARGE, PromptKind.TRANSFER,
-            self.options.max_tokens.transfer, self.options.timeouts.transfer_s,
+            "transfer_large",
+            LARGE,
+            PromptKind.TRANSFER,
+            self.options.max_tokens.transfer,
+            self.options.timeouts.transfer_s,
             reasoning=await self._select(reasoning.strip()),
         )
 
@@ -203,7 +219,11 @@ class _Run:
             selected = reasoning
         if not isinstance(selected, Selection):
             selected = Selection(selected, count_words(reasoning), count_words(selected))
-        record.tokens_before, record.tokens_after, record.unit = selected.tokens_before, selected.tokens_after, selected.unit
+        record.tokens_before, record.tokens_after, record.unit = (
+            selected.tokens_before,
+            selected.tokens_after,
+            selected.unit,
+        )
         record.latency_s = time.monotonic() - started
         return selected.text
 
@@ -220,8 +240,13 @@ class _Run:
         """One model call, recorded in the trace; failures and timeouts are recorded, not raised.
         Cancellation is recorded and re-raised, which cancels the client's call."""
         messages = build_messages(
-            self.question.image_url, self.question.question, self.question.choices, self.kind,
-            prompt_kind, reasoning=reasoning, transfer_form=self.options.transfer_form,
+            self.question.image_url,
+            self.question.question,
+            self.question.choices,
+            self.kind,
+            prompt_kind,
+            reasoning=reasoning,
+            transfer_form=self.options.transfer_form,
         )
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
         self.trace.stages.append(stage)
@@ -229,7 +254,8 @@ class _Run:
         try:
             completion = await asyncio.wait_for(
                 self.cascade.clients[model].complete(
-                    messages, max_tokens=max_tokens, call=EngineCall(self.request_id, name, prompt_kind)),
+                    messages, max_tokens=max_tokens, call=EngineCall(self.request_id, name, prompt_kind)
+                ),
                 timeout_s,
             )
         except asyncio.CancelledError:
@@ -243,7 +269,10 @@ class _Run:
             stage.latency_s = time.monotonic() - started
         else:
             stage.status, stage.output = "ok", completion.text
-            stage.prompt_tokens, stage.completion_tokens = completion.prompt_tokens, completion.completion_tokens
+            stage.prompt_tokens, stage.completion_tokens = (
+                completion.prompt_tokens,
+                completion.completion_tokens,
+            )
             stage.latency_s = completion.latency_s
             stage.answer = extract_answer(completion.text)
         return stage
@@ -252,8 +281,12 @@ class _Run:
 
     def _agree(self, a: str | None, b: str | None) -> bool:
         return agree(
-            a, b, self.kind, choices=self.question.choices,
-            anls_threshold=self.options.anls_threshold, rel_tol=self.options.rel_tol,
+            a,
+            b,
+            self.kind,
+            choices=self.question.choices,
+            anls_threshold=self.options.anls_threshold,
+            rel_tol=self.options.rel_tol,
         )
 
     def _large_failed(self, failed: StageRecord, *, fallback: StageRecord) -> CascadeResult:

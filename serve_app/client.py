@@ -41,8 +41,12 @@ class LLMServerClient:
 
     async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion:
         request = self._request_type(
-            model=self.model_id, messages=messages, max_tokens=max_tokens, stream=False,
-            request_id=engine_request_id(call), **self._sampling,
+            model=self.model_id,
+            messages=messages,
+            max_tokens=max_tokens,
+            stream=False,
+            request_id=engine_request_id(call),
+            **self._sampling,
         )
         started = time.monotonic()
         response = self._handle.chat.remote(request)

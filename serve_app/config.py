@@ -30,7 +30,9 @@ class Limits(Strict):
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)
     max_answer_tokens: int = Field(256, ge=1, description="upper bound of a request's max_tokens")
-    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413")
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413"
+    )
     # Remote (http/https) image URLs: off by default. When on, only hosts on the allowlist
     # ("images.example.com", "*.example.com"), never private/loopback/link-local addresses unless
     # remote_image_allow_private_networks (a trusted in-cluster image store), downloads capped at
@@ -43,7 +45,9 @@ class Limits(Strict):
     @model_validator(mode="after")
     def _remote_needs_hosts(self) -> Limits:
         if self.allow_remote_images and not self.remote_image_hosts:
-            raise ValueError("allow_remote_images needs remote_image_hosts: the hosts images may be fetched from")
+            raise ValueError(
+                "allow_remote_images needs remote_image_hosts: the hosts images may be fetched from"
+            )
         return self
 
 
@@ -95,8 +99,10 @@ class AppConfig(Strict):
         try:
             check_transfer_selector(selector, self.transfer_selection.available())
         except UnknownSelectorError as exc:
-            raise ValueError(f"cascade.transfer_selector {selector!r} is not available ({exc}); attention needs "
-                             "transfer_selection.attention: true") from None
+            raise ValueError(
+                f"cascade.transfer_selector {selector!r} is not available ({exc}); attention needs "
+                "transfer_selection.attention: true"
+            ) from None
         return self
 
     def scorer_source(self) -> str:

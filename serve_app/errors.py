@@ -4,22 +4,42 @@ from __future__ import annotations
 
 from typing import Any
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          413: "invalid_request_error", 422: "invalid_request_error", 503: "service_unavailable", 504: "timeout"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    503: "service_unavailable",
+    504: "timeout",
+}
 
 
 class RequestError(Exception):
     """A request the server will not run. ``status`` is a 4xx, or 503/504 for capacity and time."""
 
-    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_request", status: int = 400,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str = "invalid_request",
+        status: int = 400,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.message, self.param, self.code, self.status = message, param, code, status
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": _TYPES.get(self.status, "invalid_request_error"),
-                          "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": _TYPES.get(self.status, "invalid_request_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 def describe_validation_error(exc: Any) -> tuple[str, str | None]:

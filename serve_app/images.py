@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from .errors import RequestError
 
-_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w-]+=[\w.-]+)*)(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
+_DATA_URL = re.compile(
+    r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w-]+=[\w.-]+)*)(?P<b64>;base64)?,(?P<data>.*)$",
+    re.DOTALL,
+)
 _FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 
 
@@ -65,25 +68,49 @@ def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool
             raise RequestError(
                 "remote image URLs are disabled on this server; send the image inline as a data URL "
                 "(data:image/png;base64,...)",
-                param=param, code="remote_image_disabled",
+                param=param,
+                code="remote_image_disabled",
             )
-        raise ValueError("a remote image is downloaded first (serve_app.remote_images), then checked as bytes")
+        raise ValueError(
+            "a remote image is downloaded first (serve_app.remote_images), then checked as bytes"
+        )
     if lowered.startswith("file:"):
-        raise RequestError("file: URLs are not accepted; send the image inline as a data URL", param=param, code="invalid_image")
+        raise RequestError(
+            "file: URLs are not accepted; send the image inline as a data URL",
+            param=param,
+            code="invalid_image",
+        )
     match = _DATA_URL.match(url)
     if match:
         if not match.group("b64"):
-            raise RequestError("the image data URL must be base64-encoded (data:image/png;base64,...)", param=param, code="invalid_image")
+            raise RequestError(
+                "the image data URL must be base64-encoded (data:image/png;base64,...)",
+                param=param,
+                code="invalid_image",
+            )
         payload = match.group("data")
     elif lowered.startswith("data:"):
-        raise RequestError("the image data URL is malformed; expected data:<mime>;base64,<data>", param=param, code="invalid_image")
+        raise RequestError(
+            "the image data URL is malformed; expected data:<mime>;base64,<data>",
+            param=param,
+            code="invalid_image",
+        )
     elif ":" in url[:12]:
-        raise RequestError(f"unsupported image URL scheme {url.split(':', 1)[0]!r}; send a data URL", param=param, code="invalid_image")
+        raise RequestError(
+            f"unsupported image URL scheme {url.split(':', 1)[0]!r}; send a data URL",
+            param=param,
+            code="invalid_image",
+        )
     else:
         payload = url  # bare base64
     # Base64 is 4 characters per 3 bytes: reject an oversized payload before decoding it.
     if len(payload) > (max_bytes + 2) // 3 * 4 + 4:
-        raise RequestError(f"the image is larger than the limit of {max_bytes} bytes", param=param, code="image_too_large", status=413)
+        raise RequestError(
+            f"the image is larger than the limit of {max_bytes} bytes",
+            param=param,
+            code="image_too_large",
+            status=413,
+        )
     try:
         data = base64.b64decode(re.sub(r"\s+", "", payload), validate=True)
     except (binascii.Error, ValueError):
@@ -94,15 +121,27 @@ def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool
 def check_image_bytes(data: bytes, *, max_bytes: int, max_pixels: int, param: str) -> CheckedImage:
     """Validate an image's bytes (inline once decoded, or downloaded) and return it as a data URL."""
     if len(data) > max_bytes:
-        raise RequestError(f"the image is larger than the limit of {max_bytes} bytes", param=param, code="image_too_large", status=413)
+        raise RequestError(
+            f"the image is larger than the limit of {max_bytes} bytes",
+            param=param,
+            code="image_too_large",
+            status=413,
+        )
     kind = sniff_format(data)
     if kind is None:
-        raise RequestError(f"the image is not a PNG, JPEG, WebP or GIF (got {_describe(data)})", param=param, code="invalid_image")
+        raise RequestError(
+            f"the image is not a PNG, JPEG, WebP or GIF (got {_describe(data)})",
+            param=param,
+            code="invalid_image",
+        )
     width, height = _dimensions(data, kind, max_pixels, param)
     mime = _FORMATS[kind]
     return CheckedImage(
         data_url=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}",
-        mime=mime, width=width, height=height, num_bytes=len(data),
+        mime=mime,
+        width=width,
+        height=height,
+        num_bytes=len(data),
     )
 
 
@@ -116,16 +155,28 @@ def _dimensions(data: bytes, kind: str, max_pixels: int, param: str) -> tuple[in
                 width, height = image.size
                 if width * height > max_pixels:
                     raise RequestError(
-                        f"the image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}",
-                        param=param, code="image_too_large", status=413,
+                        f"the image is {width}x{height} = {width * height} pixels, over the limit of "
+                        f"{max_pixels}",
+                        param=param,
+                        code="image_too_large",
+                        status=413,
                     )
                 image.verify()  # structure and checksums, without decoding the pixels
     except RequestError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise RequestError("the image declares too many pixels (decompression bomb)", param=param, code="image_too_large", status=413) from None
+        raise RequestError(
+            "the image declares too many pixels (decompression bomb)",
+            param=param,
+            code="image_too_large",
+            status=413,
+        ) from None
     except Exception as exc:
-        raise RequestError(f"the {kind} image is corrupt or truncated ({type(exc).__name__})", param=param, code="invalid_image") from None
+        raise RequestError(
+            f"the {kind} image is corrupt or truncated ({type(exc).__name__})",
+            param=param,
+            code="invalid_image",
+        ) from None
     if width < 1 or height < 1:
         raise RequestError("the image has no pixels", param=param, code="invalid_image")
     return width, height

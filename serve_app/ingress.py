@@ -46,24 +46,38 @@ def _request_id(request: Request) -> str | None:
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    error = RequestError(str(exc.detail), code="not_found" if exc.status_code == 404 else "http_error", status=exc.status_code)
+    error = RequestError(
+        str(exc.detail), code="not_found" if exc.status_code == 404 else "http_error", status=exc.status_code
+    )
     return JSONResponse(error.body(), status_code=exc.status_code)
 
 
 def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
     """The HTTP API of one ingress replica: its routes, error bodies and CORS policy."""
-    api = FastAPI(title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0")
+    api = FastAPI(
+        title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0"
+    )
     api.add_exception_handler(StarletteHTTPException, _http_error)
     if security.cors_allow_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
-        api.add_middleware(CORSMiddleware, allow_origins=security.cors_allow_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["authorization", "content-type", "x-api-key", "x-request-id"])
+        api.add_middleware(
+            CORSMiddleware,
+            allow_origins=security.cors_allow_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-api-key", "x-request-id"],
+        )
     api.add_api_route("/healthz", ingress.healthz, methods=["GET"])
     api.add_api_route("/v1/models", ingress.models, methods=["GET"])
-    api.add_api_route("/v1/chat/completions", ingress.chat_completions, methods=["POST"],
-                      openapi_extra=openapi_body(ChatRequest))
-    api.add_api_route("/v1/mai/answer", ingress.answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest))
+    api.add_api_route(
+        "/v1/chat/completions",
+        ingress.chat_completions,
+        methods=["POST"],
+        openapi_extra=openapi_body(ChatRequest),
+    )
+    api.add_api_route(
+        "/v1/mai/answer", ingress.answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest)
+    )
     return api
 
 
@@ -76,7 +90,8 @@ class MAIIngress:
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
         if scorer is not None:
             selectors["attention"] = attention_selector(
-                lambda *args: scorer.select.remote(*args), selection.delta, selection.layer)
+                lambda *args: scorer.select.remote(*args), selection.delta, selection.layer
+            )
         self.cascade = Cascade(
             LLMServerClient(small, config.small.model_id),
             LLMServerClient(large, config.large.model_id),
@@ -84,7 +99,10 @@ class MAIIngress:
         )
         self.metrics = IngressMetrics()
         self.api_keys = load_api_keys(config.security)
-        logger.info("MAI ingress: API keys %s", f"required ({len(self.api_keys)} configured)" if self.api_keys else "off")
+        logger.info(
+            "MAI ingress: API keys %s",
+            f"required ({len(self.api_keys)} configured)" if self.api_keys else "off",
+        )
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_api(self, self.config.security)
@@ -107,7 +125,9 @@ class MAIIngress:
 
     # -------------------------------------------------------------------------------------------
 
-    async def _serve(self, request: Request, parse: Callable[..., Job], reply: Callable[[Job, CascadeResult], Any]):
+    async def _serve(
+        self, request: Request, parse: Callable[..., Job], reply: Callable[[Job, CascadeResult], Any]
+    ):
         try:
             check_api_key(request.headers, self.api_keys)
             body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
@@ -128,20 +148,28 @@ class MAIIngress:
         """Fetch the allowed remote image, then check its bytes like an inline one."""
         limits = self.config.limits
         data = await fetch_image(job.image_to_download, remote_image_policy(self.config), param="image")
-        image = check_image_bytes(data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param="image")
+        image = check_image_bytes(
+            data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param="image"
+        )
         return dataclasses.replace(job, question=dataclasses.replace(job.question, image_url=image.data_url))
 
     async def _run(self, job: Job) -> CascadeResult:
         timeout_s = self.config.request_timeout_s
         try:
-            return await asyncio.wait_for(self.cascade.run(job.question, job.options, request_id=job.request_id),
-                                          timeout_s)
+            return await asyncio.wait_for(
+                self.cascade.run(job.question, job.options, request_id=job.request_id), timeout_s
+            )
         except UnknownSelectorError as exc:
             raise RequestError(str(exc), param="options.transfer_selector", code="invalid_options") from None
         except ModelUnavailableError as exc:
             logger.warning("MAI request failed: %s", exc)
-            raise RequestError(f"{exc}; retry later", code="model_unavailable", status=503,
-                               headers={"Retry-After": RETRY_AFTER_S}) from None
+            raise RequestError(
+                f"{exc}; retry later",
+                code="model_unavailable",
+                status=503,
+                headers={"Retry-After": RETRY_AFTER_S},
+            ) from None
         except TimeoutError:
-            raise RequestError(f"no answer within the request timeout of {timeout_s:g} s", code="timeout",
-                               status=504) from None
+            raise RequestError(
+                f"no answer within the request timeout of {timeout_s:g} s", code="timeout", status=504
+            ) from None

@@ -68,15 +68,20 @@ def _validate(model: type[BaseModel], payload: Any) -> Any:
         raise RequestError(message, param=param, code="invalid_request") from None
 
 
-def _options(config: AppConfig, policy: Policy, overrides: RequestOptions | None, max_tokens: int | None,
-             param: str) -> CascadeOptions:
+def _options(
+    config: AppConfig, policy: Policy, overrides: RequestOptions | None, max_tokens: int | None, param: str
+) -> CascadeOptions:
     update: dict[str, Any] = {"policy": policy}
     if overrides is not None:
         update |= overrides.model_dump(exclude_none=True)
     if max_tokens is not None:
         limit = config.limits.max_answer_tokens
         if not 1 <= max_tokens <= limit:
-            raise RequestError(f"{param} must be between 1 and {limit}, got {max_tokens}", param=param, code="invalid_max_tokens")
+            raise RequestError(
+                f"{param} must be between 1 and {limit}, got {max_tokens}",
+                param=param,
+                code="invalid_max_tokens",
+            )
         update["max_tokens"] = config.cascade.max_tokens.model_copy(
             update={"simple": max_tokens, "stage2": max_tokens, "transfer": max_tokens}
         )
@@ -87,23 +92,40 @@ def _options(config: AppConfig, policy: Policy, overrides: RequestOptions | None
         raise RequestError(message, param=field, code="invalid_options") from None
 
 
-def _question(config: AppConfig, text: str, image_url: str, choices: list[str] | None, kind: str | None,
-              image_param: str, question_param: str) -> Question:
+def _question(
+    config: AppConfig,
+    text: str,
+    image_url: str,
+    choices: list[str] | None,
+    kind: str | None,
+    image_param: str,
+    question_param: str,
+) -> Question:
     text = text.strip()
     if not text:
-        raise RequestError("the question is empty; send the question as text", param=question_param, code="missing_question")
+        raise RequestError(
+            "the question is empty; send the question as text", param=question_param, code="missing_question"
+        )
     if len(text) > config.limits.max_question_chars:
         raise RequestError(
             f"the question has {len(text)} characters, over the limit of {config.limits.max_question_chars}",
-            param=question_param, code="question_too_long",
+            param=question_param,
+            code="question_too_long",
         )
     limits = config.limits
     if is_remote(image_url.strip()) and limits.allow_remote_images:
-        check_remote_url(image_url.strip(), remote_image_policy(config), param=image_param)  # downloaded by the ingress
+        check_remote_url(
+            image_url.strip(), remote_image_policy(config), param=image_param
+        )  # downloaded by the ingress
         image_data_url = image_url.strip()
     else:
-        image_data_url = check_image(image_url, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels,
-                                     allow_remote=limits.allow_remote_images, param=image_param).data_url
+        image_data_url = check_image(
+            image_url,
+            max_bytes=limits.max_image_bytes,
+            max_pixels=limits.max_image_pixels,
+            allow_remote=limits.allow_remote_images,
+            param=image_param,
+        ).data_url
     if choices is None:
         text, listed = split_choices(text)
         choices = list(listed) or None
@@ -111,16 +133,22 @@ def _question(config: AppConfig, text: str, image_url: str, choices: list[str] |
     if any(not choice for choice in choices):
         raise RequestError("choices must not be empty strings", param="choices", code="invalid_choices")
     if kind == "choice" and not choices:
-        raise RequestError("answer_type 'choice' needs options: list them in the question (A. ..., B. ...) or send choices",
-                           param="answer_type", code="missing_choices")
+        raise RequestError(
+            "answer_type 'choice' needs options: list them in the question (A. ..., B. ...) or send choices",
+            param="answer_type",
+            code="missing_choices",
+        )
     return Question(question=text, image_url=image_data_url, choices=tuple(choices), kind=kind)
 
 
 def remote_image_policy(config: AppConfig) -> RemoteImagePolicy:
     limits = config.limits
-    return RemoteImagePolicy(allowed_hosts=tuple(limits.remote_image_hosts), max_bytes=limits.max_image_bytes,
-                             timeout_s=limits.remote_image_timeout_s,
-                             allow_private_networks=limits.remote_image_allow_private_networks)
+    return RemoteImagePolicy(
+        allowed_hosts=tuple(limits.remote_image_hosts),
+        max_bytes=limits.max_image_bytes,
+        timeout_s=limits.remote_image_timeout_s,
+        allow_private_networks=limits.remote_image_allow_private_networks,
+    )
 
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -131,45 +159,80 @@ def request_id_of(header: str | None) -> str:
     if header is None:
         return uuid.uuid4().hex
     if not _REQUEST_ID.match(header):
-        raise RequestError("x-request-id must be 1 to 128 letters, digits or . _ : -", param="x-request-id",
-                           code="invalid_request_id")
+        raise RequestError(
+            "x-request-id must be 1 to 128 letters, digits or . _ : -",
+            param="x-request-id",
+            code="invalid_request_id",
+        )
     return header
 
 
 def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None) -> Job:
     request: ChatRequest = _validate(ChatRequest, payload)
     if request.model not in MODELS:
-        raise RequestError(f"unknown model {request.model!r}; choose one of {', '.join(MODELS)}", param="model",
-                           code="model_not_found", status=404)
+        raise RequestError(
+            f"unknown model {request.model!r}; choose one of {', '.join(MODELS)}",
+            param="model",
+            code="model_not_found",
+            status=404,
+        )
     users = [message for message in request.messages if message.role == "user"]
     if not users:
-        raise RequestError("the messages contain no user message", param="messages", code="missing_user_message")
+        raise RequestError(
+            "the messages contain no user message", param="messages", code="missing_user_message"
+        )
     content = users[-1].content
     parts = [ContentPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
     images = [part for part in parts if part.type == "image_url"]
     texts = [part.text for part in parts if part.type == "text" and part.text]
     if len(images) > config.limits.max_images:
-        raise RequestError(f"the message has {len(images)} images; this server accepts {config.limits.max_images}",
-                           param="messages", code="too_many_images")
+        raise RequestError(
+            f"the message has {len(images)} images; this server accepts {config.limits.max_images}",
+            param="messages",
+            code="too_many_images",
+        )
     if not images or images[0].image_url is None:
-        raise RequestError("the user message has no image; add an image_url content part with a data URL",
-                           param="messages", code="missing_image")
+        raise RequestError(
+            "the user message has no image; add an image_url content part with a data URL",
+            param="messages",
+            code="missing_image",
+        )
     extra = request.mai or MAIExtra()
-    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    max_tokens = (
+        request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    )
     param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
-    question = _question(config, "\n".join(texts), images[0].image_url.url, extra.choices, extra.answer_type,
-                         image_param="messages", question_param="messages")
+    question = _question(
+        config,
+        "\n".join(texts),
+        images[0].image_url.url,
+        extra.choices,
+        extra.answer_type,
+        image_param="messages",
+        question_param="messages",
+    )
     options = _options(config, MODELS[request.model], extra.options, max_tokens, param)
     include_usage = bool((request.stream_options or {}).get("include_usage"))
-    return Job(question, options, request.model, stream=request.stream, include_usage_in_stream=include_usage,
-               request_id=request_id_of(request_id))
+    return Job(
+        question,
+        options,
+        request.model,
+        stream=request.stream,
+        include_usage_in_stream=include_usage,
+        request_id=request_id_of(request_id),
+    )
 
 
 def job_from_answer(config: AppConfig, payload: Any, request_id: str | None = None) -> Job:
     request: AnswerRequest = _validate(AnswerRequest, payload)
-    question = _question(config, request.question, request.image, request.choices, request.answer_type,
-                         image_param="image", question_param="question")
+    question = _question(
+        config,
+        request.question,
+        request.image,
+        request.choices,
+        request.answer_type,
+        image_param="image",
+        question_param="question",
+    )
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=request_id_of(request_id))
-
-

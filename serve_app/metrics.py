@@ -17,17 +17,36 @@ LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.
 # name -> (kind, description, tag keys)
 METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "mai_requests": ("counter", "Answered requests by policy and cascade route", ("policy", "route")),
-    "mai_request_latency_s": ("histogram", "Seconds from a request's arrival to its answer, by policy and route",
-                              ("policy", "route")),
-    "mai_stage_latency_s": ("histogram", "Seconds of one model call, by model, prompt kind and outcome",
-                            ("model", "prompt_kind", "status")),
-    "mai_tokens": ("counter", "Tokens by model, prompt kind and direction (prompt or completion)",
-                   ("model", "prompt_kind", "direction")),
-    "mai_verifications": ("counter", "Cascade agreement checks by stage (short, reasoned) and outcome",
-                          ("stage", "agreed")),
-    "mai_degraded_answers": ("counter", "Answers given without a model or stage that failed, by route", ("route",)),
-    "mai_request_errors": ("counter", "Requests answered with an error, by HTTP status and error code",
-                           ("status", "code")),
+    "mai_request_latency_s": (
+        "histogram",
+        "Seconds from a request's arrival to its answer, by policy and route",
+        ("policy", "route"),
+    ),
+    "mai_stage_latency_s": (
+        "histogram",
+        "Seconds of one model call, by model, prompt kind and outcome",
+        ("model", "prompt_kind", "status"),
+    ),
+    "mai_tokens": (
+        "counter",
+        "Tokens by model, prompt kind and direction (prompt or completion)",
+        ("model", "prompt_kind", "direction"),
+    ),
+    "mai_verifications": (
+        "counter",
+        "Cascade agreement checks by stage (short, reasoned) and outcome",
+        ("stage", "agreed"),
+    ),
+    "mai_degraded_answers": (
+        "counter",
+        "Answers given without a model or stage that failed, by route",
+        ("route",),
+    ),
+    "mai_request_errors": (
+        "counter",
+        "Requests answered with an error, by HTTP status and error code",
+        ("status", "code"),
+    ),
 }
 
 
@@ -46,12 +65,22 @@ def measure(policy: str, result: CascadeResult) -> Measurements:
     out.counters.append(("mai_requests", {"policy": policy, "route": route}, 1))
     out.histograms.append(("mai_request_latency_s", {"policy": policy, "route": route}, trace.latency_s))
     for stage in trace.stages:
-        out.histograms.append(("mai_stage_latency_s", {"model": stage.model, "prompt_kind": stage.prompt_kind,
-                                                       "status": stage.status}, stage.latency_s))
+        out.histograms.append(
+            (
+                "mai_stage_latency_s",
+                {"model": stage.model, "prompt_kind": stage.prompt_kind, "status": stage.status},
+                stage.latency_s,
+            )
+        )
         for direction, tokens in (("prompt", stage.prompt_tokens), ("completion", stage.completion_tokens)):
             if tokens:
-                out.counters.append(("mai_tokens", {"model": stage.model, "prompt_kind": stage.prompt_kind,
-                                                    "direction": direction}, tokens))
+                out.counters.append(
+                    (
+                        "mai_tokens",
+                        {"model": stage.model, "prompt_kind": stage.prompt_kind, "direction": direction},
+                        tokens,
+                    )
+                )
     if policy == "cascade":
         short = {Route.AGREE_SHORT: "true", Route.AGREE_REASONED: "false", Route.TRANSFER: "false"}.get(route)
         if short is not None:
@@ -75,8 +104,9 @@ class IngressMetrics:
             if kind == "counter":
                 self._metrics[name] = metrics.Counter(name, description=description, tag_keys=tags)
             else:
-                self._metrics[name] = metrics.Histogram(name, description=description, boundaries=list(LATENCY_BUCKETS_S),
-                                                        tag_keys=tags)
+                self._metrics[name] = metrics.Histogram(
+                    name, description=description, boundaries=list(LATENCY_BUCKETS_S), tag_keys=tags
+                )
 
     def record(self, policy: str, result: CascadeResult) -> None:
         measurements = measure(policy, result)

@@ -56,8 +56,7 @@ TEMPLATES: dict[tuple[PromptKind, str], str] = {
         "option's letter from the given choices directly in the format: [[answer]]"
     ),
     (PromptKind.STAGE2, SHORT): (
-        "According to previous thinking: {reasoning}\n Answer the question using a single word "
-        "or phrase."
+        "According to previous thinking: {reasoning}\n Answer the question using a single word or phrase."
     ),
     (PromptKind.STAGE2, CHOICE): (
         "According to previous thinking: {reasoning}\n Answer with the option's letter from the "
@@ -141,9 +140,7 @@ def build_messages(
     content.append(
         {
             "type": "text",
-            "text": instruction(
-                prompt_kind, kind, reasoning=reasoning, transfer_form=transfer_form
-            ),
+            "text": instruction(prompt_kind, kind, reasoning=reasoning, transfer_form=transfer_form),
         }
     )
     return [{"role": "user", "content": content}]

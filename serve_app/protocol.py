@@ -71,7 +71,9 @@ class ChatRequest(BaseModel):
     """The OpenAI chat request fields MAI reads; other OpenAI fields are accepted and ignored."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(..., json_schema_extra={"enum": list(MODELS)}, description="the policy; others get 404")
+    model: str = Field(
+        ..., json_schema_extra={"enum": list(MODELS)}, description="the policy; others get 404"
+    )
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
@@ -109,5 +111,3 @@ def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
         return node
 
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
-
-

@@ -69,26 +69,41 @@ def _checked_target(url: str, policy: RemoteImagePolicy, param: str) -> tuple[st
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises on a malformed port)
     except ValueError:
-        raise RequestError(f"the image URL {url[:100]!r} is malformed", param=param, code="invalid_image") from None
+        raise RequestError(
+            f"the image URL {url[:100]!r} is malformed", param=param, code="invalid_image"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RequestError(f"the image URL {url[:100]!r} is not an http(s) URL with a host", param=param,
-                           code="invalid_image")
+        raise RequestError(
+            f"the image URL {url[:100]!r} is not an http(s) URL with a host",
+            param=param,
+            code="invalid_image",
+        )
     if parts.username or parts.password:
-        raise RequestError("image URLs with credentials are not accepted", param=param, code="remote_image_forbidden")
+        raise RequestError(
+            "image URLs with credentials are not accepted", param=param, code="remote_image_forbidden"
+        )
     if not host_allowed(parts.hostname, policy.allowed_hosts):
-        raise RequestError(f"image host {parts.hostname!r} is not on this server's allowlist", param=param,
-                           code="remote_image_forbidden")
+        raise RequestError(
+            f"image host {parts.hostname!r} is not on this server's allowlist",
+            param=param,
+            code="remote_image_forbidden",
+        )
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return parts.scheme, parts.hostname, port
 
 
-async def fetch_image(url: str, policy: RemoteImagePolicy, *, param: str, resolver: Resolver = resolve) -> bytes:
+async def fetch_image(
+    url: str, policy: RemoteImagePolicy, *, param: str, resolver: Resolver = resolve
+) -> bytes:
     """The image's bytes, or a ``RequestError`` saying why not."""
     try:
         return await asyncio.wait_for(_fetch(url, policy, param, resolver), policy.timeout_s)
     except TimeoutError:
-        raise RequestError(f"the image download did not finish within {policy.timeout_s:g} s", param=param,
-                           code="remote_image_timeout") from None
+        raise RequestError(
+            f"the image download did not finish within {policy.timeout_s:g} s",
+            param=param,
+            code="remote_image_timeout",
+        ) from None
 
 
 async def _fetch(url: str, policy: RemoteImagePolicy, param: str, resolver: Resolver) -> bytes:
@@ -100,29 +115,45 @@ async def _fetch(url: str, policy: RemoteImagePolicy, param: str, resolver: Reso
             try:
                 addresses = await resolver(host, port)
             except OSError:
-                raise RequestError(f"image host {host!r} does not resolve", param=param, code="remote_image_failed") from None
+                raise RequestError(
+                    f"image host {host!r} does not resolve", param=param, code="remote_image_failed"
+                ) from None
             if not addresses:
-                raise RequestError(f"image host {host!r} does not resolve", param=param, code="remote_image_failed")
+                raise RequestError(
+                    f"image host {host!r} does not resolve", param=param, code="remote_image_failed"
+                )
             if not policy.allow_private_networks and not all(address_is_public(a) for a in addresses):
-                raise RequestError(f"image host {host!r} resolves to a private, loopback or link-local address",
-                                   param=param, code="remote_image_forbidden")
+                raise RequestError(
+                    f"image host {host!r} resolves to a private, loopback or link-local address",
+                    param=param,
+                    code="remote_image_forbidden",
+                )
             address = addresses[0]
             pinned = f"[{address}]" if ":" in address else address
             parts = urlsplit(url)
             target = parts._replace(netloc=f"{pinned}:{port}").geturl()
             headers = {"host": parts.netloc.rsplit("@", 1)[-1], "accept": "image/*"}
             try:
-                async with client.stream("GET", target, headers=headers,
-                                         extensions={"sni_hostname": host} if scheme == "https" else {}) as response:
+                async with client.stream(
+                    "GET",
+                    target,
+                    headers=headers,
+                    extensions={"sni_hostname": host} if scheme == "https" else {},
+                ) as response:
                     if response.is_redirect:
                         location = response.headers.get("location")
                         if not location:
-                            raise RequestError("the image URL redirects nowhere", param=param, code="remote_image_failed")
+                            raise RequestError(
+                                "the image URL redirects nowhere", param=param, code="remote_image_failed"
+                            )
                         url = urljoin(url, location)
                         continue
                     if response.status_code != 200:
-                        raise RequestError(f"the image URL answered HTTP {response.status_code}", param=param,
-                                           code="remote_image_failed")
+                        raise RequestError(
+                            f"the image URL answered HTTP {response.status_code}",
+                            param=param,
+                            code="remote_image_failed",
+                        )
                     declared = response.headers.get("content-length")
                     if declared and declared.isdigit() and int(declared) > policy.max_bytes:
                         raise _too_large(policy, param)
@@ -133,11 +164,20 @@ async def _fetch(url: str, policy: RemoteImagePolicy, param: str, resolver: Reso
                             raise _too_large(policy, param)
                     return bytes(body)
             except httpx.HTTPError as exc:
-                raise RequestError(f"the image download failed ({type(exc).__name__})", param=param,
-                                   code="remote_image_failed") from None
-    raise RequestError(f"the image URL redirects more than {MAX_REDIRECTS} times", param=param, code="remote_image_failed")
+                raise RequestError(
+                    f"the image download failed ({type(exc).__name__})",
+                    param=param,
+                    code="remote_image_failed",
+                ) from None
+    raise RequestError(
+        f"the image URL redirects more than {MAX_REDIRECTS} times", param=param, code="remote_image_failed"
+    )
 
 
 def _too_large(policy: RemoteImagePolicy, param: str) -> RequestError:
-    return RequestError(f"the image is larger than the limit of {policy.max_bytes} bytes", param=param,
-                        code="image_too_large", status=413)
+    return RequestError(
+        f"the image is larger than the limit of {policy.max_bytes} bytes",
+        param=param,
+        code="image_too_large",
+        status=413,
+    )

@@ -24,8 +24,12 @@ def usage_of(result: CascadeResult) -> dict[str, int]:
 
 
 def mai_object(job: Job, result: CascadeResult) -> dict[str, Any]:
-    return {"request_id": job.request_id, "answer": result.answer, "route": result.route,
-            "trace": result.trace.to_dict()}
+    return {
+        "request_id": job.request_id,
+        "answer": result.answer,
+        "route": result.route,
+        "trace": result.trace.to_dict(),
+    }
 
 
 def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
@@ -34,7 +38,9 @@ def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": job.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}
+        ],
         "usage": usage_of(result),
         "mai": mai_object(job, result),
     }
@@ -42,12 +48,18 @@ def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
 
 def chat_completion_chunks(job: Job, result: CascadeResult) -> list[dict[str, Any]]:
     """The answer as OpenAI stream chunks: the role, the content, the finish (with the trace)."""
-    base = {"id": f"chatcmpl-{job.request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": job.model}
+    base = {
+        "id": f"chatcmpl-{job.request_id}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": job.model,
+    }
     chunks = [
-        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        base
+        | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
         base | {"choices": [{"index": 0, "delta": {"content": result.answer}, "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(job, result)},
+        base
+        | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(job, result)},
     ]
     if job.include_usage_in_stream:
         chunks.append(base | {"choices": [], "usage": usage_of(result)})
@@ -68,9 +80,13 @@ def answer_response(job: Job, result: CascadeResult) -> dict[str, Any]:
 
 
 def models_list() -> dict[str, Any]:
-    return {"object": "list",
-            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
-                     for name, policy in MODELS.items()]}
+    return {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
+            for name, policy in MODELS.items()
+        ],
+    }
 
 
 # -- HTTP replies --------------------------------------------------------------------------------
@@ -89,8 +105,11 @@ def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
 def chat_reply(job: Job, result: CascadeResult) -> JSONResponse | StreamingResponse:
     """``/v1/chat/completions``: the completion, or its chunks as server-sent events when streamed."""
     if job.stream:
-        return StreamingResponse(_sse(chat_completion_chunks(job, result)), media_type="text/event-stream",
-                                 headers=_route_header(result))
+        return StreamingResponse(
+            _sse(chat_completion_chunks(job, result)),
+            media_type="text/event-stream",
+            headers=_route_header(result),
+        )
     return JSONResponse(chat_completion(job, result), headers=_route_header(result))
 
 

@@ -80,4 +80,6 @@ async def read_body(headers: Mapping[str, str], chunks: AsyncIterator[bytes], li
 
 def _too_large(size: int | None, limit: int) -> RequestError:
     what = f"{size} bytes" if size is not None else "more bytes"
-    return RequestError(f"the request body has {what}, over the limit of {limit}", code="request_too_large", status=413)
+    return RequestError(
+        f"the request body has {what}, over the limit of {limit}", code="request_too_large", status=413
+    )

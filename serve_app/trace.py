@@ -62,7 +62,10 @@ class Trace:
     transfer: TransferRecord | None = None
 
     def tokens(self) -> dict[str, dict[str, int]]:
-        totals = {SMALL: {"prompt_tokens": 0, "completion_tokens": 0}, LARGE: {"prompt_tokens": 0, "completion_tokens": 0}}
+        totals = {
+            SMALL: {"prompt_tokens": 0, "completion_tokens": 0},
+            LARGE: {"prompt_tokens": 0, "completion_tokens": 0},
+        }
         for stage in self.stages:
             totals[stage.model]["prompt_tokens"] += stage.prompt_tokens
             totals[stage.model]["completion_tokens"] += stage.completion_tokens

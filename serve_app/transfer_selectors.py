@@ -25,7 +25,9 @@ class UnknownSelectorError(ValueError):
 def check_transfer_selector(name: str, available: Mapping[str, Any] | tuple[str, ...]) -> None:
     """The one check of a selector name, against the selectors available (a mapping or names)."""
     if name not in available:
-        raise UnknownSelectorError(f"unknown transfer_selector {name!r}; available here: {', '.join(sorted(available))}")
+        raise UnknownSelectorError(
+            f"unknown transfer_selector {name!r}; available here: {', '.join(sorted(available))}"
+        )
 
 
 def count_words(text: str) -> int:
@@ -43,7 +45,10 @@ _KEY_WORD = re.compile(r"\d|^\(?[A-Z][.):]?$|^\[\[.*\]\]$")
 def budget_select(reasoning: str, head_words: int, tail_words: int) -> Selection:
     """Keep the first ``head_words`` and last ``tail_words`` words and every number or option letter."""
     words = reasoning.split()
-    keep = [i < head_words or i >= len(words) - tail_words or bool(_KEY_WORD.search(word.strip(",;"))) for i, word in enumerate(words)]
+    keep = [
+        i < head_words or i >= len(words) - tail_words or bool(_KEY_WORD.search(word.strip(",;")))
+        for i, word in enumerate(words)
+    ]
     pieces: list[str] = []
     run: list[str] = []
     for word, kept in zip(words, keep, strict=True):
@@ -67,7 +72,9 @@ def budget_selector(head_words: int, tail_words: int) -> TransferSelector:
     return select
 
 
-def attention_selector(score: Callable[..., Awaitable[dict[str, Any]]], delta: float, layer: int) -> TransferSelector:
+def attention_selector(
+    score: Callable[..., Awaitable[dict[str, Any]]], delta: float, layer: int
+) -> TransferSelector:
     """``score(image_url, question, reasoning, delta, layer)`` is the scorer deployment's ``select``."""
 
     async def select(reasoning: str, question: Question) -> Selection:

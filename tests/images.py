@@ -25,7 +25,12 @@ def png_bomb(width: int = 30000, height: int = 30000) -> str:
     import zlib
 
     def chunk(kind: bytes, payload: bytes) -> bytes:
-        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(payload))
+            + kind
+            + payload
+            + struct.pack(">I", zlib.crc32(kind + payload) & 0xFFFFFFFF)
+        )
 
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit greyscale
     raw = zlib.compress(b"\x00" * 64)
@@ -33,6 +38,11 @@ def png_bomb(width: int = 30000, height: int = 30000) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-def chat_body(question: str = "Is the shape red?", image: str | None = None, model: str = "mai", **extra) -> dict:
-    content = [{"type": "image_url", "image_url": {"url": image or data_url()}}, {"type": "text", "text": question}]
+def chat_body(
+    question: str = "Is the shape red?", image: str | None = None, model: str = "mai", **extra
+) -> dict:
+    content = [
+        {"type": "image_url", "image_url": {"url": image or data_url()}},
+        {"type": "text", "text": question},
+    ]
     return {"model": model, "messages": [{"role": "user", "content": content}], **extra}

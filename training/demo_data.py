@@ -66,7 +66,7 @@ def question_type(question: str, answer: str) -> str:
 
 
 def is_negated(question: str) -> bool:
-    """"is there not a red shape?", "does the image not contain ...", "is no circle present?"."""
+    """ "is there not a red shape?", "does the image not contain ...", "is no circle present?"."""
     return bool(_NEGATED.search(question.lower()))
 
 
@@ -130,7 +130,9 @@ def reasoning_text(facts: ImageFacts, question: str) -> str:
     return f"{rationale(facts, question)} [[{answer_from_facts(facts, question)}]]"
 
 
-def perturbed(facts: ImageFacts, rng: random.Random, *, shape_error: float, colour_error: float) -> ImageFacts:
+def perturbed(
+    facts: ImageFacts, rng: random.Random, *, shape_error: float, colour_error: float
+) -> ImageFacts:
     """``facts`` as a weaker model might see them: the shape and the colour each wrong at a rate."""
     colour, shape = facts.colour, facts.shape
     if rng.random() < colour_error:
@@ -141,7 +143,8 @@ def perturbed(facts: ImageFacts, rng: random.Random, *, shape_error: float, colo
 
 
 def display_question(question: str) -> str:
-    """easy-vqa questions as the evaluation sends them and the demo models learn them: first letter upper-case."""
+    """easy-vqa questions as the evaluation sends them and the demo models learn them: first letter
+    upper-case."""
     return question[:1].upper() + question[1:]
 
 

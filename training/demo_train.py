@@ -57,18 +57,26 @@ class DemoSpec:
     def __post_init__(self):
         unknown = {name for name, _ in self.type_weights} - {"color", "shape", "yes/no"}
         if unknown or any(times < 1 for _, times in self.type_weights):
-            raise ValueError(f"type_weights names color, shape and yes/no, each at least once: {self.type_weights}")
+            raise ValueError(
+                f"type_weights names color, shape and yes/no, each at least once: {self.type_weights}"
+            )
 
 
 DEMO_SMALL = DemoSpec(
     TinySpec("demo-small", 128, 256, 2, 2, 1, 2, 32, seed=2),
-    steps=3000, batch_size=32, learning_rate=3e-3,
-    mix=PromptMix(simple=0.45, reasoning=0.45, stage2=0.1, transfer=0.0), seed=11,
+    steps=3000,
+    batch_size=32,
+    learning_rate=3e-3,
+    mix=PromptMix(simple=0.45, reasoning=0.45, stage2=0.1, transfer=0.0),
+    seed=11,
 )
 DEMO_LARGE = DemoSpec(
     TinySpec("demo-large", 256, 512, 4, 4, 2, 2, 64, seed=8),
-    steps=2500, batch_size=32, learning_rate=1.5e-3,
-    mix=PromptMix(simple=0.4, reasoning=0.2, stage2=0.0, transfer=0.4), seed=13,
+    steps=2500,
+    batch_size=32,
+    learning_rate=1.5e-3,
+    mix=PromptMix(simple=0.4, reasoning=0.2, stage2=0.0, transfer=0.4),
+    seed=13,
     type_weights=(("color", 1), ("shape", 3), ("yes/no", 1)),
 )
 SPECS = {spec.model.name: spec for spec in (DEMO_SMALL, DEMO_LARGE)}
@@ -89,11 +97,19 @@ def load_questions() -> tuple[list[QA], list[str]]:
     import easy_vqa
 
     questions, answers, image_ids = easy_vqa.get_train_questions()
-    return [QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True)], easy_vqa.get_train_image_paths()
+    return [
+        QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True)
+    ], easy_vqa.get_train_image_paths()
 
 
-def load_corpus(processor, qas: list[QA], paths: list[str], *, validation_images: int = VALIDATION_IMAGES,
-                progress: bool = True) -> Corpus:
+def load_corpus(
+    processor,
+    qas: list[QA],
+    paths: list[str],
+    *,
+    validation_images: int = VALIDATION_IMAGES,
+    progress: bool = True,
+) -> Corpus:
     import torch
     from PIL import Image
     from tqdm import tqdm
@@ -101,7 +117,9 @@ def load_corpus(processor, qas: list[QA], paths: list[str], *, validation_images
     facts = facts_by_image(qas)
     image_ids = sorted({qa.image_id for qa in qas})
     if len(image_ids) <= validation_images:
-        raise ValueError(f"{len(image_ids)} images leave none for training after {validation_images} held out")
+        raise ValueError(
+            f"{len(image_ids)} images leave none for training after {validation_images} held out"
+        )
     held_out = set(image_ids[-validation_images:])
     pixels, grid = {}, None
     for image_id in tqdm(image_ids, desc="images", unit="img", disable=not progress, file=sys.stderr):
@@ -112,7 +130,9 @@ def load_corpus(processor, qas: list[QA], paths: list[str], *, validation_images
     return Corpus(
         train=[qa for qa in qas if qa.image_id not in held_out],
         validation=[qa for qa in qas if qa.image_id in held_out],
-        facts=facts, pixels=pixels, grid=grid,
+        facts=facts,
+        pixels=pixels,
+        grid=grid,
     )
 
 
@@ -127,7 +147,9 @@ class Collator:
         self.pad = tokenizer.pad_token_id
 
     def ids(self, example: Example) -> tuple[list[int], list[int]]:
-        prompt = self.tokenizer.apply_chat_template(example.messages, tokenize=False, add_generation_prompt=True)
+        prompt = self.tokenizer.apply_chat_template(
+            example.messages, tokenize=False, add_generation_prompt=True
+        )
         prompt = prompt.replace("<|image_pad|>", "<|image_pad|>" * self.image_tokens)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         target_ids = self.tokenizer(example.target, add_special_tokens=False)["input_ids"] + [self.end]
@@ -154,8 +176,14 @@ class Collator:
         }
 
 
-def batch_of(corpus: Corpus, qas: list[QA], kinds: list[PromptKind], collator: Collator, rng: random.Random,
-             mix: PromptMix) -> dict:
+def batch_of(
+    corpus: Corpus,
+    qas: list[QA],
+    kinds: list[PromptKind],
+    collator: Collator,
+    rng: random.Random,
+    mix: PromptMix,
+) -> dict:
     import torch
 
     examples = []
@@ -169,7 +197,9 @@ def batch_of(corpus: Corpus, qas: list[QA], kinds: list[PromptKind], collator: C
     return batch
 
 
-def simple_accuracy(model, corpus: Corpus, collator: Collator, qas: list[QA], batch_size: int = 64) -> dict[str, float]:
+def simple_accuracy(
+    model, corpus: Corpus, collator: Collator, qas: list[QA], batch_size: int = 64
+) -> dict[str, float]:
     """Greedy accuracy of the Simple prompt on ``qas``, by kind: under teacher forcing an answer is
     right when every target token is the argmax, which is what greedy decoding would write."""
     import torch
@@ -203,8 +233,16 @@ def learning_rate(step: int, spec: DemoSpec) -> float:
     return spec.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(spec: DemoSpec, corpus: Corpus, tokenizer, processor, out_dir: Path, *, max_minutes: float,
-          progress: bool = True) -> dict:
+def train(
+    spec: DemoSpec,
+    corpus: Corpus,
+    tokenizer,
+    processor,
+    out_dir: Path,
+    *,
+    max_minutes: float,
+    progress: bool = True,
+) -> dict:
     import torch
     from tqdm import tqdm
 
@@ -224,8 +262,13 @@ def train(spec: DemoSpec, corpus: Corpus, tokenizer, processor, out_dir: Path, *
     draw = [name for name, times in spec.type_weights if by_type.get(name) for _ in range(times)]
     started = time.monotonic()
     steps_done, stopped_early, loss_ema = 0, False, None
-    bar = tqdm(range(spec.steps), desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)", unit="step",
-               disable=not progress, file=sys.stderr)
+    bar = tqdm(
+        range(spec.steps),
+        desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)",
+        unit="step",
+        disable=not progress,
+        file=sys.stderr,
+    )
     for step in bar:
         if time.monotonic() - started > max_minutes * 60:
             stopped_early = True
@@ -242,37 +285,62 @@ def train(spec: DemoSpec, corpus: Corpus, tokenizer, processor, out_dir: Path, *
         steps_done = step + 1
         loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
         if steps_done % 500 == 0:
-            bar.set_postfix(loss=f"{loss_ema:.3f}", val=f"{simple_accuracy(model, corpus, collator, validation)['all']:.2f}")
+            bar.set_postfix(
+                loss=f"{loss_ema:.3f}",
+                val=f"{simple_accuracy(model, corpus, collator, validation)['all']:.2f}",
+            )
         elif steps_done % 20 == 0:
             bar.set_postfix(loss=f"{loss_ema:.3f}")
     bar.close()
     if stopped_early:
-        print(f"{spec.model.name}: stopped at --max-minutes {max_minutes} after {steps_done} of {spec.steps} steps",
-              file=sys.stderr)
+        print(
+            f"{spec.model.name}: stopped at --max-minutes {max_minutes} after {steps_done} of {spec.steps} "
+            "steps",
+            file=sys.stderr,
+        )
     accuracy = simple_accuracy(model, corpus, collator, validation)
     target = out_dir / spec.model.name
     target.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(target)
     processor.save_pretrained(target)
     report = {
-        "spec": asdict(spec), "parameters": parameters, "steps": steps_done, "stopped_early": stopped_early,
-        "minutes": round((time.monotonic() - started) / 60, 2), "final_loss": round(loss_ema or 0.0, 4),
+        "spec": asdict(spec),
+        "parameters": parameters,
+        "steps": steps_done,
+        "stopped_early": stopped_early,
+        "minutes": round((time.monotonic() - started) / 60, 2),
+        "final_loss": round(loss_ema or 0.0, 4),
         "validation_simple_accuracy": {k: round(v, 3) for k, v in accuracy.items()},
-        "validation_questions": len(validation), "data": "easy-vqa train split",
+        "validation_questions": len(validation),
+        "data": "easy-vqa train split",
     }
     (target / "mai-demo.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{target}: {parameters / 1e6:.2f} M parameters, {steps_done} steps, Simple accuracy on held-out "
-          f"train images {accuracy['all']:.1%} ({', '.join(f'{k} {v:.0%}' for k, v in accuracy.items() if k != 'all')})",
-          file=sys.stderr)
+    print(
+        f"{target}: {parameters / 1e6:.2f} M parameters, {steps_done} steps, Simple accuracy on held-out "
+        f"train images {accuracy['all']:.1%} "
+        f"({', '.join(f'{k} {v:.0%}' for k, v in accuracy.items() if k != 'all')})",
+        file=sys.stderr,
+    )
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("models"), help="folder for the checkpoints (default: models)")
-    parser.add_argument("--only", choices=sorted(SPECS), action="append", help="train only this model (repeatable)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("models"), help="folder for the checkpoints (default: models)"
+    )
+    parser.add_argument(
+        "--only", choices=sorted(SPECS), action="append", help="train only this model (repeatable)"
+    )
     parser.add_argument("--steps", type=int, help="override the number of steps (for a quick look)")
-    parser.add_argument("--max-minutes", type=float, default=45.0, help="stop a model's training after this long (default: 45)")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=45.0,
+        help="stop a model's training after this long (default: 45)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
@@ -288,8 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = build_tokenizer(tokenizer_corpus(qas, facts_by_image(qas)))
     processor = build_processor(tokenizer, min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS)
     corpus = load_corpus(processor, qas, paths)
-    print(f"easy-vqa train: {len(corpus.train)} questions for training, {len(corpus.validation)} held out; "
-          f"{len(corpus.facts)} of {len(corpus.pixels)} images with a known colour and shape", file=sys.stderr)
+    print(
+        f"easy-vqa train: {len(corpus.train)} questions for training, {len(corpus.validation)} held out; "
+        f"{len(corpus.facts)} of {len(corpus.pixels)} images with a known colour and shape",
+        file=sys.stderr,
+    )
     for name in args.only or list(SPECS):
         spec = SPECS[name] if args.steps is None else replace(SPECS[name], steps=args.steps)
         train(spec, corpus, tokenizer, processor, args.out, max_minutes=args.max_minutes)

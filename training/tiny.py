@@ -197,8 +197,12 @@ def build(out_dir: Path, specs: tuple[TinySpec, ...] = (SMALL, LARGE), *, force:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("models"), help="folder for the checkpoints (default: models)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("models"), help="folder for the checkpoints (default: models)"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild checkpoints that already exist")
     args = parser.parse_args(argv)
     build(args.out, force=args.force)

@@ -25,12 +25,20 @@ ROUTES = {"agree_short", "agree_reasoned", "transfer"}
 @pytest.fixture(scope="module")
 def server():
     for name in ("demo-small", "demo-large"):
-        assert (ROOT / "models" / name / "model.safetensors").exists(), f"models/{name} is missing from the checkout"
+        assert (ROOT / "models" / name / "model.safetensors").exists(), (
+            f"models/{name} is missing from the checkout"
+        )
     serve_bin = Path(sys.executable).with_name("serve")
     log = LOG.open("w")
-    process = subprocess.Popen([str(serve_bin), "run", "configs/mai-cpu.yaml"], cwd=ROOT, stdout=log,
-                               stderr=subprocess.STDOUT, env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-                               start_new_session=True, preexec_fn=_default_sigint)
+    process = subprocess.Popen(
+        [str(serve_bin), "run", "configs/mai-cpu.yaml"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
     try:
         _wait_until_answering(process)
         yield process
@@ -73,10 +81,15 @@ def test_openai_client_chat_completion_with_an_image(server):
     assert {model.id for model in client.models.list().data} >= {"mai", "mai-transfer"}
     raw = client.chat.completions.with_raw_response.create(
         model="mai",
-        messages=[{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": data_url(color=(20, 200, 40))}},
-            {"type": "text", "text": "What colour is the shape?"},
-        ]}],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": data_url(color=(20, 200, 40))}},
+                    {"type": "text", "text": "What colour is the shape?"},
+                ],
+            }
+        ],
     )
     completion = raw.parse()
     trace = completion.model_extra["mai"]["trace"]
@@ -87,14 +100,26 @@ def test_openai_client_chat_completion_with_an_image(server):
         assert stage["status"] == "ok"
         assert stage["prompt_tokens"] > 0 and stage["completion_tokens"] > 0
     totals = trace["tokens"]
-    assert completion.usage.prompt_tokens == totals["small"]["prompt_tokens"] + totals["large"]["prompt_tokens"]
-    assert completion.usage.completion_tokens == totals["small"]["completion_tokens"] + totals["large"]["completion_tokens"]
+    assert (
+        completion.usage.prompt_tokens == totals["small"]["prompt_tokens"] + totals["large"]["prompt_tokens"]
+    )
+    assert (
+        completion.usage.completion_tokens
+        == totals["small"]["completion_tokens"] + totals["large"]["completion_tokens"]
+    )
 
 
 def test_native_answer_runs_the_full_transfer_on_both_engines(server):
-    response = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
-        "image": data_url(fmt="JPEG"), "question": "Which shape is it?", "choices": ["circle", "square", "triangle"],
-        "policy": "transfer"})
+    response = httpx.post(
+        f"{BASE}/v1/mai/answer",
+        timeout=120,
+        json={
+            "image": data_url(fmt="JPEG"),
+            "question": "Which shape is it?",
+            "choices": ["circle", "square", "triangle"],
+            "policy": "transfer",
+        },
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["route"] == "transfer" and body["kind"] == "choice"
@@ -102,20 +127,49 @@ def test_native_answer_runs_the_full_transfer_on_both_engines(server):
     assert set(stages) == {"reason_small", "transfer_large"}
     # The large model read the small model's reasoning: its prompt is longer than a Simple prompt's.
     assert stages["transfer_large"]["prompt_tokens"] > 0 and stages["reason_small"]["completion_tokens"] > 0
-    assert body["usage"]["total_tokens"] == sum(s["prompt_tokens"] + s["completion_tokens"] for s in stages.values())
+    assert body["usage"]["total_tokens"] == sum(
+        s["prompt_tokens"] + s["completion_tokens"] for s in stages.values()
+    )
 
 
 def test_streaming_and_bad_input_on_the_real_stack(server):
-    with httpx.stream("POST", f"{BASE}/v1/chat/completions", timeout=120, json={
-            "model": "mai-large", "stream": True,
-            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url()}},
-                                                      {"type": "text", "text": "Is it red?"}]}]}) as response:
+    with httpx.stream(
+        "POST",
+        f"{BASE}/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": "mai-large",
+            "stream": True,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": data_url()}},
+                        {"type": "text", "text": "Is it red?"},
+                    ],
+                }
+            ],
+        },
+    ) as response:
         assert response.status_code == 200
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]" and len(lines) >= 4
-    bad = httpx.post(f"{BASE}/v1/chat/completions", timeout=30, json={
-        "model": "mai", "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}, {"type": "text", "text": "Q?"}]}]})
+    bad = httpx.post(
+        f"{BASE}/v1/chat/completions",
+        timeout=30,
+        json={
+            "model": "mai",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}},
+                        {"type": "text", "text": "Q?"},
+                    ],
+                }
+            ],
+        },
+    )
     assert bad.status_code == 400 and "not a PNG" in bad.json()["error"]["message"]
 
 
@@ -126,9 +180,27 @@ def test_mai_eval_scores_the_real_stack(server, tmp_path):
 
     mai_eval = str(Path(sys.executable).with_name("mai-eval"))
     data, out = tmp_path / "charts.jsonl", tmp_path / "out"
-    subprocess.run([mai_eval, "convert", "charts", "--out", str(data), "--limit", "4"], check=True, timeout=60)
-    run = subprocess.run([mai_eval, "run", str(data), "--url", BASE, "--policies", "mai,mai-transfer",
-                          "--concurrency", "2", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [mai_eval, "convert", "charts", "--out", str(data), "--limit", "4"], check=True, timeout=60
+    )
+    run = subprocess.run(
+        [
+            mai_eval,
+            "run",
+            str(data),
+            "--url",
+            BASE,
+            "--policies",
+            "mai,mai-transfer",
+            "--concurrency",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "## Routes" in run.stdout and "mai-transfer" in run.stdout
     results = json.loads((out / "results.json").read_text())["policies"]
@@ -141,16 +213,30 @@ def test_mai_eval_scores_the_real_stack(server, tmp_path):
 def test_sparse_transfer_with_the_attention_scorer_on_the_real_stack(server):
     """The scorer deployment answers inside a real transfer, selecting from the small model's real
     reasoning (a sentence about what it sees)."""
-    response = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
-        "image": data_url(), "question": "What colour is the shape?", "policy": "transfer",
-        "options": {"transfer_selector": "attention"}})
+    response = httpx.post(
+        f"{BASE}/v1/mai/answer",
+        timeout=120,
+        json={
+            "image": data_url(),
+            "question": "What colour is the shape?",
+            "policy": "transfer",
+            "options": {"transfer_selector": "attention"},
+        },
+    )
     assert response.status_code == 200, response.text
     transfer = response.json()["trace"]["transfer"]
     assert transfer["selector"] == "attention" and transfer["unit"] == "tokens" and transfer["error"] is None
     assert 0 < transfer["tokens_after"] <= transfer["tokens_before"]
-    budget = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
-        "image": data_url(), "question": "What colour is the shape?", "policy": "transfer",
-        "options": {"transfer_selector": "budget"}}).json()["trace"]["transfer"]
+    budget = httpx.post(
+        f"{BASE}/v1/mai/answer",
+        timeout=120,
+        json={
+            "image": data_url(),
+            "question": "What colour is the shape?",
+            "policy": "transfer",
+            "options": {"transfer_selector": "budget"},
+        },
+    ).json()["trace"]["transfer"]
     assert budget["selector"] == "budget" and budget["unit"] == "words"
 
 
@@ -165,12 +251,21 @@ def test_the_served_demo_models_answer_what_they_were_trained_for(server):
     colour = [r for r in easy_vqa_records("test", limit=400) if "color" in r["question"].lower()][:16]
     assert len(colour) == 16
     for policy in ("small", "large"):
-        answers = [httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
-            "image": r["image"], "question": r["question"], "policy": policy}).json()["answer"] for r in colour]
+        answers = [
+            httpx.post(
+                f"{BASE}/v1/mai/answer",
+                timeout=120,
+                json={"image": r["image"], "question": r["question"], "policy": policy},
+            ).json()["answer"]
+            for r in colour
+        ]
         right = sum(answer == r["answer"] for answer, r in zip(answers, colour, strict=True))
         assert right >= 12, f"{policy}: {right}/16 colours right: {answers}"
-    body = httpx.post(f"{BASE}/v1/mai/answer", timeout=120, json={
-        "image": colour[0]["image"], "question": colour[0]["question"], "policy": "small-reason"}).json()
+    body = httpx.post(
+        f"{BASE}/v1/mai/answer",
+        timeout=120,
+        json={"image": colour[0]["image"], "question": colour[0]["question"], "policy": "small-reason"},
+    ).json()
     reasoning = next(stage for stage in body["trace"]["stages"] if stage["prompt_kind"] == "reasoning")
     assert reasoning["completion_tokens"] > 8 and body["answer"] in COLOURS
 

@@ -16,26 +16,54 @@ from deployments.engine_ids import parse_engine_request_id
 # scenario -> {(role, prompt kind): reply}; a reply "!raise" raises, "!error" yields an ErrorResponse.
 SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
     "agree": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes.]]"},
-    "reasoned": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
-                 ("small", "reasoning"): "The shape is red, so yes.\n[[Yes]]"},
-    "transfer": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
-                 ("small", "reasoning"): "It looks blue to me.\n[[No]]", ("large", "transfer"): "No"},
-    "choicetransfer": {("small", "simple"): "[[A]]", ("large", "simple"): "[[C]]",
-                       ("small", "reasoning"): "It has four corners.\n[[B]]", ("large", "transfer"): "[[B]]"},
+    "reasoned": {
+        ("small", "simple"): "[[No]]",
+        ("large", "simple"): "[[Yes]]",
+        ("small", "reasoning"): "The shape is red, so yes.\n[[Yes]]",
+    },
+    "transfer": {
+        ("small", "simple"): "[[No]]",
+        ("large", "simple"): "[[Yes]]",
+        ("small", "reasoning"): "It looks blue to me.\n[[No]]",
+        ("large", "transfer"): "No",
+    },
+    "choicetransfer": {
+        ("small", "simple"): "[[A]]",
+        ("large", "simple"): "[[C]]",
+        ("small", "reasoning"): "It has four corners.\n[[B]]",
+        ("large", "transfer"): "[[B]]",
+    },
     "smallfails": {("small", "simple"): "!raise", ("large", "simple"): "[[Yes]]"},
     "largefails": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!error"},
     "slow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes]]"},
     # "!sleep <s> <reply>": answer after <s> seconds (past a stage timeout in the timeout tests)
     "smallslow": {("small", "simple"): "!sleep 3 [[No]]", ("large", "simple"): "[[Yes]]"},
     "largeslow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!sleep 3 [[Yes]]"},
-    "reasonslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]", ("small", "reasoning"): "!sleep 3 [[No]]"},
-    "transferslow": {("small", "simple"): "[[No]]", ("large", "simple"): "[[Yes]]",
-                     ("small", "reasoning"): "It is blue.\n[[No]]", ("large", "transfer"): "!sleep 3 [[No]]"},
-    "allslow": {("small", "simple"): "!sleep 0.4 [[No]]", ("large", "simple"): "!sleep 0.4 [[Yes]]",
-                ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]", ("large", "transfer"): "!sleep 0.4 [[No]]"},
+    "reasonslow": {
+        ("small", "simple"): "[[No]]",
+        ("large", "simple"): "[[Yes]]",
+        ("small", "reasoning"): "!sleep 3 [[No]]",
+    },
+    "transferslow": {
+        ("small", "simple"): "[[No]]",
+        ("large", "simple"): "[[Yes]]",
+        ("small", "reasoning"): "It is blue.\n[[No]]",
+        ("large", "transfer"): "!sleep 3 [[No]]",
+    },
+    "allslow": {
+        ("small", "simple"): "!sleep 0.4 [[No]]",
+        ("large", "simple"): "!sleep 0.4 [[Yes]]",
+        ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]",
+        ("large", "transfer"): "!sleep 0.4 [[No]]",
+    },
 }
-DEFAULT_REPLIES = {"simple": "[[Yes]]", "explain": "Red.\n[[Yes]]", "reasoning": "Thinking.\n[[Yes]]", "stage2": "Yes",
-                   "transfer": "[[Yes]]"}
+DEFAULT_REPLIES = {
+    "simple": "[[Yes]]",
+    "explain": "Red.\n[[Yes]]",
+    "reasoning": "Thinking.\n[[Yes]]",
+    "stage2": "Yes",
+    "transfer": "[[Yes]]",
+}
 SLOW_S = 0.6
 
 
@@ -60,10 +88,17 @@ class ScriptedLLMServer:
         kind = engine_call.prompt_kind if engine_call is not None else "unknown"
         question = _question_text(messages)
         scenario = next((name for name in SCRIPTS if f"[{name}]" in question), None)
-        call = {"kind": kind, "scenario": scenario, "started": time.time(), "finished": None,
-                "request_id": request.request_id,
-                "max_tokens": request.max_tokens, "has_image": any(
-                    isinstance(part, dict) and part.get("type") == "image_url" for part in messages[-1]["content"])}
+        call = {
+            "kind": kind,
+            "scenario": scenario,
+            "started": time.time(),
+            "finished": None,
+            "request_id": request.request_id,
+            "max_tokens": request.max_tokens,
+            "has_image": any(
+                isinstance(part, dict) and part.get("type") == "image_url" for part in messages[-1]["content"]
+            ),
+        }
         self._calls.append(call)
         if scenario == "slow":
             await asyncio.sleep(SLOW_S)
@@ -79,14 +114,25 @@ class ScriptedLLMServer:
         if reply == "!raise":
             raise RuntimeError(f"{self.role} engine crashed (scripted)")
         if reply == "!error":
-            yield ErrorResponse(error={"message": f"{self.role} engine error (scripted)", "type": "InternalServerError", "code": 500})
+            yield ErrorResponse(
+                error={
+                    "message": f"{self.role} engine error (scripted)",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            )
             return
         prompt_tokens = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[-1]["content"])
         yield ChatCompletionResponse(
             model=request.model,
-            choices=[{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-            usage={"prompt_tokens": prompt_tokens, "completion_tokens": len(reply.split()),
-                   "total_tokens": prompt_tokens + len(reply.split())},
+            choices=[
+                {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+            ],
+            usage={
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(reply.split()),
+                "total_tokens": prompt_tokens + len(reply.split()),
+            },
         )
 
     async def calls(self) -> list[dict]:

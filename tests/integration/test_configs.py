@@ -28,7 +28,9 @@ def test_config_builds_llm_configs(name):
         kwargs = llm_config_kwargs(spec)
         llm = LLMConfig(**kwargs)
         deployment = llm.deployment_config
-        assert deployment["autoscaling_config"]["target_ongoing_requests"] <= deployment["max_ongoing_requests"]
+        assert (
+            deployment["autoscaling_config"]["target_ongoing_requests"] <= deployment["max_ongoing_requests"]
+        )
         assert deployment["max_queued_requests"] >= 1
         assert deployment["request_router_config"]["request_router_class"] == PREFIX_CACHE_ROUTER
         assert llm.engine_kwargs["enable_prefix_caching"] is True
@@ -93,14 +95,18 @@ def test_engine_kwargs_are_arguments_the_pinned_vllm_knows(name):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.cli_args import FrontendArgs
 
-    gpu_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    gpu_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "gpu"
+    ]
     assert f"vllm=={vllm.__version__}" in gpu_extra
     config = load_app_config(app_args(name))
     for spec in (config.small, config.large):
         engine = VLLMEngineConfig.from_llm_config(LLMConfig(**llm_config_kwargs(spec)))
         AsyncEngineArgs(**engine.engine_kwargs)
         FrontendArgs(**engine.frontend_kwargs)
-        assert set(engine.engine_kwargs) | set(engine.frontend_kwargs) == set(llm_config_kwargs(spec)["engine_kwargs"])
+        assert set(engine.engine_kwargs) | set(engine.frontend_kwargs) == set(
+            llm_config_kwargs(spec)["engine_kwargs"]
+        )
     misspelt = config.large.model_copy(update={"engine_kwargs": {"gpu_memory_utilisation": 0.9}})
     with pytest.raises(ValueError, match="gpu_memory_utilisation"):
         VLLMEngineConfig.from_llm_config(LLMConfig(**llm_config_kwargs(misspelt)))

@@ -20,11 +20,25 @@ ONE_REPLICA = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 
 
 
 def emulated(dataset="chartqa", time_scale=1.0, small=None, large=None, **app):
-    small = {"emulation": {"dataset": dataset, "time_scale": time_scale}, "autoscaling": ONE_REPLICA, **(small or {})}
-    large = {"emulation": {"dataset": dataset, "time_scale": time_scale}, "autoscaling": ONE_REPLICA, **(large or {})}
-    return config_args("mai-emulated.yaml", {"small": small, "large": large,
-                                             "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1,
-                                                                         "target_ongoing_requests": 64}}, **app})
+    small = {
+        "emulation": {"dataset": dataset, "time_scale": time_scale},
+        "autoscaling": ONE_REPLICA,
+        **(small or {}),
+    }
+    large = {
+        "emulation": {"dataset": dataset, "time_scale": time_scale},
+        "autoscaling": ONE_REPLICA,
+        **(large or {}),
+    }
+    return config_args(
+        "mai-emulated.yaml",
+        {
+            "small": small,
+            "large": large,
+            "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 64}},
+            **app,
+        },
+    )
 
 
 def answer_bodies(n, **extra):
@@ -43,7 +57,9 @@ def test_routes_follow_the_papers_shares(base_url):
     outcomes, _ = asyncio.run(drive(base_url, "/v1/mai/answer", answer_bodies(400), concurrency=16))
     assert all(outcome.status == 200 for outcome in outcomes)
     routes = Counter(outcome.route for outcome in outcomes)
-    for route, share in zip(("agree_short", "agree_reasoned", "transfer"), paper_profile.ROUTE_SHARES["mmbench"], strict=True):
+    for route, share in zip(
+        ("agree_short", "agree_reasoned", "transfer"), paper_profile.ROUTE_SHARES["mmbench"], strict=True
+    ):
         assert abs(routes[route] / 400 - share) < 0.06, routes
 
 
@@ -51,8 +67,9 @@ def test_eager_reasoning_is_cancelled_in_the_engine_when_stage_one_agrees(base_u
     deploy(emulated(dataset="chartqa", time_scale=1.0))
     small = deployment_handle(SMALL)
     small.reset_stats.remote().result()
-    outcomes, _ = asyncio.run(drive(base_url, "/v1/mai/answer",
-                                    answer_bodies(24, options={"eager_reasoning": True}), concurrency=8))
+    outcomes, _ = asyncio.run(
+        drive(base_url, "/v1/mai/answer", answer_bodies(24, options={"eager_reasoning": True}), concurrency=8)
+    )
     routes = Counter(outcome.route for outcome in outcomes)
     stats = small.stats.remote().result()
     assert stats["calls"]["reasoning"] == 24  # eager: every request started reasoning with stage 1
@@ -75,11 +92,24 @@ def test_a_client_that_disconnects_cancels_the_model_calls_in_flight(base_url):
 
 
 def test_small_and_large_scale_up_under_load_and_back_down(base_url):
-    scaling = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 1,
-               "downscale_delay_s": 3, "look_back_period_s": 2}
+    scaling = {
+        "min_replicas": 1,
+        "max_replicas": 3,
+        "target_ongoing_requests": 1,
+        "upscale_delay_s": 1,
+        "downscale_delay_s": 3,
+        "look_back_period_s": 2,
+    }
     # The large model mostly writes short answers here, so its queue is shallower: a lower target.
     large_scaling = {**scaling, "target_ongoing_requests": 0.5}
-    deploy(emulated(dataset="chartqa", time_scale=1.0, small={"autoscaling": scaling}, large={"autoscaling": large_scaling}))
+    deploy(
+        emulated(
+            dataset="chartqa",
+            time_scale=1.0,
+            small={"autoscaling": scaling},
+            large={"autoscaling": large_scaling},
+        )
+    )
     assert replica_counts()[SMALL] == 1 and replica_counts()[LARGE] == 1
 
     samples: list[dict] = []
@@ -98,8 +128,15 @@ def test_small_and_large_scale_up_under_load_and_back_down(base_url):
     started = time.monotonic()
     try:
         # Load until both have scaled up (new replicas take a while to start on 2 cores), at most 120 s.
-        outcomes, _ = asyncio.run(drive(base_url, "/v1/mai/answer", answer_bodies(20000), concurrency=24,
-                                        until=lambda: scaled.is_set() or time.monotonic() - started > load_limit_s))
+        outcomes, _ = asyncio.run(
+            drive(
+                base_url,
+                "/v1/mai/answer",
+                answer_bodies(20000),
+                concurrency=24,
+                until=lambda: scaled.is_set() or time.monotonic() - started > load_limit_s,
+            )
+        )
     finally:
         stop.set()
         sampler.join()
@@ -113,9 +150,12 @@ def test_small_and_large_scale_up_under_load_and_back_down(base_url):
 
 
 def test_a_full_queue_is_a_fast_503_with_retry_after(base_url):
-    overloaded = {"max_ongoing_requests": 1, "max_queued_requests": 1,
-                  "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 1},
-                  "emulation": {"dataset": "chartqa", "time_scale": 60.0}}  # >= 2 s per answer
+    overloaded = {
+        "max_ongoing_requests": 1,
+        "max_queued_requests": 1,
+        "autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 1},
+        "emulation": {"dataset": "chartqa", "time_scale": 60.0},
+    }  # >= 2 s per answer
     deploy(emulated(dataset="chartqa", time_scale=60.0, large=overloaded))
     body = {"image": data_url(), "question": "What is the value?", "policy": "large"}
 
@@ -145,21 +185,59 @@ def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_pat
     locust = Path(sys.executable).with_name("locust")
     root = Path(__file__).resolve().parents[2]
     started = time.monotonic()
-    run = subprocess.run([str(locust), "-f", str(root / "loadtest" / "locustfile.py"), "--headless", "--host", base_url,
-                          "--users", "8", "--spawn-rate", "8", "--run-time", "60s", "--max-requests", "80",
-                          "--json-file", str(tmp_path / "run"), "--only-summary"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [
+            str(locust),
+            "-f",
+            str(root / "loadtest" / "locustfile.py"),
+            "--headless",
+            "--host",
+            base_url,
+            "--users",
+            "8",
+            "--spawn-rate",
+            "8",
+            "--run-time",
+            "60s",
+            "--max-requests",
+            "80",
+            "--json-file",
+            str(tmp_path / "run"),
+            "--only-summary",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert time.monotonic() - started < 50  # stopped by --max-requests, not by --run-time
     rows = {row["name"]: row for row in json.loads((tmp_path / "run.json").read_text())}
-    posts = sum(rows[name]["num_requests"] for name in ("/v1/chat/completions", "/v1/mai/answer") if name in rows)
+    posts = sum(
+        rows[name]["num_requests"] for name in ("/v1/chat/completions", "/v1/mai/answer") if name in rows
+    )
     assert 80 <= posts < 90
     assert all(row["num_failures"] == 0 for row in rows.values())
     assert {"route agree_short", "route transfer"} <= set(rows)
 
-    refused = subprocess.run([str(locust), "-f", str(root / "loadtest" / "locustfile.py"), "--headless",
-                              "--host", "http://10.0.0.1:8000", "--users", "1", "--run-time", "5s"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [
+            str(locust),
+            "-f",
+            str(root / "loadtest" / "locustfile.py"),
+            "--headless",
+            "--host",
+            "http://10.0.0.1:8000",
+            "--users",
+            "1",
+            "--run-time",
+            "5s",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode != 0 and "only targets loopback hosts" in refused.stderr
 
 
@@ -171,8 +249,19 @@ def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path
     deploy(emulated(dataset="chartqa", time_scale=0))
     data, out = tmp_path / "charts.jsonl", tmp_path / "out"
     assert main(["convert", "charts", "--out", str(data), "--limit", "24"]) == 0
-    command = ["run", str(data), "--url", base_url, "--policies", "mai,mai-large,mai-transfer", "--out", str(out),
-               "--concurrency", "6", "--no-progress"]
+    command = [
+        "run",
+        str(data),
+        "--url",
+        base_url,
+        "--policies",
+        "mai,mai-large,mai-transfer",
+        "--out",
+        str(out),
+        "--concurrency",
+        "6",
+        "--no-progress",
+    ]
     assert main(command) == 0
 
     results = json.loads((out / "results.json").read_text())["policies"]
@@ -184,7 +273,12 @@ def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path
     assert results["mai-transfer"]["tokens_per_call"]["small"]["reasoning"] > 0
     assert results["mai-transfer"]["calls_per_request"]["large"] == {"transfer": 1.0}
     assert results["mai-transfer"]["speedup"] == 1.0 and results["mai"]["speedup"] > 0
-    assert {path.name for path in out.iterdir()} >= {"results.md", "results.csv", "results.json", "accuracy_latency.png"}
+    assert {path.name for path in out.iterdir()} >= {
+        "results.md",
+        "results.csv",
+        "results.json",
+        "accuracy_latency.png",
+    }
 
     # Resume: what is answered is not asked again; what was lost (here: cut from the file) is.
     predictions = out / "predictions" / "mai.jsonl"
@@ -193,7 +287,10 @@ def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path
     segments_before = len((out / "runs.jsonl").read_text().splitlines())
     assert main(command) == 0
     segments = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert len(segments) == segments_before + 1 and segments[-1] == segments[-1] | {"policy": "mai", "requests": 5}
+    assert len(segments) == segments_before + 1 and segments[-1] == segments[-1] | {
+        "policy": "mai",
+        "requests": 5,
+    }
     assert len(predictions.read_text().splitlines()) == 24
     assert json.loads((out / "results.json").read_text())["policies"]["mai"]["segments"] == 2
 

@@ -44,8 +44,9 @@ def schema():
 
 
 def test_the_committed_manifest_is_what_the_sources_render():
-    assert (ROOT / "k8s" / "rayservice.yaml").read_text() == render.render_text(), \
+    assert (ROOT / "k8s" / "rayservice.yaml").read_text() == render.render_text(), (
         "k8s/rayservice.yaml drifted from configs/mai.yaml or the template: run `python k8s/render.py`"
+    )
 
 
 def test_serve_config_v2_is_configs_mai_yaml_with_each_model_pinned():
@@ -61,11 +62,20 @@ def test_manifest_validates_against_the_rayservice_crd():
     jsonschema.validate(MANIFEST, schema())
 
 
-@pytest.mark.parametrize(("mutation", "message"), [
-    (lambda m: m["spec"]["rayClusterConfig"]["workerGroupSpecs"][0].pop("groupName"), "'groupName' is a required property"),
-    (lambda m: m["spec"]["rayClusterConfig"]["autoscalerOptions"].update(version="v3"), "'v3' is not one of"),
-    (lambda m: m["spec"].update(serveConfigV2={"applications": []}), "is not of type 'string'"),
-])
+@pytest.mark.parametrize(
+    ("mutation", "message"),
+    [
+        (
+            lambda m: m["spec"]["rayClusterConfig"]["workerGroupSpecs"][0].pop("groupName"),
+            "'groupName' is a required property",
+        ),
+        (
+            lambda m: m["spec"]["rayClusterConfig"]["autoscalerOptions"].update(version="v3"),
+            "'v3' is not one of",
+        ),
+        (lambda m: m["spec"].update(serveConfigV2={"applications": []}), "is not of type 'string'"),
+    ],
+)
 def test_the_schema_check_catches_broken_manifests(mutation, message):
     broken = copy.deepcopy(MANIFEST)
     mutation(broken)
@@ -87,7 +97,10 @@ def test_each_model_has_a_gpu_worker_group_advertising_its_pin_and_the_head_has_
         assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
         # the group can hold as many engines as Serve may ask for
         assert group["maxReplicas"] >= args[role]["autoscaling"]["max_replicas"]
-        assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in container["env"]
+        assert {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
+        } in container["env"]
     assert CLUSTER["enableInTreeAutoscaling"] is True and CLUSTER["autoscalerOptions"]["version"] == "v2"
 
 
@@ -114,13 +127,17 @@ def test_ports_probes_images_and_versions_agree():
 
 def test_rendering_refuses_a_template_without_a_group_for_a_pin():
     template = yaml.safe_load((ROOT / "k8s" / "rayservice.template.yaml").read_text())
-    template["spec"]["rayClusterConfig"]["workerGroupSpecs"] = template["spec"]["rayClusterConfig"]["workerGroupSpecs"][:1]
+    template["spec"]["rayClusterConfig"]["workerGroupSpecs"] = template["spec"]["rayClusterConfig"][
+        "workerGroupSpecs"
+    ][:1]
     with pytest.raises(ValueError, match="no worker group advertises 'mai_large'"):
         render.render(template, yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text()))
 
 
 def test_advertised_resources_reads_kuberays_quoted_json():
-    assert render.advertised_resources({"rayStartParams": {"resources": '"{\\"mai_small\\": 1}"'}}) == {"mai_small": 1}
+    assert render.advertised_resources({"rayStartParams": {"resources": '"{\\"mai_small\\": 1}"'}}) == {
+        "mai_small": 1
+    }
     assert render.advertised_resources({"rayStartParams": {"resources": json.dumps({"a": 2})}}) == {"a": 2}
     assert render.advertised_resources({"rayStartParams": {}}) == {}
 

@@ -17,12 +17,20 @@ SMALL, LARGE = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b"
 
 def pinned_app(small_replicas: int, large_replicas: int) -> dict:
     def model(resource: str, replicas: int) -> dict:
-        return {"pin_resources": {resource: 1}, "emulation": {"time_scale": 0},
-                "autoscaling": {"min_replicas": replicas, "max_replicas": replicas, "target_ongoing_requests": 8}}
+        return {
+            "pin_resources": {resource: 1},
+            "emulation": {"time_scale": 0},
+            "autoscaling": {"min_replicas": replicas, "max_replicas": replicas, "target_ongoing_requests": 8},
+        }
 
-    return config_args("mai-emulated.yaml", {
-        "small": model("mai_small", small_replicas), "large": model("mai_large", large_replicas),
-        "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 8}}})
+    return config_args(
+        "mai-emulated.yaml",
+        {
+            "small": model("mai_small", small_replicas),
+            "large": model("mai_large", large_replicas),
+            "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 8}},
+        },
+    )
 
 
 @pytest.fixture(scope="module")

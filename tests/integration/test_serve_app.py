@@ -30,8 +30,13 @@ CONFIG = {
 def server():
     port, metrics_port = free_port(), free_port()
     # Metrics every second (Ray's default is 10 s), exported for Prometheus on metrics_port.
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _metrics_export_port=metrics_port,
-             _system_config={"metrics_report_interval_ms": 1000})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _metrics_export_port=metrics_port,
+        _system_config={"metrics_report_interval_ms": 1000},
+    )
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     config = AppConfig.model_validate(CONFIG)
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
@@ -87,8 +92,11 @@ def test_cascade_routes_over_http(http, calls, scenario, route, answer, small_ki
     assert all(c["has_image"] for c in calls("small") + calls("large"))
     stage_prompt = sum(stage["prompt_tokens"] for stage in trace["stages"])
     stage_completion = sum(stage["completion_tokens"] for stage in trace["stages"])
-    assert body["usage"] == {"prompt_tokens": stage_prompt, "completion_tokens": stage_completion,
-                             "total_tokens": stage_prompt + stage_completion}
+    assert body["usage"] == {
+        "prompt_tokens": stage_prompt,
+        "completion_tokens": stage_completion,
+        "total_tokens": stage_prompt + stage_completion,
+    }
     assert all(stage["status"] == "ok" and stage["prompt_tokens"] > 0 for stage in trace["stages"])
 
 
@@ -122,25 +130,52 @@ def test_stage_one_calls_run_in_parallel(http, calls):
 
 
 def test_native_answer_route_with_choices(http, calls):
-    response = http.post("/v1/mai/answer", json={
-        "image": data_url(), "question": "Which shape is it? [choicetransfer]", "choices": ["circle", "square", "star"],
-        "policy": "cascade", "options": {"stage2_answer": "inline"}})
+    response = http.post(
+        "/v1/mai/answer",
+        json={
+            "image": data_url(),
+            "question": "Which shape is it? [choicetransfer]",
+            "choices": ["circle", "square", "star"],
+            "policy": "cascade",
+            "options": {"stage2_answer": "inline"},
+        },
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["kind"] == "choice" and body["route"] == "transfer" and body["answer"] == "B"
-    assert [stage["name"] for stage in body["trace"]["stages"]] == ["short_small", "short_large", "reason_small", "transfer_large"]
+    assert [stage["name"] for stage in body["trace"]["stages"]] == [
+        "short_small",
+        "short_large",
+        "reason_small",
+        "transfer_large",
+    ]
     assert [c["kind"] for c in calls("large")] == ["simple", "transfer"]  # choice: the paper's reference form
 
 
 def test_a_request_shaped_like_lmms_evals_openai_backend_is_answered(http, calls):
     """lmms-eval's openai_compatible model: text before the image, temperature and max_tokens set,
     MMBench's options followed by its instruction."""
-    question = ("Which shape is it? [agree] Options:\nA. circle\nB. square\n\n"
-                "Answer with the option's letter from the given choices directly.")
-    response = http.post("/v1/chat/completions", json={
-        "model": "mai", "max_tokens": 32, "temperature": 0,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": question},
-                                                  {"type": "image_url", "image_url": {"url": data_url()}}]}]})
+    question = (
+        "Which shape is it? [agree] Options:\nA. circle\nB. square\n\n"
+        "Answer with the option's letter from the given choices directly."
+    )
+    response = http.post(
+        "/v1/chat/completions",
+        json={
+            "model": "mai",
+            "max_tokens": 32,
+            "temperature": 0,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": question},
+                        {"type": "image_url", "image_url": {"url": data_url()}},
+                    ],
+                }
+            ],
+        },
+    )
     assert response.status_code == 200, response.text
     assert response.json()["mai"]["trace"]["kind"] == "choice"
     assert [c["max_tokens"] for c in calls("small") + calls("large")] == [32, 32]
@@ -152,8 +187,11 @@ def test_max_tokens_reaches_the_engines(http, calls):
 
 
 def test_streaming_returns_the_answer_as_sse(http):
-    with http.stream("POST", "/v1/chat/completions", json=chat_body("Is the shape red? [reasoned]", stream=True,
-                                                                     stream_options={"include_usage": True})) as response:
+    with http.stream(
+        "POST",
+        "/v1/chat/completions",
+        json=chat_body("Is the shape red? [reasoned]", stream=True, stream_options={"include_usage": True}),
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["x-mai-route"] == "agree_reasoned"
@@ -161,19 +199,30 @@ def test_streaming_returns_the_answer_as_sse(http):
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "Yes"
-    assert chunks[-2]["choices"][0]["finish_reason"] == "stop" and chunks[-2]["mai"]["route"] == "agree_reasoned"
+    assert (
+        chunks[-2]["choices"][0]["finish_reason"] == "stop" and chunks[-2]["mai"]["route"] == "agree_reasoned"
+    )
     assert chunks[-1]["usage"]["total_tokens"] > 0
 
 
 def test_request_id_is_taken_from_the_client_and_stamped_on_engine_calls(http, calls):
-    response = http.post("/v1/chat/completions", json=chat_body("Is the shape red? [reasoned]"),
-                         headers={"x-request-id": "client-42"})
+    response = http.post(
+        "/v1/chat/completions",
+        json=chat_body("Is the shape red? [reasoned]"),
+        headers={"x-request-id": "client-42"},
+    )
     assert response.status_code == 200
-    assert response.headers["x-request-id"] == "client-42" and response.json()["mai"]["request_id"] == "client-42"
+    assert (
+        response.headers["x-request-id"] == "client-42"
+        and response.json()["mai"]["request_id"] == "client-42"
+    )
     assert response.json()["id"] == "chatcmpl-client-42"
     engine_ids = sorted(call["request_id"] for call in calls("small") + calls("large"))
     assert [engine_id.rsplit("-", 1)[0] for engine_id in engine_ids] == [
-        "mai-client-42-reason_small-reasoning", "mai-client-42-short_large-simple", "mai-client-42-short_small-simple"]
+        "mai-client-42-reason_small-reasoning",
+        "mai-client-42-short_large-simple",
+        "mai-client-42-short_small-simple",
+    ]
     assert len(set(engine_ids)) == 3  # unique per engine call
     bad = http.post("/v1/chat/completions", json=chat_body(), headers={"x-request-id": "no spaces please"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request_id"
@@ -183,8 +232,16 @@ def test_request_id_is_taken_from_the_client_and_stamped_on_engine_calls(http, c
 def test_models_and_health(http):
     assert http.get("/healthz").json() == {"status": "ok"}
     ids = [model["id"] for model in http.get("/v1/models").json()["data"]]
-    assert ids == ["mai", "mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer",
-                   "mai-small-explain", "mai-large-explain"]
+    assert ids == [
+        "mai",
+        "mai-small",
+        "mai-large",
+        "mai-small-reason",
+        "mai-large-reason",
+        "mai-transfer",
+        "mai-small-explain",
+        "mai-large-explain",
+    ]
 
 
 # ---------------------------------------------------------------- failures
@@ -207,7 +264,9 @@ def test_large_model_error_is_a_503_with_retry_after(http):
 
 
 def test_large_model_error_falls_back_to_small_when_asked(http):
-    response = post_chat(http, "Is the shape red? [largefails]", mai={"options": {"on_large_failure": "small"}})
+    response = post_chat(
+        http, "Is the shape red? [largefails]", mai={"options": {"on_large_failure": "small"}}
+    )
     assert response.status_code == 200
     assert response.headers["x-mai-route"] == "degraded_small_only"
 
@@ -216,14 +275,39 @@ def test_large_model_error_falls_back_to_small_when_asked(http):
 
 BAD_REQUESTS = [
     ("malformed json", b"{'model': 'mai'", 400, "not valid JSON"),
-    ("no user message", {"model": "mai", "messages": [{"role": "system", "content": "x"}]}, 400, "no user message"),
+    (
+        "no user message",
+        {"model": "mai", "messages": [{"role": "system", "content": "x"}]},
+        400,
+        "no user message",
+    ),
     ("no image", {"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]}, 400, "no image"),
     ("no question", chat_body(question=""), 400, "question is empty"),
-    ("two images", {"model": "mai", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": data_url()}}, {"type": "image_url", "image_url": {"url": data_url()}},
-        {"type": "text", "text": "Q?"}]}]}, 400, "2 images"),
+    (
+        "two images",
+        {
+            "model": "mai",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": data_url()}},
+                        {"type": "image_url", "image_url": {"url": data_url()}},
+                        {"type": "text", "text": "Q?"},
+                    ],
+                }
+            ],
+        },
+        400,
+        "2 images",
+    ),
     ("not base64", chat_body(image="data:image/png;base64,***"), 400, "not valid base64"),
-    ("not an image", chat_body(image="data:image/png;base64,aGVsbG8gd29ybGQ="), 400, "not a PNG, JPEG, WebP or GIF"),
+    (
+        "not an image",
+        chat_body(image="data:image/png;base64,aGVsbG8gd29ybGQ="),
+        400,
+        "not a PNG, JPEG, WebP or GIF",
+    ),
     ("too many pixels", chat_body(image=data_url(size=(1100, 1000))), 413, "over the limit"),
     ("decompression bomb", chat_body(image=png_bomb()), 413, "pixels"),
     ("remote url", chat_body(image="http://169.254.169.254/latest"), 400, "remote image URLs are disabled"),
@@ -231,14 +315,21 @@ BAD_REQUESTS = [
     ("unknown model", chat_body(model="gpt-5"), 404, "unknown model"),
     ("max_tokens too big", chat_body(max_tokens=100000), 400, "max_tokens must be between 1 and 64"),
     ("max_tokens negative", chat_body(max_tokens=-1), 400, "max_tokens"),
-    ("unknown selector", chat_body(mai={"options": {"transfer_selector": "magic"}}), 400, "unknown transfer_selector"),
+    (
+        "unknown selector",
+        chat_body(mai={"options": {"transfer_selector": "magic"}}),
+        400,
+        "unknown transfer_selector",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "body", "status", "needle"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
 def test_bad_input_is_a_4xx_and_no_model_is_called(http, calls, name, body, status, needle):
     if isinstance(body, bytes):
-        response = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        response = http.post(
+            "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
     else:
         response = http.post("/v1/chat/completions", json=body)
     assert response.status_code == status, response.text
@@ -291,12 +382,20 @@ def test_the_ingress_exports_its_metrics_to_prometheus(server, http):
     baseline = [_sample(before, name, **tags) for name, tags in EXPECTED_SAMPLES]
     assert post_chat(http, "Is the shape red? [transfer]").status_code == 200
     assert post_chat(http, "Is the shape red? [agree]").status_code == 200
-    assert post_chat(http, "Is the shape red? [largefails]", mai={"options": {"on_large_failure": "small"}}).status_code == 200
+    assert (
+        post_chat(
+            http, "Is the shape red? [largefails]", mai={"options": {"on_large_failure": "small"}}
+        ).status_code
+        == 200
+    )
     assert http.post("/v1/chat/completions", json=chat_body(model="gpt-9")).status_code == 404
     deadline = time.monotonic() + 30
     while True:
         text = _scrape(metrics_url)
-        grown = [_sample(text, name, **tags) > base for (name, tags), base in zip(EXPECTED_SAMPLES, baseline, strict=True)]
+        grown = [
+            _sample(text, name, **tags) > base
+            for (name, tags), base in zip(EXPECTED_SAMPLES, baseline, strict=True)
+        ]
         if all(grown) or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -315,7 +414,11 @@ def image_host():
 
     from ..images import image_bytes
 
-    files = {"/red.png": image_bytes(), "/notes.png": b"just some text", "/big.png": image_bytes(size=(64, 64)) + b"\0" * 60_000}
+    files = {
+        "/red.png": image_bytes(),
+        "/notes.png": b"just some text",
+        "/big.png": image_bytes(size=(64, 64)) + b"\0" * 60_000,
+    }
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
@@ -341,11 +444,22 @@ def secure(server, tmp_path_factory):
     client, _, _ = server
     keys = tmp_path_factory.mktemp("secret") / "api-keys"
     keys.write_text("# one key per line\nsk-mai-first\nsk-mai-second\n")
-    config = AppConfig.model_validate(CONFIG | {
-        "security": {"api_keys_file": str(keys), "cors_allow_origins": ["https://app.example.com"]},
-        "limits": {"max_image_pixels": 1_000_000, "max_answer_tokens": 64, "max_body_bytes": 50_000,
-                   "max_image_bytes": 40_000, "allow_remote_images": True, "remote_image_hosts": ["localhost"],
-                   "remote_image_allow_private_networks": True, "remote_image_timeout_s": 5}})
+    config = AppConfig.model_validate(
+        CONFIG
+        | {
+            "security": {"api_keys_file": str(keys), "cors_allow_origins": ["https://app.example.com"]},
+            "limits": {
+                "max_image_pixels": 1_000_000,
+                "max_answer_tokens": 64,
+                "max_body_bytes": 50_000,
+                "max_image_bytes": 40_000,
+                "allow_remote_images": True,
+                "remote_image_hosts": ["localhost"],
+                "remote_image_allow_private_networks": True,
+                "remote_image_timeout_s": 5,
+            },
+        }
+    )
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
     large = ScriptedLLMServer.options(name="large:fake").bind("large")
     serve.run(build_ingress(config, small, large), name="secure", route_prefix="/secure")
@@ -358,33 +472,49 @@ def test_api_keys_are_required_and_checked(secure):
     missing = secure.post("/secure/v1/chat/completions", json=body)
     assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
     assert missing.json()["error"]["code"] == "invalid_api_key"
-    wrong = secure.post("/secure/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-mai-third"})
+    wrong = secure.post(
+        "/secure/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-mai-third"}
+    )
     assert wrong.status_code == 401 and "sk-mai" not in wrong.text
     assert secure.get("/secure/v1/models").status_code == 401
     for headers in ({"authorization": "Bearer sk-mai-second"}, {"x-api-key": "sk-mai-first"}):
         assert secure.post("/secure/v1/chat/completions", json=body, headers=headers).status_code == 200
-    assert secure.get("/secure/v1/models", headers={"authorization": "Bearer sk-mai-first"}).status_code == 200
+    assert (
+        secure.get("/secure/v1/models", headers={"authorization": "Bearer sk-mai-first"}).status_code == 200
+    )
     assert secure.get("/secure/healthz").status_code == 200  # probes need no key
     assert secure.post("/v1/chat/completions", json=body).status_code == 200  # the other app is open
 
 
 def test_a_body_over_the_limit_is_a_413_before_parsing(secure):
-    big = chat_body("Is the shape red? [agree]", image=data_url(size=(400, 400), fmt="PNG")) | {"padding": "x" * 60_000}
-    response = secure.post("/secure/v1/chat/completions", json=big, headers={"authorization": "Bearer sk-mai-first"})
+    big = chat_body("Is the shape red? [agree]", image=data_url(size=(400, 400), fmt="PNG")) | {
+        "padding": "x" * 60_000
+    }
+    response = secure.post(
+        "/secure/v1/chat/completions", json=big, headers={"authorization": "Bearer sk-mai-first"}
+    )
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
 
 
-@pytest.mark.parametrize(("path", "host", "status", "code"), [
-    ("/red.png", "localhost", 200, None),
-    ("/notes.png", "localhost", 400, "invalid_image"),
-    ("/big.png", "localhost", 413, "image_too_large"),
-    ("/missing.png", "localhost", 400, "remote_image_failed"),
-    ("/red.png", "127.0.0.1", 400, "remote_image_forbidden"),  # not on the allowlist
-])
-def test_remote_images_are_fetched_then_checked_like_inline_ones(secure, image_host, path, host, status, code):
+@pytest.mark.parametrize(
+    ("path", "host", "status", "code"),
+    [
+        ("/red.png", "localhost", 200, None),
+        ("/notes.png", "localhost", 400, "invalid_image"),
+        ("/big.png", "localhost", 413, "image_too_large"),
+        ("/missing.png", "localhost", 400, "remote_image_failed"),
+        ("/red.png", "127.0.0.1", 400, "remote_image_forbidden"),  # not on the allowlist
+    ],
+)
+def test_remote_images_are_fetched_then_checked_like_inline_ones(
+    secure, image_host, path, host, status, code
+):
     url = f"http://{host}:{image_host}{path}"
-    response = secure.post("/secure/v1/chat/completions", json=chat_body("Is the shape red? [agree]", image=url),
-                           headers={"authorization": "Bearer sk-mai-first"})
+    response = secure.post(
+        "/secure/v1/chat/completions",
+        json=chat_body("Is the shape red? [agree]", image=url),
+        headers={"authorization": "Bearer sk-mai-first"},
+    )
     assert response.status_code == status, response.text
     if code is not None:
         assert response.json()["error"]["code"] == code
@@ -393,14 +523,22 @@ def test_remote_images_are_fetched_then_checked_like_inline_ones(secure, image_h
 
 
 def test_cors_is_off_by_default_and_on_for_configured_origins(secure):
-    preflight = {"origin": "https://app.example.com", "access-control-request-method": "POST",
-                 "access-control-request-headers": "authorization,content-type"}
+    preflight = {
+        "origin": "https://app.example.com",
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization,content-type",
+    }
     allowed = secure.options("/secure/v1/chat/completions", headers=preflight)
     assert allowed.headers.get("access-control-allow-origin") == "https://app.example.com"
-    other = secure.options("/secure/v1/chat/completions", headers=preflight | {"origin": "https://evil.example"})
+    other = secure.options(
+        "/secure/v1/chat/completions", headers=preflight | {"origin": "https://evil.example"}
+    )
     assert other.headers.get("access-control-allow-origin") is None
-    default_app = secure.post("/v1/chat/completions", json=chat_body("Is the shape red? [agree]"),
-                              headers={"origin": "https://app.example.com"})
+    default_app = secure.post(
+        "/v1/chat/completions",
+        json=chat_body("Is the shape red? [agree]"),
+        headers={"origin": "https://app.example.com"},
+    )
     assert "access-control-allow-origin" not in default_app.headers
 
 
@@ -411,9 +549,13 @@ def test_cors_is_off_by_default_and_on_for_configured_origins(secure):
 def hurried(server):
     """A third app on /hurried: stage timeouts of 0.5 s and a request timeout of 1 s."""
     client, handles, _ = server
-    config = AppConfig.model_validate(CONFIG | {
-        "cascade": {"timeouts": {"short_s": 0.5, "reasoning_s": 0.5, "stage2_s": 0.5, "transfer_s": 0.5}},
-        "request_timeout_s": 1.0})
+    config = AppConfig.model_validate(
+        CONFIG
+        | {
+            "cascade": {"timeouts": {"short_s": 0.5, "reasoning_s": 0.5, "stage2_s": 0.5, "transfer_s": 0.5}},
+            "request_timeout_s": 1.0,
+        }
+    )
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
     large = ScriptedLLMServer.options(name="large:fake").bind("large")
     serve.run(build_ingress(config, small, large), name="hurried", route_prefix="/hurried")
@@ -421,14 +563,19 @@ def hurried(server):
     serve.delete("hurried")
 
 
-@pytest.mark.parametrize(("scenario", "status", "route", "answer", "timed_out"), [
-    ("smallslow", 200, "degraded_large_only", "Yes", "short_small"),
-    ("reasonslow", 200, "degraded_no_reasoning", "Yes", "reason_small"),
-    ("transferslow", 200, "degraded_no_transfer", "Yes", "transfer_large"),
-    ("largeslow", 503, None, None, None),
-    ("allslow", 504, None, None, None),
-])
-def test_what_the_client_sees_when_a_stage_or_the_request_times_out(hurried, scenario, status, route, answer, timed_out):
+@pytest.mark.parametrize(
+    ("scenario", "status", "route", "answer", "timed_out"),
+    [
+        ("smallslow", 200, "degraded_large_only", "Yes", "short_small"),
+        ("reasonslow", 200, "degraded_no_reasoning", "Yes", "reason_small"),
+        ("transferslow", 200, "degraded_no_transfer", "Yes", "transfer_large"),
+        ("largeslow", 503, None, None, None),
+        ("allslow", 504, None, None, None),
+    ],
+)
+def test_what_the_client_sees_when_a_stage_or_the_request_times_out(
+    hurried, scenario, status, route, answer, timed_out
+):
     response = hurried.post("/hurried/v1/chat/completions", json=chat_body(f"Is the shape red? [{scenario}]"))
     assert response.status_code == status, response.text
     if status == 200:

@@ -44,7 +44,9 @@ class ScriptedVLM:
         if isinstance(reply, BaseException):
             raise reply
         prompt_words = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[0]["content"])
-        return Completion(reply, prompt_tokens=prompt_words, completion_tokens=len(reply.split()), latency_s=delay)
+        return Completion(
+            reply, prompt_tokens=prompt_words, completion_tokens=len(reply.split()), latency_s=delay
+        )
 
     def kinds(self) -> list[PromptKind | None]:
         return [call.prompt_kind for call in self.calls]

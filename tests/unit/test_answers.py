@@ -54,7 +54,20 @@ def test_extract_answer_takes_the_last_bracketed_answer_of_a_reasoning():
 
 
 @pytest.mark.parametrize(
-    "text", ["C", "(C)", "c.", "c", "[[C]]", "Answer: C", "The answer is (C).", "C. 400", "C) 400", "Option C", "[[(C)]]"]
+    "text",
+    [
+        "C",
+        "(C)",
+        "c.",
+        "c",
+        "[[C]]",
+        "Answer: C",
+        "The answer is (C).",
+        "C. 400",
+        "C) 400",
+        "Option C",
+        "[[(C)]]",
+    ],
 )
 def test_option_letter_forms(text):
     assert option_letter(text) == "C"
@@ -76,7 +89,9 @@ def test_no_option_letter_in_plain_text(text):
 # ---------------------------------------------------------------- yes / no
 
 
-@pytest.mark.parametrize(("a", "b"), [("Yes.", "yes"), ("YES", "[[Yes]]"), ("No, there is not.", "no"), ("no", "No.")])
+@pytest.mark.parametrize(
+    ("a", "b"), [("Yes.", "yes"), ("YES", "[[Yes]]"), ("No, there is not.", "no"), ("no", "No.")]
+)
 def test_yes_no_agreement(a, b):
     assert agree(a, b, "yes_no")
 
@@ -189,7 +204,9 @@ def test_none_or_empty_never_agrees(kind, a, b):
 
 answers = st.one_of(
     st.text(max_size=40),
-    st.sampled_from(["Yes", "yes.", "No", "[[C]]", "(b)", "c.", "Answer: D", "12%", "0.12", "1,000", "$5", "0", "0.0"]),
+    st.sampled_from(
+        ["Yes", "yes.", "No", "[[C]]", "(b)", "c.", "Answer: D", "12%", "0.12", "1,000", "$5", "0", "0.0"]
+    ),
     st.builds(lambda x: f"{x}", st.floats(allow_nan=False, allow_infinity=False, width=32)),
     st.builds(lambda x: f"{x}%", st.integers(-1000, 1000)),
     st.builds(lambda x: f"[[{x}]]", st.text(max_size=10)),
@@ -271,9 +288,14 @@ def test_split_choices():
 
 
 def test_split_choices_keeps_a_trailing_instruction_in_the_question():
-    mmbench = "Which animal? Options:\nA. cat\nB. dog\n\nAnswer with the option's letter from the given choices directly."
+    mmbench = (
+        "Which animal? Options:\nA. cat\nB. dog\n\n"
+        "Answer with the option's letter from the given choices directly."
+    )
     assert split_choices(mmbench) == (
-        "Which animal? Options:\nAnswer with the option's letter from the given choices directly.", ("cat", "dog"))
+        "Which animal? Options:\nAnswer with the option's letter from the given choices directly.",
+        ("cat", "dog"),
+    )
     assert infer_kind(mmbench) == "choice"
     # Lettered lines that do not start at A, or an option list interrupted by text, are not options.
     assert split_choices("Q\nA. x\nnote\nB. y")[1] == ()

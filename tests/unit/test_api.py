@@ -26,7 +26,9 @@ def chat_error(payload) -> RequestError:
 
 
 def test_a_good_chat_request_becomes_a_job():
-    job = job_from_chat(CONFIG, chat_body("What is the size of real GDP?\nA. 500\nB. 450\nC. 400", model="mai-transfer"))
+    job = job_from_chat(
+        CONFIG, chat_body("What is the size of real GDP?\nA. 500\nB. 450\nC. 400", model="mai-transfer")
+    )
     assert job.options.policy == "transfer"
     assert job.question.question == "What is the size of real GDP?"
     assert job.question.choices == ("500", "450", "400")
@@ -35,7 +37,9 @@ def test_a_good_chat_request_becomes_a_job():
 
 
 def test_explicit_choices_answer_type_options_and_max_tokens():
-    body = chat_body("Which?", max_tokens=5, mai={"choices": ["x", "y"], "options": {"eager_reasoning": True}})
+    body = chat_body(
+        "Which?", max_tokens=5, mai={"choices": ["x", "y"], "options": {"eager_reasoning": True}}
+    )
     job = job_from_chat(CONFIG, body)
     assert job.question.choices == ("x", "y") and job.options.eager_reasoning
     assert job.options.max_tokens.simple == 5 and job.options.max_tokens.transfer == 5
@@ -49,7 +53,9 @@ def test_every_accepted_image_format(fmt):
 
 
 def test_bare_base64_image_is_accepted_on_the_native_route():
-    job = job_from_answer(CONFIG, {"image": base64.b64encode(image_bytes()).decode(), "question": "Is it red?"})
+    job = job_from_answer(
+        CONFIG, {"image": base64.b64encode(image_bytes()).decode(), "question": "Is it red?"}
+    )
     assert job.question.kind == "yes_no" and job.model == "mai"
 
 
@@ -57,23 +63,57 @@ def test_bare_base64_image_is_accepted_on_the_native_route():
     ("payload", "status", "code", "needle"),
     [
         (chat_body(model="gpt-4"), 404, "model_not_found", "unknown model 'gpt-4'"),
-        ({"model": "mai", "messages": [{"role": "system", "content": "hi"}]}, 400, "missing_user_message", "no user message"),
+        (
+            {"model": "mai", "messages": [{"role": "system", "content": "hi"}]},
+            400,
+            "missing_user_message",
+            "no user message",
+        ),
         ({"model": "mai", "messages": []}, 400, "invalid_request", "messages"),
-        ({"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]}, 400, "missing_image", "no image"),
+        (
+            {"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]},
+            400,
+            "missing_image",
+            "no image",
+        ),
         (chat_body(question="   "), 400, "missing_question", "question is empty"),
         (chat_body(question="x" * 9000), 400, "question_too_long", "over the limit"),
         (chat_body(image="data:image/png;base64,@@@notbase64@@@"), 400, "invalid_image", "not valid base64"),
-        (chat_body(image="data:image/png;base64," + base64.b64encode(b"hello, I am text").decode()), 400, "invalid_image",
-         "not a PNG, JPEG, WebP or GIF (got 16 bytes of text)"),
-        (chat_body(image="https://example.com/cat.png"), 400, "remote_image_disabled", "remote image URLs are disabled"),
+        (
+            chat_body(image="data:image/png;base64," + base64.b64encode(b"hello, I am text").decode()),
+            400,
+            "invalid_image",
+            "not a PNG, JPEG, WebP or GIF (got 16 bytes of text)",
+        ),
+        (
+            chat_body(image="https://example.com/cat.png"),
+            400,
+            "remote_image_disabled",
+            "remote image URLs are disabled",
+        ),
         (chat_body(image="file:///etc/passwd"), 400, "invalid_image", "file: URLs"),
         (chat_body(image="ftp://host/x.png"), 400, "invalid_image", "unsupported image URL scheme 'ftp'"),
         (chat_body(image=data_url(size=(1200, 1000))), 413, "image_too_large", "over the limit of 1000000"),
         (chat_body(image=png_bomb()), 413, "image_too_large", "pixels"),
-        (chat_body(image="data:image/png;base64," + "A" * 400_000), 413, "image_too_large", "larger than the limit"),
+        (
+            chat_body(image="data:image/png;base64," + "A" * 400_000),
+            413,
+            "image_too_large",
+            "larger than the limit",
+        ),
         (chat_body(max_tokens=0), 400, "invalid_max_tokens", "max_tokens must be between 1 and 64"),
-        (chat_body(max_completion_tokens=10_000), 400, "invalid_max_tokens", "max_completion_tokens must be between 1 and 64"),
-        (chat_body(mai={"options": {"policy": "large"}}), 400, "invalid_request", "unknown field 'mai.options.policy'"),
+        (
+            chat_body(max_completion_tokens=10_000),
+            400,
+            "invalid_max_tokens",
+            "max_completion_tokens must be between 1 and 64",
+        ),
+        (
+            chat_body(mai={"options": {"policy": "large"}}),
+            400,
+            "invalid_request",
+            "unknown field 'mai.options.policy'",
+        ),
         (chat_body(mai={"answer_type": "poem"}), 400, "invalid_request", "mai.answer_type"),
         (chat_body(mai={"answer_type": "choice"}), 400, "missing_choices", "needs options"),
         ([1, 2], 400, "invalid_json", "JSON object"),
@@ -116,7 +156,9 @@ def test_bad_native_requests(payload, needle):
     assert error.value.status == 400 and needle in error.value.message
 
 
-@pytest.mark.parametrize(("body", "needle"), [(b"", "empty"), (b"{not json", "not valid JSON"), (b"\xff\xfe", "not valid JSON")])
+@pytest.mark.parametrize(
+    ("body", "needle"), [(b"", "empty"), (b"{not json", "not valid JSON"), (b"\xff\xfe", "not valid JSON")]
+)
 def test_malformed_json(body, needle):
     with pytest.raises(RequestError) as error:
         parse_json(body)
@@ -134,10 +176,28 @@ def test_request_ids_come_from_the_client_when_valid():
 
 def test_config_rejects_unknown_keys_by_name():
     with pytest.raises(ValueError, match="max_replica"):
-        AppConfig.model_validate({"small": {"model_id": "s", "source": "x", "autoscaling": {"target_ongoing_requests": 1, "max_replica": 3}},
-                                  "large": {"model_id": "l", "source": "y"}})
+        AppConfig.model_validate(
+            {
+                "small": {
+                    "model_id": "s",
+                    "source": "x",
+                    "autoscaling": {"target_ongoing_requests": 1, "max_replica": 3},
+                },
+                "large": {"model_id": "l", "source": "y"},
+            }
+        )
     with pytest.raises(ValueError, match="different model_id"):
-        AppConfig.model_validate({"small": {"model_id": "m", "source": "x"}, "large": {"model_id": "m", "source": "y"}})
+        AppConfig.model_validate(
+            {"small": {"model_id": "m", "source": "x"}, "large": {"model_id": "m", "source": "y"}}
+        )
     with pytest.raises(ValueError, match="min_replicas"):
-        AppConfig.model_validate({"small": {"model_id": "s", "source": "x", "autoscaling": {"target_ongoing_requests": 1, "min_replicas": 3, "max_replicas": 2}},
-                                  "large": {"model_id": "l", "source": "y"}})
+        AppConfig.model_validate(
+            {
+                "small": {
+                    "model_id": "s",
+                    "source": "x",
+                    "autoscaling": {"target_ongoing_requests": 1, "min_replicas": 3, "max_replicas": 2},
+                },
+                "large": {"model_id": "l", "source": "y"},
+            }
+        )

@@ -9,7 +9,13 @@ from serve_app.prompts import PromptKind
 
 from .fakes import ScriptedVLM
 
-S, E, R, S2, T = PromptKind.SIMPLE, PromptKind.EXPLAIN, PromptKind.REASONING, PromptKind.STAGE2, PromptKind.TRANSFER
+S, E, R, S2, T = (
+    PromptKind.SIMPLE,
+    PromptKind.EXPLAIN,
+    PromptKind.REASONING,
+    PromptKind.STAGE2,
+    PromptKind.TRANSFER,
+)
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 YES_NO = Question("Is there a fan in the picture?", image_url=IMAGE)
 CHOICE = Question("What is the size of real GDP?", image_url=IMAGE, choices=("500", "450", "400", "600"))
@@ -54,7 +60,12 @@ async def test_transfer_gives_the_large_model_the_small_reasoning():
     transfer_prompt = large.instruction_of(1)
     assert transfer_prompt.startswith("The following is a reference answer from a smaller model")
     assert reasoning.strip() in transfer_prompt
-    assert [s.name for s in result.trace.stages] == ["short_small", "short_large", "reason_small", "transfer_large"]
+    assert [s.name for s in result.trace.stages] == [
+        "short_small",
+        "short_large",
+        "reason_small",
+        "transfer_large",
+    ]
 
 
 async def test_transfer_form_can_be_overridden():
@@ -93,7 +104,10 @@ async def test_paper_example_3_reference_transfer():
     result = await run(small, large, question=question, policy="transfer", transfer_form="reference")
     assert result.route == "transfer" and result.answer == "No"
     prompt = large.instruction_of(0)
-    assert prompt.startswith("The following is a reference answer from a smaller model (it might be wrong or incomplete): 1. Identify")
+    assert prompt.startswith(
+        "The following is a reference answer from a smaller model (it might be wrong or incomplete): 1. "
+        "Identify"
+    )
     assert "Please answer the question yourself, using the reference only if it seems reasonable." in prompt
     # In the cascade the same replies stop early: 2B-R agrees with 8B-S (the paper's MV2B(R)/8B(S) column).
     small, large = models({S: "[[No]]", R: reasoning}, {S: "[[Yes]]"})
@@ -131,7 +145,9 @@ async def test_reason_baseline_inline_reads_the_reasoning():
 
 async def test_full_transfer_policy_always_transfers():
     small, large = models({R: "it is red [[red]]"}, {T: "red"})
-    result = await run(small, large, question=Question("What colour is it?", image_url=IMAGE, kind="text"), policy="transfer")
+    result = await run(
+        small, large, question=Question("What colour is it?", image_url=IMAGE, kind="text"), policy="transfer"
+    )
     assert result.route == "transfer"
     assert small.kinds() == [R] and large.kinds() == [T]  # open text: the reference form (InfoVQA)
     assert result.answer == "red"
@@ -231,7 +247,9 @@ async def test_eager_reasoning_is_cancelled_when_stage_one_agrees():
 
 
 async def test_eager_reasoning_is_used_once_when_stage_one_disagrees():
-    small, large = models({S: "[[No]]", R: "so [[Yes]]"}, {S: "[[Yes]]"}, small_delays={R: 0.1}, large_delays={S: 0.1})
+    small, large = models(
+        {S: "[[No]]", R: "so [[Yes]]"}, {S: "[[Yes]]"}, small_delays={R: 0.1}, large_delays={S: 0.1}
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
     result = await run(small, large, eager_reasoning=True)
@@ -263,7 +281,10 @@ async def test_trace_counts_tokens_per_model_and_stage():
     assert by_name["reason_small"]["answer"] == "C"
     assert trace["tokens"]["small"]["completion_tokens"] == 1 + 4
     assert trace["tokens"]["large"]["completion_tokens"] == 1 + 1
-    assert trace["tokens"]["large"]["prompt_tokens"] == by_name["short_large"]["prompt_tokens"] + by_name["transfer_large"]["prompt_tokens"]
+    assert (
+        trace["tokens"]["large"]["prompt_tokens"]
+        == by_name["short_large"]["prompt_tokens"] + by_name["transfer_large"]["prompt_tokens"]
+    )
     assert all(stage["prompt_tokens"] > 0 for stage in trace["stages"])
 
 
@@ -308,7 +329,10 @@ def test_options_validate():
         CascadeOptions(policy="medium")
     assert CascadeOptions(policy="large-reason").resolved_stage2_answer() == "two_stage"
     assert CascadeOptions().resolved_stage2_answer() == "inline"
-    assert CascadeOptions(policy=Policy.CASCADE, stage2_answer="two_stage").resolved_stage2_answer() == "two_stage"
+    assert (
+        CascadeOptions(policy=Policy.CASCADE, stage2_answer="two_stage").resolved_stage2_answer()
+        == "two_stage"
+    )
 
 
 def test_question_infers_its_kind():
@@ -323,7 +347,11 @@ async def test_every_call_names_its_request_stage_and_prompt_kind():
     calls = [call.engine_call for call in small.calls + large.calls]
     assert {call.request_id for call in calls} == {"req-7"}
     assert [(call.stage, call.prompt_kind) for call in calls] == [
-        ("short_small", S), ("reason_small", R), ("short_large", S), ("transfer_large", T)]
+        ("short_small", S),
+        ("reason_small", R),
+        ("short_large", S),
+        ("transfer_large", T),
+    ]
     assert large.instruction_of(1).startswith("According to previous thinking")  # a yes/no transfer: still T
 
 

@@ -45,26 +45,42 @@ def test_facts_read_off_the_answers_reproduce_every_answer_of_the_image(easy_vqa
 
 def test_facts_need_both_colour_and_shape():
     assert facts_from_answers([QA(0, "what color is the shape?", "red")]) is None
-    assert facts_from_answers([QA(0, "what color is the shape?", "red"),
-                               QA(0, "is there not a triangle?", "no")]) == ImageFacts("red", "triangle")
+    assert facts_from_answers(
+        [QA(0, "what color is the shape?", "red"), QA(0, "is there not a triangle?", "no")]
+    ) == ImageFacts("red", "triangle")
     # "no" to a plain presence question says nothing about what is there.
-    assert facts_from_answers([QA(0, "is there a green circle?", "no"), QA(0, "what shape is present?", "circle")]) is None
+    assert (
+        facts_from_answers(
+            [QA(0, "is there a green circle?", "no"), QA(0, "what shape is present?", "circle")]
+        )
+        is None
+    )
 
 
-@pytest.mark.parametrize(("question", "negated"), [
-    ("is there not a red shape?", True), ("does the image not contain a circle?", True),
-    ("is no blue shape present?", True), ("is there a red shape?", False), ("what color is the shape?", False)])
+@pytest.mark.parametrize(
+    ("question", "negated"),
+    [
+        ("is there not a red shape?", True),
+        ("does the image not contain a circle?", True),
+        ("is no blue shape present?", True),
+        ("is there a red shape?", False),
+        ("what color is the shape?", False),
+    ],
+)
 def test_negation(question, negated):
     assert is_negated(question) is negated
 
 
-@pytest.mark.parametrize(("question", "answer", "says"), [
-    ("is there not a red shape?", "yes", "There is no red shape."),
-    ("is there a blue shape in the image?", "yes", "There is a blue shape."),
-    ("does the image contain a triangle?", "no", "There is no triangle."),
-    ("what color is the circle?", "blue", "Its color is blue."),
-    ("what shape is in the image?", "circle", "Its shape is a circle."),
-])
+@pytest.mark.parametrize(
+    ("question", "answer", "says"),
+    [
+        ("is there not a red shape?", "yes", "There is no red shape."),
+        ("is there a blue shape in the image?", "yes", "There is a blue shape."),
+        ("does the image contain a triangle?", "no", "There is no triangle."),
+        ("what color is the circle?", "blue", "Its color is blue."),
+        ("what shape is in the image?", "circle", "Its shape is a circle."),
+    ],
+)
 def test_rationale_states_what_it_sees_then_the_fact_the_answer_turns_on(question, answer, says):
     assert rationale(BLUE_CIRCLE, question) == f"The image shows a blue circle. {says}"
     text = reasoning_text(BLUE_CIRCLE, question)
@@ -78,7 +94,9 @@ def test_perturbation_rates():
     assert wrong.colour != "blue" and wrong.shape != "circle"
 
 
-@pytest.mark.parametrize("kind", [PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.STAGE2, PromptKind.TRANSFER])
+@pytest.mark.parametrize(
+    "kind", [PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.STAGE2, PromptKind.TRANSFER]
+)
 def test_examples_use_the_servers_prompts(kind):
     qa = QA(0, "is there not a red shape?", "yes")
     example = make_example("data:image/png;base64,AAAA", qa, BLUE_CIRCLE, kind, random.Random(1), MIX)
@@ -87,10 +105,16 @@ def test_examples_use_the_servers_prompts(kind):
     assert image["type"] == "image_url" and question["text"] == "Is there not a red shape?"
     # The instruction is the served template of that kind (for a transfer, of either form), with
     # the reasoning where the template takes one.
-    served = ([TRANSFER_TEMPLATES[(form, "short")] for form in TransferForm] if kind is PromptKind.TRANSFER
-              else [TEMPLATES[(kind, "short")]])
-    assert any(instruction["text"].startswith(template.split("{reasoning}")[0])
-               and instruction["text"].endswith(template.split("{reasoning}")[-1]) for template in served)
+    served = (
+        [TRANSFER_TEMPLATES[(form, "short")] for form in TransferForm]
+        if kind is PromptKind.TRANSFER
+        else [TEMPLATES[(kind, "short")]]
+    )
+    assert any(
+        instruction["text"].startswith(template.split("{reasoning}")[0])
+        and instruction["text"].endswith(template.split("{reasoning}")[-1])
+        for template in served
+    )
     if kind is PromptKind.SIMPLE:
         assert instruction["text"] == TEMPLATES[(PromptKind.SIMPLE, "short")] and example.target == "[[yes]]"
 
@@ -107,7 +131,9 @@ def test_stage2_reports_its_reasoning_while_transfer_answers_the_truth():
     assert {example.target for example in transfer} == {"[[circle]]"}
     contexts = defaultdict(int)
     for example in transfer:
-        contexts["wrong" if "shows a blue circle" not in example.messages[0]["content"][-1]["text"] else "right"] += 1
+        contexts[
+            "wrong" if "shows a blue circle" not in example.messages[0]["content"][-1]["text"] else "right"
+        ] += 1
     assert contexts["wrong"] and contexts["right"]
 
 

@@ -18,7 +18,9 @@ def setup():
     qas, paths = demo_train.load_questions()
     few = [qa for qa in qas if qa.image_id < 24]
     tokenizer = build_tokenizer(tokenizer_corpus(few, facts_by_image(few)))
-    processor = build_processor(tokenizer, min_pixels=demo_train.IMAGE_PIXELS, max_pixels=demo_train.IMAGE_PIXELS)
+    processor = build_processor(
+        tokenizer, min_pixels=demo_train.IMAGE_PIXELS, max_pixels=demo_train.IMAGE_PIXELS
+    )
     corpus = demo_train.load_corpus(processor, few, paths, validation_images=4, progress=False)
     return tokenizer, processor, corpus, paths
 
@@ -29,7 +31,9 @@ def test_training_layout_matches_the_processor(setup):
     tokenizer, processor, corpus, paths = setup
     collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
     qa = QA(0, "is there not a red shape?", "yes")
-    example = make_example("data:,", qa, corpus.facts[0], PromptKind.REASONING, random.Random(0), PromptMix(0, 1, 0, 0))
+    example = make_example(
+        "data:,", qa, corpus.facts[0], PromptKind.REASONING, random.Random(0), PromptMix(0, 1, 0, 0)
+    )
     prompt_ids, target_ids = collator.ids(example)
     text = processor.apply_chat_template(example.messages, tokenize=False, add_generation_prompt=True)
     with Image.open(paths[0]) as image:
@@ -37,7 +41,14 @@ def test_training_layout_matches_the_processor(setup):
     assert prompt_ids == reference["input_ids"][0].tolist()
     assert prompt_ids.count(collator.image_pad) == 16  # 64x64 upscaled to 128x128: 16 image tokens
     assert tokenizer.decode(target_ids) == example.target + "<|im_end|>"
-    batch = collator([example, make_example("x", qa, corpus.facts[0], PromptKind.SIMPLE, random.Random(0), PromptMix(1, 0, 0, 0))])
+    batch = collator(
+        [
+            example,
+            make_example(
+                "x", qa, corpus.facts[0], PromptKind.SIMPLE, random.Random(0), PromptMix(1, 0, 0, 0)
+            ),
+        ]
+    )
     labelled = batch["labels"] != -100
     assert labelled.sum(-1).tolist() == [len(target_ids), len(tokenizer("[[yes]]")["input_ids"]) + 1]
     assert (batch["mm_token_type_ids"].sum(-1) == 16).all()
@@ -56,8 +67,15 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     assert json.loads((folder / "mai-demo.json").read_text())["spec"]["model"]["name"] == "demo-small"
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     assert model.config.text_config.hidden_size == spec.model.hidden_size
-    stopped = demo_train.train(replace(spec, steps=10_000), corpus, tokenizer, processor, tmp_path / "cut",
-                               max_minutes=0.05, progress=False)
+    stopped = demo_train.train(
+        replace(spec, steps=10_000),
+        corpus,
+        tokenizer,
+        processor,
+        tmp_path / "cut",
+        max_minutes=0.05,
+        progress=False,
+    )
     assert stopped["stopped_early"] and stopped["steps"] < 10_000
 
 

@@ -32,7 +32,10 @@ def test_ttft_interpolates_table_3():
 
 def test_call_ids():
     assert parse_call_id("mai-abc123-reason_small-reasoning-7") == ("abc123", "reasoning")
-    assert parse_call_id("mai-chartqa-12-stage2_small-stage2-3") == ("chartqa-12", "stage2")  # a client's x-request-id
+    assert parse_call_id("mai-chartqa-12-stage2_small-stage2-3") == (
+        "chartqa-12",
+        "stage2",
+    )  # a client's x-request-id
     assert parse_call_id("mai-abc123-short_small-chat-7") == ("mai-abc123-short_small-chat-7", "simple")
     assert parse_call_id("anything")[1] == "simple"
     assert parse_call_id(None)[1] == "simple"
@@ -50,7 +53,10 @@ def test_routes_follow_table_10(dataset):
 def test_scripted_answers_lead_the_cascade_to_its_route(route):
     """What the cascade's matcher concludes from the scripted answers is the scripted route."""
     for kind in ("choice", "yes_no", "number", "text"):
-        small_short, large_short = scripted_answer(route, "small", "simple"), scripted_answer(route, "large", "simple")
+        small_short, large_short = (
+            scripted_answer(route, "small", "simple"),
+            scripted_answer(route, "large", "simple"),
+        )
         reasoned = scripted_answer(route, "small", "reasoning")
         if agree(small_short, large_short, kind):
             reached = "agree_short"
@@ -65,7 +71,9 @@ def test_completion_tokens_center_on_table_5_and_respect_max_tokens():
     settings = EmulationSettings(profile="2b", dataset="chartqa")
     draws = [completion_tokens(settings, f"r{i}", "reasoning", None) for i in range(4000)]
     assert abs(sum(draws) / len(draws) - 256.3) / 256.3 < 0.03
-    assert completion_tokens(settings, "r1", "reasoning", None) == completion_tokens(settings, "r1", "reasoning", None)
+    assert completion_tokens(settings, "r1", "reasoning", None) == completion_tokens(
+        settings, "r1", "reasoning", None
+    )
     assert completion_tokens(settings, "r1", "reasoning", 10) <= 10
     assert all(completion_tokens(settings, f"r{i}", "simple", None) >= 1 for i in range(100))
     flat = EmulationSettings(profile="8b", dataset="mmmu", token_spread=0)
@@ -81,8 +89,15 @@ def test_reply_text_parses_and_has_about_the_drawn_length():
 
 
 def test_prompt_tokens_count_images():
-    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
-                                             {"type": "text", "text": "one two three four five six seven eight nine ten"}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "x"}},
+                {"type": "text", "text": "one two three four five six seven eight nine ten"},
+            ],
+        }
+    ]
     assert estimate_prompt_tokens(messages, image_tokens=256) == 256 + 13
 
 

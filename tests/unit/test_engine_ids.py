@@ -7,7 +7,9 @@ from serve_app.contracts import EngineCall
 from serve_app.prompts import PromptKind
 
 REQUEST_IDS = st.text(alphabet="abcXYZ0129._:-", min_size=1, max_size=40)
-STAGES = st.sampled_from(["short_small", "short_large", "reason_small", "stage2_large", "transfer_large", "explain_small"])
+STAGES = st.sampled_from(
+    ["short_small", "short_large", "reason_small", "stage2_large", "transfer_large", "explain_small"]
+)
 
 
 @given(REQUEST_IDS, STAGES, st.sampled_from(list(PromptKind)), st.integers(min_value=0, max_value=10**9))
@@ -17,12 +19,26 @@ def test_the_format_parses_back_to_its_parts(request_id, stage, kind, number):
 
 
 def test_other_ids_are_not_mai_calls():
-    for other in (None, "", "chatcmpl-123", "mai-only-two", "mai-x-Stage-simple-1", "mai-x-short_small-simple-n"):
+    for other in (
+        None,
+        "",
+        "chatcmpl-123",
+        "mai-only-two",
+        "mai-x-Stage-simple-1",
+        "mai-x-short_small-simple-n",
+    ):
         assert parse_engine_request_id(other) is None
 
 
 def test_the_client_stamps_each_call_with_its_identity_and_a_fresh_number():
     call = EngineCall("eval.mai.easy-vqa-1", "transfer_large", PromptKind.TRANSFER)
-    first, second = parse_engine_request_id(engine_request_id(call)), parse_engine_request_id(engine_request_id(call))
-    assert (first.request_id, first.stage, first.prompt_kind) == ("eval.mai.easy-vqa-1", "transfer_large", "transfer")
+    first, second = (
+        parse_engine_request_id(engine_request_id(call)),
+        parse_engine_request_id(engine_request_id(call)),
+    )
+    assert (first.request_id, first.stage, first.prompt_kind) == (
+        "eval.mai.easy-vqa-1",
+        "transfer_large",
+        "transfer",
+    )
     assert second.number != first.number

@@ -26,33 +26,36 @@ def rec(answer, metric, **extra):
 # ---------------------------------------------------------------- metrics on known pairs
 
 
-@pytest.mark.parametrize(("prediction", "record", "expected"), [
-    # option accuracy: letters in any dress, or the option's own text
-    ("(C)", rec("C", "option", choices=["1", "2", "3"]), 1.0),
-    ("Answer: c.", rec("C", "option", choices=["1", "2", "3"]), 1.0),
-    ("3", rec("C", "option", choices=["1", "2", "3"]), 1.0),
-    ("B", rec("C", "option", choices=["1", "2", "3"]), 0.0),
-    ("maybe", rec("C", "option", choices=["1", "2", "3"]), 0.0),
-    # POPE: "Yes." is yes
-    ("Yes.", rec("yes", "yes_no"), 1.0),
-    ("no, there is none", rec("yes", "yes_no"), 0.0),
-    ("unsure", rec("no", "yes_no"), 0.0),
-    # ChartQA relaxed accuracy: 5 % tolerance, "12%" is 12, exact when gold is 0, text exact
-    ("41", rec("42", "relaxed"), 1.0),
-    ("39", rec("42", "relaxed"), 0.0),
-    ("12%", rec("12", "relaxed"), 1.0),
-    ("0.1", rec("0", "relaxed"), 0.0),
-    ("Red.", rec("red", "relaxed"), 1.0),
-    ("1,234", rec(["1234", "1.2k"], "relaxed"), 1.0),
-    # ANLS: best of the accepted answers, 0 past the threshold
-    ("new york", rec(["New York City", "new york"], "anls"), 1.0),
-    ("nw york", rec("new york", "anls"), pytest.approx(1 - 1 / 8)),
-    ("boston", rec("new york", "anls"), 0.0),
-    # exact: case, whitespace and trailing punctuation do not count
-    ("  Circle. ", rec("circle", "exact"), 1.0),
-    ("circles", rec("circle", "exact"), 0.0),
-    (None, rec("circle", "exact"), 0.0),
-])
+@pytest.mark.parametrize(
+    ("prediction", "record", "expected"),
+    [
+        # option accuracy: letters in any dress, or the option's own text
+        ("(C)", rec("C", "option", choices=["1", "2", "3"]), 1.0),
+        ("Answer: c.", rec("C", "option", choices=["1", "2", "3"]), 1.0),
+        ("3", rec("C", "option", choices=["1", "2", "3"]), 1.0),
+        ("B", rec("C", "option", choices=["1", "2", "3"]), 0.0),
+        ("maybe", rec("C", "option", choices=["1", "2", "3"]), 0.0),
+        # POPE: "Yes." is yes
+        ("Yes.", rec("yes", "yes_no"), 1.0),
+        ("no, there is none", rec("yes", "yes_no"), 0.0),
+        ("unsure", rec("no", "yes_no"), 0.0),
+        # ChartQA relaxed accuracy: 5 % tolerance, "12%" is 12, exact when gold is 0, text exact
+        ("41", rec("42", "relaxed"), 1.0),
+        ("39", rec("42", "relaxed"), 0.0),
+        ("12%", rec("12", "relaxed"), 1.0),
+        ("0.1", rec("0", "relaxed"), 0.0),
+        ("Red.", rec("red", "relaxed"), 1.0),
+        ("1,234", rec(["1234", "1.2k"], "relaxed"), 1.0),
+        # ANLS: best of the accepted answers, 0 past the threshold
+        ("new york", rec(["New York City", "new york"], "anls"), 1.0),
+        ("nw york", rec("new york", "anls"), pytest.approx(1 - 1 / 8)),
+        ("boston", rec("new york", "anls"), 0.0),
+        # exact: case, whitespace and trailing punctuation do not count
+        ("  Circle. ", rec("circle", "exact"), 1.0),
+        ("circles", rec("circle", "exact"), 0.0),
+        (None, rec("circle", "exact"), 0.0),
+    ],
+)
 def test_score_on_known_pairs(prediction, record, expected):
     assert score(prediction, record) == expected
 
@@ -75,7 +78,14 @@ def test_pope_metrics_count_yes_as_positive_and_unparseable_as_wrong():
 
 def test_dataset_metrics_adds_pope_figures_only_for_yes_no_sets():
     records = [rec("yes", "yes_no"), rec("no", "yes_no")]
-    assert set(dataset_metrics(["yes", "yes"], records)) == {"score", "accuracy", "precision", "recall", "f1", "yes_ratio"}
+    assert set(dataset_metrics(["yes", "yes"], records)) == {
+        "score",
+        "accuracy",
+        "precision",
+        "recall",
+        "f1",
+        "yes_ratio",
+    }
     assert dataset_metrics(["yes", "yes"], records)["score"] == 50.0
     assert dataset_metrics(["3"], [rec("3", "relaxed")]) == {"score": 100.0}
     with pytest.raises(ValueError, match="2 predictions for 1 records"):
@@ -99,11 +109,22 @@ def png(color=(10, 120, 200)) -> bytes:
 def test_records_load_with_numbers_as_text_and_images_from_relative_paths(tmp_path):
     (tmp_path / "img").mkdir()
     (tmp_path / "img" / "a.png").write_bytes(png())
-    path = write_lines(tmp_path / "set.jsonl", [
-        {"id": 7, "image": "img/a.png", "question": "How many?", "answer": 3, "metric": "relaxed"},
-        {"id": "b", "image": "data:image/png;base64,AAAA", "question": "Which?", "choices": ["x", "y"],
-         "answer": "B", "answer_type": "choice", "metric": "option", "source": "kept"},
-    ])
+    path = write_lines(
+        tmp_path / "set.jsonl",
+        [
+            {"id": 7, "image": "img/a.png", "question": "How many?", "answer": 3, "metric": "relaxed"},
+            {
+                "id": "b",
+                "image": "data:image/png;base64,AAAA",
+                "question": "Which?",
+                "choices": ["x", "y"],
+                "answer": "B",
+                "answer_type": "choice",
+                "metric": "option",
+                "source": "kept",
+            },
+        ],
+    )
     first, second = load_records(path)
     assert first.id == "7" and first.answer == "3"
     assert image_data_url(first.image, tmp_path).startswith("data:image/png;base64,iVBOR")
@@ -111,14 +132,35 @@ def test_records_load_with_numbers_as_text_and_images_from_relative_paths(tmp_pa
     assert second.model_dump()["source"] == "kept"
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("{not json", "set.jsonl:2: not JSON"),
-    ({"id": "b", "image": "i.png", "question": "Q?", "answer": "a"}, "set.jsonl:2: metric: Field required"),
-    ({"id": "b", "image": "i.png", "question": "Q?", "answer": "a", "metric": "bleu"}, "set.jsonl:2: metric"),
-    ({"id": "a", "image": "i.png", "question": "Q?", "answer": "a", "metric": "exact"}, "id 'a' already used on line 1"),
-    ({"id": "b", "image": "i.png", "question": "Which one?", "answer": "A", "answer_type": "choice", "metric": "option"},
-     "needs choices"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "set.jsonl:2: not JSON"),
+        (
+            {"id": "b", "image": "i.png", "question": "Q?", "answer": "a"},
+            "set.jsonl:2: metric: Field required",
+        ),
+        (
+            {"id": "b", "image": "i.png", "question": "Q?", "answer": "a", "metric": "bleu"},
+            "set.jsonl:2: metric",
+        ),
+        (
+            {"id": "a", "image": "i.png", "question": "Q?", "answer": "a", "metric": "exact"},
+            "id 'a' already used on line 1",
+        ),
+        (
+            {
+                "id": "b",
+                "image": "i.png",
+                "question": "Which one?",
+                "answer": "A",
+                "answer_type": "choice",
+                "metric": "option",
+            },
+            "needs choices",
+        ),
+    ],
+)
 def test_bad_records_name_the_line_and_the_problem(tmp_path, line, message):
     good = {"id": "a", "image": "i.png", "question": "Q?", "answer": "a", "metric": "exact"}
     path = write_lines(tmp_path / "set.jsonl", [good, line])
@@ -156,10 +198,28 @@ def test_request_ids_are_header_safe_and_bounded():
 
 def test_prediction_keeps_answer_score_route_and_stage_tokens_or_the_error():
     record = EvalRecord.model_validate(rec("42", "relaxed"))
-    body = {"choices": [{"message": {"content": "41"}}], "usage": {"completion_tokens": 9},
-            "mai": {"route": "transfer", "trace": {"kind": "number", "stages": [
-                {"name": "short_small", "model": "small", "prompt_kind": "simple", "status": "ok", "prompt_tokens": 5,
-                 "completion_tokens": 2, "latency_s": 0.1, "output": "dropped"}]}}}
+    body = {
+        "choices": [{"message": {"content": "41"}}],
+        "usage": {"completion_tokens": 9},
+        "mai": {
+            "route": "transfer",
+            "trace": {
+                "kind": "number",
+                "stages": [
+                    {
+                        "name": "short_small",
+                        "model": "small",
+                        "prompt_kind": "simple",
+                        "status": "ok",
+                        "prompt_tokens": 5,
+                        "completion_tokens": 2,
+                        "latency_s": 0.1,
+                        "output": "dropped",
+                    }
+                ],
+            },
+        },
+    }
     row = prediction_of(record, "mai", 200, 0.5, body)
     assert row["score"] == 1.0 and row["route"] == "transfer" and row["kind"] == "number"
     assert row["stages"][0]["completion_tokens"] == 2 and "output" not in row["stages"][0]
@@ -175,18 +235,39 @@ def stage(model, kind, tokens, status="ok"):
 
 
 def answered(record_id, answer, route, latency, stages):
-    return {"id": record_id, "status": 200, "answer": answer, "route": route, "latency_s": latency, "stages": stages}
+    return {
+        "id": record_id,
+        "status": 200,
+        "answer": answer,
+        "route": route,
+        "latency_s": latency,
+        "stages": stages,
+    }
 
 
 def test_summary_has_route_shares_tokens_per_model_and_kind_latency_and_failures():
     records = [EvalRecord.model_validate(rec(str(i), "relaxed") | {"id": str(i)}) for i in range(4)]
     rows = {
-        "0": answered("0", "0", "agree_short", 1.0, [stage("small", "simple", 2), stage("large", "simple", 4)]),
-        "1": answered("1", "9", "transfer", 3.0, [stage("small", "simple", 2), stage("large", "simple", 2),
-                                                  stage("small", "reasoning", 100), stage("large", "transfer", 6)]),
+        "0": answered(
+            "0", "0", "agree_short", 1.0, [stage("small", "simple", 2), stage("large", "simple", 4)]
+        ),
+        "1": answered(
+            "1",
+            "9",
+            "transfer",
+            3.0,
+            [
+                stage("small", "simple", 2),
+                stage("large", "simple", 2),
+                stage("small", "reasoning", 100),
+                stage("large", "transfer", 6),
+            ],
+        ),
         "2": {"id": "2", "status": 503, "latency_s": 0.1, "error": "busy"},
     }
-    summary = summarize_policy("mai", records, rows, [{"wall_s": 2.0, "requests": 3}, {"wall_s": 2.0, "requests": 1}])
+    summary = summarize_policy(
+        "mai", records, rows, [{"wall_s": 2.0, "requests": 3}, {"wall_s": 2.0, "requests": 1}]
+    )
     assert summary["metrics"]["score"] == 25.0  # one right of four: the failed and the unasked count as wrong
     assert (summary["answered"], summary["errors"], summary["missing"]) == (2, 1, 1)
     assert summary["route_shares"] == {"agree_short": 0.5, "transfer": 0.5}
@@ -199,26 +280,52 @@ def test_summary_has_route_shares_tokens_per_model_and_kind_latency_and_failures
 
 def test_summary_reports_the_average_transferred_tokens():
     records = [EvalRecord.model_validate(rec("1", "relaxed") | {"id": str(i)}) for i in range(3)]
-    rows = {"0": answered("0", "1", "transfer", 1.0, []) | {"transfer": {"selector": "attention", "tokens_before": 100, "tokens_after": 40}},
-            "1": answered("1", "1", "transfer", 1.0, []) | {"transfer": {"selector": "attention", "tokens_before": 60, "tokens_after": 20}},
-            "2": answered("2", "1", "transfer", 1.0, []) | {"transfer": {"selector": "attention", "tokens_before": 9,
-                                                                           "tokens_after": 9, "error": "scorer down"}}}
+    rows = {
+        "0": answered("0", "1", "transfer", 1.0, [])
+        | {"transfer": {"selector": "attention", "tokens_before": 100, "tokens_after": 40}},
+        "1": answered("1", "1", "transfer", 1.0, [])
+        | {"transfer": {"selector": "attention", "tokens_before": 60, "tokens_after": 20}},
+        "2": answered("2", "1", "transfer", 1.0, [])
+        | {
+            "transfer": {
+                "selector": "attention",
+                "tokens_before": 9,
+                "tokens_after": 9,
+                "error": "scorer down",
+            }
+        },
+    }
     summary = summarize_policy("mai-transfer", records, rows, [])
-    assert summary["transfers"] == 2 and summary["transferred_tokens_mean"] == 30 and summary["reasoning_tokens_mean"] == 80
+    assert (
+        summary["transfers"] == 2
+        and summary["transferred_tokens_mean"] == 30
+        and summary["reasoning_tokens_mean"] == 80
+    )
     body = chat_body(records[0], "data:,", "mai-transfer", transfer_selector="attention")
     assert body["mai"]["options"] == {"transfer_selector": "attention"}
 
 
 def test_cancelled_stages_count_in_totals_not_in_per_call_means():
     records = [EvalRecord.model_validate(rec("1", "relaxed"))]
-    rows = {"r": answered("r", "1", "agree_short", 1.0, [stage("small", "simple", 2), stage("small", "reasoning", 0, "cancelled")])}
+    rows = {
+        "r": answered(
+            "r",
+            "1",
+            "agree_short",
+            1.0,
+            [stage("small", "simple", 2), stage("small", "reasoning", 0, "cancelled")],
+        )
+    }
     summary = summarize_policy("mai", records, rows, [])
     assert summary["tokens_per_call"]["small"] == {"simple": 2}
     assert summary["requests_per_s"] is None
 
 
 def test_speedups_are_baseline_over_policy():
-    summaries = {"mai": {"wall_s": 10.0, "latency_sum_s": 40.0}, "mai-transfer": {"wall_s": 25.0, "latency_sum_s": 100.0}}
+    summaries = {
+        "mai": {"wall_s": 10.0, "latency_sum_s": 40.0},
+        "mai-transfer": {"wall_s": 25.0, "latency_sum_s": 100.0},
+    }
     add_speedups(summaries, "mai-transfer")
     assert summaries["mai"]["speedup"] == 2.5 and summaries["mai"]["latency_speedup"] == 2.5
     assert summaries["mai-transfer"]["speedup"] == 1.0
@@ -228,17 +335,26 @@ def test_speedups_are_baseline_over_policy():
 
 def test_report_writes_markdown_csv_json_and_plot(tmp_path):
     records = [EvalRecord.model_validate(rec("yes", "yes_no") | {"id": str(i)}) for i in range(2)]
-    rows = {"0": answered("0", "yes", "agree_short", 1.0, [stage("small", "simple", 1)]),
-            "1": answered("1", "no", "transfer", 2.0, [stage("large", "transfer", 3)])}
-    summaries = {policy: summarize_policy(policy, records, rows, [{"wall_s": wall, "requests": 2}])
-                 for policy, wall in (("mai", 2.0), ("mai-transfer", 5.0))}
+    rows = {
+        "0": answered("0", "yes", "agree_short", 1.0, [stage("small", "simple", 1)]),
+        "1": answered("1", "no", "transfer", 2.0, [stage("large", "transfer", 3)]),
+    }
+    summaries = {
+        policy: summarize_policy(policy, records, rows, [{"wall_s": wall, "requests": 2}])
+        for policy, wall in (("mai", 2.0), ("mai-transfer", 5.0))
+    }
     add_speedups(summaries, "mai-transfer")
-    paths = write_report(tmp_path, summaries, {"dataset": "pope.jsonl", "url": "http://x", "concurrency": 4,
-                                               "baseline": "mai-transfer"})
+    paths = write_report(
+        tmp_path,
+        summaries,
+        {"dataset": "pope.jsonl", "url": "http://x", "concurrency": 4, "baseline": "mai-transfer"},
+    )
     text = paths["markdown"].read_text()
     assert "| mai | 50.0 | 50.0 |" in text and "2.50×" in text  # score, POPE accuracy, speedup
     assert "1 (50.0%)" in text  # the agree_short column
-    assert "| small simple | large transfer |" in text and "large reasoning" not in text  # only kinds that ran
+    assert (
+        "| small simple | large transfer |" in text and "large reasoning" not in text
+    )  # only kinds that ran
     rows_csv = list(csv.DictReader(paths["csv"].open()))
     assert [row["policy"] for row in rows_csv] == ["mai", "mai-transfer"] and float(rows_csv[0]["f1"]) > 0
     assert json.loads(paths["json"].read_text())["policies"]["mai"]["speedup"] == 2.5
@@ -246,7 +362,9 @@ def test_report_writes_markdown_csv_json_and_plot(tmp_path):
 
 
 def test_store_resumes_only_answered_rows_and_refuses_another_dataset(tmp_path):
-    data = write_lines(tmp_path / "a.jsonl", [rec("1", "exact") | {"id": "1"}, rec("2", "exact") | {"id": "2"}])
+    data = write_lines(
+        tmp_path / "a.jsonl", [rec("1", "exact") | {"id": "1"}, rec("2", "exact") | {"id": "2"}]
+    )
     records = load_records(data)
     store = PredictionStore(tmp_path / "out", data, records)
     store.open(fresh=False)
@@ -267,26 +385,59 @@ def test_store_resumes_only_answered_rows_and_refuses_another_dataset(tmp_path):
 
 def test_lmms_eval_rows_convert_per_task(tmp_path):
     image = {"bytes": png(), "path": None}
-    table = pa.Table.from_pylist([{"index": 5, "question": "Which animal?", "hint": "nan", "A": "cat", "B": "dog",
-                                   "C": None, "D": "nan", "answer": "B", "image": image}])
+    table = pa.Table.from_pylist(
+        [
+            {
+                "index": 5,
+                "question": "Which animal?",
+                "hint": "nan",
+                "A": "cat",
+                "B": "dog",
+                "C": None,
+                "D": "nan",
+                "answer": "B",
+                "image": image,
+            }
+        ]
+    )
     pq.write_table(table, tmp_path / "mmbench.parquet")
-    records, skipped = lmms_eval_records("mmbench", read_parquet_rows([tmp_path / "mmbench.parquet"]), tmp_path / "imgs")
+    records, skipped = lmms_eval_records(
+        "mmbench", read_parquet_rows([tmp_path / "mmbench.parquet"]), tmp_path / "imgs"
+    )
     assert skipped == 0
     [record] = records
     assert record["choices"] == ["cat", "dog"] and record["metric"] == "option" and record["answer"] == "B"
     assert (tmp_path / record["image"]).read_bytes() == image["bytes"]
 
-    rwqa = {"question": "Where is the car?\nA. left\nB. right\nPlease answer directly with only the letter of the "
-                        "correct option and nothing else.", "answer": "A", "image": image}
+    rwqa = {
+        "question": "Where is the car?\nA. left\nB. right\nPlease answer directly with only the letter of "
+        "the correct option and nothing else.",
+        "answer": "A",
+        "image": image,
+    }
     [converted], _ = lmms_eval_records("realworldqa", [rwqa], tmp_path / "imgs")
     assert converted["question"] == "Where is the car?" and converted["choices"] == ["left", "right"]
-    mmmu_two_images = {"id": "v1", "question": "<image 1> vs <image 2>?", "options": "['a', 'b']", "answer": "A",
-                       "question_type": "multiple-choice", "image_1": image, "image_2": image}
+    mmmu_two_images = {
+        "id": "v1",
+        "question": "<image 1> vs <image 2>?",
+        "options": "['a', 'b']",
+        "answer": "A",
+        "question_type": "multiple-choice",
+        "image_1": image,
+        "image_2": image,
+    }
     mmmu_one = mmmu_two_images | {"id": "v2", "question": "What is in <image 1>?", "image_2": None}
     converted, skipped = lmms_eval_records("mmmu", [mmmu_two_images, mmmu_one], tmp_path / "imgs")
-    assert skipped == 1 and converted[0]["question"] == "What is in the image?" and converted[0]["choices"] == ["a", "b"]
-    [info], _ = lmms_eval_records("infovqa", [{"questionId": 3, "question": "Q?", "answers": ["x", "y"], "image": image}],
-                                  tmp_path / "imgs")
+    assert (
+        skipped == 1
+        and converted[0]["question"] == "What is in the image?"
+        and converted[0]["choices"] == ["a", "b"]
+    )
+    [info], _ = lmms_eval_records(
+        "infovqa",
+        [{"questionId": 3, "question": "Q?", "answers": ["x", "y"], "image": image}],
+        tmp_path / "imgs",
+    )
     assert info["metric"] == "anls" and info["answer"] == ["x", "y"]
     with pytest.raises(ValueError, match="unknown lmms-eval task 'vqav2'"):
         lmms_eval_records("vqav2", [], tmp_path / "imgs")
@@ -317,7 +468,11 @@ def test_outcomes_and_route_labels():
     from loadtest.outcomes import classify, route_label_is_true
 
     ok = {"trace": {"route": "transfer", "stages": [{"status": "ok"}, {"status": "ok"}]}}
-    degraded = {"mai": {"trace": {"route": "degraded_large_only", "stages": [{"status": "timeout"}, {"status": "ok"}]}}}
+    degraded = {
+        "mai": {
+            "trace": {"route": "degraded_large_only", "stages": [{"status": "timeout"}, {"status": "ok"}]}
+        }
+    }
     assert classify(200, {}, ok) == "answered" and classify(200, {}, degraded) == "degraded"
     assert classify(503, {"retry-after": "5"}, None) == "rejected_503"
     assert classify(503, {}, None) == "failed" and classify(500, {}, None) == "failed"
@@ -325,4 +480,6 @@ def test_outcomes_and_route_labels():
     assert route_label_is_true(ok["trace"]) and route_label_is_true(degraded["mai"]["trace"])
     assert not route_label_is_true({"route": "transfer", "stages": [{"status": "error"}]})
     assert not route_label_is_true({"route": "degraded_no_transfer", "stages": [{"status": "ok"}]})
-    assert route_label_is_true({"route": "agree_short", "stages": [{"status": "ok"}, {"status": "cancelled"}]})
+    assert route_label_is_true(
+        {"route": "agree_short", "stages": [{"status": "ok"}, {"status": "cancelled"}]}
+    )

@@ -29,7 +29,9 @@ def imported_modules(source: str, package: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             names.add(node.module)
         elif isinstance(node, ast.ImportFrom):
-            names.update([f"{package}.{node.module}"] if node.module else [f"{package}.{a.name}" for a in node.names])
+            names.update(
+                [f"{package}.{node.module}"] if node.module else [f"{package}.{a.name}" for a in node.names]
+            )
     return names
 
 
@@ -38,17 +40,27 @@ def modules_of(package: str) -> dict[str, set[str]]:
 
 
 def test_the_checker_sees_every_kind_of_import():
-    source = "import ray.serve\nfrom serve_app import jobs\nfrom .prompts import x\ndef f():\n    from training.tiny import y\n"
-    assert imported_modules(source, "serve_app") == {"ray.serve", "serve_app", "serve_app.prompts",
-                                                                 "training.tiny"}
+    source = (
+        "import ray.serve\nfrom serve_app import jobs\nfrom .prompts import x\n"
+        "def f():\n    from training.tiny import y\n"
+    )
+    assert imported_modules(source, "serve_app") == {
+        "ray.serve",
+        "serve_app",
+        "serve_app.prompts",
+        "training.tiny",
+    }
 
 
 @pytest.mark.parametrize("package", sorted(MAY_IMPORT))
 def test_imports_run_one_way(package):
     allowed = MAY_IMPORT[package] | {package}
-    wrong = {f"{package}/{module}.py imports {name}"
-             for module, names in modules_of(package).items() for name in names
-             if name.split(".")[0] in MAY_IMPORT and name.split(".")[0] not in allowed}
+    wrong = {
+        f"{package}/{module}.py imports {name}"
+        for module, names in modules_of(package).items()
+        for name in names
+        if name.split(".")[0] in MAY_IMPORT and name.split(".")[0] not in allowed
+    }
     assert not wrong, sorted(wrong)
 
 
@@ -63,6 +75,10 @@ def test_the_mai_core_imports_no_framework():
         for name in graph[module]:
             if name.startswith("serve_app."):
                 todo.append(name.split(".")[1])
-            assert name.split(".")[0] not in FRAMEWORKS, f"serve_app/{module}.py (used by the core) imports {name}"
-            assert not name.startswith("deployments"), f"serve_app/{module}.py (used by the core) imports {name}"
+            assert name.split(".")[0] not in FRAMEWORKS, (
+                f"serve_app/{module}.py (used by the core) imports {name}"
+            )
+            assert not name.startswith("deployments"), (
+                f"serve_app/{module}.py (used by the core) imports {name}"
+            )
     assert set(CORE) <= seen

@@ -12,8 +12,15 @@ def result(route, stages, policy="cascade", latency=1.5):
 
 
 def stage(model, kind, prompt, completion, status="ok", latency=0.1):
-    return StageRecord(name=f"{kind}_{model}", model=model, prompt_kind=kind, status=status, prompt_tokens=prompt,
-                       completion_tokens=completion, latency_s=latency)
+    return StageRecord(
+        name=f"{kind}_{model}",
+        model=model,
+        prompt_kind=kind,
+        status=status,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        latency_s=latency,
+    )
 
 
 def counters(measurements, name):
@@ -21,25 +28,40 @@ def counters(measurements, name):
 
 
 def test_a_transfer_counts_its_route_stages_tokens_and_both_disagreements():
-    stages = [stage("small", "simple", 300, 2), stage("large", "simple", 300, 3),
-              stage("small", "reasoning", 310, 200, latency=4.0), stage("large", "transfer", 520, 2)]
+    stages = [
+        stage("small", "simple", 300, 2),
+        stage("large", "simple", 300, 3),
+        stage("small", "reasoning", 310, 200, latency=4.0),
+        stage("large", "transfer", 520, 2),
+    ]
     m = measure("cascade", result("transfer", stages))
     assert counters(m, "mai_requests") == [({"policy": "cascade", "route": "transfer"}, 1)]
     assert ("mai_request_latency_s", {"policy": "cascade", "route": "transfer"}, 1.5) in m.histograms
-    assert ("mai_stage_latency_s", {"model": "small", "prompt_kind": "reasoning", "status": "ok"}, 4.0) in m.histograms
+    assert (
+        "mai_stage_latency_s",
+        {"model": "small", "prompt_kind": "reasoning", "status": "ok"},
+        4.0,
+    ) in m.histograms
     tokens = {(t["model"], t["prompt_kind"], t["direction"]): v for t, v in counters(m, "mai_tokens")}
-    assert tokens[("small", "reasoning", "completion")] == 200 and tokens[("large", "transfer", "prompt")] == 520
+    assert (
+        tokens[("small", "reasoning", "completion")] == 200 and tokens[("large", "transfer", "prompt")] == 520
+    )
     assert sum(tokens.values()) == sum(s.prompt_tokens + s.completion_tokens for s in stages)
-    assert counters(m, "mai_verifications") == [({"stage": "short", "agreed": "false"}, 1),
-                                                ({"stage": "reasoned", "agreed": "false"}, 1)]
+    assert counters(m, "mai_verifications") == [
+        ({"stage": "short", "agreed": "false"}, 1),
+        ({"stage": "reasoned", "agreed": "false"}, 1),
+    ]
     assert counters(m, "mai_degraded_answers") == []
 
 
-@pytest.mark.parametrize(("route", "verifications"), [
-    ("agree_short", [("short", "true")]),
-    ("agree_reasoned", [("short", "false"), ("reasoned", "true")]),
-    ("degraded_large_only", []),
-])
+@pytest.mark.parametrize(
+    ("route", "verifications"),
+    [
+        ("agree_short", [("short", "true")]),
+        ("agree_reasoned", [("short", "false"), ("reasoned", "true")]),
+        ("degraded_large_only", []),
+    ],
+)
 def test_agreement_checks_follow_the_route(route, verifications):
     m = measure("cascade", result(route, [stage("small", "simple", 10, 1), stage("large", "simple", 10, 1)]))
     assert [(t["stage"], t["agreed"]) for t, _ in counters(m, "mai_verifications")] == verifications
@@ -49,7 +71,11 @@ def test_degraded_answers_and_cancelled_stages():
     stages = [stage("small", "simple", 0, 0, status="error"), stage("large", "simple", 10, 1)]
     m = measure("cascade", result("degraded_large_only", stages))
     assert counters(m, "mai_degraded_answers") == [({"route": "degraded_large_only"}, 1)]
-    assert ("mai_stage_latency_s", {"model": "small", "prompt_kind": "simple", "status": "error"}, 0.1) in m.histograms
+    assert (
+        "mai_stage_latency_s",
+        {"model": "small", "prompt_kind": "simple", "status": "error"},
+        0.1,
+    ) in m.histograms
     assert all(t["model"] == "large" for t, _ in counters(m, "mai_tokens"))  # no zero increments
 
 

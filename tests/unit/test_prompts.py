@@ -16,10 +16,12 @@ IMAGE = "data:image/png;base64,iVBORw0KGgo="
 
 def test_appendix_c_wording():
     assert instruction(PromptKind.SIMPLE, "yes_no") == (
-        "Without thinking, directly answer the question using a single word or phrase in the format: [[answer]]"
+        "Without thinking, directly answer the question using a single word or phrase in the format: "
+        "[[answer]]"
     )
     assert instruction(PromptKind.SIMPLE, "choice") == (
-        "Without thinking, directly answer with the option's letter from the given choices in the format: [[answer]]."
+        "Without thinking, directly answer with the option's letter from the given choices in the format: "
+        "[[answer]]."
     )
     assert instruction(PromptKind.REASONING, "text") == (
         "Please think step by step, provide a detailed explanation, then answer the question using a single "
@@ -56,13 +58,17 @@ def test_default_transfer_form_follows_the_paper(kind, form):
     assert default_transfer_form(kind) == form
     text = instruction(PromptKind.TRANSFER, kind, reasoning="THE REASONING")
     assert "THE REASONING" in text
-    opening = "According to previous thinking" if form == "according" else "The following is a reference answer"
+    opening = (
+        "According to previous thinking" if form == "according" else "The following is a reference answer"
+    )
     assert text.startswith(opening)
 
 
 def test_transfer_form_can_be_chosen():
     text = instruction(PromptKind.TRANSFER, "yes_no", reasoning="R", transfer_form=TransferForm.REFERENCE)
-    assert text.startswith("The following is a reference answer from a smaller model (it might be wrong or incomplete): R")
+    assert text.startswith(
+        "The following is a reference answer from a smaller model (it might be wrong or incomplete): R"
+    )
     assert text.endswith("Answer the question using a single word or phrase.")
 
 

@@ -31,15 +31,18 @@ def test_keys_come_from_the_env_var_and_the_file(tmp_path):
         load_api_keys(Security(api_keys_file=str(tmp_path / "missing")), {})
 
 
-@pytest.mark.parametrize(("headers", "allowed"), [
-    ({"authorization": "Bearer k2"}, True),
-    ({"authorization": "bearer k1"}, True),
-    ({"x-api-key": "k1"}, True),
-    ({"authorization": "Bearer k3"}, False),
-    ({"authorization": "Basic azE6"}, False),
-    ({"authorization": "Bearer "}, False),
-    ({}, False),
-])
+@pytest.mark.parametrize(
+    ("headers", "allowed"),
+    [
+        ({"authorization": "Bearer k2"}, True),
+        ({"authorization": "bearer k1"}, True),
+        ({"x-api-key": "k1"}, True),
+        ({"authorization": "Bearer k3"}, False),
+        ({"authorization": "Basic azE6"}, False),
+        ({"authorization": "Bearer "}, False),
+        ({}, False),
+    ],
+)
 def test_a_request_needs_one_of_the_keys(headers, allowed):
     keys = load_api_keys(Security(), {"MAI_API_KEYS": "k1,k2"})
     if allowed:
@@ -82,27 +85,54 @@ def test_remote_images_need_an_allowlist():
         Limits(allow_remote_images=True)
 
 
-@pytest.mark.parametrize(("host", "allowed"), [
-    ("images.example.com", True), ("IMAGES.example.com.", True), ("cdn.example.org", True), ("a.b.example.org", True),
-    ("example.org", False), ("evil-example.org", False), ("images.example.com.evil.net", False), ("localhost", False),
-])
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("images.example.com", True),
+        ("IMAGES.example.com.", True),
+        ("cdn.example.org", True),
+        ("a.b.example.org", True),
+        ("example.org", False),
+        ("evil-example.org", False),
+        ("images.example.com.evil.net", False),
+        ("localhost", False),
+    ],
+)
 def test_host_allowlist(host, allowed):
     assert host_allowed(host, ["images.example.com", "*.example.org"]) is allowed
 
 
-@pytest.mark.parametrize(("address", "public"), [
-    ("8.8.8.8", True), ("2606:4700:4700::1111", True),
-    ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.1", False),
-    ("169.254.169.254", False), ("0.0.0.0", False), ("::1", False), ("fe80::1", False), ("fd00::1", False),
-    ("::ffff:127.0.0.1", False), ("224.0.0.1", False), ("100.64.0.1", False),
-])
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("8.8.8.8", True),
+        ("2606:4700:4700::1111", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),
+        ("0.0.0.0", False),
+        ("::1", False),
+        ("fe80::1", False),
+        ("fd00::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("224.0.0.1", False),
+        ("100.64.0.1", False),
+    ],
+)
 def test_only_public_addresses_are_fetched_from(address, public):
     assert address_is_public(address) is public
 
 
 def config(**limits):
-    return AppConfig.model_validate({"small": {"model_id": "s", "source": "s"}, "large": {"model_id": "l", "source": "l"},
-                                     "limits": limits})
+    return AppConfig.model_validate(
+        {
+            "small": {"model_id": "s", "source": "s"},
+            "large": {"model_id": "l", "source": "l"},
+            "limits": limits,
+        }
+    )
 
 
 def test_a_remote_url_is_checked_before_any_download():
@@ -112,9 +142,11 @@ def test_a_remote_url_is_checked_before_any_download():
     on = config(allow_remote_images=True, remote_image_hosts=["images.example.com"])
     job = job_from_chat(on, chat_body(image="https://images.example.com/a.png"))
     assert job.image_to_download == "https://images.example.com/a.png"
-    for url, message in [("https://evil.example.net/a.png", "not on this server's allowlist"),
-                         ("https://user:pw@images.example.com/a.png", "credentials"),
-                         ("https://images.example.com:99999/a.png", "malformed")]:
+    for url, message in [
+        ("https://evil.example.net/a.png", "not on this server's allowlist"),
+        ("https://user:pw@images.example.com/a.png", "credentials"),
+        ("https://images.example.com:99999/a.png", "malformed"),
+    ]:
         with pytest.raises(RequestError, match=message) as caught:
             job_from_chat(on, chat_body(image=url))
         assert caught.value.status == 400
@@ -164,24 +196,45 @@ async def to_loopback(host, port):
 
 
 def policy(**overrides):
-    return RemoteImagePolicy(**{"allowed_hosts": ("images.test",), "max_bytes": 100_000, "timeout_s": 1.0,
-                                "allow_private_networks": True} | overrides)
+    return RemoteImagePolicy(
+        **{
+            "allowed_hosts": ("images.test",),
+            "max_bytes": 100_000,
+            "timeout_s": 1.0,
+            "allow_private_networks": True,
+        }
+        | overrides
+    )
 
 
 async def test_download_follows_allowed_redirects_and_pins_the_checked_address(image_server):
-    assert await fetch_image(f"{image_server}/a.png", policy(), param="image", resolver=to_loopback) == image_bytes()
-    assert await fetch_image(f"{image_server}/here", policy(), param="image", resolver=to_loopback) == image_bytes()
+    assert (
+        await fetch_image(f"{image_server}/a.png", policy(), param="image", resolver=to_loopback)
+        == image_bytes()
+    )
+    assert (
+        await fetch_image(f"{image_server}/here", policy(), param="image", resolver=to_loopback)
+        == image_bytes()
+    )
 
 
-@pytest.mark.parametrize(("path", "overrides", "status", "message"), [
-    ("/a.png", {"allow_private_networks": False}, 400, "resolves to a private, loopback or link-local address"),
-    ("/away", {}, 400, "'elsewhere.test' is not on this server's allowlist"),
-    ("/loop", {}, 400, "redirects more than 3 times"),
-    ("/big.png", {}, 413, "larger than the limit of 100000 bytes"),
-    ("/a.png", {"max_bytes": 50}, 413, "larger than the limit of 50 bytes"),
-    ("/slow.png", {"timeout_s": 0.3}, 400, "did not finish within 0.3 s"),
-    ("/missing.png", {}, 400, "answered HTTP 404"),
-])
+@pytest.mark.parametrize(
+    ("path", "overrides", "status", "message"),
+    [
+        (
+            "/a.png",
+            {"allow_private_networks": False},
+            400,
+            "resolves to a private, loopback or link-local address",
+        ),
+        ("/away", {}, 400, "'elsewhere.test' is not on this server's allowlist"),
+        ("/loop", {}, 400, "redirects more than 3 times"),
+        ("/big.png", {}, 413, "larger than the limit of 100000 bytes"),
+        ("/a.png", {"max_bytes": 50}, 413, "larger than the limit of 50 bytes"),
+        ("/slow.png", {"timeout_s": 0.3}, 400, "did not finish within 0.3 s"),
+        ("/missing.png", {}, 400, "answered HTTP 404"),
+    ],
+)
 async def test_downloads_that_are_refused(image_server, path, overrides, status, message):
     with pytest.raises(RequestError, match=message) as caught:
         await fetch_image(f"{image_server}{path}", policy(**overrides), param="image", resolver=to_loopback)
@@ -198,5 +251,10 @@ async def test_a_host_that_does_not_resolve_is_a_clear_400():
 
 def test_real_resolution_refuses_localhost():
     with pytest.raises(RequestError, match="private, loopback"):
-        asyncio.run(fetch_image("http://localhost:9/a.png", policy(allowed_hosts=("localhost",), allow_private_networks=False),
-                                param="image"))
+        asyncio.run(
+            fetch_image(
+                "http://localhost:9/a.png",
+                policy(allowed_hosts=("localhost",), allow_private_networks=False),
+                param="image",
+            )
+        )

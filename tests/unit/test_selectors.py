@@ -24,8 +24,10 @@ TINY = ROOT / "models" / "tiny-small"
 # ---------------------------------------------------------------- selection by attention mass
 
 
-@given(st.lists(st.floats(min_value=0, max_value=1, allow_nan=False), max_size=200),
-       st.floats(min_value=0.01, max_value=1))
+@given(
+    st.lists(st.floats(min_value=0, max_value=1, allow_nan=False), max_size=200),
+    st.floats(min_value=0.01, max_value=1),
+)
 def test_mass_selection_is_an_ordered_minimal_subsequence_reaching_delta(weights, delta):
     kept = select_by_mass(weights, delta)
     assert kept == sorted(set(kept)) and all(0 <= i < len(weights) for i in kept)
@@ -71,12 +73,20 @@ def test_budget_keeps_the_ends_and_every_number_and_option_letter():
 
 
 async def test_the_trace_records_tokens_before_and_after_selection():
-    small = ScriptedVLM({PromptKind.SIMPLE: "[[No]]", PromptKind.REASONING: " ".join(["word"] * 100) + " 7 [[No]]"})
-    large = ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]", PromptKind.TRANSFER: "[[No]]", PromptKind.STAGE2: "No"})
+    small = ScriptedVLM(
+        {PromptKind.SIMPLE: "[[No]]", PromptKind.REASONING: " ".join(["word"] * 100) + " 7 [[No]]"}
+    )
+    large = ScriptedVLM(
+        {PromptKind.SIMPLE: "[[Yes]]", PromptKind.TRANSFER: "[[No]]", PromptKind.STAGE2: "No"}
+    )
     cascade = Cascade(small, large, selectors={"budget": _budget})
     result = await cascade.run(Question("Is it red?", "data:,"), CascadeOptions(transfer_selector="budget"))
     transfer = result.trace.to_dict()["transfer"]
-    assert transfer["selector"] == "budget" and transfer["tokens_before"] == 102 and transfer["tokens_after"] == 10
+    assert (
+        transfer["selector"] == "budget"
+        and transfer["tokens_before"] == 102
+        and transfer["tokens_after"] == 10
+    )
     assert transfer["error"] is None
 
 
@@ -89,9 +99,12 @@ async def test_a_failing_selector_sends_the_full_reasoning_and_says_so():
         raise ConnectionError("scorer gone")
 
     small = ScriptedVLM({PromptKind.SIMPLE: "[[No]]", PromptKind.REASONING: "a b c [[No]]"})
-    large = ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]", PromptKind.TRANSFER: "[[No]]", PromptKind.STAGE2: "No"})
+    large = ScriptedVLM(
+        {PromptKind.SIMPLE: "[[Yes]]", PromptKind.TRANSFER: "[[No]]", PromptKind.STAGE2: "No"}
+    )
     result = await Cascade(small, large, selectors={"attention": broken}).run(
-        Question("Is it red?", "data:,"), CascadeOptions(transfer_selector="attention"))
+        Question("Is it red?", "data:,"), CascadeOptions(transfer_selector="attention")
+    )
     assert result.route == "transfer"
     transfer = result.trace.transfer
     assert "scorer gone" in transfer.error and transfer.tokens_before == transfer.tokens_after == 4
@@ -125,7 +138,9 @@ def test_attention_selection_is_an_ordered_subsequence_with_enough_mass(scorer):
         assert found >= position, (piece, decoded)
         position = found
     again = scorer.select(data_url(), "Is the shape red?", REASONING, delta=0.8)
-    assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in result.items() if k != "seconds"}
+    assert {k: v for k, v in again.items() if k != "seconds"} == {
+        k: v for k, v in result.items() if k != "seconds"
+    }
     everything = scorer.select(data_url(), "Is the shape red?", REASONING, delta=1.0)
     assert everything["tokens_after"] == everything["tokens_before"]
 
@@ -144,12 +159,25 @@ def test_attention_selection_edge_cases(scorer):
 def test_config_refuses_a_default_selector_that_is_not_deployed():
     from serve_app.config import AppConfig
 
-    base = {"small": {"model_id": "s", "source": "./models/tiny-small"}, "large": {"model_id": "l", "source": "org/large"}}
+    base = {
+        "small": {"model_id": "s", "source": "./models/tiny-small"},
+        "large": {"model_id": "l", "source": "org/large"},
+    }
     with pytest.raises(ValueError, match="'attention' is not available"):
         AppConfig.model_validate(base | {"cascade": {"transfer_selector": "attention"}})
-    config = AppConfig.model_validate(base | {"cascade": {"transfer_selector": "attention"},
-                                              "transfer_selection": {"attention": True, "delta": 0.5}})
+    config = AppConfig.model_validate(
+        base
+        | {
+            "cascade": {"transfer_selector": "attention"},
+            "transfer_selection": {"attention": True, "delta": 0.5},
+        }
+    )
     assert config.scorer_source() == str(TINY)  # the small model's checkpoint, resolved
-    assert AppConfig.model_validate(base | {"transfer_selection": {"scorer": {"source": "org/scorer"}}}).scorer_source() == "org/scorer"
+    assert (
+        AppConfig.model_validate(
+            base | {"transfer_selection": {"scorer": {"source": "org/scorer"}}}
+        ).scorer_source()
+        == "org/scorer"
+    )
     with pytest.raises(ValueError, match="needs num_gpus"):
         AppConfig.model_validate(base | {"transfer_selection": {"scorer": {"device": "gpu"}}})
