@@ -81,10 +81,39 @@ def estimate_prompt_tokens(messages: list[dict], image_tokens: int) -> int:
 
 def reply_text(answer: str, prompt_kind: str, tokens: int) -> str:
     """The text of a reply of about ``tokens`` tokens ending in [[answer]] (bare for S2)."""
+    return "".join(reply_pieces(answer, prompt_kind, tokens))
+
+
+def reply_pieces(answer: str, prompt_kind: str, tokens: int) -> tuple[str, str, str]:
+    """The reply as (what comes before the answer, the answer, what follows it)."""
     if prompt_kind == "stage2":
-        return answer
+        return "", answer, ""
     filler = max(0, round((tokens - 3) / 1.3))
-    return (" ".join(["step"] * filler) + "\n" if filler else "") + f"[[{answer}]]"
+    return (" ".join(["step"] * filler) + "\n" if filler else "") + "[[", answer, "]]"
+
+
+def scripted_confidence(
+    settings: EmulationSettings, request: str, role: str, prompt_kind: str, route: str
+) -> float:
+    """The probability the reply gives its answer: mostly high (0.75 to 1), lower by about
+    ``confidence_separation`` for the Simple answers of a stage-1 agreement scripted as wrong."""
+    rng = random.Random(f"{settings.seed}|{request}|{role}|{prompt_kind}|confidence")
+    confidence = 1 - 0.25 * rng.random() ** 2
+    wrong = route == "agree_short" and _unit("wrong", settings.seed, request) < settings.wrong_agreement_share
+    if wrong and prompt_kind == "simple":
+        confidence -= settings.confidence_separation * (0.5 + rng.random())
+    return min(1.0, max(0.01, confidence))
+
+
+def reply_logprobs(pieces: tuple[str, str, str], confidence: float) -> list[dict]:
+    """OpenAI ``logprobs.content`` spelling the reply: the answer's token carries ``confidence``."""
+    before, answer, after = pieces
+    tokens = [(before, 0.0), (answer, math.log(confidence)), (after, 0.0)]
+    return [
+        {"token": text, "logprob": logprob, "bytes": None, "top_logprobs": []}
+        for text, logprob in tokens
+        if text
+    ]
 
 
 def per_token_s(settings: EmulationSettings, batch: int) -> float:

@@ -31,9 +31,11 @@ from .emulated_script import (
     estimate_prompt_tokens,
     parse_call_id,
     per_token_s,
-    reply_text,
+    reply_logprobs,
+    reply_pieces,
     route_of,
     scripted_answer,
+    scripted_confidence,
 )
 from .settings import EmulationSettings
 
@@ -79,7 +81,8 @@ class EmulatedVLM:
         prompt_tokens = estimate_prompt_tokens(messages, settings.image_tokens)
         max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
         tokens = completion_tokens(settings, key, prompt_kind, max_tokens)
-        answer = scripted_answer(route_of(key, settings.dataset, settings.seed), self.role, prompt_kind)
+        route = route_of(key, settings.dataset, settings.seed)
+        pieces = reply_pieces(scripted_answer(route, self.role, prompt_kind), prompt_kind, tokens)
         try:
             async with self._slots:
                 self._running += 1
@@ -95,6 +98,10 @@ class EmulatedVLM:
             raise
         self._stats["completed"] += 1
         self._stats["completion_tokens"] += tokens
+        logprobs = None
+        if getattr(request, "logprobs", False):
+            confidence = scripted_confidence(settings, key, self.role, prompt_kind, route)
+            logprobs = {"content": reply_logprobs(pieces, confidence)}
         yield self._response_type(
             id=f"emulated-{uuid.uuid4().hex}",
             created=int(time.time()),
@@ -102,8 +109,9 @@ class EmulatedVLM:
             choices=[
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": reply_text(answer, prompt_kind, tokens)},
+                    "message": {"role": "assistant", "content": "".join(pieces)},
                     "finish_reason": "stop",
+                    "logprobs": logprobs,
                 }
             ],
             usage={

@@ -44,7 +44,7 @@ class Autoscaling(Strict):
 
 
 class EmulationSettings(Strict):
-    """The emulated engine (deployments/emulated.py): the paper's H100 profile of one model size."""
+    """The emulated engine (deployments/emulated_vlm.py): the paper's H100 profile of one model size."""
 
     profile: Literal[MODELS] = Field(..., description="which Qwen3-VL size to emulate: 2b, 4b or 8b")
     dataset: Literal[DATASETS] = Field("chartqa", description="whose token counts and route shares to replay")
@@ -55,6 +55,13 @@ class EmulationSettings(Strict):
     image_tokens: int = Field(256, ge=0, description="prompt tokens per image (256 = a 512x512 image)")
     token_spread: float = Field(0.3, ge=0, description="coefficient of variation of completion tokens")
     decode_chunk_tokens: int = Field(16, ge=1, description="tokens per sleep while decoding")
+    # Scripted answer confidences (logprobs), so the calibrated verification is load-tested too. They
+    # are a script, not a measurement: a share of stage-1 agreements is scripted as wrong, and its
+    # answers' confidences are drawn lower by about confidence_separation.
+    wrong_agreement_share: float = Field(0.14, ge=0, le=1, description="stage-1 agreements scripted as wrong")
+    confidence_separation: float = Field(
+        0.3, ge=0, le=1, description="how much less sure a wrong agreement is"
+    )
 
 
 class ModelDeployment(Strict):

@@ -4,6 +4,7 @@
         --baseline mai-transfer --out eval/run1
     mai-eval report eval/run1                       # rebuild the tables from the saved predictions
     mai-eval convert easy-vqa --out data/easy-vqa.jsonl --limit 500
+    mai-eval calibrate data/easy-vqa-validation.jsonl --url http://127.0.0.1:8000 --out eval/calibration
     mai-eval convert charts --out data/charts.jsonl --limit 300
     mai-eval convert lmms-eval chartqa test-*.parquet --out data/chartqa.jsonl
 
@@ -26,19 +27,29 @@ from typing import Any
 
 from .records import DatasetError, load_records
 from .report import add_speedups, summarize_policy, write_report
-from .run import POLICIES, DriveSettings, OutputMismatchError, PredictionStore, check_server, run_policy
+from .run import (
+    POLICIES,
+    DriveSettings,
+    OutputMismatchError,
+    PredictionStore,
+    RunSpec,
+    check_server,
+    run_policy,
+)
 
 
-def _policies(text: str) -> list[str]:
-    policies = [policy.strip() for policy in text.split(",") if policy.strip()]
-    unknown = [policy for policy in policies if policy not in POLICIES]
-    if unknown or not policies:
-        raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(map(repr, unknown)) or repr(text)}; choose from {', '.join(POLICIES)}"
-        )
-    if len(set(policies)) != len(policies):
+def _policies(text: str) -> list[RunSpec]:
+    """Comma-separated policies, each a served policy or NAME=POLICY:option=value:... (RunSpec)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"no policy in {text!r}; choose from {', '.join(POLICIES)}")
+    try:
+        runs = [RunSpec.parse(item) for item in items]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if len({run.name for run in runs}) != len(runs):
         raise argparse.ArgumentTypeError("a policy is listed twice")
-    return policies
+    return runs
 
 
 def _positive_int(text: str) -> int:
@@ -64,8 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--policies",
         type=_policies,
-        default=["mai", "mai-transfer"],
-        help=f"comma-separated, run in this order (default mai,mai-transfer; known: {','.join(POLICIES)})",
+        default="mai,mai-transfer",
+        help=f"comma-separated, run in this order (default mai,mai-transfer; known: {','.join(POLICIES)}); "
+        "NAME=POLICY:key=value:... runs POLICY with those cascade options under NAME, e.g. "
+        "mai-paper=mai:min_confidence=0",
     )
     run.add_argument(
         "--baseline", default=None, help="policy the speedups are measured against (default: the last one)"
@@ -94,6 +107,32 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fresh", action="store_true", help="discard the predictions already in --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="fit the verification's confidence thresholds on a labelled set (never a test split)",
+    )
+    calibrate.add_argument("data", type=Path, help="JSONL dataset, labelled (a validation split)")
+    calibrate.add_argument("--url", default=os.environ.get("MAI_URL", "http://127.0.0.1:8000"))
+    calibrate.add_argument(
+        "--out", type=Path, required=True, help="output folder; predictions there are resumed"
+    )
+    goal = calibrate.add_mutually_exclusive_group()
+    goal.add_argument(
+        "--max-accuracy-loss",
+        type=float,
+        default=None,
+        help="points of accuracy the rule may lose against Full RT; the fastest such rule wins (default 1)",
+    )
+    goal.add_argument(
+        "--max-escalation", type=float, default=None, help="share of questions the rule may escalate (0-1)"
+    )
+    calibrate.add_argument("--concurrency", type=_positive_int, default=8)
+    calibrate.add_argument("--limit", type=_positive_int, default=None, help="only the first N records")
+    calibrate.add_argument("--timeout", type=float, default=600.0)
+    calibrate.add_argument("--api-key", default=os.environ.get("MAI_API_KEY"))
+    calibrate.add_argument("--fresh", action="store_true", help="discard the predictions already in --out")
+    calibrate.add_argument("--no-progress", action="store_true")
+
     report = commands.add_parser("report", help="rebuild the tables of an output folder from its predictions")
     report.add_argument("out", type=Path)
     report.add_argument("--baseline", default=None)
@@ -106,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("files", nargs="*", type=Path, help="for lmms-eval: the task's parquet files")
     convert.add_argument("--out", type=Path, required=True)
     convert.add_argument("--limit", type=_positive_int, default=None)
+    convert.add_argument(
+        "--split",
+        choices=["test", "train", "validation"],
+        default="test",
+        help="easy-vqa: test (default), train, or validation (train images the demo models never saw)",
+    )
     return parser
 
 
@@ -134,12 +179,14 @@ def _tally(bar) -> Callable[[dict[str, Any]], None]:
 
 def command_run(args: argparse.Namespace) -> int:
     records = load_records(args.data)[: args.limit]
-    baseline = args.baseline or args.policies[-1]
-    if baseline not in args.policies:
-        raise SystemExit(f"mai-eval: --baseline {baseline} is not among --policies {','.join(args.policies)}")
+    runs: list[RunSpec] = args.policies
+    names = [run.name for run in runs]
+    baseline = args.baseline or names[-1]
+    if baseline not in names:
+        raise SystemExit(f"mai-eval: --baseline {baseline} is not among --policies {','.join(names)}")
     store = PredictionStore(args.out, args.data, records)
     store.open(fresh=args.fresh)
-    asyncio.run(check_server(args.url, args.policies, args.api_key))
+    asyncio.run(check_server(args.url, sorted({run.policy for run in runs}), args.api_key))
     settings = DriveSettings(
         concurrency=args.concurrency,
         timeout_s=args.timeout,
@@ -155,17 +202,18 @@ def command_run(args: argparse.Namespace) -> int:
         "baseline": baseline,
         "transfer_selector": args.transfer_selector,
         "limit": args.limit,
-        "policies": args.policies,
+        "policies": names,
+        "runs": {run.name: {"policy": run.policy, "options": dict(run.options)} for run in runs},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     (args.out / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
-    for policy in args.policies:
-        remaining = len(records) - len(store.done(policy) & {record.id for record in records})
-        with _progress(remaining, policy, args.no_progress) as bar:
+    for run in runs:
+        remaining = len(records) - len(store.done(run.name) & {record.id for record in records})
+        with _progress(remaining, run.name, args.no_progress) as bar:
             asyncio.run(
-                run_policy(args.url, records, args.data.parent, policy, store, settings, on_row=_tally(bar))
+                run_policy(args.url, records, args.data.parent, run, store, settings, on_row=_tally(bar))
             )
-    return _report(args.out, records, args.policies, baseline, meta)
+    return _report(args.out, records, names, baseline, meta)
 
 
 def _report(out: Path, records, policies: list[str], baseline: str, meta: dict[str, Any]) -> int:
@@ -184,6 +232,90 @@ def _report(out: Path, records, policies: list[str], baseline: str, meta: dict[s
             f"mai-eval: {failed} requests failed; run the same command again to retry them", file=sys.stderr
         )
     return 1 if failed else 0
+
+
+def command_calibrate(args: argparse.Namespace) -> int:
+    from . import calibrate, calibration_report
+
+    if args.max_escalation is not None and not 0 <= args.max_escalation <= 1:
+        raise SystemExit("mai-eval: --max-escalation is a share between 0 and 1")
+    if args.max_accuracy_loss is not None and args.max_accuracy_loss < 0:
+        raise SystemExit("mai-eval: --max-accuracy-loss is a number of points, at least 0")
+    records = load_records(args.data)[: args.limit]
+    store = PredictionStore(args.out, args.data, records)
+    store.open(fresh=args.fresh)
+    asyncio.run(check_server(args.url, calibrate.CALIBRATION_RUNS, args.api_key))
+    settings = DriveSettings(concurrency=args.concurrency, timeout_s=args.timeout, api_key=args.api_key)
+    for name in calibrate.CALIBRATION_RUNS:
+        remaining = len(records) - len(store.done(name) & {record.id for record in records})
+        with _progress(remaining, name, args.no_progress) as bar:
+            run = RunSpec(name, name)
+            asyncio.run(
+                run_policy(args.url, records, args.data.parent, run, store, settings, on_row=_tally(bar))
+            )
+    paths, missing = calibrate.question_paths(
+        records, {name: store.load(name) for name in calibrate.CALIBRATION_RUNS}
+    )
+    if not paths:
+        raise SystemExit(
+            f"mai-eval: no question was answered under all of {', '.join(calibrate.CALIBRATION_RUNS)}"
+        )
+    if not any(q.large_short.confidence is not None for q in paths):
+        print(
+            "mai-eval: the server returned no answer confidences (answer_logprobs off?): only the paper's "
+            "rule can be evaluated",
+            file=sys.stderr,
+        )
+    baselines = calibrate.baselines(paths)
+    rules = calibrate.evaluate_rules(paths, calibrate.threshold_grid(paths))
+    goal = (
+        f"at most {100 * args.max_escalation:g} % of questions escalated, most accurate"
+        if args.max_escalation is not None
+        else f"within {1.0 if args.max_accuracy_loss is None else args.max_accuracy_loss:g} point(s) of "
+        "Full RT's accuracy, fastest"
+    )
+    chosen = calibrate.choose(
+        rules,
+        baselines["mai-transfer"],
+        max_accuracy_loss=args.max_accuracy_loss,
+        max_escalation=args.max_escalation,
+    )
+    summary: dict[str, Any] = {
+        "dataset": str(args.data),
+        "questions": len(paths),
+        "left_out": missing,
+        "runs": list(calibrate.CALIBRATION_RUNS),
+        "goal": goal,
+        "baselines": baselines,
+        "paper_rule": calibrate.evaluate_rules(paths, [calibrate.Rule()])[0] | {"name": "mai (paper rule)"},
+        "front": calibrate.pareto_front(rules),
+        "precision_note": calibrate.precision_note(
+            len(paths),
+            baselines["mai-transfer"]["accuracy"],
+            None if args.max_escalation is not None else (args.max_accuracy_loss or 1.0),
+        ),
+        "chosen": None,
+    }
+    yaml_text = None
+    if chosen is not None:
+        rule = calibrate.Rule(**chosen["rule"])
+        summary["chosen"] = chosen | {
+            "difference_vs_full_rt_95ci": calibrate.paired_difference_interval(paths, rule)
+        }
+        yaml_text = calibrate.cascade_yaml(
+            rule, f"mai-eval calibrate on {args.data} ({len(paths)} questions)\n{goal}"
+        )
+    written = calibration_report.write(args.out, summary, rules, yaml_text)
+    print((args.out / "calibration.md").read_text())
+    if summary["precision_note"]:
+        print(f"mai-eval: {summary['precision_note']}", file=sys.stderr)
+    if missing:
+        print(
+            f"mai-eval: {len(missing)} questions left out (a run failed); run again to retry them",
+            file=sys.stderr,
+        )
+    print("written: " + ", ".join(str(path) for path in written), file=sys.stderr)
+    return 0 if chosen is not None else 1
 
 
 def command_report(args: argparse.Namespace) -> int:
@@ -209,7 +341,7 @@ def command_convert(args: argparse.Namespace) -> int:
             )
         count, skipped = converters.convert_lmms_eval(args.task, args.files, args.out, limit=args.limit)
     elif args.source == "easy-vqa":
-        count, skipped = converters.convert_easy_vqa(args.out, limit=args.limit), 0
+        count, skipped = converters.convert_easy_vqa(args.out, limit=args.limit, split=args.split), 0
     else:
         count, skipped = converters.convert_charts(args.out, limit=args.limit), 0
     print(
@@ -226,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             return command_run(args)
         if args.command == "report":
             return command_report(args)
+        if args.command == "calibrate":
+            return command_calibrate(args)
         return command_convert(args)
     except (DatasetError, OutputMismatchError, ConnectionError) as exc:
         print(f"mai-eval: {exc}", file=sys.stderr)

@@ -37,10 +37,10 @@ _LETTER_INSTRUCTION = re.compile(
 )
 
 
-def convert_easy_vqa(out: Path, limit: int | None = None) -> int:
+def convert_easy_vqa(out: Path, limit: int | None = None, split: str = "test") -> int:
     from .datasets import easy_vqa_records
 
-    return write_records(easy_vqa_records("test", limit), out)
+    return write_records(easy_vqa_records(split, limit), out)
 
 
 def convert_charts(out: Path, limit: int | None = None) -> int:

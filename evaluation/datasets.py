@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.demo_data import display_question
+from training.demo_data import display_question, held_out_images
 
 from .jsonl import write_jsonl
 from .paths import DATASETS
@@ -48,14 +48,21 @@ def sample_png_data_url(
 
 
 def easy_vqa_records(split: str = "test", limit: int | None = None, seed: int = 0) -> Iterator[dict]:
-    """easy-vqa questions with their images; yes/no questions scored as yes/no, the rest exactly."""
+    """easy-vqa questions with their images; yes/no questions scored as yes/no, the rest exactly.
+    ``split``: test, train, or validation (the train images the demo models never saw: for choosing
+    recipes and fitting thresholds, never the test split)."""
     import easy_vqa
 
+    if split not in ("test", "train", "validation"):
+        raise ValueError(f"easy-vqa split must be test, train or validation, got {split!r}")
     questions, answers, image_ids = (
         easy_vqa.get_test_questions() if split == "test" else easy_vqa.get_train_questions()
     )
     paths = easy_vqa.get_test_image_paths() if split == "test" else easy_vqa.get_train_image_paths()
     order = list(range(len(questions)))
+    if split == "validation":
+        held_out = held_out_images(image_ids)
+        order = [index for index in order if image_ids[index] in held_out]
     random.Random(seed).shuffle(order)
     for index in order[:limit]:
         answer = answers[index]

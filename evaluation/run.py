@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,46 @@ from .scoring import score
 
 POLICIES: tuple[str, ...] = tuple(MODELS)  # every policy the server offers, as OpenAI model names
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 class OutputMismatchError(ValueError):
     """The output folder holds results of another dataset."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What mai-eval runs under one name: a served policy and per-request cascade options.
+
+    ``mai-paper=mai:min_confidence=0`` runs the policy ``mai`` with ``min_confidence`` 0 under the name
+    ``mai-paper``; a bare policy name runs it with the server's options."""
+
+    name: str
+    policy: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> RunSpec:
+        name, _, rest = text.partition("=") if "=" in text.split(":", 1)[0] else (text, "", text)
+        policy, *pairs = rest.split(":")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r} in {text!r}; choose from {', '.join(POLICIES)}")
+        if not _SAFE_NAME.match(name):
+            raise ValueError(f"run name {name!r}: use letters, digits, '.', '_' or '-'")
+        options = []
+        for pair in pairs:
+            key, equals, value = pair.partition("=")
+            if not equals or not key:
+                raise ValueError(f"option {pair!r} in {text!r} is not key=value")
+            options.append((key, _option_value(value)))
+        return cls(name, policy, tuple(options))
+
+
+def _option_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def chat_body(
@@ -40,12 +76,16 @@ def chat_body(
     policy: str,
     max_tokens: int | None = None,
     transfer_selector: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The chat request for one record under one policy: the image and the question in the user
-    message, the options, answer kind and transfer selector in the ``mai`` extension."""
+    message, the options, answer kind and cascade options in the ``mai`` extension."""
     mai: dict[str, Any] = {}
-    if transfer_selector:
-        mai["options"] = {"transfer_selector": transfer_selector}
+    request_options = dict(options or {}) | (
+        {"transfer_selector": transfer_selector} if transfer_selector else {}
+    )
+    if request_options:
+        mai["options"] = request_options
     if record.choices:
         mai["choices"] = list(record.choices)
     if record.answer_type:
@@ -107,10 +147,13 @@ def prediction_of(
                         "prompt_tokens",
                         "completion_tokens",
                         "latency_s",
+                        "answer",
+                        "confidence",
                     )
                 }
                 for stage in trace.get("stages", [])
             ],
+            "checks": trace.get("checks", []),
             "usage": body.get("usage", {}),
             "transfer": trace.get("transfer"),
         }
@@ -190,9 +233,12 @@ class DriveSettings:
 
 
 async def _ask(
-    http: httpx.AsyncClient, record: EvalRecord, image_url: str, policy: str, settings: DriveSettings
+    http: httpx.AsyncClient, record: EvalRecord, image_url: str, run: RunSpec, settings: DriveSettings
 ) -> dict[str, Any]:
-    body = chat_body(record, image_url, policy, settings.max_tokens, settings.transfer_selector)
+    policy = run.name
+    body = chat_body(
+        record, image_url, run.policy, settings.max_tokens, settings.transfer_selector, dict(run.options)
+    )
     headers = {"x-request-id": request_id(policy, record.id)}
     for attempt in range(settings.retries + 1):
         started = time.perf_counter()
@@ -228,21 +274,22 @@ async def run_policy(
     base_url: str,
     records: Sequence[EvalRecord],
     dataset_dir: Path,
-    policy: str,
+    run: RunSpec,
     store: PredictionStore,
     settings: DriveSettings,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Ask every record not yet answered under ``policy`` with ``settings.concurrency`` clients;
+    """Ask every record not yet answered under ``run`` with ``settings.concurrency`` clients;
     append each row to the store as it arrives and the timed segment at the end (also when
     interrupted). Returns the segment."""
+    policy = run.name
     done = store.done(policy)
     todo = [record for record in records if record.id not in done]
     headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
     answered = 0
 
     async def ask(http: httpx.AsyncClient, index: int, record: EvalRecord) -> dict[str, Any]:
-        return await _ask(http, record, image_data_url(record.image, dataset_dir), policy, settings)
+        return await _ask(http, record, image_data_url(record.image, dataset_dir), run, settings)
 
     def keep(row: dict[str, Any]) -> None:
         nonlocal answered

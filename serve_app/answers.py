@@ -62,22 +62,34 @@ def extract_answer(text: object) -> str | None:
     "Answer: X" / "The answer is X", then a short bare reply ("Yes.", "C", "400"). ``None`` when the
     text holds nothing usable (a long explanation with no marked answer, or nothing at all).
     """
-    raw = _as_text(text)
-    if raw is None:
+    located = _locate_answer(_as_text(text))
+    return None if located is None else _clean(located[0][located[1] : located[2]])
+
+
+def answer_span(text: str | None) -> tuple[int, int] | None:
+    """Where in ``text`` the answer ``extract_answer`` reads stands (start, end), or None."""
+    located = _locate_answer(text)
+    return None if located is None else located[1:]
+
+
+def _locate_answer(text: str | None) -> tuple[str, int, int] | None:
+    """The answer's place: ``text`` (or ``text`` with its bracketed parts blanked, the same offsets)
+    and the answer's start and end in it."""
+    if text is None:
         return None
-    for candidate in reversed(_BRACKETED.findall(raw)):
-        answer = _clean(candidate)
+    for match in reversed(list(_BRACKETED.finditer(text))):
+        answer = _clean(match.group(1))
         if answer and answer.lower() not in _PLACEHOLDERS:
-            return answer
-    unbracketed = _BRACKETED.sub(" ", raw)
-    boxed = _BOXED.findall(unbracketed)
-    if boxed and _clean(boxed[-1]):
-        return _clean(boxed[-1])
+            return text, *match.span(1)
+    unbracketed = _BRACKETED.sub(lambda match: " " * len(match.group(0)), text)  # offsets kept
+    boxed = list(_BOXED.finditer(unbracketed))
+    if boxed and _clean(boxed[-1].group(1)):
+        return unbracketed, *boxed[-1].span(1)
     stated = list(_ANSWER_IS.finditer(unbracketed))
     if stated:
         answer = _clean(stated[-1].group("ans"))
         if answer and len(answer.split()) <= _MAX_BARE_WORDS:
-            return answer
+            return unbracketed, *stated[-1].span("ans")
     bare = _clean(unbracketed)
     if (
         bare
@@ -86,7 +98,7 @@ def extract_answer(text: object) -> str | None:
         and len(bare) <= _MAX_BARE_CHARS
         and bare.lower() not in _PLACEHOLDERS
     ):
-        return bare
+        return unbracketed, len(unbracketed) - len(unbracketed.lstrip()), len(unbracketed.rstrip())
     return None
 
 

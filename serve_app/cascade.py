@@ -3,7 +3,9 @@
 Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2c).
 
 1. The small and the large model answer with the Simple prompt, in parallel.
-2. Their answers agree -> done (``agree_short``).
+2. Their answers agree -> done (``agree_short``). Agreement is the answer kind's matcher and, with
+   ``min_confidence``, both answers at least that confident; with ``confident_large``, a confident
+   large answer settles a disagreement (``confident_large``).
 3. Otherwise the small model reasons; its reasoned answer agrees with the large short answer ->
    done (``agree_reasoned``).
 4. Otherwise the large model answers once more with the small model's reasoning in its prompt
@@ -24,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .answers import agree, extract_answer
+from .confidence import answer_confidence
 from .contracts import EngineCall, Question, Selection, TransferSelector, VLMClient
 from .options import CascadeOptions, Policy
 from .prompts import PromptKind, build_messages
-from .trace import LARGE, SMALL, CascadeResult, Route, StageRecord, Trace, TransferRecord
+from .trace import LARGE, SMALL, AgreementCheck, CascadeResult, Route, StageRecord, Trace, TransferRecord
 from .transfer_selectors import DEFAULT_SELECTORS, check_transfer_selector, count_words
 
 
@@ -108,13 +111,15 @@ class _Run:
             return self._large_failed(large_short, fallback=small_short)
         if not small_short.ok:
             return self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
-        if self._agree(small_short.answer, large_short.answer):
+        if self._verified("short", small_short, large_short):
             return self._finish(Route.AGREE_SHORT, large_short)
+        if self._confident_large(large_short):
+            return self._finish(Route.CONFIDENT_LARGE, large_short)
 
         reasoned = await (eager if eager is not None else self._reason(SMALL))
         if reasoned is None:
             return self._finish(Route.DEGRADED_NO_REASONING, large_short)
-        if self._agree(reasoned.answer, large_short.answer):
+        if self._verified("reasoned", reasoned.answer_stage, large_short):
             return self._finish(Route.AGREE_REASONED, large_short)
 
         transfer = await self._transfer(reasoned.reasoning.output)
@@ -275,9 +280,37 @@ class _Run:
             )
             stage.latency_s = completion.latency_s
             stage.answer = extract_answer(completion.text)
+            if stage.answer is not None:
+                stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
         return stage
 
     # -- outcomes ---------------------------------------------------------------------------
+
+    def _verified(self, name: str, first: StageRecord, second: StageRecord) -> bool:
+        """The verification: the two answers agree and, under ``min_confidence``, both are confident."""
+        threshold = self.options.min_confidence
+        matched = self._agree(first.answer, second.answer)
+        confidences = (first.confidence, second.confidence)
+        confident = threshold == 0 or all(c is not None and c >= threshold for c in confidences)
+        check = AgreementCheck(
+            name, (first.answer, second.answer), confidences, matched, threshold, matched and confident
+        )
+        self.trace.checks.append(check)
+        return check.accepted
+
+    def _confident_large(self, large: StageRecord) -> bool:
+        """Settle a stage-1 disagreement with the large short answer when it is confident enough."""
+        threshold = self.options.confident_large
+        if threshold is None:
+            return False
+        confident = (
+            large.answer is not None and large.confidence is not None and large.confidence >= threshold
+        )
+        check = AgreementCheck(
+            "confident_large", (large.answer,), (large.confidence,), True, threshold, confident
+        )
+        self.trace.checks.append(check)
+        return confident
 
     def _agree(self, a: str | None, b: str | None) -> bool:
         return agree(

@@ -9,7 +9,7 @@ from typing import Any
 
 from deployments.engine_ids import EngineRequestId
 
-from .contracts import Completion, EngineCall
+from .contracts import Completion, EngineCall, TokenLogprob
 
 _call_numbers = itertools.count()
 
@@ -25,19 +25,22 @@ class EngineError(RuntimeError):
 
 
 class LLMServerClient:
-    """Sends OpenAI ChatCompletionRequests (greedy decoding) to one LLMServer deployment.
+    """Sends OpenAI ChatCompletionRequests (greedy decoding) to one LLMServer deployment, asking for
+    the generated tokens' logprobs (the answers' confidences) unless ``logprobs`` is off.
 
     Cancelling ``complete`` cancels the handle's response, which aborts the request in vLLM:
     cancelling only the task that iterates a streaming handle does not reach the engine."""
 
-    def __init__(self, handle: Any, model_id: str, *, sampling: dict[str, Any] | None = None):
+    def __init__(
+        self, handle: Any, model_id: str, *, logprobs: bool = True, sampling: dict[str, Any] | None = None
+    ):
         # Imports vLLM's protocol: pay for it when the replica starts, not inside a stage's timeout.
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
         self._request_type = ChatCompletionRequest
         self._handle = handle.options(stream=True)
         self.model_id = model_id
-        self._sampling = {"temperature": 0.0, **(sampling or {})}
+        self._sampling = {"temperature": 0.0, "logprobs": logprobs, **(sampling or {})}
 
     async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion:
         request = self._request_type(
@@ -77,4 +80,13 @@ def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         latency_s=latency_s,
+        token_logprobs=_token_logprobs(choices[0]),
     )
+
+
+def _token_logprobs(choice: Any) -> tuple[TokenLogprob, ...] | None:
+    """The generated tokens with their logprobs, or None when the engine sent none."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return None
+    return tuple(TokenLogprob(str(item.token), float(item.logprob)) for item in content)

@@ -86,6 +86,9 @@ class AppConfig(Strict):
     security: Security = Security()
     transfer_selection: TransferSelection = TransferSelection()
     request_timeout_s: float = Field(300.0, gt=0)
+    # Ask the engines for the generated tokens' logprobs: every answer's confidence (the trace's
+    # ``confidence``), which ``cascade.min_confidence`` and ``cascade.confident_large`` need.
+    answer_logprobs: bool = True
 
     @model_validator(mode="after")
     def _distinct_models(self) -> AppConfig:
@@ -103,6 +106,15 @@ class AppConfig(Strict):
                 f"cascade.transfer_selector {selector!r} is not available ({exc}); attention needs "
                 "transfer_selection.attention: true"
             ) from None
+        return self
+
+    @model_validator(mode="after")
+    def _confidence_needs_logprobs(self) -> AppConfig:
+        if not self.answer_logprobs and (self.cascade.min_confidence > 0 or self.cascade.confident_large):
+            raise ValueError(
+                "cascade.min_confidence and cascade.confident_large need answer confidences: "
+                "set answer_logprobs: true"
+            )
         return self
 
     def scorer_source(self) -> str:

@@ -39,11 +39,21 @@ class EngineCall:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token as the engine returned it, with its log-probability."""
+
+    token: str
+    logprob: float
+
+
+@dataclass(frozen=True)
 class Completion:
     text: str
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
+    # The generated tokens with their logprobs, when the engine returned them.
+    token_logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 class VLMClient(Protocol):

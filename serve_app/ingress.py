@@ -93,8 +93,8 @@ class MAIIngress:
                 lambda *args: scorer.select.remote(*args), selection.delta, selection.layer
             )
         self.cascade = Cascade(
-            LLMServerClient(small, config.small.model_id),
-            LLMServerClient(large, config.large.model_id),
+            LLMServerClient(small, config.small.model_id, logprobs=config.answer_logprobs),
+            LLMServerClient(large, config.large.model_id, logprobs=config.answer_logprobs),
             selectors=selectors,
         )
         self.metrics = IngressMetrics()

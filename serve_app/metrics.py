@@ -82,7 +82,12 @@ def measure(policy: str, result: CascadeResult) -> Measurements:
                     )
                 )
     if policy == "cascade":
-        short = {Route.AGREE_SHORT: "true", Route.AGREE_REASONED: "false", Route.TRANSFER: "false"}.get(route)
+        short = {
+            Route.AGREE_SHORT: "true",
+            Route.CONFIDENT_LARGE: "false",
+            Route.AGREE_REASONED: "false",
+            Route.TRANSFER: "false",
+        }.get(route)
         if short is not None:
             out.counters.append(("mai_verifications", {"stage": "short", "agreed": short}, 1))
         reasoned = {Route.AGREE_REASONED: "true", Route.TRANSFER: "false"}.get(route)

@@ -63,6 +63,13 @@ class CascadeOptions(BaseModel):
     timeouts: StageTimeouts = StageTimeouts()
     anls_threshold: float = Field(0.5, gt=0, le=1)
     rel_tol: float = Field(0.05, ge=0, le=1)
+    # Verification: an agreement counts only when both answers are at least this confident (the
+    # probability of the answer's tokens; an answer without one counts as not confident). 0 is the
+    # paper's rule: every agreement counts.
+    min_confidence: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
+    # A stage-1 disagreement is settled by the large model's short answer, without reasoning, when
+    # that answer is at least this confident (route confident_large). None: off, the paper's rule.
+    confident_large: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
 
     def resolved_stage2_answer(self) -> str:
         if self.stage2_answer is not None:

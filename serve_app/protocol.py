@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
 from .options import Policy
 from .prompts import TransferForm
@@ -38,6 +38,8 @@ class RequestOptions(BaseModel):
     transfer_form: TransferForm | None = None
     transfer_selector: str | None = None
     on_large_failure: Literal["error", "small"] | None = None
+    min_confidence: StrictFloat | None = None
+    confident_large: StrictFloat | None = None
 
 
 class ImageURL(BaseModel):

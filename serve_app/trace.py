@@ -15,6 +15,7 @@ class Route(StrEnum):
     AGREE_REASONED = "agree_reasoned"
     TRANSFER = "transfer"
     SINGLE = "single"
+    CONFIDENT_LARGE = "confident_large"  # stage 1 disagreed; the large answer was confident enough
     DEGRADED_LARGE_ONLY = "degraded_large_only"  # small failed in stage 1
     DEGRADED_NO_REASONING = "degraded_no_reasoning"  # small failed while reasoning
     DEGRADED_NO_TRANSFER = "degraded_no_transfer"  # large failed in the transfer stage
@@ -31,6 +32,7 @@ class StageRecord:
     completion_tokens: int = 0
     latency_s: float = 0.0
     answer: str | None = None  # parsed answer, None when nothing could be parsed
+    confidence: float | None = None  # probability of the parsed answer's tokens; None without logprobs
     output: str = ""
     error: str | None = None
 
@@ -52,6 +54,19 @@ class TransferRecord:
 
 
 @dataclass
+class AgreementCheck:
+    """One verification: two answers, their confidences, the rule's thresholds and the verdict."""
+
+    stage: str  # short: both short answers; reasoned: the small model's reasoned answer vs the large
+    #             short one; confident_large: the large short answer alone against confident_large
+    answers: tuple[str | None, ...]
+    confidences: tuple[float | None, ...]
+    matched: bool  # the answers agree under the answer kind's matcher (always true for confident_large)
+    min_confidence: float
+    accepted: bool  # the cascade stops here
+
+
+@dataclass
 class Trace:
     policy: str
     kind: str
@@ -59,6 +74,7 @@ class Trace:
     answer_parsed: bool = False
     latency_s: float = 0.0
     stages: list[StageRecord] = field(default_factory=list)
+    checks: list[AgreementCheck] = field(default_factory=list)
     transfer: TransferRecord | None = None
 
     def tokens(self) -> dict[str, dict[str, int]]:

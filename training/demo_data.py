@@ -142,6 +142,17 @@ def perturbed(
     return ImageFacts(colour, shape)
 
 
+VALIDATION_IMAGES = 200  # the last easy-vqa train images: never trained on, for choices and calibration
+
+
+def held_out_images(image_ids: Iterable[int], count: int = VALIDATION_IMAGES) -> set[int]:
+    """The train images the demo models never see: the last ``count`` image ids."""
+    ordered = sorted(set(image_ids))
+    if len(ordered) <= count:
+        raise ValueError(f"{len(ordered)} images leave none for training after {count} held out")
+    return set(ordered[-count:])
+
+
 def display_question(question: str) -> str:
     """easy-vqa questions as the evaluation sends them and the demo models learn them: first letter
     upper-case."""

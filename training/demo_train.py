@@ -28,10 +28,12 @@ from pathlib import Path
 from serve_app.prompts import PromptKind
 from training.demo_data import (
     QA,
+    VALIDATION_IMAGES,
     Example,
     ImageFacts,
     PromptMix,
     facts_by_image,
+    held_out_images,
     make_example,
     question_type,
     tokenizer_corpus,
@@ -40,7 +42,6 @@ from training.tiny import TinySpec, build_model, build_processor, build_tokenize
 
 # easy-vqa's 64x64 images are upscaled to 128x128 in the processor: 16 image tokens each.
 IMAGE_PIXELS = 128 * 128
-VALIDATION_IMAGES = 200  # the last train images are held out to follow training
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,7 @@ def load_corpus(
 
     facts = facts_by_image(qas)
     image_ids = sorted({qa.image_id for qa in qas})
-    if len(image_ids) <= validation_images:
-        raise ValueError(
-            f"{len(image_ids)} images leave none for training after {validation_images} held out"
-        )
-    held_out = set(image_ids[-validation_images:])
+    held_out = held_out_images(image_ids, validation_images)
     pixels, grid = {}, None
     for image_id in tqdm(image_ids, desc="images", unit="img", disable=not progress, file=sys.stderr):
         with Image.open(paths[image_id]) as image:

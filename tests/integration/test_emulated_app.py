@@ -295,6 +295,58 @@ def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path
     assert json.loads((out / "results.json").read_text())["policies"]["mai"]["segments"] == 2
 
 
+def test_calibration_reads_the_engines_confidences_and_the_server_honours_the_rule(base_url, tmp_path):
+    """The emulated engines' confidences are a script (a share of stage-1 agreements drawn less sure),
+    so this proves the plumbing, not a calibration: logprobs reach the trace, mai-eval calibrate replays
+    every rule and writes a cascade section the config accepts, and a strict min_confidence sends
+    agreements on to reasoning on the served app."""
+    import json
+
+    import yaml
+
+    from evaluation.cli import main
+    from serve_app.config import AppConfig
+
+    deploy(emulated(dataset="pope", time_scale=0))
+    data, out = tmp_path / "charts.jsonl", tmp_path / "calibration"
+    assert main(["convert", "charts", "--out", str(data), "--limit", "60"]) == 0
+    status = main(["calibrate", str(data), "--url", base_url, "--out", str(out), "--no-progress"])
+    summary = json.loads((out / "calibration.json").read_text())
+    assert status == 0 and summary["questions"] == 60 and summary["left_out"] == []
+    assert summary["front"] and summary["chosen"] is not None and len(summary["rules"]) > 10
+    section = yaml.safe_load((out / "cascade.yaml").read_text())
+    config = AppConfig.model_validate(emulated(dataset="pope", time_scale=0) | section)
+    assert config.cascade.min_confidence == summary["chosen"]["rule"]["min_confidence"]
+    stages = [json.loads(line) for line in (out / "predictions" / "mai-large.jsonl").read_text().splitlines()]
+    assert all(0 < row["stages"][0]["confidence"] <= 1 for row in stages)
+
+    runs = tmp_path / "runs"
+    assert (
+        main(
+            [
+                "run",
+                str(data),
+                "--url",
+                base_url,
+                "--out",
+                str(runs),
+                "--no-progress",
+                "--policies",
+                "mai,mai-strict=mai:min_confidence=0.99",
+            ]
+        )
+        == 0
+    )
+    results = json.loads((runs / "results.json").read_text())["policies"]
+    short = {name: results[name]["routes"].get("agree_short", 0) for name in ("mai", "mai-strict")}
+    assert short["mai-strict"] < short["mai"]
+    strict_rows = [
+        json.loads(line) for line in (runs / "predictions" / "mai-strict.jsonl").read_text().splitlines()
+    ]
+    checks = [check for row in strict_rows for check in row["checks"]]
+    assert checks and all(check["min_confidence"] == 0.99 for check in checks)
+
+
 def test_fuzzing_the_api_from_its_openapi_schema_finds_no_server_error(base_url):
     from loadtest.fuzz import fuzz
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 
-from serve_app.contracts import Completion, EngineCall
+from serve_app.answers import answer_span
+from serve_app.contracts import Completion, EngineCall, TokenLogprob
 from serve_app.prompts import PromptKind
 
 
@@ -20,12 +22,22 @@ class Call:
     engine_call: EngineCall | None = None
 
 
+def logprobs_for(text: str, confidence: float) -> tuple[TokenLogprob, ...]:
+    """Tokens spelling ``text`` whose answer tokens carry probability ``confidence`` in all."""
+    start, end = answer_span(text) or (len(text), len(text))
+    pieces = [(text[:start], 0.0), (text[start:end], math.log(confidence)), (text[end:], 0.0)]
+    return tuple(TokenLogprob(piece, logprob) for piece, logprob in pieces if piece)
+
+
 @dataclass
 class ScriptedVLM:
-    """Replies per prompt kind: a text, or an exception to raise. ``delays`` per prompt kind."""
+    """Replies per prompt kind: a text, or an exception to raise. ``delays`` per prompt kind.
+    ``confidences`` per prompt kind: the reply comes with token logprobs that give its answer that
+    probability (no logprobs for a kind not listed)."""
 
     replies: dict[PromptKind, str | BaseException]
     delays: dict[PromptKind, float] = field(default_factory=dict)
+    confidences: dict[PromptKind, float] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
 
     async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion:
@@ -45,7 +57,11 @@ class ScriptedVLM:
             raise reply
         prompt_words = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[0]["content"])
         return Completion(
-            reply, prompt_tokens=prompt_words, completion_tokens=len(reply.split()), latency_s=delay
+            reply,
+            prompt_tokens=prompt_words,
+            completion_tokens=len(reply.split()),
+            latency_s=delay,
+            token_logprobs=logprobs_for(reply, self.confidences[kind]) if kind in self.confidences else None,
         )
 
     def kinds(self) -> list[PromptKind | None]:

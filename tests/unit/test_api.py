@@ -201,3 +201,17 @@ def test_config_rejects_unknown_keys_by_name():
                 "large": {"model_id": "l", "source": "y"},
             }
         )
+
+
+@pytest.mark.parametrize("value", [1.5, -0.1, True, "high", [0.5]])
+@pytest.mark.parametrize("option", ["min_confidence", "confident_large"])
+def test_confidence_options_out_of_range_or_not_numbers_are_400s_naming_them(option, value):
+    with pytest.raises(RequestError) as error:
+        job_from_chat(CONFIG, chat_body(mai={"options": {option: value}}))
+    assert error.value.status == 400 and option in error.value.param and option in error.value.message
+
+
+def test_confidence_options_reach_the_job():
+    job = job_from_chat(CONFIG, chat_body(mai={"options": {"min_confidence": 0.8, "confident_large": 1}}))
+    assert (job.options.min_confidence, job.options.confident_large) == (0.8, 1.0)
+    assert job_from_chat(CONFIG, chat_body()).options.min_confidence == 0  # the paper's rule by default

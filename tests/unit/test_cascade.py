@@ -1,4 +1,5 @@
 import asyncio
+import math
 
 import pytest
 
@@ -371,3 +372,79 @@ async def test_explain_policies_answer_from_one_explain_call(policy, model):
     assert called.kinds() == [E] and idle.calls == [] and called.calls[0].max_tokens == 77
     assert result.route == "single" and result.answer.lower() == "yes"
     assert [stage.name for stage in result.trace.stages] == [f"explain_{model}"]
+
+
+# ---------------------------------------------------------------- confidence-calibrated verification
+
+
+async def test_the_papers_rule_accepts_any_agreement_and_records_the_check():
+    small, large = models({S: "[[Yes]]"}, {S: "[[yes]]"})
+    small.confidences, large.confidences = {S: 0.2}, {}
+    result = await run(small, large)
+    assert result.route == "agree_short"
+    [check] = result.trace.checks
+    assert (check.stage, check.answers, check.matched, check.min_confidence, check.accepted) == (
+        "short",
+        ("Yes", "yes"),
+        True,
+        0.0,
+        True,
+    )
+    assert math.isclose(check.confidences[0], 0.2) and check.confidences[1] is None
+
+
+async def test_an_unsure_agreement_goes_on_to_reasoning():
+    small, large = models({S: "[[Yes]]", R: "It is blue.\n[[No]]"}, {S: "[[Yes]]", T: "[[No]]"})
+    small.confidences, large.confidences = {S: 0.95, R: 0.9}, {S: 0.6, T: 0.9}
+    result = await run(small, large, min_confidence=0.8)
+    assert result.route == "transfer" and result.answer == "No"
+    assert [(c.stage, c.matched, c.accepted) for c in result.trace.checks] == [
+        ("short", True, False),
+        ("reasoned", False, False),
+    ]
+    assert math.isclose(result.trace.stages[1].confidence, 0.6)
+
+
+async def test_an_answer_without_a_confidence_is_not_confident():
+    small, large = models({S: "[[Yes]]", R: "Red.\n[[Yes]]"}, {S: "[[Yes]]", T: "[[Yes]]"})
+    small.confidences, large.confidences = {S: 0.99, R: 0.99}, {}  # the large engine sends no logprobs
+    result = await run(small, large, min_confidence=0.5)
+    assert [(c.stage, c.accepted) for c in result.trace.checks] == [("short", False), ("reasoned", False)]
+    assert result.route == "transfer"
+
+
+async def test_confident_agreements_stop_at_stage_one():
+    small, large = models({S: "[[Yes]]"}, {S: "[[Yes]]"})
+    small.confidences, large.confidences = {S: 0.9}, {S: 0.85}
+    result = await run(small, large, min_confidence=0.8)
+    assert result.route == "agree_short" and small.kinds() == [S]
+
+
+async def test_a_confident_large_answer_settles_a_disagreement_only_when_asked():
+    replies = ({S: "[[No]]", R: "Red.\n[[No]]"}, {S: "[[Yes]]", T: "[[No]]"})
+    small, large = models(*replies)
+    large.confidences = {S: 0.97}
+    settled = await run(small, large, confident_large=0.95)
+    assert settled.route == "confident_large" and settled.answer == "Yes" and small.kinds() == [S]
+    assert [(c.stage, c.accepted) for c in settled.trace.checks] == [
+        ("short", False),
+        ("confident_large", True),
+    ]
+
+    small, large = models(*replies)
+    large.confidences = {S: 0.9}
+    assert (await run(small, large, confident_large=0.95)).route == "transfer"
+    small, large = models(*replies)
+    large.confidences = {S: 0.99}
+    assert (await run(small, large)).route == "transfer"  # off by default
+
+
+def test_confidence_options_validate():
+    for bad in (
+        {"min_confidence": 1.5},
+        {"min_confidence": -0.1},
+        {"confident_large": 0},
+        {"min_confidence": "x"},
+    ):
+        with pytest.raises(ValueError):
+            CascadeOptions(**bad)

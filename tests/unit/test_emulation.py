@@ -11,12 +11,17 @@ from deployments.emulated_script import (
     estimate_prompt_tokens,
     parse_call_id,
     per_token_s,
+    reply_logprobs,
+    reply_pieces,
     reply_text,
     route_of,
     scripted_answer,
+    scripted_confidence,
 )
 from deployments.settings import EmulationSettings
 from serve_app.answers import agree, extract_answer
+from serve_app.confidence import answer_confidence
+from serve_app.contracts import TokenLogprob
 
 
 def test_ttft_interpolates_table_3():
@@ -112,3 +117,24 @@ def test_emulation_settings_validate():
         EmulationSettings(profile="70b")
     with pytest.raises(ValueError):
         EmulationSettings(profile="2b", dataset="imagenet")
+
+
+def test_scripted_confidences_make_wrong_agreements_less_sure():
+    """The script, not the product: a share of agree_short requests is scripted as a wrong agreement whose
+    Simple answers are drawn less confident; the logprobs spell the reply and give its answer that
+    probability, read back with the server's own confidence function."""
+    settings = EmulationSettings(profile="8b", wrong_agreement_share=0.2, confidence_separation=0.3)
+    requests = [f"r{i}" for i in range(2000) if route_of(f"r{i}", "chartqa", 0) == "agree_short"]
+    wrong = {r for r in requests if scripted_confidence(settings, r, "large", "simple", "agree_short") < 0.75}
+    assert 0.1 < len(wrong) / len(requests) < 0.3
+    right = [
+        scripted_confidence(settings, r, "large", "simple", "agree_short") for r in requests if r not in wrong
+    ]
+    low = [scripted_confidence(settings, r, "large", "simple", "agree_short") for r in wrong]
+    assert sum(right) / len(right) - sum(low) / len(low) > 0.2
+    assert scripted_confidence(settings, "r1", "small", "simple", "agree_short") == scripted_confidence(
+        settings, "r1", "small", "simple", "agree_short"
+    )
+    pieces = reply_pieces("A", "reasoning", 40)
+    tokens = tuple(TokenLogprob(t["token"], t["logprob"]) for t in reply_logprobs(pieces, 0.37))
+    assert math.isclose(answer_confidence("".join(pieces), tokens), 0.37)

@@ -15,7 +15,7 @@ from evaluation.cli import build_parser, main
 from evaluation.converters import lmms_eval_records, read_parquet_rows
 from evaluation.records import DatasetError, EvalRecord, image_data_url, load_records
 from evaluation.report import add_speedups, summarize_policy, write_report
-from evaluation.run import PredictionStore, chat_body, prediction_of, request_id
+from evaluation.run import PredictionStore, RunSpec, chat_body, prediction_of, request_id
 from evaluation.scoring import dataset_metrics, score, yes_no_metrics
 
 
@@ -483,3 +483,45 @@ def test_outcomes_and_route_labels():
     assert route_label_is_true(
         {"route": "agree_short", "stages": [{"status": "ok"}, {"status": "cancelled"}]}
     )
+
+
+def test_a_run_can_be_a_policy_with_cascade_options():
+    plain = RunSpec.parse("mai")
+    assert (plain.name, plain.policy, plain.options) == ("mai", "mai", ())
+    paper = RunSpec.parse("mai-paper=mai:min_confidence=0:transfer_form=according")
+    assert (paper.name, paper.policy) == ("mai-paper", "mai")
+    assert dict(paper.options) == {"min_confidence": 0, "transfer_form": "according"}
+    record = EvalRecord.model_validate(rec("1", "exact"))
+    body = chat_body(record, "data:,", paper.policy, transfer_selector="budget", options=dict(paper.options))
+    assert body["model"] == "mai"
+    assert body["mai"]["options"] == {
+        "min_confidence": 0,
+        "transfer_form": "according",
+        "transfer_selector": "budget",
+    }
+    for bad in ("x=gpt-4", "bad name=mai", "m=mai:nokey", "m=mai:=1"):
+        with pytest.raises(ValueError):
+            RunSpec.parse(bad)
+    args = build_parser().parse_args(
+        ["run", "d.jsonl", "--out", "o", "--policies", "mai-paper=mai:min_confidence=0,mai"]
+    )
+    assert [run.name for run in args.policies] == ["mai-paper", "mai"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "d.jsonl", "--out", "o", "--policies", "mai,m=mai-large,mai"])
+
+
+def test_the_validation_split_is_the_train_images_the_demo_models_never_saw():
+    import easy_vqa
+
+    from evaluation.datasets import easy_vqa_records
+    from training.demo_data import held_out_images
+
+    _, _, image_ids = easy_vqa.get_train_questions()
+    held_out = held_out_images(image_ids)
+    validation = list(easy_vqa_records("validation"))
+    indices = [int(record["id"].rsplit("-", 1)[1]) for record in validation]
+    assert len(validation) == sum(image_id in held_out for image_id in image_ids) > 1000
+    assert all(image_ids[index] in held_out for index in indices)
+    assert len(held_out) == 200 and max(image_ids) in held_out
+    with pytest.raises(ValueError, match="split"):
+        next(easy_vqa_records("dev"))

@@ -1,0 +1,127 @@
+"""The files ``mai-eval calibrate`` writes: calibration.json (every rule, the front, the baselines, the
+choice), calibration.md, cascade.yaml (the ``cascade:`` section to paste into a config) and
+calibration.png (accuracy against expected latency)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _row(result: dict[str, Any]) -> str:
+    low, high = result["accuracy_95ci"]
+    routes = " / ".join(
+        f"{100 * result['routes'].get(route, 0):.0f}"
+        for route in ("agree_short", "confident_large", "agree_reasoned", "transfer")
+    )
+    return (
+        f"| {result['name']} | {result['accuracy']:.1f} [{low:.1f}, {high:.1f}] | "
+        f"{100 * result['escalated']:.0f} | {routes} | {result['small_completion_tokens']:.1f} | "
+        f"{result['large_completion_tokens']:.1f} | {result['latency_s']:.3f} |"
+    )
+
+
+def render(summary: dict[str, Any]) -> str:
+    header = [
+        "| rule or baseline | accuracy % [95 % CI] | escalated % | routes % (short / confident large / "
+        "reasoned / transfer) | small tokens/q | large tokens/q | expected latency s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines = [
+        f"# Calibration: {summary['dataset']} ({summary['questions']} questions)",
+        "",
+        f"Goal: {summary['goal']}. Every rule is replayed on the stages one pass measured "
+        f"({', '.join(summary['runs'])}); expected latency = stage 1 (two calls in parallel) + the stages "
+        "the route adds, from the measured per-stage times.",
+        "",
+    ]
+    if summary.get("chosen"):
+        chosen, full_rt = summary["chosen"], summary["baselines"]["mai-transfer"]
+        low, high = chosen["difference_vs_full_rt_95ci"]
+        latency = chosen["latency_s"] / full_rt["latency_s"]
+        small_tokens = chosen["small_completion_tokens"] / max(full_rt["small_completion_tokens"], 1e-9)
+        lines += [
+            f"**Chosen: {chosen['name']}**: accuracy {chosen['accuracy']:.1f} % (Full RT "
+            f"{full_rt['accuracy']:.1f} %; difference 95 % CI [{low:+.1f}, {high:+.1f}] points), "
+            f"{latency:.2f}x Full RT's expected latency, {small_tokens:.2f}x its small-model "
+            "completion tokens.",
+            "",
+        ]
+    else:
+        lines += ["**No rule meets the goal**; the front below shows what the models allow.", ""]
+    if summary.get("precision_note"):
+        lines += [f"Note: {summary['precision_note']}", ""]
+    lines += ["## Baselines and the paper's rule", "", *header]
+    lines += [_row(result) for result in summary["baselines"].values()]
+    lines += [
+        _row(summary["paper_rule"]),
+        "",
+        "## Front (no rule is both more accurate and faster)",
+        "",
+        *header,
+    ]
+    lines += [_row(result) for result in summary["front"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(path: Path, summary: dict[str, Any], rules: Sequence[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    axes.scatter(
+        [r["latency_s"] for r in rules],
+        [r["accuracy"] for r in rules],
+        s=6,
+        color="#bbbbbb",
+        label="every rule",
+    )
+    front = summary["front"]
+    axes.plot(
+        [r["latency_s"] for r in front],
+        [r["accuracy"] for r in front],
+        "-o",
+        ms=3,
+        color="#1f77b4",
+        label="calibrated front",
+    )
+    for name, result in [*summary["baselines"].items(), ("mai (paper rule)", summary["paper_rule"])]:
+        axes.scatter([result["latency_s"]], [result["accuracy"]], s=40, marker="s", zorder=3)
+        axes.annotate(
+            name, (result["latency_s"], result["accuracy"]), textcoords="offset points", xytext=(4, 4)
+        )
+    if summary.get("chosen"):
+        chosen = summary["chosen"]
+        axes.scatter(
+            [chosen["latency_s"]],
+            [chosen["accuracy"]],
+            s=90,
+            marker="*",
+            color="#d62728",
+            zorder=4,
+            label="chosen",
+        )
+    axes.set_xlabel("expected latency per question (s, from measured stage times)")
+    axes.set_ylabel("accuracy (%)")
+    axes.set_title(f"Calibration on {summary['questions']} questions")
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write(
+    out: Path, summary: dict[str, Any], rules: Sequence[dict[str, Any]], yaml_text: str | None
+) -> list[Path]:
+    paths = [out / "calibration.json", out / "calibration.md", out / "calibration.png"]
+    paths[0].write_text(json.dumps(summary | {"rules": list(rules)}, indent=2) + "\n")
+    paths[1].write_text(render(summary))
+    plot(paths[2], summary, rules)
+    if yaml_text is not None:
+        paths.append(out / "cascade.yaml")
+        paths[-1].write_text(yaml_text)
+    return paths
