@@ -3,6 +3,7 @@
 #   make test         install the CPU stack, build the random-weight tiny models, run ruff, then the whole test suite
 #   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa, about 40 min
 #   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
+#   make calibrate-demo  the verification thresholds on easy-vqa's validation split: bench/results/demo-calibration
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -14,7 +15,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # replicas, no extra thread hops); `make serve` and the tests run Serve's default mode, because in
 # throughput mode `serve run` took 33 s to exit on Ctrl-C here (the controller's 30 s shutdown timeout).
 
-.PHONY: install models demo-models serve lint test test-unit bench eval-demo clean
+.PHONY: install models demo-models serve lint test test-unit bench eval-demo calibrate-demo clean
 
 install: $(VENV)/.installed
 
@@ -48,6 +49,9 @@ bench: models
 
 eval-demo: install
 	$(PY) -m evaluation.demo_eval
+
+calibrate-demo: install
+	$(PY) -m evaluation.demo_eval --calibrate
 
 test-unit: models
 	$(PY) -m pytest tests/unit

@@ -15,7 +15,6 @@ Pure functions here; the CLI (``evaluation/cli.py``) runs the pass and writes th
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ from typing import Any
 from serve_app.answers import agree, split_choices
 
 from .records import EvalRecord
+from .scoring import bootstrap_interval
 
 CALIBRATION_RUNS = ("mai-small", "mai-large", "mai-transfer")
 Z_95 = 1.959964
@@ -152,16 +152,6 @@ def replay(q: QuestionPaths, rule: Rule, *, anls_threshold: float = 0.5, rel_tol
     return Replay("transfer", q.score_transfer, small, large, latency + q.transfer.latency_s)
 
 
-def bootstrap_interval(scores: Sequence[float], *, samples: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """95 % percentile-bootstrap interval of the mean, in points (0-100)."""
-    if not scores:
-        return (math.nan, math.nan)
-    rng = random.Random(seed)
-    n = len(scores)
-    means = sorted(sum(scores[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
-    return (100 * means[int(0.025 * samples)], 100 * means[int(0.975 * samples) - 1])
-
-
 def summarize(name: str, replays: Sequence[Replay], **extra: Any) -> dict[str, Any]:
     n = len(replays)
     scores = [r.score for r in replays]
@@ -273,7 +263,7 @@ def choose(
 
 def paired_difference_interval(
     paths: Sequence[QuestionPaths], rule: Rule, *, samples: int = 1000, seed: int = 0, **matcher: float
-) -> tuple[float, float]:
+) -> list[float]:
     """95 % bootstrap interval (points) of the rule's accuracy minus Full RT's, question by question."""
     differences = [replay(q, rule, **matcher).score - q.score_transfer for q in paths]
     return bootstrap_interval(differences, samples=samples, seed=seed)

@@ -2,12 +2,15 @@
 
     python -m evaluation.demo_eval                       # make eval-demo: serves configs/mai-cpu.yaml itself
     python -m evaluation.demo_eval --url http://127.0.0.1:8000   # against a server already running it
+    python -m evaluation.demo_eval --calibrate           # make calibrate-demo: thresholds, validation split
 
-It runs ``mai-eval run`` with all six policies (predictions resume, so an interrupted run goes on
-where it stopped), then writes ``bench/results/demo-eval/demo.md`` and ``demo.json``: accuracy by
-question type next to the question-only baseline (the most common training answer to the same
-question text, no image), route shares, tokens, latency, and what reasoning transfer did on the
-questions where the cascade escalated.
+It runs ``mai-eval run`` with every policy, ``mai`` under the served config and under the paper's rule
+side by side (predictions resume, so an interrupted run goes on where it stopped), then writes
+``bench/results/demo-eval/demo.md`` and ``demo.json``: accuracy with its 95 % interval and by question
+type next to the question-only baseline (the most common training answer to the same question text, no
+image), route shares, tokens, latency, and what reasoning transfer did on the questions where the
+cascade escalated. ``--calibrate`` runs ``mai-eval calibrate`` on easy-vqa's validation split (train
+images the models never saw; never the test split) into ``bench/results/demo-calibration/``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,18 @@ from typing import Any
 
 from training.demo_data import COLOURS, SHAPES, question_type
 
-from .paths import DATASETS, DEMO_EVAL
+from .paths import DATASETS, DEMO_CALIBRATION, DEMO_EVAL
 
-POLICY_ORDER = ("mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer", "mai")
+POLICY_ORDER = (
+    "mai-small",
+    "mai-large",
+    "mai-small-reason",
+    "mai-large-reason",
+    "mai-transfer",
+    "mai-paper-rule=mai:min_confidence=0",
+    "mai",
+)
+RUN_NAMES = tuple(policy.split("=")[0] for policy in POLICY_ORDER)
 COMMAND = "make eval-demo"
 _ATTRIBUTES = re.compile(rf"\b({'|'.join(COLOURS + SHAPES)})\b")
 
@@ -83,6 +95,10 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
 
 
+def _interval(bounds: Sequence[float] | None) -> str:
+    return "–" if not bounds else f"{bounds[0]:.1f}–{bounds[1]:.1f}"
+
+
 def render(summary: dict[str, Any]) -> str:
     """The markdown table of ``summary`` (what ``build_summary`` returns)."""
     lines = [
@@ -90,22 +106,23 @@ def render(summary: dict[str, Any]) -> str:
         "(`configs/mai-cpu.yaml`, "
         f"vLLM-CPU, concurrency {summary['concurrency']}). Produced by `{COMMAND}`.",
         "",
-        "| policy | accuracy % | yes/no | color | shape | routes | small tokens/req | large tokens/req | "
-        "p50 s | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | accuracy % | 95 % CI | yes/no | color | shape | routes | small tokens/req | "
+        "large tokens/req | p50 s | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     prior = summary["question_prior"]
     lines.append(
-        f"| question only (no image) | {_pct(prior['all'])} | {_pct(prior.get('yes/no'))} | "
+        f"| question only (no image) | {_pct(prior['all'])} | – | {_pct(prior.get('yes/no'))} | "
         f"{_pct(prior.get('color'))} | {_pct(prior.get('shape'))} | – | – | – | – | – |"
     )
-    for policy in POLICY_ORDER:
+    for policy in RUN_NAMES:
         row = summary["policies"].get(policy)
         if row is None:
             continue
         routes = ", ".join(f"{route} {100 * share:.0f}%" for route, share in row["route_shares"].items())
         lines.append(
-            f"| {policy} | {_pct(row['accuracy']['all'])} | {_pct(row['accuracy'].get('yes/no'))} | "
+            f"| {policy} | {_pct(row['accuracy']['all'])} | {_interval(row.get('accuracy_95ci'))} | "
+            f"{_pct(row['accuracy'].get('yes/no'))} | "
             f"{_pct(row['accuracy'].get('color'))} | {_pct(row['accuracy'].get('shape'))} | {routes} | "
             f"{row['tokens']['small']:.1f} | {row['tokens']['large']:.1f} | {row['p50_s']:.3f} | "
             f"{row['wall_s']:.1f} |"
@@ -149,6 +166,7 @@ def build_summary(
         }
         summary["policies"][policy] = {
             "accuracy": accuracy_by_type(records, correct),
+            "accuracy_95ci": result["metrics"].get("score_95ci"),
             "route_shares": result["route_shares"],
             "tokens": result["completion_tokens_per_request"],
             "p50_s": result["latency_p50_s"],
@@ -167,7 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         "--url", default=None, help="a server already running configs/mai-cpu.yaml (default: start one here)"
     )
     parser.add_argument(
-        "--limit", type=int, default=500, help="test questions, a seeded sample (default 500)"
+        "--limit", type=int, default=1000, help="test questions, a seeded sample (default 1000)"
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="fit the verification thresholds on the validation split (bench/results/demo-calibration)",
     )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=DEMO_EVAL)
@@ -180,10 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.jsonl import read_jsonl, write_jsonl
     from training.demo_train import load_questions
 
+    if args.calibrate:
+        data = DATASETS / "easy-vqa-validation.jsonl"
+        if not data.exists():
+            write_jsonl(easy_vqa_records("validation"), data)
+        out = args.out if args.out != DEMO_EVAL else DEMO_CALIBRATION
+        calibrate = ["calibrate", str(data), "--out", str(out), "--concurrency", str(args.concurrency)]
+        return _with_server(args.url, lambda url: mai_eval(calibrate + ["--url", url]))
     args.out.mkdir(parents=True, exist_ok=True)
     data = DATASETS / f"easy-vqa-test-{args.limit}.jsonl"
     if not data.exists():
-        data.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(easy_vqa_records("test", args.limit), data)
     records = read_jsonl(data)
     run = [
@@ -198,19 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         str(args.out),
     ] + (["--fresh"] if args.fresh else [])
-    if args.url:
-        status = mai_eval(run + ["--url", args.url])
-    else:
-        import logging
-
-        from evaluation.local_server import config_args, deploy, local_ray
-
-        with local_ray(num_cpus=2) as url:
-            # Ray's logging setup in this process would print every request httpx makes.
-            logging.getLogger("httpx").setLevel(logging.WARNING)
-            print("deploying configs/mai-cpu.yaml (about a minute) ...", file=sys.stderr)
-            deploy(config_args("mai-cpu.yaml"))
-            status = mai_eval(run + ["--url", url])
+    status = _with_server(args.url, lambda url: mai_eval(run + ["--url", url]))
     if status != 0:
         return status
     train = [(qa.question, qa.answer) for qa in load_questions()[0]]
@@ -220,6 +237,22 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "demo.md").write_text(table)
     print(table)
     return 0
+
+
+def _with_server(url: str | None, work) -> int:
+    """``work(url)`` against the server at ``url``, or against configs/mai-cpu.yaml served here."""
+    if url:
+        return work(url)
+    import logging
+
+    from evaluation.local_server import config_args, deploy, local_ray
+
+    with local_ray(num_cpus=2) as local_url:
+        # Ray's logging setup in this process would print every request httpx makes.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        print("deploying configs/mai-cpu.yaml (about a minute) ...", file=sys.stderr)
+        deploy(config_args("mai-cpu.yaml"))
+        return work(local_url)
 
 
 if __name__ == "__main__":

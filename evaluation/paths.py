@@ -10,3 +10,4 @@ DATASETS = ROOT / "bench" / "data"  # built on first use, not committed
 RESULTS = ROOT / "bench" / "results"
 RESULTS_SUMMARY = ROOT / "bench" / "RESULTS.md"
 DEMO_EVAL = RESULTS / "demo-eval"
+DEMO_CALIBRATION = RESULTS / "demo-calibration"

@@ -16,8 +16,8 @@ from .driver import percentile
 from .records import EvalRecord
 from .scoring import dataset_metrics
 
-ROUTES = ("agree_short", "agree_reasoned", "transfer", "single")
-PROMPT_KINDS = ("simple", "reasoning", "stage2", "transfer")
+ROUTES = ("agree_short", "confident_large", "agree_reasoned", "transfer", "single")
+PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
 
 
 def summarize_policy(
@@ -106,6 +106,10 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if a and b else None
 
 
+def _interval(bounds: Sequence[float] | None) -> str:
+    return f"{_fmt(bounds[0], 1)}–{_fmt(bounds[1], 1)}" if bounds else "–"
+
+
 def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -126,14 +130,15 @@ def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -
         "",
         "## Accuracy and speed (Tables 10–12)",
         "",
-        "| policy | score % | "
+        "| policy | score % | 95 % CI | "
         + "".join(f"{name} % | " for name in extra)
         + "answered | errors | wall s | requests/s | p50 s | p99 s | speedup | latency-sum speedup |",
-        "|---|---|" + "---|" * len(extra) + "---|---|---|---|---|---|---|---|",
+        "|---|---|---|" + "---|" * len(extra) + "---|---|---|---|---|---|---|---|",
     ]
     for s in summaries.values():
         lines.append(
             f"| {s['policy']} | {_fmt(s['metrics']['score'], 1)} | "
+            f"{_interval(s['metrics'].get('score_95ci'))} | "
             + "".join(f"{_fmt(s['metrics'][name], 1)} | " for name in extra)
             + f"{s['answered']} | {s['errors']} | {_fmt(s['wall_s'], 1)} | {_fmt(s['requests_per_s'])} | "
             f"{_fmt(s['latency_p50_s'], 3)} | {_fmt(s['latency_p99_s'], 3)} | {_fmt(s['speedup'], 2, '×')} | "
@@ -195,14 +200,13 @@ CSV_FIELDS = (
     "answered",
     "errors",
     "score",
+    "score_95ci_low",
+    "score_95ci_high",
     "accuracy",
     "precision",
     "recall",
     "f1",
-    "route_agree_short",
-    "route_agree_reasoned",
-    "route_transfer",
-    "route_single",
+    *(f"route_{route}" for route in ROUTES),
     "small_completion_tokens_per_request",
     "large_completion_tokens_per_request",
     "transferred_tokens_mean",
@@ -221,6 +225,7 @@ def csv_rows(summaries: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     for s in summaries.values():
         row = {key: s.get(key) for key in CSV_FIELDS if key in s}
         row |= {name: s["metrics"].get(name) for name in ("score", "accuracy", "precision", "recall", "f1")}
+        row["score_95ci_low"], row["score_95ci_high"] = s["metrics"].get("score_95ci") or (None, None)
         row |= {f"route_{route}": s["route_shares"].get(route, 0.0) for route in ROUTES}
         row |= {
             f"{model}_completion_tokens_per_request": s["completion_tokens_per_request"].get(model)

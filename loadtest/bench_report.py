@@ -186,6 +186,21 @@ def selector_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def logprobs_table(result: dict[str, Any]) -> list[str]:
+    p50, ratio = result["p50_ms"], result["ratio_with_over_without"]
+    return [
+        f"The large demo model's Simple answer through its LLMServer handle, one call at a time, with and "
+        f"without `logprobs`, alternating; {result['repetitions']} repetitions of "
+        f"{result['calls_per_repetition']} calls each: p50 per repetition, median [min–max].",
+        "",
+        "| logprobs | p50 ms | ratio with / without |",
+        "|---|---|---|",
+        f"| with | {p50['with']['median']} [{p50['with']['min']}–{p50['with']['max']}] | "
+        f"{ratio['median']} [{ratio['min']}–{ratio['max']}] |",
+        f"| without | {p50['without']['median']} [{p50['without']['min']}–{p50['without']['max']}] | |",
+    ]
+
+
 SECTIONS = (
     ("paper", "Paper reproduction under emulation (Tables 10–12)", paper_table),
     ("overhead", "Orchestration overhead", overhead_table),
@@ -193,6 +208,7 @@ SECTIONS = (
     ("autoscaling", "Autoscaling on queue depth", autoscaling_table),
     ("cpu", "The CPU stack with the tiny real models", cpu_table),
     ("selector", "Sparse reasoning transfer: selector cost", selector_table),
+    ("logprobs", "What answer confidences cost (engine logprobs)", logprobs_table),
 )
 
 

@@ -67,6 +67,7 @@ def test_transfer_effect_compares_the_same_questions():
 def test_render_puts_the_baseline_next_to_every_policy():
     row = {
         "accuracy": {"all": 0.8, "yes/no": 0.9, "color": 0.95, "shape": 0.4},
+        "accuracy_95ci": [71.0, 88.5],
         "route_shares": {"agree_short": 0.75, "transfer": 0.25},
         "tokens": {"small": 5.0, "large": 3.0},
         "p50_s": 0.1,
@@ -82,7 +83,8 @@ def test_render_puts_the_baseline_next_to_every_policy():
     }
     table = render(summary)
     lines = table.splitlines()
-    assert "| question only (no image) | 60.0 | 70.0 | – | – |" in table
+    assert "| question only (no image) | 60.0 | – | 70.0 | – | – |" in table
+    assert "| mai | 80.0 | 71.0–88.5 | 90.0 |" in table
     assert lines.index(next(line for line in lines if line.startswith("| mai-small "))) < lines.index(
         next(line for line in lines if line.startswith("| mai "))
     )

@@ -80,6 +80,7 @@ def test_dataset_metrics_adds_pope_figures_only_for_yes_no_sets():
     records = [rec("yes", "yes_no"), rec("no", "yes_no")]
     assert set(dataset_metrics(["yes", "yes"], records)) == {
         "score",
+        "score_95ci",
         "accuracy",
         "precision",
         "recall",
@@ -87,7 +88,7 @@ def test_dataset_metrics_adds_pope_figures_only_for_yes_no_sets():
         "yes_ratio",
     }
     assert dataset_metrics(["yes", "yes"], records)["score"] == 50.0
-    assert dataset_metrics(["3"], [rec("3", "relaxed")]) == {"score": 100.0}
+    assert dataset_metrics(["3"], [rec("3", "relaxed")]) == {"score": 100.0, "score_95ci": [100.0, 100.0]}
     with pytest.raises(ValueError, match="2 predictions for 1 records"):
         dataset_metrics(["a", "b"], [rec("a", "exact")])
 
@@ -350,7 +351,9 @@ def test_report_writes_markdown_csv_json_and_plot(tmp_path):
         {"dataset": "pope.jsonl", "url": "http://x", "concurrency": 4, "baseline": "mai-transfer"},
     )
     text = paths["markdown"].read_text()
-    assert "| mai | 50.0 | 50.0 |" in text and "2.50×" in text  # score, POPE accuracy, speedup
+    assert (
+        "| mai | 50.0 | 0.0–100.0 | 50.0 |" in text and "2.50×" in text
+    )  # score, its CI, POPE accuracy, speedup
     assert "1 (50.0%)" in text  # the agree_short column
     assert (
         "| small simple | large transfer |" in text and "large reasoning" not in text
