@@ -51,6 +51,10 @@ class QuestionPaths:
     score_small: float  # mai-small's answer
     score_large: float  # mai-large's answer: the cascade's answer on every route but transfer
     score_transfer: float  # mai-transfer's answer: the cascade's answer on the transfer route
+    # Whether the answers match under the kind's matcher (independent of any threshold, so computed once);
+    # None: the replay asks the matcher.
+    short_match: bool | None = None
+    reasoned_match: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ def _stage(row: Mapping[str, Any], name: str) -> StageOutcome | None:
 
 
 def question_paths(
-    records: Sequence[EvalRecord], rows: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    records: Sequence[EvalRecord], rows: Mapping[str, Mapping[str, Mapping[str, Any]]], **matcher: float
 ) -> tuple[list[QuestionPaths], list[str]]:
     """The full path of every record answered under all three calibration runs (``rows``: run name ->
     record id -> prediction row); also the ids left out (a run failed or a stage is missing)."""
@@ -109,15 +113,19 @@ def question_paths(
             missing.append(record.id)
             continue
         choices = tuple(record.choices or split_choices(record.question)[1])
+        kind = large.get("kind") or "text"
+        small_short, large_short, reasoning, _ = stages
         paths.append(
             QuestionPaths(
                 record.id,
-                large.get("kind") or "text",
+                kind,
                 choices,
                 *stages,
                 float(small["score"]),
                 float(large["score"]),
                 float(transfer["score"]),
+                short_match=agree(small_short.answer, large_short.answer, kind, choices=choices, **matcher),
+                reasoned_match=agree(reasoning.answer, large_short.answer, kind, choices=choices, **matcher),
             )
         )
     return paths, missing
@@ -130,15 +138,17 @@ def _confident(outcomes: Iterable[StageOutcome], threshold: float) -> bool:
 def replay(q: QuestionPaths, rule: Rule, *, anls_threshold: float = 0.5, rel_tol: float = 0.05) -> Replay:
     """The cascade's route for ``q`` under ``rule``: the same decisions ``serve_app.cascade`` makes."""
 
-    def agreed(a: StageOutcome, b: StageOutcome) -> bool:
-        matched = agree(
-            a.answer, b.answer, q.kind, choices=q.choices, anls_threshold=anls_threshold, rel_tol=rel_tol
-        )
+    def agreed(a: StageOutcome, b: StageOutcome, known: bool | None) -> bool:
+        matched = known
+        if matched is None:
+            matched = agree(
+                a.answer, b.answer, q.kind, choices=q.choices, anls_threshold=anls_threshold, rel_tol=rel_tol
+            )
         return matched and _confident((a, b), rule.min_confidence)
 
     small, large = q.small_short.completion_tokens, q.large_short.completion_tokens
     latency = max(q.small_short.latency_s, q.large_short.latency_s)
-    if agreed(q.small_short, q.large_short):
+    if agreed(q.small_short, q.large_short, q.short_match):
         return Replay("agree_short", q.score_large, small, large, latency)
     confidence = q.large_short.confidence
     if rule.confident_large is not None and q.large_short.answer is not None and confidence is not None:
@@ -146,22 +156,22 @@ def replay(q: QuestionPaths, rule: Rule, *, anls_threshold: float = 0.5, rel_tol
             return Replay("confident_large", q.score_large, small, large, latency)
     small += q.reasoning.completion_tokens
     latency += q.reasoning.latency_s
-    if agreed(q.reasoning, q.large_short):
+    if agreed(q.reasoning, q.large_short, q.reasoned_match):
         return Replay("agree_reasoned", q.score_large, small, large, latency)
     large += q.transfer.completion_tokens
     return Replay("transfer", q.score_transfer, small, large, latency + q.transfer.latency_s)
 
 
-def summarize(name: str, replays: Sequence[Replay], **extra: Any) -> dict[str, Any]:
+def summarize(name: str, replays: Sequence[Replay], *, interval: bool = True, **extra: Any) -> dict[str, Any]:
+    """One rule's figures; ``interval``: with the accuracy's 95 % bootstrap interval (the costly part)."""
     n = len(replays)
     scores = [r.score for r in replays]
     routes = Counter(r.route for r in replays)
-    low, high = bootstrap_interval(scores)
     return {
         "name": name,
         **extra,
         "accuracy": 100 * sum(scores) / n,
-        "accuracy_95ci": [low, high],
+        "accuracy_95ci": bootstrap_interval(scores) if interval else None,
         "routes": {route: count / n for route, count in sorted(routes.items())},
         "escalated": sum(r.route in ("agree_reasoned", "transfer") for r in replays) / n,
         "small_completion_tokens": sum(r.small_tokens for r in replays) / n,
@@ -226,12 +236,20 @@ def threshold_grid(paths: Sequence[QuestionPaths], steps: int = 40) -> list[Rule
 
 
 def evaluate_rules(
-    paths: Sequence[QuestionPaths], rules: Iterable[Rule], **matcher: float
+    paths: Sequence[QuestionPaths], rules: Iterable[Rule], *, intervals: bool = True, **matcher: float
 ) -> list[dict[str, Any]]:
     return [
-        summarize(rule.label, [replay(q, rule, **matcher) for q in paths], rule=asdict(rule))
+        summarize(
+            rule.label, [replay(q, rule, **matcher) for q in paths], interval=intervals, rule=asdict(rule)
+        )
         for rule in rules
     ]
+
+
+def with_interval(paths: Sequence[QuestionPaths], result: dict[str, Any], **matcher: float) -> dict[str, Any]:
+    """``result`` (of ``evaluate_rules(..., intervals=False)``) with its accuracy interval."""
+    [full] = evaluate_rules(paths, [Rule(**result["rule"])], **matcher)
+    return result | {"accuracy_95ci": full["accuracy_95ci"]}
 
 
 def pareto_front(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,9 +12,13 @@ from typing import Any
 
 def _row(result: dict[str, Any]) -> str:
     low, high = result["accuracy_95ci"]
-    routes = " / ".join(
-        f"{100 * result['routes'].get(route, 0):.0f}"
-        for route in ("agree_short", "confident_large", "agree_reasoned", "transfer")
+    routes = (
+        "single 100"
+        if "single" in result["routes"]
+        else " / ".join(
+            f"{100 * result['routes'].get(route, 0):.0f}"
+            for route in ("agree_short", "confident_large", "agree_reasoned", "transfer")
+        )
     )
     return (
         f"| {result['name']} | {result['accuracy']:.1f} [{low:.1f}, {high:.1f}] | "

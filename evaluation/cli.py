@@ -267,7 +267,7 @@ def command_calibrate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     baselines = calibrate.baselines(paths)
-    rules = calibrate.evaluate_rules(paths, calibrate.threshold_grid(paths))
+    rules = calibrate.evaluate_rules(paths, calibrate.threshold_grid(paths), intervals=False)
     goal = (
         f"at most {100 * args.max_escalation:g} % of questions escalated, most accurate"
         if args.max_escalation is not None
@@ -288,7 +288,7 @@ def command_calibrate(args: argparse.Namespace) -> int:
         "goal": goal,
         "baselines": baselines,
         "paper_rule": calibrate.evaluate_rules(paths, [calibrate.Rule()])[0] | {"name": "mai (paper rule)"},
-        "front": calibrate.pareto_front(rules),
+        "front": [calibrate.with_interval(paths, result) for result in calibrate.pareto_front(rules)],
         "precision_note": calibrate.precision_note(
             len(paths),
             baselines["mai-transfer"]["accuracy"],
@@ -299,7 +299,7 @@ def command_calibrate(args: argparse.Namespace) -> int:
     yaml_text = None
     if chosen is not None:
         rule = calibrate.Rule(**chosen["rule"])
-        summary["chosen"] = chosen | {
+        summary["chosen"] = calibrate.with_interval(paths, chosen) | {
             "difference_vs_full_rt_95ci": calibrate.paired_difference_interval(paths, rule)
         }
         yaml_text = calibrate.cascade_yaml(
