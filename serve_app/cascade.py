@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,10 +88,10 @@ class _Run:
         started = time.monotonic()
         policies = {
             Policy.CASCADE: self._cascade,
-            Policy.SMALL: lambda: self._single_short(SMALL),
-            Policy.LARGE: lambda: self._single_short(LARGE),
-            Policy.SMALL_EXPLAIN: lambda: self._single_explained(SMALL),
-            Policy.LARGE_EXPLAIN: lambda: self._single_explained(LARGE),
+            Policy.SMALL: lambda: self._single(SMALL, self._short(SMALL)),
+            Policy.LARGE: lambda: self._single(LARGE, self._short(LARGE)),
+            Policy.SMALL_EXPLAIN: lambda: self._single(SMALL, self._explain(SMALL)),
+            Policy.LARGE_EXPLAIN: lambda: self._single(LARGE, self._explain(LARGE)),
             Policy.SMALL_REASON: lambda: self._single_reasoned(SMALL),
             Policy.LARGE_REASON: lambda: self._single_reasoned(LARGE),
             Policy.TRANSFER: self._full_transfer,
@@ -127,20 +127,9 @@ class _Run:
             return self._finish(Route.DEGRADED_NO_TRANSFER, large_short)
         return self._finish(Route.TRANSFER, transfer)
 
-    async def _single_short(self, model: str) -> CascadeResult:
-        stage = await self._short(model)
-        if not stage.ok:
-            raise ModelUnavailableError(model, stage, self.trace)
-        return self._finish(Route.SINGLE, stage)
-
-    async def _single_explained(self, model: str) -> CascadeResult:
-        stage = await self._call(
-            f"explain_{model}",
-            model,
-            PromptKind.EXPLAIN,
-            self.options.max_tokens.explain,
-            self.options.timeouts.explain_s,
-        )
+    async def _single(self, model: str, call: Awaitable[StageRecord]) -> CascadeResult:
+        """One model, one call: its answer, or the request fails when the call did."""
+        stage = await call
         if not stage.ok:
             raise ModelUnavailableError(model, stage, self.trace)
         return self._finish(Route.SINGLE, stage)
@@ -172,6 +161,15 @@ class _Run:
             PromptKind.SIMPLE,
             self.options.max_tokens.simple,
             self.options.timeouts.short_s,
+        )
+
+    async def _explain(self, model: str) -> StageRecord:
+        return await self._call(
+            f"explain_{model}",
+            model,
+            PromptKind.EXPLAIN,
+            self.options.max_tokens.explain,
+            self.options.timeouts.explain_s,
         )
 
     async def _reason(self, model: str) -> _Reasoned | None:

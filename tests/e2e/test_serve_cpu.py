@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:8000"
 STARTUP_S = 420
 LOG = Path(tempfile.gettempdir()) / "mai-serve-e2e.log"
-ROUTES = {"agree_short", "agree_reasoned", "transfer"}
+ROUTES = {"agree_short", "confident_large", "agree_reasoned", "transfer"}
 
 
 @pytest.fixture(scope="module")
