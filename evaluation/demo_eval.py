@@ -34,7 +34,7 @@ POLICY_ORDER = (
     "mai-small-reason",
     "mai-large-reason",
     "mai-transfer",
-    "mai-paper-rule=mai:min_confidence=0",
+    "mai-paper-rule=mai:min_confidence=0:confident_large=null",
     "mai",
 )
 RUN_NAMES = tuple(policy.split("=")[0] for policy in POLICY_ORDER)

@@ -250,6 +250,7 @@ class _Run:
             prompt_kind,
             reasoning=reasoning,
             transfer_form=self.options.transfer_form,
+            system=self.question.system,
         )
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
         self.trace.stages.append(stage)

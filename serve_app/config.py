@@ -5,7 +5,7 @@ Unknown keys are errors that name the key; every default is written here, not in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -25,11 +25,13 @@ class IngressDeployment(Strict):
 class Limits(Strict):
     """What a request may carry. Beyond these the request gets a 4xx and no model is called."""
 
-    max_images: int = Field(1, ge=1)
+    max_images: int = Field(1, ge=1, description="images of a cascade request")
+    max_passthrough_images: int = Field(
+        8, ge=1, description="images of a request passed to a model unchanged"
+    )
     max_image_bytes: int = Field(10 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)
-    max_answer_tokens: int = Field(256, ge=1, description="upper bound of a request's max_tokens")
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413"
     )
@@ -86,6 +88,9 @@ class AppConfig(Strict):
     security: Security = Security()
     transfer_selection: TransferSelection = TransferSelection()
     request_timeout_s: float = Field(300.0, gt=0)
+    # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged;
+    # serve_app/routing.py says what fits), or always one of them. A request's `mai.route` overrides it.
+    mai_route: Literal["auto", "cascade", "passthrough"] = "auto"
     # Ask the engines for the generated tokens' logprobs: every answer's confidence (the trace's
     # ``confidence``), which ``cascade.min_confidence`` and ``cascade.confident_large`` need.
     answer_logprobs: bool = True

@@ -20,9 +20,11 @@ class Question:
     image_url: str | None = None
     choices: tuple[str, ...] = ()
     kind: str | None = None  # choice | yes_no | number | text; None: inferred from the question
+    system: tuple[str, ...] = ()  # the client's system messages: every stage's prompt starts with them
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", tuple(self.choices))
+        object.__setattr__(self, "system", tuple(self.system))
         if self.kind is None:
             object.__setattr__(self, "kind", infer_kind(self.question, self.choices))
         elif self.kind not in KINDS:

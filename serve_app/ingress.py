@@ -10,6 +10,7 @@ config: CORS is part of it from the start, and the route handlers only wire the 
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +24,9 @@ from .client import LLMServerClient
 from .config import AppConfig, Security
 from .errors import RequestError
 from .images import check_image_bytes
-from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
+from .jobs import Job, PassthroughJob, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
+from .passthrough import chat_request, checked_images, forward
 from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, error_reply, models_list
@@ -97,6 +99,8 @@ class MAIIngress:
             LLMServerClient(large, config.large.model_id, logprobs=config.answer_logprobs),
             selectors=selectors,
         )
+        # Requests for a model id go to that model's LLMServer unchanged (serve_app/passthrough.py).
+        self.model_handles = {config.small.model_id: small, config.large.model_id: large}
         self.metrics = IngressMetrics()
         self.api_keys = load_api_keys(config.security)
         logger.info(
@@ -115,30 +119,65 @@ class MAIIngress:
             check_api_key(request.headers, self.api_keys)
         except RequestError as error:
             return self._error(error)
-        return models_list()
+        return models_list(tuple(self.model_handles))
 
     async def chat_completions(self, request: Request):
-        return await self._serve(request, job_from_chat, chat_reply)
+        try:
+            payload = await self._payload(request)
+            model = payload.get("model") if isinstance(payload, dict) else None
+            if isinstance(model, str) and model in self.model_handles:
+                return await self._passthrough(payload, model)
+            job = job_from_chat(self.config, payload, _request_id(request))
+            if isinstance(job, PassthroughJob):
+                return await self._passthrough(payload, job.model_id, reason=job.reason)
+            return await self._answer(job, chat_reply)
+        except RequestError as error:
+            return self._error(error)
 
     async def answer(self, request: Request):
-        return await self._serve(request, job_from_answer, answer_reply)
+        try:
+            job = job_from_answer(self.config, await self._payload(request), _request_id(request))
+            return await self._answer(job, answer_reply)
+        except RequestError as error:
+            return self._error(error)
 
     # -------------------------------------------------------------------------------------------
 
-    async def _serve(
-        self, request: Request, parse: Callable[..., Job], reply: Callable[[Job, CascadeResult], Any]
-    ):
-        try:
-            check_api_key(request.headers, self.api_keys)
-            body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
-            job = parse(self.config, parse_json(body), _request_id(request))
-            if job.image_to_download is not None:
-                job = await self._download_image(job)
-            result = await self._run(job)
-        except RequestError as error:
-            return self._error(error)
+    async def _payload(self, request: Request) -> Any:
+        """The request's JSON, once its API key and size pass."""
+        check_api_key(request.headers, self.api_keys)
+        body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
+        return parse_json(body)
+
+    async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
+        if job.image_to_download is not None:
+            job = await self._download_image(job)
+        result = await self._run(job)
         self.metrics.record(job.options.policy.value, result)
         return reply(job, result)
+
+    async def _passthrough(self, payload: dict[str, Any], model_id: str, *, reason: str | None = None):
+        """The request to the model ``model_id`` unchanged, after the same image checks as the cascade's.
+        ``reason``: why ``mai`` sent it here (in the reply's ``mai`` object and ``x-mai-route-reason``)."""
+        started = time.monotonic()
+        payload = {key: value for key, value in payload.items() if key != "mai"}
+        payload = await checked_images(payload, self.config.limits, self._fetch_image)
+        request = chat_request(payload, model_id)
+        headers = {"x-mai-route": "passthrough"}
+        extra = None
+        if reason is not None:
+            headers["x-mai-route-reason"] = reason
+            extra = {"mai": {"route": "passthrough", "reason": reason, "model": model_id}}
+        reply = await forward(self.model_handles[model_id], request, model_id, headers, extra=extra)
+        self.metrics.record_passthrough("mai" if reason is not None else model_id, time.monotonic() - started)
+        return reply
+
+    async def _fetch_image(self, url: str, param: str) -> str:
+        limits = self.config.limits
+        data = await fetch_image(url, remote_image_policy(self.config), param=param)
+        return check_image_bytes(
+            data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param=param
+        ).data_url
 
     def _error(self, error: RequestError) -> JSONResponse:
         self.metrics.record_error(error.status, error.code)

@@ -5,6 +5,7 @@ Everything here is pure: it raises ``RequestError`` (a 4xx naming the problem) f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -29,6 +30,15 @@ from .protocol import (
     RequestOptions,
 )
 from .remote_images import RemoteImagePolicy, check_remote_url
+from .routing import passthrough_reason, unhonoured_parameters
+
+
+@dataclass(frozen=True)
+class PassthroughJob:
+    """A ``mai`` request MAI does not fit: the large model answers it unchanged."""
+
+    model_id: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -74,16 +84,21 @@ def _options(
     update: dict[str, Any] = {"policy": policy}
     if overrides is not None:
         update |= overrides.model_dump(exclude_none=True)
+        if "confident_large" in overrides.model_fields_set and overrides.confident_large is None:
+            update["confident_large"] = None  # an explicit null turns the server's default off
     if max_tokens is not None:
-        limit = config.limits.max_answer_tokens
-        if not 1 <= max_tokens <= limit:
+        # A cap on the reply, never a signal: every stage whose text can be the reply keeps its own
+        # budget, under the cap; the reasoning, which the client never receives, keeps its budget.
+        if max_tokens < 1:
             raise RequestError(
-                f"{param} must be between 1 and {limit}, got {max_tokens}",
-                param=param,
-                code="invalid_max_tokens",
+                f"{param} must be at least 1, got {max_tokens}", param=param, code="invalid_max_tokens"
             )
-        update["max_tokens"] = config.cascade.max_tokens.model_copy(
-            update={"simple": max_tokens, "stage2": max_tokens, "transfer": max_tokens}
+        budgets = config.cascade.max_tokens
+        update["max_tokens"] = budgets.model_copy(
+            update={
+                kind: min(getattr(budgets, kind), max_tokens)
+                for kind in ("simple", "explain", "stage2", "transfer")
+            }
         )
     try:
         return CascadeOptions.model_validate(config.cascade.model_dump() | update)
@@ -167,15 +182,38 @@ def request_id_of(header: str | None) -> str:
     return header
 
 
-def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None) -> Job:
+def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None) -> Job | PassthroughJob:
     request: ChatRequest = _validate(ChatRequest, payload)
     if request.model not in MODELS:
+        models = (*MODELS, config.small.model_id, config.large.model_id)
         raise RequestError(
-            f"unknown model {request.model!r}; choose one of {', '.join(MODELS)}",
+            f"unknown model {request.model!r}; choose one of {', '.join(models)}",
             param="model",
             code="model_not_found",
             status=404,
         )
+    extra = request.mai or MAIExtra()
+    route = (extra.route or config.mai_route) if request.model == "mai" else "cascade"
+    if route == "passthrough":
+        forced = "the request's mai.route" if extra.route else "the server's mai_route"
+        return PassthroughJob(config.large.model_id, f"{forced} is passthrough")
+    if route == "auto":
+        reason = passthrough_reason(request, payload)
+        if reason is not None:
+            return PassthroughJob(config.large.model_id, reason)
+    unhonoured = unhonoured_parameters(payload)
+    if unhonoured:
+        raise RequestError(
+            f"{unhonoured[0]} is not honoured by the cascade policy {request.model!r}; send the request to "
+            f"a model itself (model {config.large.model_id!r}) or drop it",
+            param=unhonoured[0],
+            code="unsupported_parameter",
+        )
+    system = [
+        m.content
+        for m in request.messages
+        if m.role in ("system", "developer") and isinstance(m.content, str)
+    ]
     users = [message for message in request.messages if message.role == "user"]
     if not users:
         raise RequestError(
@@ -197,7 +235,6 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
             param="messages",
             code="missing_image",
         )
-    extra = request.mai or MAIExtra()
     max_tokens = (
         request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     )
@@ -211,6 +248,7 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
         image_param="messages",
         question_param="messages",
     )
+    question = dataclasses.replace(question, system=tuple(system))
     options = _options(config, MODELS[request.model], extra.options, max_tokens, param)
     include_usage = bool((request.stream_options or {}).get("include_usage"))
     return Job(

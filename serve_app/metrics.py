@@ -120,5 +120,11 @@ class IngressMetrics:
         for name, tags, value in measurements.histograms:
             self._metrics[name].observe(value, tags=tags)
 
+    def record_passthrough(self, model_id: str, latency_s: float) -> None:
+        """A request passed to a model unchanged: counted under its model id and the route ``passthrough``."""
+        tags = {"policy": model_id, "route": "passthrough"}
+        self._metrics["mai_requests"].inc(1, tags=tags)
+        self._metrics["mai_request_latency_s"].observe(latency_s, tags=tags)
+
     def record_error(self, status: int, code: str) -> None:
         self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})

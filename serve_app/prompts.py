@@ -131,8 +131,10 @@ def build_messages(
     *,
     reasoning: str | None = None,
     transfer_form: TransferForm | None = None,
+    system: Sequence[str] = (),
 ) -> list[dict]:
-    """One OpenAI chat message: [image, question (+ options), instruction] as content parts."""
+    """One OpenAI chat message: [image, question (+ options), instruction] as content parts, after the
+    client's ``system`` messages, if any."""
     content: list[dict] = []
     if image_url is not None:
         content.append({"type": "image_url", "image_url": {"url": image_url}})
@@ -143,4 +145,4 @@ def build_messages(
             "text": instruction(prompt_kind, kind, reasoning=reasoning, transfer_form=transfer_form),
         }
     )
-    return [{"role": "user", "content": content}]
+    return [{"role": "system", "content": text} for text in system] + [{"role": "user", "content": content}]

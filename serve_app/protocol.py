@@ -67,10 +67,13 @@ class MAIExtra(BaseModel):
     choices: list[str] | None = Field(None, min_length=2, max_length=26)
     answer_type: AnswerKind | None = None
     options: RequestOptions | None = None
+    # mai only: auto (the cascade when MAI fits the request, else the large model unchanged), or forced.
+    route: Literal["auto", "cascade", "passthrough"] | None = None
 
 
 class ChatRequest(BaseModel):
-    """The OpenAI chat request fields MAI reads; other OpenAI fields are accepted and ignored."""
+    """The OpenAI chat request fields MAI reads. Other fields are the model's (a request for a model id
+    passes to it unchanged); a cascade policy refuses those it does not honour (``routing.HONOURED``)."""
 
     model_config = ConfigDict(extra="allow")
     model: str = Field(

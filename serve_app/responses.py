@@ -79,14 +79,16 @@ def answer_response(job: Job, result: CascadeResult) -> dict[str, Any]:
     }
 
 
-def models_list() -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
-            for name, policy in MODELS.items()
-        ],
-    }
+def models_list(model_ids: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The policies, then the models themselves (requests for those are passed to them unchanged)."""
+    policies = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
+        for name, policy in MODELS.items()
+    ]
+    models = [
+        {"id": model_id, "object": "model", "created": 0, "owned_by": "mai-serve"} for model_id in model_ids
+    ]
+    return {"object": "list", "data": policies + models}
 
 
 # -- HTTP replies --------------------------------------------------------------------------------

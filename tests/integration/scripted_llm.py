@@ -1,12 +1,15 @@
 """A Serve deployment with LLMServer's ``chat`` interface that answers from a script.
 
 The scenario is a keyword in the question text; the reply depends on the deployment's role (small or
-large) and the prompt kind its engine request id names. It records every call, so tests can count model calls.
+large) and the prompt kind its engine request id names. It records every call, so tests can count model
+calls. A request that is not a cascade stage (a passthrough) is answered as an engine would: streamed in
+chunks when it asks for a stream, and "[engine400]" in its text makes the engine refuse it with a 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from ray import serve
@@ -84,6 +87,10 @@ class ScriptedLLMServer:
     async def chat(self, request, raw_request_info=None):
         ChatCompletionResponse, ErrorResponse = self._response_types
         messages = [dict(message) for message in request.messages]
+        if parse_engine_request_id(request.request_id) is None:
+            async for item in self._passthrough(request, messages):
+                yield item
+            return
         engine_call = parse_engine_request_id(request.request_id)
         kind = engine_call.prompt_kind if engine_call is not None else "unknown"
         question = _question_text(messages)
@@ -134,6 +141,71 @@ class ScriptedLLMServer:
                 "total_tokens": prompt_tokens + len(reply.split()),
             },
         )
+
+    async def _passthrough(self, request, messages):
+        ChatCompletionResponse, ErrorResponse = self._response_types
+        texts = " ".join(
+            part.get("text", "") if isinstance(part, dict) else str(part)
+            for message in messages
+            for part in (message["content"] if isinstance(message["content"], list) else [message["content"]])
+        )
+        self._calls.append(
+            {
+                "kind": "passthrough",
+                "roles": [m["role"] for m in messages],
+                "n": request.n,
+                "temperature": request.temperature,
+                "stream": request.stream,
+                "images": sum(
+                    1
+                    for m in messages
+                    if isinstance(m["content"], list)
+                    for part in m["content"]
+                    if isinstance(part, dict) and part.get("type") == "image_url"
+                ),
+                "started": time.time(),
+                "finished": time.time(),
+            }
+        )
+        if "[engine400]" in texts:
+            yield ErrorResponse(
+                error={
+                    "message": "the engine refuses this (scripted)",
+                    "type": "BadRequestError",
+                    "code": 400,
+                }
+            )
+            return
+        words = f"{self.role} answers {len(messages)} messages".split()
+        if not request.stream:
+            yield ChatCompletionResponse(
+                model=request.model,
+                choices=[
+                    {
+                        "index": i,
+                        "message": {"role": "assistant", "content": " ".join(words)},
+                        "finish_reason": "stop",
+                    }
+                    for i in range(request.n or 1)
+                ],
+                usage={
+                    "prompt_tokens": len(texts.split()),
+                    "completion_tokens": len(words),
+                    "total_tokens": len(texts.split()) + len(words),
+                },
+            )
+            return
+        for word in words:
+            chunk = {
+                "id": "chatcmpl-scripted",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": request.model,
+                "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}],
+            }
+            yield f"data: {json.dumps(chunk)}\n\n"
+            await asyncio.sleep(0.01)
+        yield "data: [DONE]\n\n"
 
     async def calls(self) -> list[dict]:
         return list(self._calls)

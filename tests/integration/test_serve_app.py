@@ -22,7 +22,7 @@ CONFIG = {
     "large": {"model_id": "fake-large", "source": "scripted"},
     "cascade": {"timeouts": {"short_s": 5, "reasoning_s": 5, "stage2_s": 5, "transfer_s": 5}},
     "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 8}},
-    "limits": {"max_image_pixels": 1_000_000, "max_answer_tokens": 64},
+    "limits": {"max_image_pixels": 1_000_000},
 }
 
 
@@ -241,6 +241,8 @@ def test_models_and_health(http):
         "mai-transfer",
         "mai-small-explain",
         "mai-large-explain",
+        "fake-small",
+        "fake-large",
     ]
 
 
@@ -277,16 +279,21 @@ BAD_REQUESTS = [
     ("malformed json", b"{'model': 'mai'", 400, "not valid JSON"),
     (
         "no user message",
-        {"model": "mai", "messages": [{"role": "system", "content": "x"}]},
+        {"model": "mai-large", "messages": [{"role": "system", "content": "x"}]},
         400,
         "no user message",
     ),
-    ("no image", {"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]}, 400, "no image"),
+    (
+        "no image",
+        {"model": "mai-large", "messages": [{"role": "user", "content": "Is it red?"}]},
+        400,
+        "no image",
+    ),
     ("no question", chat_body(question=""), 400, "question is empty"),
     (
         "two images",
         {
-            "model": "mai",
+            "model": "mai-large",
             "messages": [
                 {
                     "role": "user",
@@ -313,7 +320,6 @@ BAD_REQUESTS = [
     ("remote url", chat_body(image="http://169.254.169.254/latest"), 400, "remote image URLs are disabled"),
     ("file url", chat_body(image="file:///etc/passwd"), 400, "file: URLs"),
     ("unknown model", chat_body(model="gpt-5"), 404, "unknown model"),
-    ("max_tokens too big", chat_body(max_tokens=100000), 400, "max_tokens must be between 1 and 64"),
     ("max_tokens negative", chat_body(max_tokens=-1), 400, "max_tokens"),
     (
         "unknown selector",
@@ -450,7 +456,6 @@ def secure(server, tmp_path_factory):
             "security": {"api_keys_file": str(keys), "cors_allow_origins": ["https://app.example.com"]},
             "limits": {
                 "max_image_pixels": 1_000_000,
-                "max_answer_tokens": 64,
                 "max_body_bytes": 50_000,
                 "max_image_bytes": 40_000,
                 "allow_remote_images": True,
@@ -592,3 +597,108 @@ def test_what_the_client_sees_when_a_stage_or_the_request_times_out(
         error = response.json()["error"]
         assert error["code"] == "timeout" and "request timeout of 1 s" in error["message"]
         assert response.elapsed.total_seconds() < 2.0
+
+
+# ---------------------------------------------------------------- the models themselves (passthrough)
+
+
+def conversation(*turns, system="Answer in French.", model="fake-large", **extra):
+    messages = [{"role": "system", "content": system}] if system else []
+    for role, content in turns:
+        messages.append({"role": role, "content": content})
+    return {"model": model, "messages": messages, **extra}
+
+
+IMAGE_TURN = [
+    {"type": "image_url", "image_url": {"url": data_url()}},
+    {"type": "text", "text": "What is it?"},
+]
+
+
+def test_models_are_listed_beside_the_policies_and_answer_unchanged(http, calls):
+    ids = [model["id"] for model in http.get("/v1/models").json()["data"]]
+    assert ids[-2:] == ["fake-small", "fake-large"] and "mai" in ids
+    body = conversation(
+        ("user", IMAGE_TURN), ("assistant", "Un cercle."), ("user", "And its colour?"), n=2, temperature=0.7
+    )
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-mai-route"] == "passthrough"
+    reply = response.json()
+    assert reply["model"] == "fake-large" and len(reply["choices"]) == 2 and "mai" not in reply
+    assert reply["choices"][0]["message"]["content"] == "large answers 4 messages"
+    [call] = calls("large")
+    assert call["kind"] == "passthrough" and call["roles"] == ["system", "user", "assistant", "user"]
+    assert (call["n"], call["temperature"], call["images"]) == (2, 0.7, 1) and calls("small") == []
+
+
+def test_a_streamed_passthrough_arrives_in_chunks(http, calls):
+    body = conversation(("user", "Tell me a story."), system=None, model="fake-small", stream=True)
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200 and response.headers["x-mai-route"] == "passthrough"
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) >= 4
+    text = "".join(json.loads(event[6:])["choices"][0]["delta"]["content"] for event in events[:-1])
+    assert text.strip() == "small answers 1 messages" and calls("small")[0]["stream"] is True
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "status", "needle"),
+    [
+        ("engine refuses", conversation(("user", "Please [engine400]")), 400, "the engine refuses this"),
+        ("bad sampling field", conversation(("user", "Hi"), temperature="hot"), 400, "temperature"),
+        (
+            "private image in an earlier turn",
+            conversation(
+                ("user", [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/x"}}]),
+                ("assistant", "ok"),
+                ("user", IMAGE_TURN),
+            ),
+            400,
+            "remote image URLs are disabled",
+        ),
+        (
+            "bad base64 in the second message",
+            conversation(
+                ("user", IMAGE_TURN),
+                ("assistant", "ok"),
+                ("user", [{"type": "image_url", "image_url": {"url": "data:image/png;base64,***"}}]),
+            ),
+            400,
+            "not valid base64",
+        ),
+        (
+            "pixel bomb in the second message",
+            conversation(
+                ("user", "Hi"),
+                ("assistant", "ok"),
+                ("user", [{"type": "image_url", "image_url": {"url": png_bomb()}}]),
+            ),
+            413,
+            "pixels",
+        ),
+    ],
+)
+def test_bad_passthrough_requests_are_4xx(http, calls, name, body, status, needle):
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == status, response.text
+    assert needle in response.json()["error"]["message"]
+    engine_calls = calls("large")
+    assert engine_calls == [] or (name == "engine refuses" and len(engine_calls) == 1)
+
+
+def test_mai_passes_what_it_does_not_fit_to_the_large_model_and_says_why(http, calls):
+    body = {"model": "mai", "messages": [{"role": "user", "content": "Write a poem about shapes."}]}
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200 and response.headers["x-mai-route"] == "passthrough"
+    assert response.headers["x-mai-route-reason"] == "no image"
+    assert response.json()["mai"] == {"route": "passthrough", "reason": "no image", "model": "fake-large"}
+    assert [call["kind"] for call in calls("large")] == ["passthrough"] and calls("small") == []
+    forced = http.post(
+        "/v1/chat/completions", json=chat_body("Is the shape red? [agree]", mai={"route": "passthrough"})
+    )
+    assert (
+        forced.headers["x-mai-route"] == "passthrough" and "mai.route" in forced.headers["x-mai-route-reason"]
+    )
+    cascade = http.post("/v1/chat/completions", json=chat_body("Is the shape red? [agree]", max_tokens=1024))
+    assert cascade.headers["x-mai-route"] == "agree_short"

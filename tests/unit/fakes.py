@@ -55,7 +55,7 @@ class ScriptedVLM:
         reply = self.replies[kind]
         if isinstance(reply, BaseException):
             raise reply
-        prompt_words = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[0]["content"])
+        prompt_words = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[-1]["content"])
         return Completion(
             reply,
             prompt_tokens=prompt_words,
@@ -71,4 +71,4 @@ class ScriptedVLM:
         return [call.prompt_kind for call in self.calls if call.cancelled]
 
     def instruction_of(self, index: int) -> str:
-        return self.calls[index].messages[0]["content"][-1]["text"]
+        return self.calls[index].messages[-1]["content"][-1]["text"]

@@ -6,7 +6,7 @@ import pytest
 
 from serve_app.config import AppConfig
 from serve_app.errors import RequestError
-from serve_app.jobs import job_from_answer, job_from_chat, parse_json
+from serve_app.jobs import PassthroughJob, job_from_answer, job_from_chat, parse_json
 
 from ..images import chat_body, data_url, image_bytes, png_bomb
 
@@ -14,7 +14,7 @@ CONFIG = AppConfig.model_validate(
     {
         "small": {"model_id": "s", "source": "org/s"},
         "large": {"model_id": "l", "source": "org/l"},
-        "limits": {"max_image_bytes": 200_000, "max_image_pixels": 1_000_000, "max_answer_tokens": 64},
+        "limits": {"max_image_bytes": 200_000, "max_image_pixels": 1_000_000},
     }
 )
 
@@ -64,14 +64,14 @@ def test_bare_base64_image_is_accepted_on_the_native_route():
     [
         (chat_body(model="gpt-4"), 404, "model_not_found", "unknown model 'gpt-4'"),
         (
-            {"model": "mai", "messages": [{"role": "system", "content": "hi"}]},
+            {"model": "mai-large", "messages": [{"role": "system", "content": "hi"}]},
             400,
             "missing_user_message",
             "no user message",
         ),
         ({"model": "mai", "messages": []}, 400, "invalid_request", "messages"),
         (
-            {"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]},
+            {"model": "mai-large", "messages": [{"role": "user", "content": "Is it red?"}]},
             400,
             "missing_image",
             "no image",
@@ -101,12 +101,12 @@ def test_bare_base64_image_is_accepted_on_the_native_route():
             "image_too_large",
             "larger than the limit",
         ),
-        (chat_body(max_tokens=0), 400, "invalid_max_tokens", "max_tokens must be between 1 and 64"),
+        (chat_body(max_tokens=0), 400, "invalid_max_tokens", "max_tokens must be at least 1"),
         (
-            chat_body(max_completion_tokens=10_000),
+            chat_body(max_completion_tokens=-3),
             400,
             "invalid_max_tokens",
-            "max_completion_tokens must be between 1 and 64",
+            "max_completion_tokens must be at least 1",
         ),
         (
             chat_body(mai={"options": {"policy": "large"}}),
@@ -127,7 +127,7 @@ def test_bad_chat_requests(payload, status, code, needle):
 
 
 def test_two_images_are_more_than_allowed():
-    body = chat_body()
+    body = chat_body(model="mai-large")
     body["messages"][0]["content"].insert(0, {"type": "image_url", "image_url": {"url": data_url()}})
     error = chat_error(body)
     assert error.code == "too_many_images" and "2 images" in error.message
@@ -215,3 +215,51 @@ def test_confidence_options_reach_the_job():
     job = job_from_chat(CONFIG, chat_body(mai={"options": {"min_confidence": 0.8, "confident_large": 1}}))
     assert (job.options.min_confidence, job.options.confident_large) == (0.8, 1.0)
     assert job_from_chat(CONFIG, chat_body()).options.min_confidence == 0  # the paper's rule by default
+    calibrated = CONFIG.model_copy(
+        update={"cascade": CONFIG.cascade.model_copy(update={"confident_large": 0.9})}
+    )
+    assert job_from_chat(calibrated, chat_body()).options.confident_large == 0.9
+    paper = job_from_chat(
+        calibrated, chat_body(mai={"options": {"min_confidence": 0, "confident_large": None}})
+    )
+    assert (paper.options.min_confidence, paper.options.confident_large) == (0, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]}, "no image"),
+        (chat_body(model="mai") | {"messages": chat_body()["messages"] * 2}, "several turns"),
+        (chat_body("Describe this image in detail."), "open generation"),
+        (chat_body("Is it red? Explain why."), "open generation"),
+        (chat_body(n=2), "n"),
+        (chat_body(temperature=0.7), "temperature"),
+        (chat_body(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        (chat_body(mai={"route": "passthrough"}), "mai.route"),
+    ],
+)
+def test_mai_sends_what_it_does_not_fit_to_the_large_model(body, reason):
+    job = job_from_chat(CONFIG, body)
+    assert isinstance(job, PassthroughJob) and job.model_id == "l" and reason in job.reason
+
+
+def test_mai_runs_the_cascade_where_it_fits_whatever_the_cap():
+    body = chat_body("Is the shape red?", max_tokens=1024, temperature=0, n=1, user="u1")
+    body["messages"].insert(0, {"role": "system", "content": "Answer in French."})
+    job = job_from_chat(CONFIG, body)
+    assert not isinstance(job, PassthroughJob) and job.question.system == ("Answer in French.",)
+    budgets = CONFIG.cascade.max_tokens
+    assert job.options.max_tokens == budgets  # 1024 caps nothing: every stage keeps its budget
+    assert job_from_chat(CONFIG, chat_body(max_tokens=5)).options.max_tokens.simple == 5
+    forced = job_from_chat(CONFIG, chat_body("Describe it.", mai={"route": "cascade"}))
+    assert not isinstance(forced, PassthroughJob)
+
+
+@pytest.mark.parametrize(
+    "extra", [{"n": 2}, {"temperature": 0.5}, {"logprobs": True}, {"response_format": {}}]
+)
+def test_other_cascade_policies_refuse_what_they_cannot_honour(extra):
+    [name] = extra
+    error = chat_error(chat_body(model="mai-large-reason", **extra))
+    assert (error.status, error.param, error.code) == (400, name, "unsupported_parameter")
+    assert "model 'l'" in error.message

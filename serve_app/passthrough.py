@@ -1,0 +1,128 @@
+"""The models themselves, through the ingress: an OpenAI chat request for a configured model id goes to
+that model's LLMServer unchanged (ray.serve.llm's request type and validation, its token stream, usage,
+logprobs, n, tools, response_format, vLLM's extra sampling fields), behind the ingress's API keys, body
+limit, image checks and metrics. An engine's 4xx reaches the client as that 4xx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from .config import Limits
+from .errors import RequestError, describe_validation_error
+from .images import check_image, is_remote
+
+ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> checked data URL
+
+
+async def checked_images(payload: dict[str, Any], limits: Limits, fetch: ImageFetcher) -> dict[str, Any]:
+    """``payload`` with every image URL of every message checked like the cascade's image (the format,
+    byte and pixel limits; remote URLs only from allowed hosts, downloaded and checked): the same 4xx
+    for the same bad image. A checked remote image is sent on as a data URL."""
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return payload
+    count = 0
+    checked_messages = []
+    for m, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            checked_messages.append(message)
+            continue
+        parts = []
+        for p, part in enumerate(content):
+            image = (
+                part.get("image_url") if isinstance(part, dict) and part.get("type") == "image_url" else None
+            )
+            url = image.get("url") if isinstance(image, dict) else image if isinstance(image, str) else None
+            if url is None:
+                parts.append(part)
+                continue
+            count += 1
+            param = f"messages.{m}.content.{p}.image_url"
+            if count > limits.max_passthrough_images:
+                raise RequestError(
+                    f"the request has more than {limits.max_passthrough_images} images",
+                    param="messages",
+                    code="too_many_images",
+                )
+            if is_remote(url.strip()) and limits.allow_remote_images:
+                data_url = await fetch(url.strip(), param)
+            else:
+                data_url = check_image(
+                    url,
+                    max_bytes=limits.max_image_bytes,
+                    max_pixels=limits.max_image_pixels,
+                    allow_remote=limits.allow_remote_images,
+                    param=param,
+                ).data_url
+            parts.append(
+                {**part, "image_url": {**(image if isinstance(image, dict) else {}), "url": data_url}}
+            )
+        checked_messages.append({**message, "content": parts})
+    return {**payload, "messages": checked_messages}
+
+
+def chat_request(payload: dict[str, Any], model_id: str) -> Any:
+    """ray.serve.llm's ``ChatCompletionRequest`` for ``model_id``; a field it refuses is a 400 naming it."""
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+    try:
+        return ChatCompletionRequest.model_validate({**payload, "model": model_id})
+    except ValidationError as exc:
+        message, param = describe_validation_error(exc)
+        raise RequestError(message, param=param, code="invalid_request") from None
+
+
+def _engine_error(error: Any, model_id: str) -> RequestError:
+    """An ErrorResponse of the engine: its 4xx as that 4xx, anything else as the model being unavailable."""
+    detail = getattr(error, "error", error)
+    code = int(getattr(detail, "code", 500) or 500)
+    message = getattr(detail, "message", None) or str(detail)
+    if 400 <= code < 500:
+        return RequestError(
+            f"{model_id}: {message}",
+            code=str(getattr(detail, "type", None) or "invalid_request"),
+            status=code,
+        )
+    return RequestError(
+        f"{model_id} failed: {message}; retry later",
+        code="model_unavailable",
+        status=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+async def forward(
+    handle: Any, request: Any, model_id: str, headers: dict[str, str], *, extra: dict[str, Any] | None = None
+) -> JSONResponse | StreamingResponse:
+    """Send ``request`` to the LLMServer behind ``handle``; a JSON reply (with ``extra`` added), or the
+    engine's token stream as server-sent events. Raises ``RequestError`` for an engine error that arrives
+    before any token."""
+    from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper, _peek_at_generator
+    from ray.serve.llm.openai_api_models import ErrorResponse
+
+    try:
+        first, stream = await _peek_at_generator(handle.options(stream=True).chat.remote(request))
+    except Exception as exc:  # the replica died or refused the call: the model is unavailable
+        raise RequestError(
+            f"{model_id} is unavailable ({type(exc).__name__}); retry later",
+            code="model_unavailable",
+            status=503,
+            headers={"Retry-After": "5"},
+        ) from None
+    head = first[0] if isinstance(first, list) else first
+    if isinstance(head, ErrorResponse):
+        raise _engine_error(head, model_id)
+    if not request.stream:
+        return JSONResponse(head.model_dump(mode="json", exclude_none=True) | (extra or {}), headers=headers)
+
+    async def events() -> AsyncIterator[str]:
+        async for packet in _openai_json_wrapper(stream):
+            yield packet
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
