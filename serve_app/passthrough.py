@@ -106,8 +106,9 @@ async def forward(
     from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper, _peek_at_generator
     from ray.serve.llm.openai_api_models import ErrorResponse
 
+    response = handle.options(stream=True).chat.remote(request)
     try:
-        first, stream = await _peek_at_generator(handle.options(stream=True).chat.remote(request))
+        first, stream = await _peek_at_generator(response)
     except Exception as exc:  # the replica died or refused the call: the model is unavailable
         raise RequestError(
             f"{model_id} is unavailable ({type(exc).__name__}); retry later",
@@ -122,7 +123,10 @@ async def forward(
         return JSONResponse(head.model_dump(mode="json", exclude_none=True) | (extra or {}), headers=headers)
 
     async def events() -> AsyncIterator[str]:
-        async for packet in _openai_json_wrapper(stream):
-            yield packet
+        try:
+            async for packet in _openai_json_wrapper(stream):
+                yield packet
+        finally:  # a client that leaves mid-stream: abort the engine's request, not just our iteration
+            response.cancel()
 
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
