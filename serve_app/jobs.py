@@ -209,15 +209,19 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
             param=unhonoured[0],
             code="unsupported_parameter",
         )
-    system = [
-        m.content
-        for m in request.messages
-        if m.role in ("system", "developer") and isinstance(m.content, str)
-    ]
+    system = [_text_of(m.content) for m in request.messages if m.role in ("system", "developer")]
     users = [message for message in request.messages if message.role == "user"]
     if not users:
         raise RequestError(
             "the messages contain no user message", param="messages", code="missing_user_message"
+        )
+    turns = [message.role for message in request.messages if message.role not in ("system", "developer")]
+    if len(turns) > 1:
+        raise RequestError(
+            f"the cascade policy {request.model!r} answers one user turn, not a conversation of "
+            f"{len(turns)} turns; send it to a model itself (model {config.large.model_id!r})",
+            param="messages",
+            code="unsupported_conversation",
         )
     content = users[-1].content
     parts = [ContentPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
@@ -259,6 +263,12 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
         include_usage_in_stream=include_usage,
         request_id=request_id_of(request_id),
     )
+
+
+def _text_of(content: str | list[ContentPart] | None) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.text for part in content or [] if part.type == "text" and part.text)
 
 
 def job_from_answer(config: AppConfig, payload: Any, request_id: str | None = None) -> Job:

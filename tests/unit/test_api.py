@@ -263,3 +263,19 @@ def test_other_cascade_policies_refuse_what_they_cannot_honour(extra):
     error = chat_error(chat_body(model="mai-large-reason", **extra))
     assert (error.status, error.param, error.code) == (400, name, "unsupported_parameter")
     assert "model 'l'" in error.message
+
+
+def test_cascade_policies_refuse_a_conversation_and_read_every_system_message():
+    conversation = chat_body(model="mai-large")
+    conversation["messages"] += [
+        {"role": "assistant", "content": "yes"},
+        {"role": "user", "content": "Sure?"},
+    ]
+    error = chat_error(conversation)
+    assert (error.status, error.code, error.param) == (400, "unsupported_conversation", "messages")
+    body = chat_body(model="mai-large")
+    body["messages"][:0] = [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "developer", "content": "Answer in French."},
+    ]
+    assert job_from_chat(CONFIG, body).question.system == ("Be brief.", "Answer in French.")
