@@ -173,6 +173,7 @@ class MAIIngress:
         return reply
 
     async def _fetch_image(self, url: str, param: str) -> str:
+        """An allowed remote image, downloaded and checked like an inline one, as a data URL."""
         limits = self.config.limits
         data = await fetch_image(url, remote_image_policy(self.config), param=param)
         return check_image_bytes(
@@ -185,12 +186,8 @@ class MAIIngress:
 
     async def _download_image(self, job: Job) -> Job:
         """Fetch the allowed remote image, then check its bytes like an inline one."""
-        limits = self.config.limits
-        data = await fetch_image(job.image_to_download, remote_image_policy(self.config), param="image")
-        image = check_image_bytes(
-            data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param="image"
-        )
-        return dataclasses.replace(job, question=dataclasses.replace(job.question, image_url=image.data_url))
+        data_url = await self._fetch_image(job.image_to_download, "image")
+        return dataclasses.replace(job, question=dataclasses.replace(job.question, image_url=data_url))
 
     async def _run(self, job: Job) -> CascadeResult:
         timeout_s = self.config.request_timeout_s
