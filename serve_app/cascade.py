@@ -12,8 +12,9 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
    (``transfer``): prefill instead of decode.
 
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
-async ``complete(messages, *, max_tokens, call) -> Completion`` (``contracts.VLMClient``). The options
-are in ``options.py``, the trace records in ``trace.py``.
+async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
+every stage decodes as ``options.decoding`` says. The options are in ``options.py``, the trace records
+in ``trace.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 from .answers import agree, extract_answer
 from .confidence import answer_confidence
-from .contracts import EngineCall, Question, Selection, TransferSelector, VLMClient
+from .contracts import EngineCall, Question, Selection, TokenLogprob, TransferSelector, VLMClient
 from .options import CascadeOptions, Policy
 from .prompts import PromptKind, build_messages
 from .trace import LARGE, SMALL, AgreementCheck, CascadeResult, Route, StageRecord, Trace, TransferRecord
@@ -83,6 +84,8 @@ class _Run:
         self.kind: str = question.kind or "text"
         self.trace = Trace(policy=options.policy.value, kind=self.kind)
         self._tasks: list[asyncio.Task] = []
+        # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
+        self._token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
 
     async def execute(self) -> CascadeResult:
         started = time.monotonic()
@@ -258,7 +261,10 @@ class _Run:
         try:
             completion = await asyncio.wait_for(
                 self.cascade.clients[model].complete(
-                    messages, max_tokens=max_tokens, call=EngineCall(self.request_id, name, prompt_kind)
+                    messages,
+                    max_tokens=max_tokens,
+                    call=EngineCall(self.request_id, name, prompt_kind),
+                    decoding=self.options.decoding,
                 ),
                 timeout_s,
             )
@@ -278,6 +284,7 @@ class _Run:
                 completion.completion_tokens,
             )
             stage.latency_s = completion.latency_s
+            self._token_logprobs[name] = completion.token_logprobs
             stage.answer = extract_answer(completion.text)
             if stage.answer is not None:
                 stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
@@ -330,7 +337,8 @@ class _Run:
         self.trace.route = route.value
         self.trace.answer_parsed = stage.answer is not None
         answer = stage.answer if stage.answer is not None else stage.output.strip()
-        return CascadeResult(answer=answer, route=route.value, trace=self.trace)
+        logprobs = self._token_logprobs.get(stage.name) if self.options.decoding.logprobs else None
+        return CascadeResult(answer=answer, route=route.value, trace=self.trace, logprobs=logprobs)
 
     # -- in-flight calls --------------------------------------------------------------------
 

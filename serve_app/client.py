@@ -10,6 +10,7 @@ from typing import Any
 from deployments.engine_ids import EngineRequestId
 
 from .contracts import Completion, EngineCall, TokenLogprob
+from .options import GREEDY, Decoding
 
 _call_numbers = itertools.count()
 
@@ -25,31 +26,32 @@ class EngineError(RuntimeError):
 
 
 class LLMServerClient:
-    """Sends OpenAI ChatCompletionRequests (greedy decoding) to one LLMServer deployment, asking for
-    the generated tokens' logprobs (the answers' confidences) unless ``logprobs`` is off.
+    """Sends OpenAI ChatCompletionRequests to one LLMServer deployment, decoded as each call's
+    ``Decoding`` says (greedy by default), asking for the generated tokens' logprobs (the answers'
+    confidences) unless ``logprobs`` is off and the call does not ask for them.
 
     Cancelling ``complete`` cancels the handle's response, which aborts the request in vLLM:
     cancelling only the task that iterates a streaming handle does not reach the engine."""
 
-    def __init__(
-        self, handle: Any, model_id: str, *, logprobs: bool = True, sampling: dict[str, Any] | None = None
-    ):
+    def __init__(self, handle: Any, model_id: str, *, logprobs: bool = True):
         # Imports vLLM's protocol: pay for it when the replica starts, not inside a stage's timeout.
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
         self._request_type = ChatCompletionRequest
         self._handle = handle.options(stream=True)
         self.model_id = model_id
-        self._sampling = {"temperature": 0.0, "logprobs": logprobs, **(sampling or {})}
+        self._logprobs = logprobs
 
-    async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion:
+    async def complete(
+        self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
+    ) -> Completion:
         request = self._request_type(
             model=self.model_id,
             messages=messages,
             max_tokens=max_tokens,
             stream=False,
             request_id=engine_request_id(call),
-            **self._sampling,
+            **self._sampling(decoding),
         )
         started = time.monotonic()
         response = self._handle.chat.remote(request)
@@ -61,6 +63,18 @@ class LLMServerClient:
         except StopAsyncIteration:
             raise EngineError(f"{self.model_id} returned no response") from None
         return _completion_of(item, self.model_id, time.monotonic() - started)
+
+    def _sampling(self, decoding: Decoding) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "temperature": decoding.temperature,
+            "top_p": decoding.top_p,
+            "logprobs": self._logprobs or decoding.logprobs,
+        }
+        if decoding.seed is not None:
+            fields["seed"] = decoding.seed
+        if decoding.top_logprobs:
+            fields["top_logprobs"] = decoding.top_logprobs
+        return fields
 
 
 def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
@@ -89,4 +103,14 @@ def _token_logprobs(choice: Any) -> tuple[TokenLogprob, ...] | None:
     content = getattr(getattr(choice, "logprobs", None), "content", None)
     if not content:
         return None
-    return tuple(TokenLogprob(str(item.token), float(item.logprob)) for item in content)
+    return tuple(
+        TokenLogprob(
+            str(item.token),
+            float(item.logprob),
+            tuple(
+                TokenLogprob(str(top.token), float(top.logprob))
+                for top in getattr(item, "top_logprobs", None) or ()
+            ),
+        )
+        for item in content
+    )

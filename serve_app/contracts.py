@@ -1,7 +1,8 @@
 """What crosses the cascade's boundary, as typed objects: the question, the identity of a model call,
 the client a model is reached through and what it returns, and what a transfer selector keeps.
 
-No Ray, vLLM or FastAPI here: a client is anything with ``complete(messages, *, max_tokens, call)``.
+No Ray, vLLM or FastAPI here: a client is anything with ``complete(messages, *, max_tokens, call,
+decoding)``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .answers import KINDS, infer_kind
+from .options import GREEDY, Decoding
 from .prompts import PromptKind
 
 
@@ -42,10 +44,12 @@ class EngineCall:
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """One generated token as the engine returned it, with its log-probability."""
+    """One generated token as the engine returned it, with its log-probability and, when asked for,
+    the most likely tokens at its position."""
 
     token: str
     logprob: float
+    top: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,9 @@ class Completion:
 
 
 class VLMClient(Protocol):
-    async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion: ...
+    async def complete(
+        self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
+    ) -> Completion: ...
 
 
 @dataclass(frozen=True)

@@ -79,9 +79,20 @@ def _validate(model: type[BaseModel], payload: Any) -> Any:
 
 
 def _options(
-    config: AppConfig, policy: Policy, overrides: RequestOptions | None, max_tokens: int | None, param: str
+    config: AppConfig,
+    policy: Policy,
+    overrides: RequestOptions | None,
+    max_tokens: int | None,
+    param: str,
+    decoding: dict[str, Any] | None = None,
 ) -> CascadeOptions:
     update: dict[str, Any] = {"policy": policy}
+    if decoding:
+        if decoding.get("top_logprobs") and not decoding.get("logprobs"):
+            raise RequestError(
+                "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_request"
+            )
+        update["decoding"] = config.cascade.decoding.model_dump() | decoding
     if overrides is not None:
         update |= overrides.model_dump(exclude_none=True)
         if "confident_large" in overrides.model_fields_set and overrides.confident_large is None:
@@ -253,7 +264,7 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
         question_param="messages",
     )
     question = dataclasses.replace(question, system=tuple(system))
-    options = _options(config, MODELS[request.model], extra.options, max_tokens, param)
+    options = _options(config, MODELS[request.model], extra.options, max_tokens, param, request.decoding())
     include_usage = bool((request.stream_options or {}).get("include_usage"))
     return Job(
         question,

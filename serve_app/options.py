@@ -45,6 +45,21 @@ class StageTimeouts(BaseModel):
     transfer_s: float | None = Field(None, gt=0)
 
 
+class Decoding(BaseModel):
+    """How every stage decodes: the client's sampling parameters (greedy by default), and whether the
+    reply carries the logprobs of the completion its answer was read from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    temperature: float = Field(0.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=20)
+
+
+GREEDY = Decoding()
+
+
 class CascadeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -60,6 +75,7 @@ class CascadeOptions(BaseModel):
     transfer_selector: str = "full"
     on_large_failure: Literal["error", "small"] = "error"
     max_tokens: TokenBudgets = TokenBudgets()
+    decoding: Decoding = GREEDY
     timeouts: StageTimeouts = StageTimeouts()
     anls_threshold: float = Field(0.5, gt=0, le=1)
     rel_tol: float = Field(0.05, ge=0, le=1)

@@ -84,7 +84,18 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    n: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    seed: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     mai: MAIExtra | None = None
+
+    def decoding(self) -> dict[str, Any]:
+        """The sampling and logprobs fields the request sets (a cascade policy's ``Decoding``)."""
+        names = ("temperature", "top_p", "seed", "logprobs", "top_logprobs")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 class AnswerRequest(BaseModel):

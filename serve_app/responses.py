@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from .contracts import TokenLogprob
 from .errors import RequestError
 from .jobs import Job
 from .protocol import MODELS
@@ -32,6 +33,24 @@ def mai_object(job: Job, result: CascadeResult) -> dict[str, Any]:
     }
 
 
+def _token(token: TokenLogprob) -> dict[str, Any]:
+    return {"token": token.token, "logprob": token.logprob, "bytes": list(token.token.encode())}
+
+
+def choice_logprobs(job: Job, result: CascadeResult) -> dict[str, Any] | None:
+    """OpenAI's ``logprobs`` of the choice, when the request asked for them: the tokens of the
+    completion the answer was read from (``CascadeResult.logprobs``)."""
+    if not job.options.decoding.logprobs:
+        return None
+    top = job.options.decoding.top_logprobs
+    return {
+        "content": [
+            _token(token) | {"top_logprobs": [_token(other) for other in token.top[:top]]}
+            for token in result.logprobs or ()
+        ]
+    }
+
+
 def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{job.request_id}",
@@ -39,7 +58,12 @@ def chat_completion(job: Job, result: CascadeResult) -> dict[str, Any]:
         "created": int(time.time()),
         "model": job.model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.answer},
+                "logprobs": choice_logprobs(job, result),
+                "finish_reason": "stop",
+            }
         ],
         "usage": usage_of(result),
         "mai": mai_object(job, result),
@@ -57,7 +81,17 @@ def chat_completion_chunks(job: Job, result: CascadeResult) -> list[dict[str, An
     chunks = [
         base
         | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {"content": result.answer}, "finish_reason": None}]},
+        base
+        | {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": result.answer},
+                    "logprobs": choice_logprobs(job, result),
+                    "finish_reason": None,
+                }
+            ]
+        },
         base
         | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "mai": mai_object(job, result)},
     ]

@@ -6,8 +6,7 @@ MAI fits a request that is
 - whose question wants a short answer: its text does not open with, or ask for, open generation
   (describe, explain, write, list, summarize, tell, generate, compose, create, caption, translate,
   compare, why ...),
-- and carries only parameters the cascade honours (``HONOURED``; ``n`` 1, ``temperature`` 0,
-  ``top_p`` 1).
+- and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1).
 ``max_tokens`` is a cap on every stage's budget, never a signal. A server setting (``mai_route``) and a
 request's ``mai.route`` force either way. Pure functions.
 """
@@ -34,10 +33,13 @@ HONOURED = frozenset(
         "n",
         "temperature",
         "top_p",
+        "seed",
+        "logprobs",
+        "top_logprobs",
     }
 )
-# Honoured only at these values (the cascade decodes greedily, one choice).
-HONOURED_VALUES: Mapping[str, Any] = {"n": 1, "temperature": 0, "top_p": 1}
+# Honoured only at these values (the cascade answers with one choice).
+HONOURED_VALUES: Mapping[str, Any] = {"n": 1}
 _OPEN_GENERATION = re.compile(
     r"^\s*(?:please\s+|can you\s+|could you\s+)?(?:describe|explain|write|list|summari[sz]e|tell\b|generate"
     r"|compose|create|caption|translate|compare|elaborate|discuss|narrate|draft|why\b|what\s+happens)",

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .contracts import TokenLogprob
+
 SMALL, LARGE = "small", "large"
 
 
@@ -98,3 +100,6 @@ class CascadeResult:
     answer: str
     route: str
     trace: Trace
+    # When the request asked for logprobs: the generated tokens of the completion the answer was read
+    # from (the whole completion, e.g. a reasoning with its [[answer]]), with their logprobs.
+    logprobs: tuple[TokenLogprob, ...] | None = None

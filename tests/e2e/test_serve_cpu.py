@@ -337,6 +337,38 @@ def test_the_models_themselves_through_the_ingress(server):
     )
 
 
+def test_the_cascade_samples_as_asked_and_returns_the_answers_logprobs(server):
+    """On vLLM-CPU: temperature, top_p and seed reach the stages (a seeded request repeats itself);
+    logprobs and top_logprobs come back for the completion the answer was read from."""
+    client = OpenAI(base_url=f"{BASE}/v1", api_key="unused")
+    image_turn = [
+        {"type": "image_url", "image_url": {"url": data_url()}},
+        {"type": "text", "text": "Is the shape red?"},
+    ]
+
+    def ask():
+        return client.chat.completions.with_raw_response.create(
+            model="mai",
+            messages=[{"role": "user", "content": image_turn}],
+            temperature=1.0,
+            top_p=0.95,
+            seed=7,
+            logprobs=True,
+            top_logprobs=2,
+        )
+
+    raw = ask()
+    assert raw.headers["x-mai-route"] != "passthrough"
+    reply = raw.parse()
+    choice = reply.choices[0]
+    tokens = choice.logprobs.content
+    assert tokens and all(len(token.top_logprobs) <= 2 and token.logprob <= 0 for token in tokens)
+    assert choice.message.content.lower() in "".join(token.token for token in tokens).lower()
+    again = ask().parse()
+    assert again.choices[0].message.content == choice.message.content
+    assert [t.token for t in again.choices[0].logprobs.content] == [t.token for t in tokens]
+
+
 def test_shuts_down_cleanly_on_sigint(server):
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=90) == 0

@@ -102,6 +102,7 @@ class ScriptedLLMServer:
             "finished": None,
             "request_id": request.request_id,
             "max_tokens": request.max_tokens,
+            "decoding": (request.temperature, request.top_p, request.seed, request.top_logprobs),
             "has_image": any(
                 isinstance(part, dict) and part.get("type") == "image_url" for part in messages[-1]["content"]
             ),
@@ -130,10 +131,32 @@ class ScriptedLLMServer:
             )
             return
         prompt_tokens = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[-1]["content"])
+        # Logprobs when asked: one token per character, each with probability 1/2, the runner-up "?".
+        logprobs = (
+            {
+                "content": [
+                    {
+                        "token": char,
+                        "logprob": -0.693,
+                        "top_logprobs": [{"token": char, "logprob": -0.693}, {"token": "?", "logprob": -1.5}][
+                            : request.top_logprobs or 0
+                        ],
+                    }
+                    for char in reply
+                ]
+            }
+            if request.logprobs
+            else None
+        )
         yield ChatCompletionResponse(
             model=request.model,
             choices=[
-                {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply},
+                    "logprobs": logprobs,
+                    "finish_reason": "stop",
+                }
             ],
             usage={
                 "prompt_tokens": prompt_tokens,

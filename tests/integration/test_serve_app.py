@@ -599,6 +599,31 @@ def test_what_the_client_sees_when_a_stage_or_the_request_times_out(
         assert response.elapsed.total_seconds() < 2.0
 
 
+def test_sampling_reaches_every_stage_and_logprobs_come_from_the_answers_completion(http, calls):
+    body = chat_body(
+        "[transfer] Is it red?", temperature=0.7, top_p=0.9, seed=5, logprobs=True, top_logprobs=1
+    )
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    reply = response.json()
+    stages = calls("small") + calls("large")
+    assert len(stages) == 4 and all(call["decoding"] == (0.7, 0.9, 5, 1) for call in stages)
+    assert reply["mai"]["route"] == "transfer"
+    final = next(stage for stage in reply["mai"]["trace"]["stages"] if stage["name"] == "transfer_large")
+    tokens = reply["choices"][0]["logprobs"]["content"]
+    assert "".join(token["token"] for token in tokens) == final["output"]
+    assert all(len(token["top_logprobs"]) == 1 and token["bytes"] for token in tokens)
+    streamed = http.post("/v1/chat/completions", json=body | {"stream": True})
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert [
+        c["choices"][0].get("logprobs")
+        for c in chunks
+        if c["choices"] and c["choices"][0]["delta"].get("content")
+    ] == [{"content": tokens}]
+    plain = post_chat(http, "Is it red?").json()
+    assert plain["choices"][0]["logprobs"] is None
+
+
 # ---------------------------------------------------------------- the models themselves (passthrough)
 
 

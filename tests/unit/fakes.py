@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from serve_app.answers import answer_span
 from serve_app.contracts import Completion, EngineCall, TokenLogprob
+from serve_app.options import GREEDY, Decoding
 from serve_app.prompts import PromptKind
 
 
@@ -20,6 +21,7 @@ class Call:
     finished_at: float | None = None
     cancelled: bool = False
     engine_call: EngineCall | None = None
+    decoding: Decoding = GREEDY
 
 
 def logprobs_for(text: str, confidence: float) -> tuple[TokenLogprob, ...]:
@@ -40,10 +42,12 @@ class ScriptedVLM:
     confidences: dict[PromptKind, float] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
 
-    async def complete(self, messages: list[dict], *, max_tokens: int, call: EngineCall) -> Completion:
+    async def complete(
+        self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
+    ) -> Completion:
         loop = asyncio.get_running_loop()
         kind = call.prompt_kind
-        call = Call(kind, messages, max_tokens, started_at=loop.time(), engine_call=call)
+        call = Call(kind, messages, max_tokens, started_at=loop.time(), engine_call=call, decoding=decoding)
         self.calls.append(call)
         delay = self.delays.get(kind, 0.0)
         try:

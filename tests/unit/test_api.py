@@ -233,7 +233,7 @@ def test_confidence_options_reach_the_job():
         (chat_body("Describe this image in detail."), "open generation"),
         (chat_body("Is it red? Explain why."), "open generation"),
         (chat_body(n=2), "n"),
-        (chat_body(temperature=0.7), "temperature"),
+        (chat_body(stop=["."]), "stop"),
         (chat_body(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
         (chat_body(mai={"route": "passthrough"}), "mai.route"),
     ],
@@ -255,8 +255,35 @@ def test_mai_runs_the_cascade_where_it_fits_whatever_the_cap():
     assert not isinstance(forced, PassthroughJob)
 
 
+def test_sampling_and_logprobs_become_every_stages_decoding():
+    body = chat_body(temperature=0.7, top_p=0.9, seed=3, logprobs=True, top_logprobs=2)
+    job = job_from_chat(CONFIG, body)
+    assert not isinstance(job, PassthroughJob)
+    decoding = job.options.decoding
+    assert (decoding.temperature, decoding.top_p, decoding.seed) == (0.7, 0.9, 3)
+    assert (decoding.logprobs, decoding.top_logprobs) == (True, 2)
+    greedy = job_from_chat(CONFIG, chat_body(model="mai-large-reason")).options.decoding
+    assert (greedy.temperature, greedy.top_p, greedy.seed, greedy.logprobs) == (0, 1, None, False)
+
+
 @pytest.mark.parametrize(
-    "extra", [{"n": 2}, {"temperature": 0.5}, {"logprobs": True}, {"response_format": {}}]
+    ("extra", "param"),
+    [
+        ({"temperature": 2.5}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"n": 0}, "n"),
+    ],
+)
+def test_bad_sampling_values_are_refused_by_name(extra, param):
+    error = chat_error(chat_body(model="mai-transfer", **extra))
+    assert (error.status, error.param) == (400, param)
+
+
+@pytest.mark.parametrize(
+    "extra", [{"n": 2}, {"stop": ["."]}, {"presence_penalty": 0.5}, {"response_format": {}}]
 )
 def test_other_cascade_policies_refuse_what_they_cannot_honour(extra):
     [name] = extra

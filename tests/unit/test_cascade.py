@@ -5,7 +5,7 @@ import pytest
 
 from serve_app.cascade import Cascade, ModelUnavailableError
 from serve_app.contracts import Question
-from serve_app.options import CascadeOptions, Policy, StageTimeouts, TokenBudgets
+from serve_app.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
 from serve_app.prompts import PromptKind
 
 from .fakes import ScriptedVLM
@@ -295,6 +295,29 @@ async def test_token_budgets_are_passed_per_prompt_kind():
     await run(small, large, question=CHOICE, max_tokens=budgets)
     assert [c.max_tokens for c in small.calls] == [7, 99]
     assert [c.max_tokens for c in large.calls] == [7, 5]
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+async def test_every_stage_decodes_as_the_request_says(policy):
+    small, large = models(
+        {S: "[[A]]", E: "x [[A]]", R: "x [[D]]", S2: "D"},
+        {S: "[[B]]", E: "y [[B]]", R: "y [[B]]", S2: "B", T: "[[C]]"},
+    )
+    decoding = Decoding(temperature=0.7, top_p=0.9, seed=3)
+    await run(small, large, question=CHOICE, policy=policy, decoding=decoding)
+    calls = small.calls + large.calls
+    assert calls and all(call.decoding == decoding for call in calls)
+
+
+async def test_the_reply_logprobs_are_those_of_the_completion_the_answer_came_from():
+    small, large = models({S: "[[A]]", R: "x [[D]]"}, {S: "[[B]]", T: "[[C]]"})
+    small.confidences = large.confidences = {S: 0.5, R: 0.6, T: 0.8}
+    result = await run(small, large, question=CHOICE, decoding=Decoding(logprobs=True))
+    assert result.route == "transfer"
+    assert "".join(token.token for token in result.logprobs) == "[[C]]"
+    assert math.isclose(sum(token.logprob for token in result.logprobs), math.log(0.8))
+    reasoned = await run(*models({S: "[[A]]", R: "x [[D]]"}, {S: "[[B]]"}), question=CHOICE)
+    assert reasoned.logprobs is None  # not asked for
 
 
 async def test_unparsed_final_answer_is_the_stripped_text_and_flagged():

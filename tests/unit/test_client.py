@@ -45,3 +45,59 @@ def test_confidence_rules_need_logprobs():
     with pytest.raises(ValueError, match="answer_logprobs"):
         AppConfig.model_validate(base | {"answer_logprobs": False, "cascade": {"confident_large": 0.9}})
     assert AppConfig.model_validate(base | {"answer_logprobs": False}).cascade.min_confidence == 0
+
+
+class RecordingHandle:
+    """A DeploymentHandle stand-in that records the requests it gets and answers each with one item."""
+
+    def __init__(self, item):
+        self.item, self.requests = item, []
+        self.chat = Obj(remote=self._remote)
+
+    def options(self, **_):
+        return self
+
+    def _remote(self, request):
+        self.requests.append(request)
+
+        async def one():
+            yield self.item
+
+        return one()
+
+
+async def test_each_call_decodes_as_its_decoding_says():
+    from serve_app.client import LLMServerClient
+    from serve_app.contracts import EngineCall
+    from serve_app.options import Decoding
+    from serve_app.prompts import PromptKind
+
+    tokens = [
+        Obj(
+            token="Yes",
+            logprob=-0.1,
+            top_logprobs=[Obj(token="Yes", logprob=-0.1), Obj(token="No", logprob=-2.4)],
+        )
+    ]
+    handle = RecordingHandle(response("Yes", tokens))
+    client = LLMServerClient(handle, "m", logprobs=False)
+    call = EngineCall("r1", "short_small", PromptKind.SIMPLE)
+    await client.complete([{"role": "user", "content": "Hi"}], max_tokens=4, call=call)
+    greedy = handle.requests[-1]
+    assert (greedy.temperature, greedy.top_p, greedy.seed, greedy.logprobs) == (0, 1, None, False)
+    decoding = Decoding(temperature=0.7, top_p=0.9, seed=3, logprobs=True, top_logprobs=2)
+    completion = await client.complete(
+        [{"role": "user", "content": "Hi"}], max_tokens=4, call=call, decoding=decoding
+    )
+    sent = handle.requests[-1]
+    assert (sent.temperature, sent.top_p, sent.seed, sent.logprobs, sent.top_logprobs) == (
+        0.7,
+        0.9,
+        3,
+        True,
+        2,
+    )
+    assert [(top.token, top.logprob) for top in completion.token_logprobs[0].top] == [
+        ("Yes", -0.1),
+        ("No", -2.4),
+    ]
