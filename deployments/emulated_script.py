@@ -14,14 +14,16 @@ from .engine_ids import parse_engine_request_id
 from .settings import EmulationSettings
 
 PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
+PASSTHROUGH = "passthrough"  # a request sent to the model itself: an open answer, Explain-long
 
 
 def parse_call_id(request_id: str | None) -> tuple[str, str]:
-    """(request key, prompt kind) of a call; calls without a MAI engine request id count as Simple prompts."""
+    """(request key, prompt kind) of a call; a call without a MAI engine request id is a passthrough
+    (a request for the model itself)."""
     call = parse_engine_request_id(request_id)
     if call is not None and call.prompt_kind in PROMPT_KINDS:
         return call.request_id, call.prompt_kind
-    return request_id or uuid.uuid4().hex, "simple"
+    return request_id or uuid.uuid4().hex, PASSTHROUGH
 
 
 def _unit(*parts: object) -> float:
@@ -56,7 +58,7 @@ def completion_tokens(
 ) -> int:
     """Drawn from a log-normal around Table 5's mean (coefficient of variation ``token_spread``)."""
     simple, explain, reasoning = paper_profile.COMPLETION_TOKENS[settings.dataset][settings.profile]
-    mean = {"explain": explain, "reasoning": reasoning}.get(prompt_kind, simple)
+    mean = {"explain": explain, PASSTHROUGH: explain, "reasoning": reasoning}.get(prompt_kind, simple)
     sigma = math.sqrt(math.log1p(settings.token_spread**2))
     rng = random.Random(f"{settings.seed}|{request}|{prompt_kind}|{settings.profile}")
     draw = rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma) if sigma > 0 else mean
@@ -114,6 +116,11 @@ def reply_logprobs(pieces: tuple[str, str, str], confidence: float) -> list[dict
         for text, logprob in tokens
         if text
     ]
+
+
+def open_answer_words(tokens: int) -> list[str]:
+    """The text of a passthrough reply of ``tokens`` tokens, one word a token."""
+    return ["word" if i % 8 else "Sentence" for i in range(tokens)]
 
 
 def per_token_s(settings: EmulationSettings, batch: int) -> float:

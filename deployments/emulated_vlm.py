@@ -2,7 +2,10 @@
 
 For load tests, autoscaling tests and capacity planning without GPUs; never a default for real serving
 (a replica logs a warning when it starts). Same interface as LLMServer: ``chat(ChatCompletionRequest)``
-yields one ``ChatCompletionResponse`` with usage.
+yields one ``ChatCompletionResponse`` with usage, or for ``stream: true`` the reply's chunks as
+server-sent events while it "decodes". A call without a MAI engine request id is a passthrough (a
+request for the model itself): an open answer as long as Table 5's Explain answers, under ``max_tokens``,
+with ``n`` choices.
 
 Latency of one call = TTFT(model, context tokens) from Table 3, then the completion tokens at Table 4's
 decode speed, slowed by the batch: per-token time x (1 + batch_slowdown x (running sequences - 1)). At
@@ -17,6 +20,7 @@ costs memory (about 1 GB RSS measured here, mostly vLLM's request types it must 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -26,9 +30,11 @@ from ray import serve
 
 from . import paper_profile
 from .emulated_script import (
+    PASSTHROUGH,
     PROMPT_KINDS,
     completion_tokens,
     estimate_prompt_tokens,
+    open_answer_words,
     parse_call_id,
     per_token_s,
     reply_logprobs,
@@ -66,7 +72,7 @@ class EmulatedVLM:
 
     def reset_stats_now(self) -> None:
         self._stats = {
-            "calls": {kind: 0 for kind in PROMPT_KINDS},
+            "calls": {kind: 0 for kind in (*PROMPT_KINDS, PASSTHROUGH)},
             "completed": 0,
             "cancelled": 0,
             "completion_tokens": 0,
@@ -81,8 +87,85 @@ class EmulatedVLM:
         prompt_tokens = estimate_prompt_tokens(messages, settings.image_tokens)
         max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
         tokens = completion_tokens(settings, key, prompt_kind, max_tokens)
+        if prompt_kind == PASSTHROUGH:
+            async for item in self._open_answer(request, prompt_tokens, tokens):
+                yield item
+            return
         route = route_of(key, settings.dataset, settings.seed)
         pieces = reply_pieces(scripted_answer(route, self.role, prompt_kind), prompt_kind, tokens)
+        async for _ in self._decoding(prompt_tokens, tokens):
+            pass
+        logprobs = None
+        if getattr(request, "logprobs", False):
+            confidence = scripted_confidence(settings, key, self.role, prompt_kind, route)
+            logprobs = {"content": reply_logprobs(pieces, confidence)}
+        yield self._response(["".join(pieces)], prompt_tokens, tokens, logprobs)
+
+    def _response(
+        self, texts: list[str], prompt_tokens: int, tokens: int, logprobs: dict | None = None
+    ) -> Any:
+        choices = [
+            {
+                "index": index,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+                "logprobs": logprobs,
+            }
+            for index, text in enumerate(texts)
+        ]
+        completion = tokens * len(texts)
+        return self._response_type(
+            id=f"emulated-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=self.model_id,
+            choices=choices,
+            usage={
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion,
+                "total_tokens": prompt_tokens + completion,
+            },
+        )
+
+    async def _open_answer(self, request: Any, prompt_tokens: int, tokens: int):
+        """A passthrough: ``n`` open answers of ``tokens`` words, whole or streamed as they decode."""
+        words = open_answer_words(tokens)
+        n = getattr(request, "n", None) or 1
+        if not getattr(request, "stream", False):
+            async for _ in self._decoding(prompt_tokens, tokens):
+                pass
+            yield self._response([" ".join(words)] * n, prompt_tokens, tokens)
+            return
+        chunk_id, sent = f"emulated-{uuid.uuid4().hex}", 0
+
+        def event(choices: list[dict], **fields: Any) -> str:
+            chunk = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": self.model_id,
+                "choices": choices,
+                **fields,
+            }
+            return f"data: {json.dumps(chunk)}\n\n"
+
+        yield event([{"index": i, "delta": {"role": "assistant", "content": ""}} for i in range(n)])
+        async for decoded in self._decoding(prompt_tokens, tokens):
+            text = "".join(f" {word}" if j else word for j, word in enumerate(words) if sent <= j < decoded)
+            sent = decoded
+            yield event([{"index": i, "delta": {"content": text}, "finish_reason": None} for i in range(n)])
+        yield event([{"index": i, "delta": {}, "finish_reason": "stop"} for i in range(n)])
+        options = getattr(request, "stream_options", None)
+        if options is not None and getattr(options, "include_usage", False):
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": tokens * n,
+                "total_tokens": prompt_tokens + tokens * n,
+            }
+            yield event([], usage=usage)
+
+    async def _decoding(self, prompt_tokens: int, tokens: int):
+        """Take a batch slot and decode: yields the tokens decoded so far after the first token and
+        after each chunk; counts the call completed or cancelled."""
         try:
             async with self._slots:
                 self._running += 1
@@ -90,49 +173,33 @@ class EmulatedVLM:
                 try:
                     if self._extra_delay_s:
                         await asyncio.sleep(self._extra_delay_s)
-                    await self._decode(prompt_tokens, tokens)
+                    async for decoded in self._decode(prompt_tokens, tokens):
+                        yield decoded
                 finally:
                     self._running -= 1
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
             self._stats["cancelled"] += 1
             raise
         self._stats["completed"] += 1
         self._stats["completion_tokens"] += tokens
-        logprobs = None
-        if getattr(request, "logprobs", False):
-            confidence = scripted_confidence(settings, key, self.role, prompt_kind, route)
-            logprobs = {"content": reply_logprobs(pieces, confidence)}
-        yield self._response_type(
-            id=f"emulated-{uuid.uuid4().hex}",
-            created=int(time.time()),
-            model=self.model_id,
-            choices=[
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "".join(pieces)},
-                    "finish_reason": "stop",
-                    "logprobs": logprobs,
-                }
-            ],
-            usage={
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": tokens,
-                "total_tokens": prompt_tokens + tokens,
-            },
-        )
 
-    async def _decode(self, prompt_tokens: int, tokens: int) -> None:
+    async def _decode(self, prompt_tokens: int, tokens: int):
+        """Sleep as the engine would take: the TTFT, then the tokens in chunks; yields the tokens
+        decoded so far after each step."""
         settings = self.settings
         if settings.time_scale == 0:
+            yield tokens
             return
         await asyncio.sleep(
             paper_profile.ttft_ms(settings.profile, prompt_tokens) / 1000 * settings.time_scale
         )
-        remaining = tokens - 1  # the first token came with the TTFT
-        while remaining > 0:
-            step = min(settings.decode_chunk_tokens, remaining)
+        decoded = 1  # the first token came with the TTFT
+        yield decoded
+        while decoded < tokens:
+            step = min(settings.decode_chunk_tokens, tokens - decoded)
             await asyncio.sleep(step * per_token_s(settings, self._running) * settings.time_scale)
-            remaining -= step
+            decoded += step
+            yield decoded
 
     async def stats(self) -> dict[str, Any]:
         return {**self._stats, "calls": dict(self._stats["calls"]), "running": self._running}

@@ -11,6 +11,9 @@
 - autoscaling: replica counts over time while load ramps up and stops.
 - cpu:         the CPU stack with the tiny real models (vLLM-CPU): per-route latency (a sanity check).
 - logprobs:    the large demo model with and without the generated tokens' logprobs, alternating.
+- passthrough: a request for the large demo model through MAI's ingress against the same request to its
+               LLMServer through a thin ingress (same proxy), alternating: added latency, and a streamed
+               reply's time to first token against the thin ingress's and the handle's own.
 
 Everything in one benchmark runs side by side in one process on one local Ray; figures are ratios
 of runs made together. Emulated latency is the paper's H100 profile times the recorded time_scale.
@@ -463,6 +466,125 @@ def bench_logprobs(url: str, records: list[dict], requests: int, concurrency: in
     }
 
 
+def _spread(values: list[float], digits: int = 2) -> dict[str, float]:
+    import statistics
+
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
+
+
+def _carries_content(line: str) -> bool:
+    """An SSE line with a chunk whose delta has some content (not the role chunk's empty one)."""
+    if not line.startswith("data: {"):
+        return False
+    choices = json.loads(line[6:]).get("choices") or []
+    return any((choice.get("delta") or {}).get("content") for choice in choices)
+
+
+def bench_passthrough(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """The passthrough's cost on the CPU stack: the large demo model asked through MAI's ingress
+    (``model: demo-large``: API key, body, image checks, metrics) and through ``DirectLLMIngress`` (the
+    same proxy, the LLMServer's handle, nothing else), one request at a time, the paths alternating
+    (which goes first alternates too), three repetitions; p50 per repetition. Streamed: the time to the
+    first content chunk over HTTP on both paths and from the LLMServer handle itself (no HTTP)."""
+    import httpx
+    from ray import serve
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+    from evaluation.local_server import deployment_handle
+    from loadtest.direct import build_direct_llm_app
+
+    deploy(config_args("mai-cpu.yaml"))
+    [name] = [name for name in replica_counts() if name.startswith("large:")]
+    serve.run(build_direct_llm_app({"demo-large": name}), name="direct", route_prefix="/direct")
+    handle = deployment_handle(name).options(stream=True)
+    questions = [r for r in records if r["id"].startswith("easy-vqa")][: min(requests, 30)]
+
+    def body(record: dict, stream: bool) -> dict[str, Any]:
+        return {
+            "model": "demo-large",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": record["image"]}},
+                        {"type": "text", "text": record["question"]},
+                    ],
+                }
+            ],
+            "max_tokens": 16 if stream else 8,
+            "temperature": 0.0,
+            "stream": stream,
+            **({"ignore_eos": True} if stream else {}),
+        }
+
+    async def whole(http: httpx.AsyncClient, path: str, record: dict) -> float:
+        started = time.perf_counter()
+        response = await http.post(path, json=body(record, False))
+        assert response.status_code == 200, response.text[:300]
+        return time.perf_counter() - started
+
+    async def first_token(http: httpx.AsyncClient, path: str, record: dict) -> float:
+        started, first = time.perf_counter(), None
+        async with http.stream("POST", path, json=body(record, True)) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if first is None and _carries_content(line):
+                    first = time.perf_counter() - started
+        assert first is not None, "the stream carried no content"
+        return first
+
+    async def handle_first_token(record: dict) -> float:
+        request = ChatCompletionRequest(**body(record, True))
+        started, first = time.perf_counter(), None
+        async for chunk in handle.chat.remote(request):
+            for packet in chunk if isinstance(chunk, list) else [chunk]:
+                if first is None and any(_carries_content(line) for line in str(packet).splitlines()):
+                    first = time.perf_counter() - started
+        assert first is not None, "the handle's stream carried no content"
+        return first
+
+    legs = {
+        "whole_passthrough": lambda http, r: whole(http, "/v1/chat/completions", r),
+        "whole_direct": lambda http, r: whole(http, "/direct/v1/chat/completions", r),
+        "ttft_passthrough": lambda http, r: first_token(http, "/v1/chat/completions", r),
+        "ttft_direct": lambda http, r: first_token(http, "/direct/v1/chat/completions", r),
+        "ttft_handle": lambda http, r: handle_first_token(r),
+    }
+
+    async def repetition(index: int) -> dict[str, list[float]]:
+        latencies: dict[str, list[float]] = {leg: [] for leg in legs}
+        names = list(legs)
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            for i, record in enumerate(questions):
+                shift = (i + index) % len(names)
+                for leg in names[shift:] + names[:shift]:
+                    latencies[leg].append(await legs[leg](http, record))
+        return latencies
+
+    asyncio.run(repetition(-1))  # warm-up, not counted
+    runs = [asyncio.run(repetition(index)) for index in range(3)]
+    serve.delete("direct")
+    p50 = {leg: [1000 * percentile(run[leg], 0.5) for run in runs] for leg in legs}
+    added = [p - d for p, d in zip(p50["whole_passthrough"], p50["whole_direct"], strict=True)]
+    ttft_ratio = [p / d for p, d in zip(p50["ttft_passthrough"], p50["ttft_direct"], strict=True)]
+    ttft_over_handle = [p / h for p, h in zip(p50["ttft_passthrough"], p50["ttft_handle"], strict=True)]
+    return {
+        "model": "demo-large",
+        "calls_per_repetition": len(questions),
+        "repetitions": 3,
+        "p50_ms": {leg: _spread(values) for leg, values in p50.items()},
+        "added_p50_ms": _spread(added),
+        "ttft_ratio_passthrough_over_direct": _spread(ttft_ratio, 3),
+        "ttft_ratio_passthrough_over_handle": _spread(ttft_over_handle, 3),
+        "targets": {"ttft_ratio_at_most": 1.1},
+        "note": "one request at a time on 2 CPU cores; whole: max_tokens 8, streamed: 16 tokens (ignore_eos)",
+    }
+
+
 BENCHMARKS = {
     "paper": bench_paper,
     "overhead": bench_overhead,
@@ -471,6 +593,7 @@ BENCHMARKS = {
     "cpu": bench_cpu,
     "selector": bench_selector,
     "logprobs": bench_logprobs,
+    "passthrough": bench_passthrough,
 }
 COMMANDS = {name: f"python -m loadtest.bench --only {name}" for name in BENCHMARKS}
 

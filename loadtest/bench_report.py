@@ -201,6 +201,27 @@ def logprobs_table(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _cell(spread: dict[str, float]) -> str:
+    return f"{spread['median']} [{spread['min']}–{spread['max']}]"
+
+
+def passthrough_table(result: dict[str, Any]) -> list[str]:
+    p50 = result["p50_ms"]
+    return [
+        f"`{result['model']}` through MAI's ingress (passthrough) and through a thin ingress in front of the "
+        f"same LLMServer (direct), both behind the same Serve proxy, one request at a time, alternating; "
+        f"{result['repetitions']} repetitions of {result['calls_per_repetition']} requests: p50 per "
+        "repetition, median [min–max]. The handle row is the LLMServer's own stream without HTTP.",
+        "",
+        "| measure | passthrough ms | direct ms | handle ms | passthrough / direct |",
+        "|---|---|---|---|---|",
+        f"| whole reply (8 tokens) | {_cell(p50['whole_passthrough'])} | {_cell(p50['whole_direct'])} | | "
+        f"+{_cell(result['added_p50_ms'])} ms |",
+        f"| time to first token (streamed) | {_cell(p50['ttft_passthrough'])} | {_cell(p50['ttft_direct'])} | "
+        f"{_cell(p50['ttft_handle'])} | {_cell(result['ttft_ratio_passthrough_over_direct'])} |",
+    ]
+
+
 SECTIONS = (
     ("paper", "Paper reproduction under emulation (Tables 10–12)", paper_table),
     ("overhead", "Orchestration overhead", overhead_table),
@@ -209,6 +230,7 @@ SECTIONS = (
     ("cpu", "The CPU stack with the tiny real models", cpu_table),
     ("selector", "Sparse reasoning transfer: selector cost", selector_table),
     ("logprobs", "What answer confidences cost (engine logprobs)", logprobs_table),
+    ("passthrough", "The models themselves through the ingress (passthrough)", passthrough_table),
 )
 
 

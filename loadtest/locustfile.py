@@ -1,8 +1,12 @@
-"""Locust load test for MAI Serve: VQA requests through the OpenAI route and the native route.
+"""Locust load test for MAI Serve: VQA requests through the OpenAI route and the native route
+(``VQAUser``), and the traffic of a chat application beside them (``ChatMixUser``: a model itself,
+streamed and not, a conversation and an open instruction to ``mai``), three VQA users to one chat user.
 
 Requests are drawn from bench/data/*.jsonl (built on first use from easy-vqa and synthetic charts).
-Besides one entry per endpoint, every answered request is reported again under the cascade route it
-took ("route agree_short", "route transfer", ...), so each route has its own latency percentiles.
+Besides one entry per endpoint, every answered request is reported again under the route it took
+("route agree_short", "route transfer", "route passthrough", ...), so each route has its own latency
+percentiles; a streamed reply's time to its first token is reported as "stream first token". Run one
+kind of user alone by naming its class after the options (``... VQAUser``).
 
 Bounded runs only, against this machine only:
 
@@ -16,6 +20,7 @@ Bounded runs only, against this machine only:
 from __future__ import annotations
 
 import ipaddress
+import json
 import random
 import socket
 import sys
@@ -83,17 +88,35 @@ def _count(request_type, name, **kwargs) -> None:
             gevent.spawn(runner.quit)  # not from this user's greenlet: quitting kills the users
 
 
-class VQAUser(HttpUser):
+class _MAIUser(HttpUser):
+    abstract = True
     wait_time = between(0.0, 0.2)
 
     def on_start(self) -> None:
         self.client.timeout = self.environment.parsed_options.request_timeout
-        self.policies = [
-            name.strip() for name in self.environment.parsed_options.policy_mix.split(",") if name.strip()
-        ]
 
     def context(self) -> dict:
         return {"runner": self.environment.runner}
+
+    def _report(self, name: str, elapsed_ms: float) -> None:
+        events.request.fire(
+            request_type="MAI",
+            name=name,
+            response_time=elapsed_ms,
+            response_length=0,
+            exception=None,
+            context={},
+        )
+
+
+class VQAUser(_MAIUser):
+    weight = 3
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.policies = [
+            name.strip() for name in self.environment.parsed_options.policy_mix.split(",") if name.strip()
+        ]
 
     def _post(self, path: str, body: dict, route_of) -> None:
         """POST one request; a non-200 is a failure, an answer is reported again under its route, and
@@ -123,16 +146,6 @@ class VQAUser(HttpUser):
                 self._report("outcome mislabelled", elapsed_ms)
             self._report(f"route {route_of(response)}", elapsed_ms)
 
-    def _report(self, name: str, elapsed_ms: float) -> None:
-        events.request.fire(
-            request_type="MAI",
-            name=name,
-            response_time=elapsed_ms,
-            response_length=0,
-            exception=None,
-            context={},
-        )
-
     @task(3)
     def openai_chat(self) -> None:
         record = random.choice(RECORDS)
@@ -160,3 +173,111 @@ class VQAUser(HttpUser):
             "answer_type": record["answer_type"],
         }
         self._post("/v1/mai/answer", body, lambda response: response.json().get("route"))
+
+
+def _has_content(chunk: str) -> bool:
+    choices = json.loads(chunk).get("choices") or []
+    return any((choice.get("delta") or {}).get("content") for choice in choices)
+
+
+def _image_turn(record: dict, text: str) -> dict:
+    return {
+        "role": "user",
+        "content": [
+            {"type": "image_url", "image_url": {"url": record["image"]}},
+            {"type": "text", "text": text},
+        ],
+    }
+
+
+class ChatMixUser(_MAIUser):
+    """A chat application's traffic: the large model itself (streamed, and with a system message), a
+    conversation and an open instruction sent to ``mai`` (which passes them to the large model)."""
+
+    weight = 1
+
+    def on_start(self) -> None:
+        super().on_start()
+        models = self.client.get("/v1/models", name="/v1/models").json()["data"]
+        # The models themselves are listed after the policies; the large one last.
+        self.large = [model["id"] for model in models if "policy" not in model][-1]
+
+    def _chat(self, name: str, body: dict) -> None:
+        started = time.perf_counter()
+        with self.client.post(
+            "/v1/chat/completions", json=body, name=name, catch_response=True, context=self.context()
+        ) as response:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            if response.status_code != 200:
+                response.failure(f"{response.status_code}: {response.text[:200]}")
+                return
+            self._report(f"route {response.headers.get('x-mai-route')}", elapsed_ms)
+
+    @task(2)
+    def model_streamed(self) -> None:
+        """The large model itself, streamed: time to the first token and to the end."""
+        body = {
+            "model": self.large,
+            "messages": [_image_turn(random.choice(RECORDS), "Describe this image.")],
+            "max_tokens": 64,
+            "stream": True,
+        }
+        started = time.perf_counter()
+        first_ms = None
+        with self.client.post(
+            "/v1/chat/completions",
+            json=body,
+            name="chat stream (model)",
+            stream=True,
+            catch_response=True,
+            context=self.context(),
+        ) as response:
+            if response.status_code != 200:
+                response.failure(f"{response.status_code}: {response.text[:200]}")
+                return
+            done = False
+            for line in response.iter_lines(decode_unicode=True):
+                if first_ms is None and line.startswith("data: {") and _has_content(line[6:]):
+                    first_ms = (time.perf_counter() - started) * 1000
+                done = done or line == "data: [DONE]"
+            if not done or first_ms is None:
+                response.failure("the stream ended without content or [DONE]")
+                return
+        self._report("stream first token", first_ms)
+        self._report("route passthrough", (time.perf_counter() - started) * 1000)
+
+    @task(1)
+    def model_with_system(self) -> None:
+        record = random.choice(RECORDS)
+        body = {
+            "model": self.large,
+            "messages": [
+                {"role": "system", "content": "Answer in one sentence."},
+                _image_turn(record, record["question"]),
+            ],
+            "max_tokens": 48,
+        }
+        self._chat("chat system (model)", body)
+
+    @task(1)
+    def mai_conversation(self) -> None:
+        record = random.choice(RECORDS)
+        body = {
+            "model": "mai",
+            "messages": [
+                _image_turn(record, record["question"]),
+                {"role": "assistant", "content": "I am not sure."},
+                {"role": "user", "content": "Look again and answer in one word."},
+            ],
+            "max_tokens": 16,
+        }
+        self._chat("chat multi-turn (mai)", body)
+
+    @task(1)
+    def mai_open_instruction(self) -> None:
+        body = {
+            "model": "mai",
+            "messages": [_image_turn(random.choice(RECORDS), "Describe this image in detail.")],
+            "max_tokens": 96,
+        }
+        self._chat("chat describe (mai)", body)

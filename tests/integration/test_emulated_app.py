@@ -2,6 +2,7 @@
 the engine, queue-depth autoscaling up and back down, and backpressure as fast 503s."""
 
 import asyncio
+import json
 import threading
 import time
 from collections import Counter
@@ -212,13 +213,15 @@ def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_pat
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert time.monotonic() - started < 50  # stopped by --max-requests, not by --run-time
-    rows = {row["name"]: row for row in json.loads((tmp_path / "run.json").read_text())}
-    posts = sum(
-        rows[name]["num_requests"] for name in ("/v1/chat/completions", "/v1/mai/answer") if name in rows
-    )
+    stats = json.loads((tmp_path / "run.json").read_text())
+    rows = {row["name"]: row for row in stats}
+    posts = sum(row["num_requests"] for row in stats if row["method"] == "POST")
     assert 80 <= posts < 90
     assert all(row["num_failures"] == 0 for row in rows.values())
     assert {"route agree_short", "route transfer"} <= set(rows)
+    # The chat-mix users' requests, each under its own name, and the passthrough route beside the cascade's.
+    chat = {name for name in rows if name.startswith("chat ")}
+    assert chat and "route passthrough" in rows
 
     refused = subprocess.run(
         [
@@ -239,6 +242,47 @@ def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_pat
         timeout=60,
     )
     assert refused.returncode != 0 and "only targets loopback hosts" in refused.stderr
+
+
+def test_the_capacity_model_answers_passthrough_requests_at_the_profiles_speed(base_url):
+    """The emulated engine's passthrough (a capacity model, not the product): a streamed request for the
+    model itself arrives token chunk by token chunk, its first after about Table 3's TTFT, its length
+    under max_tokens; n choices; a client that leaves mid-stream cancels the emulated decode."""
+    deploy(emulated(dataset="chartqa", time_scale=1.0))
+    large = deployment_handle(LARGE)
+    large.reset_stats.remote().result()
+    body = {
+        "model": "emulated-qwen3-vl-8b",
+        "messages": [{"role": "user", "content": "Write a poem about charts."}],
+        "max_tokens": 48,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.monotonic()
+    arrivals, usage = [], None
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200 and response.headers["x-mai-route"] == "passthrough"
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                    arrivals.append((time.monotonic() - started, chunk["choices"][0]["delta"]["content"]))
+                usage = chunk.get("usage") or usage
+    ttft_s = paper_profile.ttft_ms("8b", usage["prompt_tokens"]) / 1000
+    assert len(arrivals) > 2 and arrivals[0][0] >= ttft_s * 0.9 and arrivals[-1][0] > arrivals[0][0]
+    assert usage["completion_tokens"] == len("".join(text for _, text in arrivals).split()) <= 48
+    two = httpx.post(
+        f"{base_url}/v1/chat/completions", json=body | {"stream": False, "n": 2}, timeout=60
+    ).json()
+    assert len(two["choices"]) == 2
+    long = body | {"max_tokens": 4000}
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=long, timeout=60) as response:
+        next(line for line in response.iter_lines() if '"content"' in line)
+    deadline = time.monotonic() + 10
+    while large.stats.remote().result()["cancelled"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stats = large.stats.remote().result()
+    assert stats["calls"]["passthrough"] == 3 and stats["cancelled"] == 1
 
 
 def test_mai_eval_runs_policies_resumes_and_writes_the_tables(base_url, tmp_path):

@@ -41,9 +41,12 @@ def test_call_ids():
         "chartqa-12",
         "stage2",
     )  # a client's x-request-id
-    assert parse_call_id("mai-abc123-short_small-chat-7") == ("mai-abc123-short_small-chat-7", "simple")
-    assert parse_call_id("anything")[1] == "simple"
-    assert parse_call_id(None)[1] == "simple"
+    assert parse_call_id("mai-abc123-short_small-chat-7") == (
+        "mai-abc123-short_small-chat-7",
+        "passthrough",
+    )
+    assert parse_call_id("anything")[1] == "passthrough"
+    assert parse_call_id(None)[1] == "passthrough"
 
 
 @pytest.mark.parametrize("dataset", paper_profile.DATASETS)
