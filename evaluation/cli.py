@@ -4,6 +4,7 @@
         --baseline mai-transfer --out eval/run1
     mai-eval report eval/run1                       # rebuild the tables from the saved predictions
     mai-eval convert easy-vqa --out data/easy-vqa.jsonl --limit 500
+    mai-eval convert easy-vqa-balanced --out data/easy-vqa-balanced.jsonl
     mai-eval calibrate data/easy-vqa-validation.jsonl --url http://127.0.0.1:8000 --out eval/calibration
     mai-eval convert charts --out data/charts.jsonl --limit 300
     mai-eval convert lmms-eval chartqa test-*.parquet --out data/chartqa.jsonl
@@ -138,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--baseline", default=None)
 
     convert = commands.add_parser("convert", help="write a dataset in mai-eval's JSONL format")
-    convert.add_argument("source", choices=["easy-vqa", "charts", "lmms-eval"])
+    convert.add_argument("source", choices=["easy-vqa", "easy-vqa-balanced", "charts", "lmms-eval"])
     convert.add_argument(
         "task", nargs="?", help="for lmms-eval: pope, mmbench, mmmu, chartqa, infovqa, realworldqa"
     )
@@ -149,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--split",
         choices=["test", "train", "validation"],
         default="test",
-        help="easy-vqa: test (default), train, or validation (train images the demo models never saw)",
+        help="easy-vqa: test (default), train, or validation (train images the demo models never saw); "
+        "easy-vqa-balanced (yes/no questions balanced per question text, 500 unless --limit): test or "
+        "validation",
     )
     return parser
 
@@ -342,6 +345,11 @@ def command_convert(args: argparse.Namespace) -> int:
         count, skipped = converters.convert_lmms_eval(args.task, args.files, args.out, limit=args.limit)
     elif args.source == "easy-vqa":
         count, skipped = converters.convert_easy_vqa(args.out, limit=args.limit, split=args.split), 0
+    elif args.source == "easy-vqa-balanced":
+        if args.split == "train":
+            raise SystemExit("easy-vqa-balanced has a test and a validation split, not train")
+        count = converters.convert_easy_vqa_balanced(args.out, limit=args.limit, split=args.split)
+        skipped = 0
     else:
         count, skipped = converters.convert_charts(args.out, limit=args.limit), 0
     print(

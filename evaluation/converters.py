@@ -43,6 +43,12 @@ def convert_easy_vqa(out: Path, limit: int | None = None, split: str = "test") -
     return write_records(easy_vqa_records(split, limit), out)
 
 
+def convert_easy_vqa_balanced(out: Path, limit: int | None = None, split: str = "test") -> int:
+    from .datasets import easy_vqa_balanced_records
+
+    return write_records(easy_vqa_balanced_records(split, limit or 500), out)
+
+
 def convert_charts(out: Path, limit: int | None = None) -> int:
     from .datasets import chart_records
 

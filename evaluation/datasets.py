@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.demo_data import display_question, held_out_images
+from training.demo_data import QA, balanced_yes_no, display_question, facts_by_image, held_out_images
 
 from .jsonl import write_jsonl
 from .paths import DATASETS
@@ -74,6 +74,33 @@ def easy_vqa_records(split: str = "test", limit: int | None = None, seed: int = 
             "answer": answer,
             "answer_type": "yes_no" if yes_no else "text",
             "metric": "yes_no" if yes_no else "exact",
+        }
+
+
+def easy_vqa_balanced_records(split: str = "test", limit: int = 500, seed: int = 0) -> Iterator[dict]:
+    """Yes/no questions on easy-vqa's images, balanced the way the demo models are trained: for each
+    question form and the colour or shape it names, as many yes as no (the question text alone gets
+    about half right). What each image shows is read off its own easy-vqa answers."""
+    import easy_vqa
+
+    if split not in ("test", "validation"):
+        raise ValueError(f"balanced easy-vqa split must be test or validation, got {split!r}")
+    questions, answers, image_ids = (
+        easy_vqa.get_test_questions() if split == "test" else easy_vqa.get_train_questions()
+    )
+    paths = easy_vqa.get_test_image_paths() if split == "test" else easy_vqa.get_train_image_paths()
+    facts = facts_by_image(QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True))
+    images = sorted(facts if split == "test" else set(facts) & held_out_images(image_ids))
+    rng = random.Random(seed)
+    for index in range(limit):
+        qa = balanced_yes_no(facts, images, rng)
+        yield {
+            "id": f"easy-vqa-balanced-{split}-{index}",
+            "image": _data_url(Path(paths[qa.image_id]).read_bytes()),
+            "question": display_question(qa.question),
+            "answer": qa.answer,
+            "answer_type": "yes_no",
+            "metric": "yes_no",
         }
 
 

@@ -5,19 +5,26 @@ question about it, and the chat messages + target text of one training example. 
 built by ``serve_app.prompts``, so the models learn exactly the prompts the server sends.
 
 - Simple: ``[[answer]]``.
-- Reasoning: a rationale built from what the image shows (its colour and shape, read off
-  easy-vqa's own answers for the same image), then ``[[answer]]``.
+- Reasoning: several short steps built from what the image shows (its colour and shape, read off
+  easy-vqa's own answers for the same image) and what the question asks, then ``[[answer]]``.
 - Stage 2 (the model's own reasoning in context): the answer that reasoning reached.
 - Reasoning transfer (a smaller model's reasoning in context, sometimes wrong): the true answer, so
   the large model learns to use the reference where it is right and its own eyes where it is not.
+
+Yes/no questions are drawn balanced (``balanced_yes_no``): for each question form and the colour or
+shape it names, as many yes as no, so the question text alone cannot answer them. Every question is
+written the way clients type it (``question_variant``: any case, with or without its "?", stray
+spaces), so the checkpoints answer them all alike.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from serve_app.answers import infer_kind
 from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm, build_messages
@@ -113,21 +120,100 @@ def _shows(facts: ImageFacts, colour: str | None, shape: str | None) -> bool:
     return colour in (None, facts.colour) and shape in (None, facts.shape)
 
 
+_CORNERS = {"circle": "no corners", "rectangle": "four corners", "triangle": "three corners"}
+
+
 def rationale(facts: ImageFacts, question: str) -> str:
-    """A short grounded explanation: what the image shows, then the fact the question turns on."""
-    seen = f"The image shows a {facts.colour} {facts.shape}."
+    """Grounded steps: what the image shows (the shape, its colour, its corners), what the question
+    asks, and the fact the answer turns on."""
+    steps = [
+        "I look at the image.",
+        "I see one shape.",
+        f"Its color is {facts.colour}.",
+        f"It has {_CORNERS[facts.shape]}, so it is a {facts.shape}.",
+    ]
     asked_colour, asked_shape = _mentioned(question, COLOURS), _mentioned(question, SHAPES)
     if infer_kind(question) == "yes_no":
         thing = " ".join(word for word in (asked_colour, asked_shape or "shape") if word)
-        return f"{seen} There is {'a' if _shows(facts, asked_colour, asked_shape) else 'no'} {thing}."
-    if asks_colour(question):
-        return f"{seen} Its color is {facts.colour}."
-    return f"{seen} Its shape is a {facts.shape}."
+        negated = " not" if is_negated(question) else ""
+        seen = _shows(facts, asked_colour, asked_shape)
+        steps += [
+            f"The question asks if there is{negated} a {thing}.",
+            f"There is {'a' if seen else 'no'} {thing}.",
+        ]
+        if negated:
+            steps.append(f"The question says not, so {'no' if seen else 'yes'} is right.")
+    elif asks_colour(question):
+        steps.append("The question asks for the color.")
+    else:
+        steps.append("The question asks for the shape.")
+    return " ".join(steps)
 
 
 def reasoning_text(facts: ImageFacts, question: str) -> str:
-    """What the Reasoning prompt should produce: the rationale, then the answer it reaches."""
-    return f"{rationale(facts, question)} [[{answer_from_facts(facts, question)}]]"
+    """What the Reasoning prompt should produce: the steps, then the answer they reach."""
+    answer = answer_from_facts(facts, question)
+    return f"{rationale(facts, question)} So the answer is {answer}. [[{answer}]]"
+
+
+# easy-vqa's yes/no question forms; {} is "a <colour> shape" or "a <shape>".
+YES_NO_FORMS = (
+    "is there {}?",
+    "is there {} in the image?",
+    "does the image contain {}?",
+    "is {} present?",
+    "is there not {}?",
+    "is there not {} in the image?",
+    "does the image not contain {}?",
+    "is no {} present?",
+)
+
+
+def yes_no_question(form: str, colour: str | None, shape: str | None) -> str:
+    thing = f"{colour} shape" if colour else shape
+    article = "" if form.startswith("is no") else "a "
+    return form.format(article + thing)
+
+
+def balanced_yes_no(facts: dict[int, ImageFacts], image_ids: Sequence[int], rng: random.Random) -> QA:
+    """A yes/no question about one of ``image_ids``, drawn so that for each question form and the
+    colour or shape it names as many answers are yes as no: a form, then an attribute (colour or
+    shape, half and half) and its value, then the answer, then an image that gives that answer."""
+    form = rng.choice(YES_NO_FORMS)
+    if rng.random() < 0.5:
+        colour, shape = rng.choice(COLOURS), None
+    else:
+        colour, shape = None, rng.choice(SHAPES)
+    answer = rng.choice(("yes", "no"))
+    question = yes_no_question(form, colour, shape)
+    while True:
+        image = rng.choice(image_ids)
+        if image in facts and answer_from_facts(facts[image], question) == answer:
+            return QA(image, question, answer)
+
+
+def question_variant(question: str, rng: random.Random) -> str:
+    """``question`` as a client might type it: lower case (easy-vqa's own), capitalised, upper or
+    title case; sometimes without its "?", sometimes with stray spaces."""
+    case = rng.random()
+    if case < 0.35:
+        text = question.lower()
+    elif case < 0.7:
+        text = display_question(question)
+    elif case < 0.85:
+        text = question.upper()
+    else:
+        text = question.title()
+    if rng.random() < 0.3:
+        text = text.rstrip("?").rstrip()
+    if rng.random() < 0.3:
+        words = text.split(" ")
+        at = rng.randrange(len(words))
+        words[at] = words[at] + " " * rng.randint(1, 2)
+        text = " ".join(words)
+    if rng.random() < 0.15:
+        text = text.replace("?", " ?")
+    return text
 
 
 def perturbed(
@@ -142,15 +228,27 @@ def perturbed(
     return ImageFacts(colour, shape)
 
 
-VALIDATION_IMAGES = 200  # the last easy-vqa train images: never trained on, for choices and calibration
+VALIDATION_IMAGES = 400  # train images the demo models never see: for recipe choices and calibration
+VALIDATION_SEED = 0
+# The validation images' ids, committed: the split cannot drift with the code that draws it.
+VALIDATION_IDS_FILE = Path(__file__).with_name("easy_vqa_validation_images.json")
 
 
-def held_out_images(image_ids: Iterable[int], count: int = VALIDATION_IMAGES) -> set[int]:
-    """The train images the demo models never see: the last ``count`` image ids."""
+def draw_validation_images(image_ids: Iterable[int], count: int = VALIDATION_IMAGES) -> list[int]:
+    """A seeded draw of ``count`` of easy-vqa's train images (what VALIDATION_IDS_FILE holds)."""
     ordered = sorted(set(image_ids))
     if len(ordered) <= count:
         raise ValueError(f"{len(ordered)} images leave none for training after {count} held out")
-    return set(ordered[-count:])
+    return sorted(random.Random(VALIDATION_SEED).sample(ordered, count))
+
+
+def held_out_images(image_ids: Iterable[int] | None = None) -> set[int]:
+    """The train images the demo models never see: the committed validation ids (checked against
+    ``image_ids`` when given)."""
+    held_out = set(json.loads(VALIDATION_IDS_FILE.read_text())["image_ids"])
+    if image_ids is not None and not held_out <= set(image_ids):
+        raise ValueError(f"{VALIDATION_IDS_FILE.name} names images that are not among the train images")
+    return held_out
 
 
 def display_question(question: str) -> str:
@@ -183,9 +281,12 @@ def make_example(
     prompt_kind: PromptKind,
     rng: random.Random,
     mix: PromptMix,
+    *,
+    variant: bool = False,
 ) -> Example:
-    """One training example of ``prompt_kind`` for ``qa`` (whose image shows ``facts``)."""
-    question = display_question(qa.question)
+    """One training example of ``prompt_kind`` for ``qa`` (whose image shows ``facts``); the question in
+    its display form, or with ``variant`` as a client might type it (``question_variant``)."""
+    question = question_variant(qa.question, rng) if variant else display_question(qa.question)
     kind = infer_kind(question)
     reasoning = None
     transfer_form = None
@@ -211,11 +312,14 @@ def make_example(
 
 
 def tokenizer_corpus(qas: Sequence[QA], facts: dict[int, ImageFacts]) -> list[str]:
-    """Text the demo tokenizer learns its merges from: every prompt template, the questions and
-    the rationales, so that prompts and answers are a few tokens each."""
+    """Text the demo tokenizer learns its merges from: every prompt template, the questions in the
+    forms clients type them, and the reasoning, so that prompts and answers are a few tokens each."""
     lines = list(TEMPLATES.values()) + list(TRANSFER_TEMPLATES.values())
+    rng = random.Random(0)
     for qa in qas[:5000]:
         lines.append(display_question(qa.question))
+        lines.append(qa.question)
+        lines.append(question_variant(qa.question, rng))
         if qa.image_id in facts:
             lines.append(reasoning_text(facts[qa.image_id], qa.question))
     return lines * 2

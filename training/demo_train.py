@@ -28,10 +28,10 @@ from pathlib import Path
 from serve_app.prompts import PromptKind
 from training.demo_data import (
     QA,
-    VALIDATION_IMAGES,
     Example,
     ImageFacts,
     PromptMix,
+    balanced_yes_no,
     facts_by_image,
     held_out_images,
     make_example,
@@ -108,7 +108,6 @@ def load_corpus(
     qas: list[QA],
     paths: list[str],
     *,
-    validation_images: int = VALIDATION_IMAGES,
     progress: bool = True,
 ) -> Corpus:
     import torch
@@ -117,7 +116,7 @@ def load_corpus(
 
     facts = facts_by_image(qas)
     image_ids = sorted({qa.image_id for qa in qas})
-    held_out = held_out_images(image_ids, validation_images)
+    held_out = held_out_images(image_ids)
     pixels, grid = {}, None
     for image_id in tqdm(image_ids, desc="images", unit="img", disable=not progress, file=sys.stderr):
         with Image.open(paths[image_id]) as image:
@@ -180,6 +179,8 @@ def batch_of(
     collator: Collator,
     rng: random.Random,
     mix: PromptMix,
+    *,
+    variants: bool = False,
 ) -> dict:
     import torch
 
@@ -187,7 +188,8 @@ def batch_of(
     for qa, kind in zip(qas, kinds, strict=True):
         facts = corpus.facts.get(qa.image_id)
         # Without known facts there is no rationale to teach: such images give Simple examples only.
-        examples.append(make_example("image", qa, facts, kind if facts else PromptKind.SIMPLE, rng, mix))
+        kind = kind if facts else PromptKind.SIMPLE
+        examples.append(make_example("image", qa, facts, kind, rng, mix, variant=variants))
     batch = collator(examples)
     batch["pixel_values"] = torch.cat([corpus.pixels[qa.image_id] for qa in qas])
     batch["image_grid_thw"] = corpus.grid.repeat(len(qas), 1)
@@ -195,7 +197,7 @@ def batch_of(
 
 
 def simple_accuracy(
-    model, corpus: Corpus, collator: Collator, qas: list[QA], batch_size: int = 64
+    model, corpus: Corpus, collator: Collator, qas: list[QA], batch_size: int = 64, variants: bool = False
 ) -> dict[str, float]:
     """Greedy accuracy of the Simple prompt on ``qas``, by kind: under teacher forcing an answer is
     right when every target token is the argmax, which is what greedy decoding would write."""
@@ -208,7 +210,9 @@ def simple_accuracy(
     with torch.no_grad():
         for start in range(0, len(qas), batch_size):
             chunk = qas[start : start + batch_size]
-            batch = batch_of(corpus, chunk, [PromptKind.SIMPLE] * len(chunk), collator, rng, mix)
+            batch = batch_of(
+                corpus, chunk, [PromptKind.SIMPLE] * len(chunk), collator, rng, mix, variants=variants
+            )
             labels = batch.pop("labels")
             logits = model(**batch).logits
             predicted = logits[:, :-1].argmax(-1)
@@ -250,13 +254,26 @@ def train(
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
     parameters = sum(p.numel() for p in model.parameters())
     validation = random.Random(0).sample(corpus.validation, min(400, len(corpus.validation)))
-    # Questions are drawn type by type (spec.type_weights): three quarters of easy-vqa's are yes/no,
-    # which the question text alone answers four times in five, and a model fed them in that share
-    # learns to read the question, not the image.
+    validation_images = sorted({qa.image_id for qa in corpus.validation} & set(corpus.facts))
+    balanced_rng = random.Random(1)
+    validation_balanced = [balanced_yes_no(corpus.facts, validation_images, balanced_rng) for _ in range(400)]
+    # Questions are drawn type by type (spec.type_weights). Yes/no questions are generated balanced
+    # (balanced_yes_no: as many yes as no for each question form and what it names): easy-vqa's own
+    # are answered by the question text alone four times in five, and a model fed them learns to read
+    # the question, not the image.
     by_type: dict[str, list[QA]] = defaultdict(list)
     for qa in corpus.train:
         by_type[question_type(qa.question, qa.answer)].append(qa)
-    draw = [name for name, times in spec.type_weights if by_type.get(name) for _ in range(times)]
+    train_images = sorted({qa.image_id for qa in corpus.train} & set(corpus.facts))
+    draw = [name for name, times in spec.type_weights for _ in range(times)]
+
+    def question(kind: str) -> QA:
+        return (
+            balanced_yes_no(corpus.facts, train_images, rng)
+            if kind == "yes/no"
+            else rng.choice(by_type[kind])
+        )
+
     started = time.monotonic()
     steps_done, stopped_early, loss_ema = 0, False, None
     bar = tqdm(
@@ -272,8 +289,9 @@ def train(
             break
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, spec)
-        qas = [rng.choice(by_type[rng.choice(draw)]) for _ in range(spec.batch_size)]
-        batch = batch_of(corpus, qas, [spec.mix.draw(rng) for _ in qas], collator, rng, spec.mix)
+        qas = [question(rng.choice(draw)) for _ in range(spec.batch_size)]
+        kinds = [spec.mix.draw(rng) for _ in qas]
+        batch = batch_of(corpus, qas, kinds, collator, rng, spec.mix, variants=True)
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -296,6 +314,8 @@ def train(
             file=sys.stderr,
         )
     accuracy = simple_accuracy(model, corpus, collator, validation)
+    accuracy["balanced yes/no"] = simple_accuracy(model, corpus, collator, validation_balanced)["all"]
+    accuracy["all, as typed"] = simple_accuracy(model, corpus, collator, validation, variants=True)["all"]
     target = out_dir / spec.model.name
     target.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(target)
@@ -309,7 +329,7 @@ def train(
         "final_loss": round(loss_ema or 0.0, 4),
         "validation_simple_accuracy": {k: round(v, 3) for k, v in accuracy.items()},
         "validation_questions": len(validation),
-        "data": "easy-vqa train split",
+        "data": "easy-vqa train split (validation: the committed held-out images); yes/no generated balanced",
     }
     (target / "mai-demo.json").write_text(json.dumps(report, indent=2) + "\n")
     print(

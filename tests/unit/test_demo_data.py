@@ -10,14 +10,19 @@ from serve_app.answers import extract_answer
 from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm
 from training.demo_data import (
     QA,
+    YES_NO_FORMS,
     ImageFacts,
     PromptMix,
     answer_from_facts,
+    balanced_yes_no,
+    draw_validation_images,
     facts_by_image,
     facts_from_answers,
+    held_out_images,
     is_negated,
     make_example,
     perturbed,
+    question_variant,
     rationale,
     reasoning_text,
     tokenizer_corpus,
@@ -74,17 +79,62 @@ def test_negation(question, negated):
 @pytest.mark.parametrize(
     ("question", "answer", "says"),
     [
-        ("is there not a red shape?", "yes", "There is no red shape."),
-        ("is there a blue shape in the image?", "yes", "There is a blue shape."),
+        ("is there not a red shape?", "yes", "no red shape. The question says not, so yes is right."),
+        (
+            "is there a blue shape in the image?",
+            "yes",
+            "asks if there is a blue shape. There is a blue shape.",
+        ),
         ("does the image contain a triangle?", "no", "There is no triangle."),
-        ("what color is the circle?", "blue", "Its color is blue."),
-        ("what shape is in the image?", "circle", "Its shape is a circle."),
+        ("is no circle present?", "no", "There is a circle. The question says not, so no is right."),
+        ("what color is the circle?", "blue", "The question asks for the color."),
+        ("what shape is in the image?", "circle", "The question asks for the shape."),
     ],
 )
-def test_rationale_states_what_it_sees_then_the_fact_the_answer_turns_on(question, answer, says):
-    assert rationale(BLUE_CIRCLE, question) == f"The image shows a blue circle. {says}"
+def test_reasoning_walks_from_what_it_sees_to_the_answer(question, answer, says):
+    steps = rationale(BLUE_CIRCLE, question)
+    assert steps.startswith("I look at the image. I see one shape. Its color is blue. It has no corners")
+    assert steps.endswith(says)
     text = reasoning_text(BLUE_CIRCLE, question)
     assert extract_answer(text) == answer == answer_from_facts(BLUE_CIRCLE, question)
+    assert text.endswith(f"So the answer is {answer}. [[{answer}]]")
+
+
+def test_generated_yes_no_questions_are_balanced_per_form_and_named_attribute(easy_vqa_train):
+    facts = facts_by_image(easy_vqa_train)
+    rng = random.Random(0)
+    drawn = [balanced_yes_no(facts, sorted(facts), rng) for _ in range(16000)]
+    by_text: dict[str, list[str]] = defaultdict(list)
+    for qa in drawn:
+        assert qa.answer == answer_from_facts(facts[qa.image_id], qa.question)
+        by_text[qa.question].append(qa.answer)
+    assert len(by_text) == len(YES_NO_FORMS) * (8 + 3)  # every form with every colour and every shape
+    # The question alone: the majority answer of its text gets about half right.
+    prior = sum(max(a.count("yes"), a.count("no")) for a in by_text.values()) / len(drawn)
+    assert 0.5 <= prior < 0.56
+    easy_vqa_yes_no = defaultdict(list)
+    for qa in easy_vqa_train:
+        if qa.answer in ("yes", "no"):
+            easy_vqa_yes_no[qa.question].append(qa.answer)
+    total = sum(map(len, easy_vqa_yes_no.values()))
+    assert sum(max(a.count("yes"), a.count("no")) for a in easy_vqa_yes_no.values()) / total > 0.75
+
+
+def test_questions_are_written_the_ways_clients_type_them():
+    rng = random.Random(0)
+    variants = {question_variant("is there not a red shape?", rng) for _ in range(300)}
+    assert "is there not a red shape?" in variants and "Is there not a red shape?" in variants
+    assert "IS THERE NOT A RED SHAPE?" in variants and any(not v.endswith("?") for v in variants)
+    assert any("  " in v for v in variants)
+    assert {" ".join(v.lower().rstrip("?").split()).rstrip(" ?") for v in variants} == {
+        "is there not a red shape"
+    }
+
+
+def test_the_validation_images_are_the_committed_seeded_draw(easy_vqa_train):
+    image_ids = [qa.image_id for qa in easy_vqa_train]
+    assert held_out_images(image_ids) == set(draw_validation_images(image_ids))
+    assert len(held_out_images()) == 400
 
 
 def test_perturbation_rates():
@@ -132,7 +182,7 @@ def test_stage2_reports_its_reasoning_while_transfer_answers_the_truth():
     contexts = defaultdict(int)
     for example in transfer:
         contexts[
-            "wrong" if "shows a blue circle" not in example.messages[0]["content"][-1]["text"] else "right"
+            "right" if "is blue. It has no corners" in example.messages[0]["content"][-1]["text"] else "wrong"
         ] += 1
     assert contexts["wrong"] and contexts["right"]
 

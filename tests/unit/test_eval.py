@@ -525,6 +525,20 @@ def test_the_validation_split_is_the_train_images_the_demo_models_never_saw():
     indices = [int(record["id"].rsplit("-", 1)[1]) for record in validation]
     assert len(validation) == sum(image_id in held_out for image_id in image_ids) > 1000
     assert all(image_ids[index] in held_out for index in indices)
-    assert len(held_out) == 200 and max(image_ids) in held_out
+    assert len(held_out) == 400
     with pytest.raises(ValueError, match="split"):
         next(easy_vqa_records("dev"))
+
+
+def test_the_balanced_yes_no_set_is_half_yes_on_the_splits_own_images():
+    from collections import Counter
+
+    from evaluation.datasets import easy_vqa_balanced_records
+
+    test = list(easy_vqa_balanced_records("test", 400))
+    assert len({record["id"] for record in test}) == 400
+    assert {record["metric"] for record in test} == {"yes_no"}
+    assert 0.42 < Counter(record["answer"] for record in test)["yes"] / 400 < 0.58
+    assert [r["question"] for r in easy_vqa_balanced_records("test", 5)] == [r["question"] for r in test[:5]]
+    with pytest.raises(ValueError, match="split"):
+        next(easy_vqa_balanced_records("train"))
