@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.demo_data import QA, balanced_yes_no, display_question, facts_by_image, held_out_images
+from training.demo_data import QA, BalancedYesNo, display_question, facts_by_image, held_out_images
 
 from .jsonl import write_jsonl
 from .paths import DATASETS
@@ -90,10 +90,10 @@ def easy_vqa_balanced_records(split: str = "test", limit: int = 500, seed: int =
     )
     paths = easy_vqa.get_test_image_paths() if split == "test" else easy_vqa.get_train_image_paths()
     facts = facts_by_image(QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True))
-    images = sorted(facts if split == "test" else set(facts) & held_out_images(image_ids))
+    questions_of = BalancedYesNo(facts, facts if split == "test" else held_out_images(image_ids))
     rng = random.Random(seed)
     for index in range(limit):
-        qa = balanced_yes_no(facts, images, rng)
+        qa = questions_of.draw(rng)
         yield {
             "id": f"easy-vqa-balanced-{split}-{index}",
             "image": _data_url(Path(paths[qa.image_id]).read_bytes()),

@@ -175,21 +175,38 @@ def yes_no_question(form: str, colour: str | None, shape: str | None) -> str:
     return form.format(article + thing)
 
 
+class BalancedYesNo:
+    """Yes/no questions about ``image_ids``, drawn so that for each question form and the colour or
+    shape it names as many answers are yes as no: a form, then an attribute (colour or shape, half
+    and half) and its value, then the answer, then an image that gives that answer. A value no image
+    (or every image) shows is drawn again."""
+
+    def __init__(self, facts: dict[int, ImageFacts], image_ids: Iterable[int]):
+        images = [image for image in sorted(set(image_ids)) if image in facts]
+        self.showing: dict[str, list[int]] = {}
+        self.lacking: dict[str, list[int]] = {}
+        for value in COLOURS + SHAPES:
+            shows = [i for i in images if value in (facts[i].colour, facts[i].shape)]
+            self.showing[value], self.lacking[value] = shows, [i for i in images if i not in set(shows)]
+        self.values = [v for v in COLOURS + SHAPES if self.showing[v] and self.lacking[v]]
+        if not self.values:
+            raise ValueError("no colour or shape is shown by some images and not by others")
+
+    def draw(self, rng: random.Random) -> QA:
+        form = rng.choice(YES_NO_FORMS)
+        colours = [v for v in self.values if v in COLOURS]
+        shapes = [v for v in self.values if v in SHAPES]
+        use_colour = bool(colours) and (not shapes or rng.random() < 0.5)
+        value = rng.choice(colours if use_colour else shapes)
+        answer = rng.choice(("yes", "no"))
+        question = yes_no_question(form, value if use_colour else None, None if use_colour else value)
+        present = (answer == "yes") != is_negated(question)
+        return QA(rng.choice(self.showing[value] if present else self.lacking[value]), question, answer)
+
+
 def balanced_yes_no(facts: dict[int, ImageFacts], image_ids: Sequence[int], rng: random.Random) -> QA:
-    """A yes/no question about one of ``image_ids``, drawn so that for each question form and the
-    colour or shape it names as many answers are yes as no: a form, then an attribute (colour or
-    shape, half and half) and its value, then the answer, then an image that gives that answer."""
-    form = rng.choice(YES_NO_FORMS)
-    if rng.random() < 0.5:
-        colour, shape = rng.choice(COLOURS), None
-    else:
-        colour, shape = None, rng.choice(SHAPES)
-    answer = rng.choice(("yes", "no"))
-    question = yes_no_question(form, colour, shape)
-    while True:
-        image = rng.choice(image_ids)
-        if image in facts and answer_from_facts(facts[image], question) == answer:
-            return QA(image, question, answer)
+    """One ``BalancedYesNo`` question (for a single draw; build the class once for many)."""
+    return BalancedYesNo(facts, image_ids).draw(rng)
 
 
 def question_variant(question: str, rng: random.Random) -> str:

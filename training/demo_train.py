@@ -28,10 +28,10 @@ from pathlib import Path
 from serve_app.prompts import PromptKind
 from training.demo_data import (
     QA,
+    BalancedYesNo,
     Example,
     ImageFacts,
     PromptMix,
-    balanced_yes_no,
     facts_by_image,
     held_out_images,
     make_example,
@@ -108,6 +108,7 @@ def load_corpus(
     qas: list[QA],
     paths: list[str],
     *,
+    held_out: set[int] | None = None,
     progress: bool = True,
 ) -> Corpus:
     import torch
@@ -116,7 +117,7 @@ def load_corpus(
 
     facts = facts_by_image(qas)
     image_ids = sorted({qa.image_id for qa in qas})
-    held_out = held_out_images(image_ids)
+    held_out = held_out_images(image_ids) if held_out is None else held_out
     pixels, grid = {}, None
     for image_id in tqdm(image_ids, desc="images", unit="img", disable=not progress, file=sys.stderr):
         with Image.open(paths[image_id]) as image:
@@ -256,7 +257,8 @@ def train(
     validation = random.Random(0).sample(corpus.validation, min(400, len(corpus.validation)))
     validation_images = sorted({qa.image_id for qa in corpus.validation} & set(corpus.facts))
     balanced_rng = random.Random(1)
-    validation_balanced = [balanced_yes_no(corpus.facts, validation_images, balanced_rng) for _ in range(400)]
+    validation_yes_no = BalancedYesNo(corpus.facts, validation_images)
+    validation_balanced = [validation_yes_no.draw(balanced_rng) for _ in range(400)]
     # Questions are drawn type by type (spec.type_weights). Yes/no questions are generated balanced
     # (balanced_yes_no: as many yes as no for each question form and what it names): easy-vqa's own
     # are answered by the question text alone four times in five, and a model fed them learns to read
@@ -264,15 +266,11 @@ def train(
     by_type: dict[str, list[QA]] = defaultdict(list)
     for qa in corpus.train:
         by_type[question_type(qa.question, qa.answer)].append(qa)
-    train_images = sorted({qa.image_id for qa in corpus.train} & set(corpus.facts))
+    train_yes_no = BalancedYesNo(corpus.facts, {qa.image_id for qa in corpus.train})
     draw = [name for name, times in spec.type_weights for _ in range(times)]
 
     def question(kind: str) -> QA:
-        return (
-            balanced_yes_no(corpus.facts, train_images, rng)
-            if kind == "yes/no"
-            else rng.choice(by_type[kind])
-        )
+        return train_yes_no.draw(rng) if kind == "yes/no" else rng.choice(by_type[kind])
 
     started = time.monotonic()
     steps_done, stopped_early, loss_ema = 0, False, None

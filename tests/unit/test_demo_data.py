@@ -11,6 +11,7 @@ from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, Transfe
 from training.demo_data import (
     QA,
     YES_NO_FORMS,
+    BalancedYesNo,
     ImageFacts,
     PromptMix,
     answer_from_facts,
@@ -103,7 +104,11 @@ def test_reasoning_walks_from_what_it_sees_to_the_answer(question, answer, says)
 def test_generated_yes_no_questions_are_balanced_per_form_and_named_attribute(easy_vqa_train):
     facts = facts_by_image(easy_vqa_train)
     rng = random.Random(0)
-    drawn = [balanced_yes_no(facts, sorted(facts), rng) for _ in range(16000)]
+    questions = BalancedYesNo(facts, facts)
+    drawn = [questions.draw(rng) for _ in range(16000)]
+    assert balanced_yes_no(facts, sorted(facts), random.Random(0)) == BalancedYesNo(facts, facts).draw(
+        random.Random(0)
+    )
     by_text: dict[str, list[str]] = defaultdict(list)
     for qa in drawn:
         assert qa.answer == answer_from_facts(facts[qa.image_id], qa.question)

@@ -21,7 +21,7 @@ def setup():
     processor = build_processor(
         tokenizer, min_pixels=demo_train.IMAGE_PIXELS, max_pixels=demo_train.IMAGE_PIXELS
     )
-    corpus = demo_train.load_corpus(processor, few, paths, validation_images=4, progress=False)
+    corpus = demo_train.load_corpus(processor, few, paths, held_out={20, 21, 22, 23}, progress=False)
     return tokenizer, processor, corpus, paths
 
 
