@@ -74,8 +74,13 @@ def test_a_full_node_leaves_a_replica_pending_rather_than_elsewhere(cluster):
     serve._run(build_app(pinned_app(3, 1)), name="mai", route_prefix="/", _blocking=False)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status = serve.status().applications["mai"].deployments[SMALL]
-        if status.replica_states.get("RUNNING", 0) == 2 and sum(status.replica_states.values()) == 3:
+        deployments = serve.status().applications["mai"].deployments
+        status, large = deployments[SMALL], deployments[LARGE]
+        if (
+            status.replica_states.get("RUNNING", 0) == 2
+            and sum(status.replica_states.values()) == 3
+            and large.replica_states == {"RUNNING": 1}
+        ):
             break
         time.sleep(1)
     time.sleep(5)  # give a misplaced replica time to appear
