@@ -68,13 +68,19 @@ async def checked_images(payload: dict[str, Any], limits: Limits, fetch: ImageFe
 
 
 def chat_request(payload: dict[str, Any], model_id: str) -> Any:
-    """ray.serve.llm's ``ChatCompletionRequest`` for ``model_id``; a field it refuses is a 400 naming it."""
+    """ray.serve.llm's ``ChatCompletionRequest`` for ``model_id``; a field it (or vLLM's own checks across
+    fields) refuses is a 400 naming it."""
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
+    from vllm.exceptions import VLLMClientError
 
     try:
         return ChatCompletionRequest.model_validate({**payload, "model": model_id})
     except ValidationError as exc:
         message, param = describe_validation_error(exc)
+        raise RequestError(message, param=param, code="invalid_request") from None
+    except VLLMClientError as exc:  # vLLM's own checks across fields (stream_options without stream, ...)
+        message = str(exc.args[0] if exc.args else exc)
+        param = getattr(exc, "parameter", None)
         raise RequestError(message, param=param, code="invalid_request") from None
 
 

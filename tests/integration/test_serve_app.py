@@ -673,6 +673,12 @@ def test_a_streamed_passthrough_arrives_in_chunks(http, calls):
         ("engine refuses", conversation(("user", "Please [engine400]")), 400, "the engine refuses this"),
         ("bad sampling field", conversation(("user", "Hi"), temperature="hot"), 400, "temperature"),
         (
+            "fields vLLM refuses together",
+            conversation(("user", "Hi"), stream_options={"include_usage": True}),
+            400,
+            "Stream options",
+        ),
+        (
             "private image in an earlier turn",
             conversation(
                 ("user", [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/x"}}]),
