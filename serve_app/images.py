@@ -13,6 +13,7 @@ import io
 import re
 import warnings
 from dataclasses import dataclass
+from typing import Protocol
 
 from .errors import RequestError
 
@@ -116,6 +117,25 @@ def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool
     except (binascii.Error, ValueError):
         raise RequestError("the image data is not valid base64", param=param, code="invalid_image") from None
     return check_image_bytes(data, max_bytes=max_bytes, max_pixels=max_pixels, param=param)
+
+
+class ImageLimits(Protocol):
+    """The limits an image is checked under (``config.Limits`` has them)."""
+
+    max_image_bytes: int
+    max_image_pixels: int
+    allow_remote_images: bool
+
+
+def check_image_under(limits: ImageLimits, url: str, *, param: str) -> str:
+    """``check_image`` under ``limits``: the checked image as a data URL."""
+    return check_image(
+        url,
+        max_bytes=limits.max_image_bytes,
+        max_pixels=limits.max_image_pixels,
+        allow_remote=limits.allow_remote_images,
+        param=param,
+    ).data_url
 
 
 def check_image_bytes(data: bytes, *, max_bytes: int, max_pixels: int, param: str) -> CheckedImage:

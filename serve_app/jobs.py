@@ -18,7 +18,7 @@ from .answers import split_choices
 from .config import AppConfig
 from .contracts import Question
 from .errors import RequestError, describe_validation_error
-from .images import check_image, is_remote
+from .images import check_image_under, is_remote
 from .options import CascadeOptions, Policy
 from .protocol import (
     MODEL_OF_POLICY,
@@ -145,13 +145,7 @@ def _question(
         )  # downloaded by the ingress
         image_data_url = image_url.strip()
     else:
-        image_data_url = check_image(
-            image_url,
-            max_bytes=limits.max_image_bytes,
-            max_pixels=limits.max_image_pixels,
-            allow_remote=limits.allow_remote_images,
-            param=image_param,
-        ).data_url
+        image_data_url = check_image_under(limits, image_url, param=image_param)
     if choices is None:
         text, listed = split_choices(text)
         choices = list(listed) or None

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from .config import Limits
 from .errors import RequestError, describe_validation_error
-from .images import check_image, is_remote
+from .images import check_image_under, is_remote
 
 ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> checked data URL
 
@@ -53,13 +53,7 @@ async def checked_images(payload: dict[str, Any], limits: Limits, fetch: ImageFe
             if is_remote(url.strip()) and limits.allow_remote_images:
                 data_url = await fetch(url.strip(), param)
             else:
-                data_url = check_image(
-                    url,
-                    max_bytes=limits.max_image_bytes,
-                    max_pixels=limits.max_image_pixels,
-                    allow_remote=limits.allow_remote_images,
-                    param=param,
-                ).data_url
+                data_url = check_image_under(limits, url, param=param)
             parts.append(
                 {**part, "image_url": {**(image if isinstance(image, dict) else {}), "url": data_url}}
             )
