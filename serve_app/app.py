@@ -15,6 +15,7 @@ from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
 from .ingress import MAIIngress
+from .model_limits import with_model_limits
 
 
 def build_ingress(
@@ -38,7 +39,8 @@ def build_scorer(config: AppConfig) -> Application | None:
 
 
 def build_app(args: dict[str, Any]) -> Application:
-    config = load_app_config(args)
+    """The application of a config: its limits completed from what the models refuse (model_limits)."""
+    config = with_model_limits(load_app_config(args))
     return build_ingress(
         config,
         build_vlm_deployment(config.small, "small"),

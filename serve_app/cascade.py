@@ -11,6 +11,10 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
 4. Otherwise the large model answers once more with the small model's reasoning in its prompt
    (``transfer``): prefill instead of decode.
 
+A model that fails or times out degrades the route (or fails the request with 503); a model that
+refuses the request's content (``InputRejectedError``: its processor, its context length) fails the
+whole request as the client's error, whichever stage met it.
+
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
 async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
 every stage decodes as ``options.decoding`` says. The options are in ``options.py``, the trace records
@@ -28,7 +32,15 @@ from typing import Any
 
 from .answers import agree, extract_answer
 from .confidence import answer_confidence
-from .contracts import EngineCall, Question, Selection, TokenLogprob, TransferSelector, VLMClient
+from .contracts import (
+    EngineCall,
+    InputRejectedError,
+    Question,
+    Selection,
+    TokenLogprob,
+    TransferSelector,
+    VLMClient,
+)
 from .options import CascadeOptions, Policy
 from .prompts import PromptKind, build_messages
 from .trace import LARGE, SMALL, AgreementCheck, CascadeResult, Route, StageRecord, Trace, TransferRecord
@@ -41,6 +53,15 @@ class ModelUnavailableError(RuntimeError):
     def __init__(self, model: str, stage: StageRecord, trace: Trace):
         super().__init__(f"the {model} model failed in stage {stage.name!r}: {stage.error or stage.status}")
         self.model, self.stage, self.trace = model, stage, trace
+
+
+class InputRejectedByModelError(RuntimeError):
+    """A model refused the request's content in some stage: the whole request is the client's error
+    (a 4xx), never a degraded route that hides it."""
+
+    def __init__(self, model: str, stage: StageRecord, trace: Trace, code: str):
+        super().__init__(f"the {model} model cannot take this input (stage {stage.name!r}): {stage.error}")
+        self.model, self.stage, self.trace, self.code = model, stage, trace, code
 
 
 class Cascade:
@@ -109,7 +130,10 @@ class _Run:
 
     async def _cascade(self) -> CascadeResult:
         eager = self._spawn(self._reason(SMALL)) if self.options.eager_reasoning else None
-        small_short, large_short = await asyncio.gather(self._short(SMALL), self._short(LARGE))
+        # Spawned, so that when one stage finds the input refused the other is cancelled with it.
+        small_short, large_short = await asyncio.gather(
+            self._spawn(self._short(SMALL)), self._spawn(self._short(LARGE))
+        )
         if not large_short.ok:
             return self._large_failed(large_short, fallback=small_short)
         if not small_short.ok:
@@ -274,6 +298,10 @@ class _Run:
         except TimeoutError:
             stage.status, stage.error = "timeout", f"no answer within {timeout_s} s"
             stage.latency_s = time.monotonic() - started
+        except InputRejectedError as exc:  # the input, not the model: the request fails as a 4xx
+            stage.status, stage.error = "rejected", str(exc)
+            stage.latency_s = time.monotonic() - started
+            raise InputRejectedByModelError(model, stage, self.trace, exc.code) from None
         except Exception as exc:  # any client failure degrades the route; it never crashes it
             stage.status, stage.error = "error", f"{type(exc).__name__}: {exc}"
             stage.latency_s = time.monotonic() - started

@@ -9,7 +9,7 @@ from typing import Any
 
 from deployments.engine_ids import EngineRequestId
 
-from .contracts import Completion, EngineCall, TokenLogprob
+from .contracts import Completion, EngineCall, InputRejectedError, TokenLogprob, input_error_code
 from .options import GREEDY, Decoding
 
 _call_numbers = itertools.count()
@@ -23,6 +23,14 @@ def engine_request_id(call: EngineCall) -> str:
 
 class EngineError(RuntimeError):
     """The engine answered with an error instead of a completion."""
+
+
+class EngineInputError(EngineError, InputRejectedError):
+    """The engine refused the request's content with a 4xx (its processor, its context length)."""
+
+    def __init__(self, message: str, code: str):
+        EngineError.__init__(self, message)
+        self.code = code
 
 
 class LLMServerClient:
@@ -81,6 +89,8 @@ def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
     error = getattr(item, "error", None)
     if error is not None and not hasattr(item, "choices"):
         message = getattr(error, "message", None) or str(error)
+        if 400 <= int(getattr(error, "code", 500) or 500) < 500:
+            raise EngineInputError(f"{model_id}: {message}", input_error_code(message))
         raise EngineError(f"{model_id}: {message}")
     if isinstance(item, list | str):
         raise EngineError(f"{model_id} streamed a response to a non-streaming request")

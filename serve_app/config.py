@@ -32,9 +32,21 @@ class Limits(Strict):
     max_image_bytes: int = Field(10 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)
+    # What the models themselves refuse, checked before any model runs. Unset (null), they are learnt
+    # from the served models when the app is built (serve_app/model_limits.py): the image processor's
+    # largest aspect ratio and smallest side, and the prompt bytes that fit the engines' context
+    # length after the largest stage budget. Set, the value here is used as it is.
+    max_image_aspect_ratio: float | None = Field(None, gt=1)
+    min_image_side: int = Field(1, ge=1)
+    max_prompt_bytes: int | None = Field(None, ge=1)
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413"
     )
+    # The JSON body: how deep arrays and objects may nest, how many keys it may hold in all, how many
+    # digits a number may have. Past them, a 400 (never a parser's recursion or int-size error).
+    max_json_depth: int = Field(32, ge=4, le=500)
+    max_json_keys: int = Field(10_000, ge=16)
+    max_json_number_digits: int = Field(64, ge=16, le=4000)
     # Remote (http/https) image URLs: off by default. When on, only hosts on the allowlist
     # ("images.example.com", "*.example.com"), never private/loopback/link-local addresses unless
     # remote_image_allow_private_networks (a trusted in-cluster image store), downloads capped at

@@ -62,6 +62,30 @@ class Completion:
     token_logprobs: tuple[TokenLogprob, ...] | None = None
 
 
+class InputRejectedError(Exception):
+    """A model refused the request's content (an image its processor cannot take, a prompt over its
+    context length): the client's input, not the model's health. ``code`` names the kind."""
+
+    def __init__(self, message: str, code: str = "invalid_request"):
+        super().__init__(message)
+        self.code = code
+
+
+_CONTEXT = ("context length", "maximum context", "too long", "max_model_len", "exceeds the model")
+_IMAGE = ("processor", "image", "aspect ratio", "pixel", "height", "width")
+
+
+def input_error_code(message: str) -> str:
+    """The kind of input a model's 4xx message refuses: ``context_length_exceeded``, ``invalid_image``,
+    else ``invalid_request``."""
+    text = message.lower()
+    if any(words in text for words in _CONTEXT):
+        return "context_length_exceeded"
+    if any(words in text for words in _IMAGE):
+        return "invalid_image"
+    return "invalid_request"
+
+
 class VLMClient(Protocol):
     async def complete(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY

@@ -125,17 +125,50 @@ class ImageLimits(Protocol):
     max_image_bytes: int
     max_image_pixels: int
     allow_remote_images: bool
+    max_image_aspect_ratio: float | None
+    min_image_side: int
 
 
 def check_image_under(limits: ImageLimits, url: str, *, param: str) -> str:
-    """``check_image`` under ``limits``: the checked image as a data URL."""
-    return check_image(
+    """``check_image`` and ``check_geometry`` under ``limits``: the checked image as a data URL."""
+    image = check_image(
         url,
         max_bytes=limits.max_image_bytes,
         max_pixels=limits.max_image_pixels,
         allow_remote=limits.allow_remote_images,
         param=param,
-    ).data_url
+    )
+    return check_geometry(image, limits, param=param).data_url
+
+
+def check_image_bytes_under(limits: ImageLimits, data: bytes, *, param: str) -> str:
+    """``check_image_bytes`` and ``check_geometry`` under ``limits`` (a downloaded image)."""
+    image = check_image_bytes(
+        data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param=param
+    )
+    return check_geometry(image, limits, param=param).data_url
+
+
+def check_geometry(image: CheckedImage, limits: ImageLimits, *, param: str) -> CheckedImage:
+    """The shape the models' image processors take (limits learnt from them when the app is built):
+    no side under ``min_image_side``, no aspect ratio over ``max_image_aspect_ratio``."""
+    width, height = image.width, image.height
+    if min(width, height) < limits.min_image_side:
+        raise RequestError(
+            f"the image is {width}x{height}; the models' image processor needs at least "
+            f"{limits.min_image_side} pixels a side",
+            param=param,
+            code="invalid_image",
+        )
+    ratio = max(width, height) / min(width, height)
+    if limits.max_image_aspect_ratio is not None and ratio > limits.max_image_aspect_ratio:
+        raise RequestError(
+            f"the image is {width}x{height}, an aspect ratio of {ratio:g}; the models' image processor "
+            f"takes at most {limits.max_image_aspect_ratio:g}",
+            param=param,
+            code="invalid_image",
+        )
+    return image
 
 
 def check_image_bytes(data: bytes, *, max_bytes: int, max_pixels: int, param: str) -> CheckedImage:

@@ -19,11 +19,11 @@ from fastapi.responses import JSONResponse
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .cascade import Cascade, ModelUnavailableError
+from .cascade import Cascade, InputRejectedByModelError, ModelUnavailableError
 from .client import LLMServerClient
 from .config import AppConfig, Security
 from .errors import RequestError
-from .images import check_image_bytes
+from .images import check_image_bytes_under
 from .jobs import Job, PassthroughJob, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
 from .passthrough import chat_request, checked_images, forward
@@ -147,7 +147,7 @@ class MAIIngress:
         """The request's JSON, once its API key and size pass."""
         check_api_key(request.headers, self.api_keys)
         body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
-        return parse_json(body)
+        return parse_json(body, self.config.limits)
 
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
         if job.image_to_download is not None:
@@ -176,9 +176,7 @@ class MAIIngress:
         """An allowed remote image, downloaded and checked like an inline one, as a data URL."""
         limits = self.config.limits
         data = await fetch_image(url, remote_image_policy(self.config), param=param)
-        return check_image_bytes(
-            data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param=param
-        ).data_url
+        return check_image_bytes_under(limits, data, param=param)
 
     def _error(self, error: RequestError) -> JSONResponse:
         self.metrics.record_error(error.status, error.code)
@@ -197,6 +195,8 @@ class MAIIngress:
             )
         except UnknownSelectorError as exc:
             raise RequestError(str(exc), param="options.transfer_selector", code="invalid_options") from None
+        except InputRejectedByModelError as exc:
+            raise RequestError(str(exc), param="messages", code=exc.code) from None
         except ModelUnavailableError as exc:
             logger.warning("MAI request failed: %s", exc)
             raise RequestError(

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .answers import split_choices
-from .config import AppConfig
+from .config import AppConfig, Limits
 from .contracts import Question
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
@@ -59,13 +59,64 @@ class Job:
         return url if url is not None and is_remote(url) else None
 
 
-def parse_json(body: bytes) -> Any:
+def parse_json(body: bytes, limits: Limits | None = None) -> Any:
+    """The request body as JSON within ``limits``' nesting depth, key count and number size (a 400
+    past any of them)."""
+    limits = limits or Limits()
     if not body:
         raise RequestError("the request body is empty; send a JSON object", code="invalid_json")
+    keys = 0
+
+    def count_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal keys
+        keys += len(pairs)
+        if keys > limits.max_json_keys:
+            raise _JSONLimitError(f"the JSON body has more than {limits.max_json_keys} keys")
+        return dict(pairs)
+
+    def number(text: str) -> int | float:
+        if len(text) > limits.max_json_number_digits:
+            raise _JSONLimitError(
+                f"a number in the JSON body has {len(text)} characters, over {limits.max_json_number_digits}"
+            )
+        return int(text) if text.lstrip("-").isdigit() else float(text)
+
+    brackets = body.count(b"[") + body.count(b"{")
+    depth = _nesting_depth(body) if brackets > limits.max_json_depth else brackets
+    if depth > limits.max_json_depth:
+        raise RequestError(
+            f"the JSON body nests {depth} levels deep, over the limit of {limits.max_json_depth}",
+            code="invalid_json",
+        )
     try:
-        return json.loads(body)
+        return json.loads(body, object_pairs_hook=count_keys, parse_int=number, parse_float=number)
+    except _JSONLimitError as exc:
+        raise RequestError(str(exc), code="invalid_json") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(f"the request body is not valid JSON ({exc})", code="invalid_json") from None
+
+
+class _JSONLimitError(ValueError):
+    pass
+
+
+_STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _nesting_depth(body: bytes) -> int:
+    """How deep arrays and objects nest in ``body`` (strings skipped), without parsing it: the
+    parser's own recursion never sees a body past the limit."""
+    if body.count(b"[") + body.count(b"{") < 4:
+        return body.count(b"[") + body.count(b"{")
+    depth = deepest = 0
+    for match in _STRUCTURE.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return deepest
 
 
 def _validate(model: type[BaseModel], payload: Any) -> Any:
@@ -159,6 +210,20 @@ def _question(
             code="missing_choices",
         )
     return Question(question=text, image_url=image_data_url, choices=tuple(choices), kind=kind)
+
+
+def check_prompt_size(config: AppConfig, texts: list[str], param: str) -> None:
+    """The question and system messages must fit the engines' context after the largest stage's
+    needs (``limits.max_prompt_bytes``, learnt from the models: serve_app/model_limits.py)."""
+    limit = config.limits.max_prompt_bytes
+    size = sum(len(text.encode()) for text in texts)
+    if limit is not None and size > limit:
+        raise RequestError(
+            f"the question and system messages are {size} bytes; with the stages' token budgets and the "
+            f"image, at most {limit} fit the models' context length",
+            param=param,
+            code="context_length_exceeded",
+        )
 
 
 def remote_image_policy(config: AppConfig) -> RemoteImagePolicy:
@@ -258,6 +323,7 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
         question_param="messages",
     )
     question = dataclasses.replace(question, system=tuple(system))
+    check_prompt_size(config, [question.question, *system], "messages")
     options = _options(config, MODELS[request.model], extra.options, max_tokens, param, request.decoding())
     include_usage = bool((request.stream_options or {}).get("include_usage"))
     return Job(
@@ -287,5 +353,6 @@ def job_from_answer(config: AppConfig, payload: Any, request_id: str | None = No
         image_param="image",
         question_param="question",
     )
+    check_prompt_size(config, [question.question], "question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=request_id_of(request_id))

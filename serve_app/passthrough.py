@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from .config import Limits
+from .contracts import input_error_code
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
 
@@ -84,11 +85,7 @@ def _engine_error(error: Any, model_id: str) -> RequestError:
     code = int(getattr(detail, "code", 500) or 500)
     message = getattr(detail, "message", None) or str(detail)
     if 400 <= code < 500:
-        return RequestError(
-            f"{model_id}: {message}",
-            code=str(getattr(detail, "type", None) or "invalid_request"),
-            status=code,
-        )
+        return RequestError(f"{model_id}: {message}", code=input_error_code(message), status=code)
     return RequestError(
         f"{model_id} failed: {message}; retry later",
         code="model_unavailable",

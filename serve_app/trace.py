@@ -29,7 +29,7 @@ class StageRecord:
     name: str
     model: str
     prompt_kind: str
-    status: str = "running"  # ok | error | timeout | cancelled
+    status: str = "running"  # ok | error | timeout | rejected (the input) | cancelled
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0

@@ -1,0 +1,185 @@
+"""Input the models would refuse is refused first, as a 400 naming the cause: JSON past its nesting,
+key or number limits; images whose shape the models' image processor refuses; prompts that cannot fit
+the engines' context; and, when a model refuses anyway, its 4xx is the client's error, not a 503."""
+
+import asyncio
+import json
+
+import pytest
+
+from serve_app.cascade import Cascade, InputRejectedByModelError
+from serve_app.client import EngineError, EngineInputError, _completion_of
+from serve_app.config import AppConfig, Limits
+from serve_app.contracts import InputRejectedError, Question, input_error_code
+from serve_app.errors import RequestError
+from serve_app.jobs import job_from_answer, job_from_chat, parse_json
+from serve_app.model_limits import geometry, prompt_bytes_left, with_model_limits
+from serve_app.options import CascadeOptions, Policy
+from serve_app.passthrough import _engine_error
+from serve_app.prompts import PromptKind
+
+from ..images import chat_body, data_url
+from .fakes import ScriptedVLM
+
+S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
+MODELS = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
+
+
+def refused(call, *args, **kwargs) -> RequestError:
+    with pytest.raises(RequestError) as error:
+        call(*args, **kwargs)
+    return error.value
+
+
+# ---------------------------------------------------------------- JSON
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nests 100000 levels deep"),
+        (b'{"a": ' + b"[" * 33 + b"]" * 33 + b"}", "nests 34 levels deep"),
+        (b'{"n": ' + b"9" * 5000 + b"}", "5000 characters"),
+        (b'{"n": -1.' + b"5" * 100 + b"}", "103 characters"),
+        (json.dumps({f"k{i}": i for i in range(10_001)}).encode(), "more than 10000 keys"),
+    ],
+)
+def test_json_past_its_limits_is_a_400(body, needle):
+    error = refused(parse_json, body, Limits())
+    assert (error.status, error.code) == (400, "invalid_json") and needle in error.message
+
+
+def test_json_within_its_limits_parses_and_brackets_in_strings_do_not_count():
+    body = json.dumps({"q": "[" * 1000 + "{", "n": [1, -2.5e3, {"x": [None, True]}]}).encode()
+    assert parse_json(body, Limits()) == {"q": "[" * 1000 + "{", "n": [1, -2500.0, {"x": [None, True]}]}
+    assert parse_json(b"[" * 32 + b"]" * 32, Limits()) is not None
+
+
+# ---------------------------------------------------------------- images and prompts before any model
+
+
+LIMITED = AppConfig.model_validate(
+    MODELS | {"limits": {"max_image_aspect_ratio": 200, "min_image_side": 2, "max_prompt_bytes": 100}}
+)
+
+
+@pytest.mark.parametrize(
+    ("size", "needle"), [((2, 600), "aspect ratio of 300"), ((4000, 16), "250"), ((1, 1), "at least 2")]
+)
+def test_an_image_the_processor_refuses_is_a_400_before_any_model(size, needle):
+    error = refused(job_from_chat, LIMITED, chat_body(image=data_url(size=size)))
+    assert (error.status, error.code, error.param) == (
+        400,
+        "invalid_image",
+        "messages",
+    ) and needle in error.message
+    job_from_chat(LIMITED, chat_body(image=data_url(size=(2, 400))))  # a ratio of exactly 200 is taken
+
+
+def test_a_prompt_that_cannot_fit_the_context_is_a_400_before_any_model():
+    error = refused(job_from_chat, LIMITED, chat_body("Is it red? " + "word " * 20))
+    assert (error.status, error.code) == (400, "context_length_exceeded") and "at most 100" in error.message
+    system = chat_body("Is it red?")
+    system["messages"].insert(0, {"role": "system", "content": "é" * 50})  # 100 bytes of system message
+    assert refused(job_from_chat, LIMITED, system).code == "context_length_exceeded"
+    native = {"image": data_url(), "question": "Is it red? " * 10}
+    assert refused(job_from_answer, LIMITED, native).param == "question"
+
+
+def test_the_limits_are_learnt_from_the_served_models_processor_and_context():
+    from evaluation.local_server import config_args
+    from serve_app.config import load_app_config
+
+    config = with_model_limits(load_app_config(config_args("mai-cpu.yaml")))
+    limits = config.limits
+    assert (limits.max_image_aspect_ratio, limits.min_image_side) == (200.0, 1)  # Qwen2-VL's smart_resize
+    budgets = config.cascade.max_tokens
+    assert limits.max_prompt_bytes == 4096 - (budgets.reasoning + budgets.transfer) - 16 - 512
+    kept = config.model_copy(update={"limits": limits.model_copy(update={"max_image_aspect_ratio": 50.0})})
+    assert with_model_limits(kept).limits.max_image_aspect_ratio == 50.0  # a configured limit is kept
+    assert prompt_bytes_left(AppConfig.model_validate(MODELS), []) is None  # no max_model_len: no check
+
+
+def test_geometry_asks_the_processors_own_resize():
+    class Processor:
+        patch_size, merge_size, size = 14, 2, {"shortest_edge": 3136, "longest_edge": 1_000_000}
+
+    assert geometry(Processor()) == (None, 1)  # no smart_resize in its module: nothing learnt
+    from transformers import Qwen2VLImageProcessor
+
+    assert geometry(Qwen2VLImageProcessor()) == (200.0, 1)
+
+
+# ---------------------------------------------------------------- what a model refuses anyway
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        (
+            "Failed to apply Qwen3VLProcessor on data={...}: absolute aspect ratio must be smaller than 200",
+            "invalid_image",
+        ),
+        (
+            "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
+            "context_length_exceeded",
+        ),
+        ("temperature must be non-negative", "invalid_request"),
+    ],
+)
+def test_an_engines_4xx_names_the_kind_of_input(message, code):
+    assert input_error_code(message) == code
+    from types import SimpleNamespace as Obj
+
+    with pytest.raises(EngineInputError) as error:
+        _completion_of(Obj(error=Obj(message=message, code=400)), "m", 0.1)
+    assert error.value.code == code and isinstance(error.value, InputRejectedError)
+    with pytest.raises(EngineError) as failure:
+        _completion_of(Obj(error=Obj(message=message, code=500)), "m", 0.1)
+    assert not isinstance(failure.value, InputRejectedError)
+    passed = _engine_error(Obj(error=Obj(message=message, code=400)), "m")
+    assert (passed.status, passed.code) == (400, code) and "Retry-After" not in passed.headers
+
+
+@pytest.mark.parametrize(
+    ("small", "large", "stage"),
+    [
+        (
+            {S: "[[No]]"},
+            {S: InputRejectedError("m: Failed to apply processor", "invalid_image")},
+            "short_large",
+        ),
+        (
+            {S: "[[No]]", R: InputRejectedError("m: maximum context length", "context_length_exceeded")},
+            {S: "[[Yes]]"},
+            "reason_small",
+        ),
+        (
+            {S: "[[No]]", R: "x [[No]]"},
+            {S: "[[Yes]]", T: InputRejectedError("m: context", "context_length_exceeded")},
+            "transfer_large",
+        ),
+    ],
+)
+async def test_a_refused_input_fails_the_request_whichever_stage_met_it(small, large, stage):
+    small_model, large_model = ScriptedVLM(small), ScriptedVLM(large)
+    with pytest.raises(InputRejectedByModelError) as error:
+        await Cascade(small_model, large_model).run(
+            Question("Is it red?", image_url="data:,"), CascadeOptions()
+        )
+    rejected = error.value
+    assert rejected.stage.name == stage and rejected.stage.status == "rejected"
+    [refusal] = [v for v in (*small.values(), *large.values()) if isinstance(v, InputRejectedError)]
+    assert rejected.code == refusal.code
+    assert rejected.trace.route is None  # no degraded route hides it
+
+
+async def test_a_refusal_in_stage_one_cancels_the_other_models_call():
+    small = ScriptedVLM({S: "[[Yes]]"}, delays={S: 5.0})
+    large = ScriptedVLM({S: InputRejectedError("l: Failed to apply processor", "invalid_image")})
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(InputRejectedByModelError):
+        await Cascade(small, large).run(
+            Question("Is it red?", image_url="data:,"), CascadeOptions(policy=Policy.CASCADE)
+        )
+    assert asyncio.get_running_loop().time() - started < 1 and small.cancelled() == [S]
