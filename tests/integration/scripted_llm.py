@@ -16,7 +16,8 @@ from ray import serve
 
 from deployments.engine_ids import parse_engine_request_id
 
-# scenario -> {(role, prompt kind): reply}; a reply "!raise" raises, "!error" yields an ErrorResponse.
+# scenario -> {(role, prompt kind): reply}; a reply "!raise" raises, "!error" yields an ErrorResponse
+# (500), "!refuse" the 400 an engine gives an image its processor cannot take.
 SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
     "agree": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes.]]"},
     "reasoned": {
@@ -38,6 +39,12 @@ SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
     },
     "smallfails": {("small", "simple"): "!raise", ("large", "simple"): "[[Yes]]"},
     "largefails": {("small", "simple"): "[[Yes]]", ("large", "simple"): "!error"},
+    "largerefuses": {("small", "simple"): "!sleep 3 [[Yes]]", ("large", "simple"): "!refuse"},
+    "reasonrefuses": {
+        ("small", "simple"): "[[No]]",
+        ("large", "simple"): "[[Yes]]",
+        ("small", "reasoning"): "!refuse",
+    },
     "slow": {("small", "simple"): "[[Yes]]", ("large", "simple"): "[[Yes]]"},
     # "!sleep <s> <reply>": answer after <s> seconds (past a stage timeout in the timeout tests)
     "smallslow": {("small", "simple"): "!sleep 3 [[No]]", ("large", "simple"): "[[Yes]]"},
@@ -121,6 +128,16 @@ class ScriptedLLMServer:
         call["finished"] = time.time()
         if reply == "!raise":
             raise RuntimeError(f"{self.role} engine crashed (scripted)")
+        if reply == "!refuse":
+            yield ErrorResponse(
+                error={
+                    "message": "Failed to apply Qwen3VLProcessor on data: absolute aspect ratio must be "
+                    "smaller than 200, got 300.0 (scripted)",
+                    "type": "BadRequestError",
+                    "code": 400,
+                }
+            )
+            return
         if reply == "!error":
             yield ErrorResponse(
                 error={

@@ -4,6 +4,7 @@ A real local Ray (2 CPUs), real Serve proxy, the real MAIIngress and client; onl
 scripted, so that every route, policy and failure can be reached on purpose."""
 
 import json
+import time
 
 import httpx
 import pytest
@@ -622,6 +623,19 @@ def test_sampling_reaches_every_stage_and_logprobs_come_from_the_answers_complet
     ] == [{"content": tokens}]
     plain = post_chat(http, "Is it red?").json()
     assert plain["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize("scenario", ["largerefuses", "reasonrefuses"])
+def test_an_input_a_model_refuses_is_a_400_with_its_reason_not_a_503(http, calls, scenario):
+    started = time.monotonic()
+    response = post_chat(http, f"[{scenario}] Is it red?")
+    assert response.status_code == 400, response.text
+    assert "retry-after" not in response.headers
+    error = response.json()["error"]
+    assert error["code"] == "invalid_image" and "aspect ratio must be smaller than 200" in error["message"]
+    if scenario == "largerefuses":  # the small model's stage-1 call (3 s) is cancelled, not waited for
+        assert time.monotonic() - started < 2.5
+        assert calls("small")[0].get("cancelled") is True
 
 
 # ---------------------------------------------------------------- the models themselves (passthrough)
