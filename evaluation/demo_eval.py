@@ -331,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         help="fit the verification thresholds on the validation split (bench/results/demo-calibration)",
     )
     parser.add_argument(
+        "--calibration-questions",
+        type=int,
+        default=2000,
+        help="validation questions --calibrate uses, a seeded sample (default 2000 of about 3,900)",
+    )
+    parser.add_argument(
         "--table",
         action="store_true",
         help="re-derive demo.md and demo.json from the committed predictions.jsonl in --out (no server)",
@@ -354,9 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.datasets import easy_vqa_balanced_records, easy_vqa_records
 
     if args.calibrate:
-        data = DATASETS / "easy-vqa-validation.jsonl"
+        data = DATASETS / f"easy-vqa-validation-{args.calibration_questions}.jsonl"
         if not data.exists():
-            write_jsonl(easy_vqa_records("validation"), data)
+            write_jsonl(easy_vqa_records("validation", args.calibration_questions), data)
         out = args.out if args.out != DEMO_EVAL else DEMO_CALIBRATION
         calibrate = ["calibrate", str(data), "--out", str(out), "--concurrency", str(args.concurrency)]
         return _with_server(args.url, lambda url: mai_eval(calibrate + ["--url", url]))
