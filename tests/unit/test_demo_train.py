@@ -62,7 +62,7 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     spec = replace(demo_train.DEMO_SMALL, steps=60, batch_size=16)
     report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["steps"] == 60 and not report["stopped_early"]
-    assert report["final_loss"] < 2.0  # from about 6 (uniform over 512 tokens)
+    assert report["final_loss"] < 3.0  # from about 6.2 (uniform over 512 tokens)
     folder = tmp_path / "demo-small"
     assert json.loads((folder / "mai-demo.json").read_text())["spec"]["model"]["name"] == "demo-small"
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
