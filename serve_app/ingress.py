@@ -26,7 +26,7 @@ from .errors import RequestError
 from .images import check_image_bytes_under
 from .jobs import Job, PassthroughJob, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
-from .passthrough import chat_request, checked_images, forward
+from .passthrough import chat_request, check_has_text, checked_images, forward
 from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, error_reply, models_list
@@ -161,6 +161,7 @@ class MAIIngress:
         ``reason``: why ``mai`` sent it here (in the reply's ``mai`` object and ``x-mai-route-reason``)."""
         started = time.monotonic()
         payload = {key: value for key, value in payload.items() if key != "mai"}
+        check_has_text(payload)
         payload = await checked_images(payload, self.config.limits, self._fetch_image)
         request = chat_request(payload, model_id)
         headers = {"x-mai-route": "passthrough"}
@@ -168,7 +169,14 @@ class MAIIngress:
         if reason is not None:
             headers["x-mai-route-reason"] = reason
             extra = {"mai": {"route": "passthrough", "reason": reason, "model": model_id}}
-        reply = await forward(self.model_handles[model_id], request, model_id, headers, extra=extra)
+        reply = await forward(
+            self.model_handles[model_id],
+            request,
+            model_id,
+            headers,
+            extra=extra,
+            timeout_s=self.config.request_timeout_s,
+        )
         self.metrics.record_passthrough("mai" if reason is not None else model_id, time.monotonic() - started)
         return reply
 

@@ -6,6 +6,7 @@ limit, image checks and metrics. An engine's 4xx reaches the client as that 4xx.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -62,6 +63,28 @@ async def checked_images(payload: dict[str, Any], limits: Limits, fetch: ImageFe
     return {**payload, "messages": checked_messages}
 
 
+def check_has_text(payload: dict[str, Any]) -> None:
+    """A request whose messages carry no text at all is refused: the models' request router
+    (ray.serve.llm's PrefixCacheAffinityRouter) matches a request by its text and cannot route one
+    without any (it fails on it and the request would never be answered)."""
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str) and content:
+            return
+        if isinstance(content, list) and any(
+            isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"] for part in content
+        ):
+            return
+    raise RequestError(
+        "the messages carry no text; send at least one text part with the request",
+        param="messages",
+        code="missing_text",
+    )
+
+
 def chat_request(payload: dict[str, Any], model_id: str) -> Any:
     """ray.serve.llm's ``ChatCompletionRequest`` for ``model_id``; a field it (or vLLM's own checks across
     fields) refuses is a 400 naming it."""
@@ -95,17 +118,30 @@ def _engine_error(error: Any, model_id: str) -> RequestError:
 
 
 async def forward(
-    handle: Any, request: Any, model_id: str, headers: dict[str, str], *, extra: dict[str, Any] | None = None
+    handle: Any,
+    request: Any,
+    model_id: str,
+    headers: dict[str, str],
+    *,
+    extra: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
 ) -> JSONResponse | StreamingResponse:
     """Send ``request`` to the LLMServer behind ``handle``; a JSON reply (with ``extra`` added), or the
     engine's token stream as server-sent events. Raises ``RequestError`` for an engine error that arrives
-    before any token."""
+    before any token, and a 504 when nothing arrives within ``timeout_s``."""
     from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper, _peek_at_generator
     from ray.serve.llm.openai_api_models import ErrorResponse
 
     response = handle.options(stream=True).chat.remote(request)
     try:
-        first, stream = await _peek_at_generator(response)
+        first, stream = await asyncio.wait_for(_peek_at_generator(response), timeout_s)
+    except TimeoutError:
+        response.cancel()
+        raise RequestError(
+            f"{model_id} sent nothing within the request timeout of {timeout_s:g} s",
+            code="timeout",
+            status=504,
+        ) from None
     except Exception as exc:  # the replica died or refused the call: the model is unavailable
         raise RequestError(
             f"{model_id} is unavailable ({type(exc).__name__}); retry later",

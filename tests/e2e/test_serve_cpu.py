@@ -335,6 +335,13 @@ def test_the_models_themselves_through_the_ingress(server):
         response.status_code == 400
         and "remote image URLs are disabled" in response.json()["error"]["message"]
     )
+    # ray.serve.llm's prefix-aware router cannot route a request without text (it would wait forever).
+    image_only = httpx.post(
+        f"{BASE}/v1/chat/completions",
+        timeout=30,
+        json={"model": "mai", "messages": [{"role": "user", "content": None}]},
+    )
+    assert image_only.status_code == 400 and image_only.json()["error"]["code"] == "missing_text"
 
 
 def test_the_cascade_samples_as_asked_and_returns_the_answers_logprobs(server):

@@ -687,6 +687,12 @@ def test_a_streamed_passthrough_arrives_in_chunks(http, calls):
         ("engine refuses", conversation(("user", "Please [engine400]")), 400, "the engine refuses this"),
         ("bad sampling field", conversation(("user", "Hi"), temperature="hot"), 400, "temperature"),
         (
+            "no text in any message",
+            conversation(("user", [{"type": "image_url", "image_url": {"url": data_url()}}]), system=None),
+            400,
+            "carry no text",
+        ),
+        (
             "fields vLLM refuses together",
             conversation(("user", "Hi"), stream_options={"include_usage": True}),
             400,
