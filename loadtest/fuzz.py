@@ -266,15 +266,27 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
     with httpx.Client(base_url=base_url, timeout=60) as http:
 
         def send(operation: str, mode: str, method: str, body: Any, content_type: str | None = None) -> None:
-            if isinstance(body, bytes | bytearray):
-                response = http.request(
-                    method,
-                    operation,
-                    content=body,
-                    headers={"content-type": content_type or "application/json"},
+            try:
+                if isinstance(body, bytes | bytearray):
+                    response = http.request(
+                        method,
+                        operation,
+                        content=body,
+                        headers={"content-type": content_type or "application/json"},
+                    )
+                else:
+                    response = http.request(method, operation, json=body)
+            except httpx.TimeoutException:  # a request left unanswered is a violation, not a crash
+                report.violations.append(
+                    {
+                        "operation": f"{method} {operation}",
+                        "mode": mode,
+                        "status": 0,
+                        "problem": "no answer within 60 s",
+                        "input": _describe(body),
+                    }
                 )
-            else:
-                response = http.request(method, operation, json=body)
+                return
             report.add(f"{method} {operation}", mode, body, response)
             if on_case is not None:
                 on_case()
