@@ -86,11 +86,22 @@ def check_has_text(payload: dict[str, Any]) -> None:
 
 
 def chat_request(payload: dict[str, Any], model_id: str) -> Any:
-    """ray.serve.llm's ``ChatCompletionRequest`` for ``model_id``; a field it (or vLLM's own checks across
-    fields) refuses is a 400 naming it."""
+    """ray.serve.llm's ``ChatCompletionRequest`` for ``model_id``; a field it does not know, or one it (or
+    vLLM's own checks across fields) refuses, is a 400 naming it."""
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
     from vllm.exceptions import VLLMClientError
 
+    # vLLM's request type logs a field it does not know and ignores it: refuse it instead.
+    known = {
+        alias for name, field in ChatCompletionRequest.model_fields.items() for alias in (name, field.alias)
+    }
+    unknown = sorted(key for key in payload if key not in known)
+    if unknown:
+        raise RequestError(
+            f"unknown field {unknown[0]!r}: {model_id} does not take it",
+            param=unknown[0],
+            code="unsupported_parameter",
+        )
     try:
         return ChatCompletionRequest.model_validate({**payload, "model": model_id})
     except ValidationError as exc:

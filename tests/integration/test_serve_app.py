@@ -686,6 +686,7 @@ def test_a_streamed_passthrough_arrives_in_chunks(http, calls):
     [
         ("engine refuses", conversation(("user", "Please [engine400]")), 400, "the engine refuses this"),
         ("bad sampling field", conversation(("user", "Hi"), temperature="hot"), 400, "temperature"),
+        ("a field the engine does not know", conversation(("user", "Hi"), temprature=0.5), 400, "temprature"),
         (
             "no text in any message",
             conversation(("user", [{"type": "image_url", "image_url": {"url": data_url()}}]), system=None),
