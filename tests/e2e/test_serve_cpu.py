@@ -376,6 +376,45 @@ def test_the_cascade_samples_as_asked_and_returns_the_answers_logprobs(server):
     assert [t.token for t in again.choices[0].logprobs.content] == [t.token for t in tokens]
 
 
+@pytest.mark.parametrize("size", [(1, 300), (300, 1), (16, 4000), (10, 2100)])
+def test_images_the_processor_refuses_are_400s_on_both_routes(server, size):
+    """The shapes Qwen3-VL's processor refuses (aspect ratios over 200) are a 400 invalid_image, for the
+    cascade and for the model itself, never a 503 with Retry-After."""
+    turn = [
+        {"type": "image_url", "image_url": {"url": data_url(size=size)}},
+        {"type": "text", "text": "Is it red?"},
+    ]
+    for model in ("mai", "demo-large"):
+        response = httpx.post(
+            f"{BASE}/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": turn}], "max_tokens": 4},
+            timeout=120,
+        )
+        assert response.status_code == 400 and "retry-after" not in response.headers, response.text[:300]
+        assert response.json()["error"]["code"] == "invalid_image"
+
+
+def test_a_question_over_the_context_and_a_deep_body_are_400s(server):
+    import random
+
+    words = random.Random(0).choices(["alpha", "zebra", "quantum", "ochre", "lattice", "vivid"], k=1200)
+    question = " ".join(words)[:7920]
+    turn = [{"type": "image_url", "image_url": {"url": data_url()}}, {"type": "text", "text": question}]
+    response = httpx.post(
+        f"{BASE}/v1/chat/completions",
+        json={"model": "mai", "messages": [{"role": "user", "content": turn}]},
+        timeout=120,
+    )
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+    deep = httpx.post(
+        f"{BASE}/v1/chat/completions",
+        content=b"[" * 100_000 + b"]" * 100_000,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert deep.status_code == 400 and deep.json()["error"]["code"] == "invalid_json"
+
+
 NAMED_CAUSES = {
     "invalid_image",
     "image_too_large",
