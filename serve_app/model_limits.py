@@ -69,9 +69,14 @@ def _resize_rule(processor: Any) -> Callable[[int, int], Any] | None:
     resize = getattr(sys.modules.get(type(processor).__module__), "smart_resize", None)
     if resize is None:
         return None
-    factor = int(processor.patch_size) * int(getattr(processor, "merge_size", 1))
+    factor = _patch_factor(processor)
     low, high = _pixel_bounds(processor)
     return lambda height, width: resize(height, width, factor=factor, min_pixels=low, max_pixels=high)
+
+
+def _patch_factor(processor: Any) -> int:
+    """Pixels a side of one image token: the patch size times the merge size."""
+    return int(processor.patch_size) * int(getattr(processor, "merge_size", 1))
 
 
 def _pixel_bounds(processor: Any) -> tuple[int, int]:
@@ -118,11 +123,7 @@ def prompt_bytes_left(config: AppConfig, processors: list[Any | None]) -> int | 
         budgets.reasoning + budgets.transfer, budgets.explain, budgets.reasoning + budgets.stage2
     )
     image_tokens = max(
-        (
-            _pixel_bounds(p)[1] // (int(p.patch_size) * int(getattr(p, "merge_size", 1))) ** 2
-            for p in processors
-            if p
-        ),
+        (_pixel_bounds(p)[1] // _patch_factor(p) ** 2 for p in processors if p),
         default=0,
     )
     left = min(int(length) for length in lengths) - stage_needs - image_tokens - TEMPLATE_TOKENS
