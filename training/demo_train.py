@@ -54,6 +54,9 @@ class DemoSpec:
     seed: int
     # How many times each question type is in the draw (color, shape, yes/no); shapes are the hard part.
     type_weights: tuple[tuple[str, int], ...] = (("color", 1), ("shape", 1), ("yes/no", 1))
+    # The first steps are Simple only: a one-token target whose only source is the image teaches the
+    # vision tower to look before long, mostly predictable reasoning targets dilute that signal.
+    simple_warmup_steps: int = 0
 
     def __post_init__(self):
         unknown = {name for name, _ in self.type_weights} - {"color", "shape", "yes/no"}
@@ -61,24 +64,32 @@ class DemoSpec:
             raise ValueError(
                 f"type_weights names color, shape and yes/no, each at least once: {self.type_weights}"
             )
+        if self.simple_warmup_steps < 0:
+            raise ValueError(f"simple_warmup_steps must be 0 or more, got {self.simple_warmup_steps}")
+
+    def prompt_kind(self, step: int, rng: random.Random) -> PromptKind:
+        """The prompt kind of the batch at ``step``: Simple during the warm-up, then drawn from the mix."""
+        return PromptKind.SIMPLE if step < self.simple_warmup_steps else self.mix.draw(rng)
 
 
 DEMO_SMALL = DemoSpec(
     TinySpec("demo-small", 128, 256, 2, 2, 1, 2, 32, seed=2),
-    steps=2200,
+    steps=2800,
     batch_size=32,
     learning_rate=3e-3,
     mix=PromptMix(simple=0.45, reasoning=0.45, stage2=0.1, transfer=0.0),
     seed=11,
+    simple_warmup_steps=1000,
 )
 DEMO_LARGE = DemoSpec(
     TinySpec("demo-large", 256, 512, 4, 4, 2, 2, 64, seed=8),
-    steps=1700,
+    steps=1600,
     batch_size=32,
     learning_rate=2e-3,
     mix=PromptMix(simple=0.6, reasoning=0.1, stage2=0.0, transfer=0.3),
     seed=13,
     type_weights=(("color", 1), ("shape", 3), ("yes/no", 1)),
+    simple_warmup_steps=600,
 )
 SPECS = {spec.model.name: spec for spec in (DEMO_SMALL, DEMO_LARGE)}
 
@@ -290,7 +301,7 @@ def train(
         qas = [question(rng.choice(draw)) for _ in range(spec.batch_size)]
         # One prompt kind per batch: a batch is padded to its longest example, and the kinds differ
         # in length by three times (Simple against a transfer prompt holding a reasoning).
-        kind = spec.mix.draw(rng)
+        kind = spec.prompt_kind(step, rng)
         batch = batch_of(corpus, qas, [kind] * len(qas), collator, rng, spec.mix, variants=True)
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)

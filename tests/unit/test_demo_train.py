@@ -84,3 +84,12 @@ def test_type_weights_are_checked():
         replace(demo_train.DEMO_SMALL, type_weights=(("colour", 1),))
     with pytest.raises(ValueError, match="type_weights"):
         replace(demo_train.DEMO_SMALL, type_weights=(("shape", 0),))
+
+
+def test_the_warm_up_is_simple_only_then_the_mix_decides():
+    spec = replace(demo_train.DEMO_SMALL, mix=PromptMix(0, 1, 0, 0), steps=20, simple_warmup_steps=5)
+    rng = random.Random(0)
+    kinds = [spec.prompt_kind(step, rng) for step in range(20)]
+    assert kinds == [PromptKind.SIMPLE] * 5 + [PromptKind.REASONING] * 15
+    with pytest.raises(ValueError, match="simple_warmup_steps"):
+        replace(spec, simple_warmup_steps=-1)
