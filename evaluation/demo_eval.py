@@ -334,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         "--calibration-questions",
         type=int,
         default=2000,
-        help="validation questions --calibrate uses, a seeded sample (default 2000 of about 3,900)",
+        help="easy-vqa validation questions --calibrate uses, a seeded sample (default 2000 of about 3,900), "
+        "with half as many balanced yes/no questions on the same images",
     )
     parser.add_argument(
         "--table",
@@ -360,9 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.datasets import easy_vqa_balanced_records, easy_vqa_records
 
     if args.calibrate:
-        data = DATASETS / f"easy-vqa-validation-{args.calibration_questions}.jsonl"
+        # The test set's mixture: easy-vqa's own questions and half as many balanced yes/no ones.
+        balanced = args.calibration_questions // 2
+        data = DATASETS / f"easy-vqa-validation-{args.calibration_questions}-balanced-{balanced}.jsonl"
         if not data.exists():
-            write_jsonl(easy_vqa_records("validation", args.calibration_questions), data)
+            write_jsonl(
+                [
+                    *easy_vqa_records("validation", args.calibration_questions),
+                    *easy_vqa_balanced_records("validation", balanced),
+                ],
+                data,
+            )
         out = args.out if args.out != DEMO_EVAL else DEMO_CALIBRATION
         calibrate = ["calibrate", str(data), "--out", str(out), "--concurrency", str(args.concurrency)]
         return _with_server(args.url, lambda url: mai_eval(calibrate + ["--url", url]))
