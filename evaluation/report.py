@@ -38,12 +38,21 @@ def summarize_policy(
     routes = Counter(row.get("route") for row in answered)
     calls: dict[str, dict[str, list[int]]] = {"small": defaultdict(list), "large": defaultdict(list)}
     per_request = {"small": 0, "large": 0}
+    # Prompt tokens and, of them, served from the prefix cache, over the calls whose engine reported it.
+    cache: dict[str, dict[str, list[int]]] = {
+        "small": defaultdict(lambda: [0, 0]),
+        "large": defaultdict(lambda: [0, 0]),
+    }
     for row in answered:
         for stage in row.get("stages", []):
             if stage.get("model") in calls:
                 per_request[stage["model"]] += stage.get("completion_tokens") or 0
                 if stage.get("status") == "ok":
                     calls[stage["model"]][stage["prompt_kind"]].append(stage.get("completion_tokens") or 0)
+                    if stage.get("cached_tokens") is not None and stage.get("prompt_tokens"):
+                        counts = cache[stage["model"]][stage["prompt_kind"]]
+                        counts[0] += stage["cached_tokens"]
+                        counts[1] += stage["prompt_tokens"]
     transfers = [
         row["transfer"] for row in answered if row.get("transfer") and not row["transfer"].get("error")
     ]
@@ -63,6 +72,11 @@ def summarize_policy(
         "tokens_per_call": {
             model: {kind: sum(values) / len(values) for kind, values in sorted(kinds.items())}
             for model, kinds in calls.items()
+        },
+        # Share of the prompt tokens the engines served from their prefix cache, by model and prompt kind.
+        "cached_share_per_call": {
+            model: {kind: cached / prompt for kind, (cached, prompt) in sorted(kinds.items())}
+            for model, kinds in cache.items()
         },
         "calls_per_request": {
             model: {kind: len(values) / n for kind, values in sorted(kinds.items())}
@@ -100,6 +114,10 @@ def add_speedups(summaries: dict[str, dict[str, Any]], baseline: str | None) -> 
         summary["baseline"] = baseline if base else None
         summary["speedup"] = _ratio(base["wall_s"], summary["wall_s"]) if base else None
         summary["latency_speedup"] = _ratio(base["latency_sum_s"], summary["latency_sum_s"]) if base else None
+
+
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -185,6 +203,24 @@ def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -
             f"| {s['policy']} | {cells}{_fmt(per.get('small'), 1)} | {_fmt(per.get('large'), 1)} | "
             f"{transferred} |"
         )
+    cached_columns = [
+        (model, kind)
+        for model in ("small", "large")
+        for kind in PROMPT_KINDS
+        if any(kind in s.get("cached_share_per_call", {}).get(model, {}) for s in summaries.values())
+    ]
+    if cached_columns:
+        lines += [
+            "",
+            "## Prefix cache (share of prompt tokens served from the engine's prefix cache, per call)",
+            "",
+            "| policy | " + "".join(f"{model} {kind} | " for model, kind in cached_columns),
+            "|---|" + "---|" * len(cached_columns),
+        ]
+        for s in summaries.values():
+            shares = s.get("cached_share_per_call", {})
+            cells = "".join(f"{_share(shares.get(model, {}).get(kind))} | " for model, kind in cached_columns)
+            lines.append(f"| {s['policy']} | {cells}")
     if any(s["segments"] > 1 for s in summaries.values()):
         lines += [
             "",

@@ -145,6 +145,7 @@ def prediction_of(
                         "prompt_kind",
                         "status",
                         "prompt_tokens",
+                        "cached_tokens",
                         "completion_tokens",
                         "latency_s",
                         "answer",

@@ -311,6 +311,7 @@ class _Run:
                 completion.prompt_tokens,
                 completion.completion_tokens,
             )
+            stage.cached_tokens = completion.cached_tokens
             stage.latency_s = completion.latency_s
             self._token_logprobs[name] = completion.token_logprobs
             stage.answer = extract_answer(completion.text)

@@ -105,7 +105,18 @@ def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         latency_s=latency_s,
         token_logprobs=_token_logprobs(choices[0]),
+        cached_tokens=_cached_tokens(usage),
     )
+
+
+def _cached_tokens(usage: Any) -> int | None:
+    """usage.prompt_tokens_details.cached_tokens, or None when the engine did not report it."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    if isinstance(details, dict):
+        cached = details.get("cached_tokens")
+    else:
+        cached = getattr(details, "cached_tokens", None)
+    return None if cached is None else int(cached)
 
 
 def _token_logprobs(choice: Any) -> tuple[TokenLogprob, ...] | None:

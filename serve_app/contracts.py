@@ -60,6 +60,9 @@ class Completion:
     latency_s: float
     # The generated tokens with their logprobs, when the engine returned them.
     token_logprobs: tuple[TokenLogprob, ...] | None = None
+    # Prompt tokens the engine served from its prefix cache (usage.prompt_tokens_details.cached_tokens);
+    # None when the engine did not say.
+    cached_tokens: int | None = None
 
 
 class InputRejectedError(Exception):

@@ -21,7 +21,12 @@ def usage_of(result: CascadeResult) -> dict[str, int]:
     tokens = result.trace.tokens()
     prompt = sum(model["prompt_tokens"] for model in tokens.values())
     completion = sum(model["completion_tokens"] for model in tokens.values())
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(model["cached_tokens"] for model in tokens.values())},
+    }
 
 
 def mai_object(job: Job, result: CascadeResult) -> dict[str, Any]:

@@ -31,6 +31,7 @@ class StageRecord:
     prompt_kind: str
     status: str = "running"  # ok | error | timeout | rejected (the input) | cancelled
     prompt_tokens: int = 0
+    cached_tokens: int | None = None  # of prompt_tokens, served from the prefix cache; None: not reported
     completion_tokens: int = 0
     latency_s: float = 0.0
     answer: str | None = None  # parsed answer, None when nothing could be parsed
@@ -80,12 +81,14 @@ class Trace:
     transfer: TransferRecord | None = None
 
     def tokens(self) -> dict[str, dict[str, int]]:
+        """Per model: prompt tokens, of them cached (as far as the engine reported), completion tokens."""
         totals = {
-            SMALL: {"prompt_tokens": 0, "completion_tokens": 0},
-            LARGE: {"prompt_tokens": 0, "completion_tokens": 0},
+            model: {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
+            for model in (SMALL, LARGE)
         }
         for stage in self.stages:
             totals[stage.model]["prompt_tokens"] += stage.prompt_tokens
+            totals[stage.model]["cached_tokens"] += stage.cached_tokens or 0
             totals[stage.model]["completion_tokens"] += stage.completion_tokens
         return totals
 

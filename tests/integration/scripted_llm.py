@@ -179,6 +179,8 @@ class ScriptedLLMServer:
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": len(reply.split()),
                 "total_tokens": prompt_tokens + len(reply.split()),
+                # A stand-in for the prefix cache's share: half the prompt, so the ledger can be checked.
+                "prompt_tokens_details": {"cached_tokens": prompt_tokens // 2},
             },
         )
 

@@ -97,8 +97,14 @@ def test_cascade_routes_over_http(http, calls, scenario, route, answer, small_ki
         "prompt_tokens": stage_prompt,
         "completion_tokens": stage_completion,
         "total_tokens": stage_prompt + stage_completion,
+        "prompt_tokens_details": {"cached_tokens": sum(stage["cached_tokens"] for stage in trace["stages"])},
     }
     assert all(stage["status"] == "ok" and stage["prompt_tokens"] > 0 for stage in trace["stages"])
+    # The per-stage ledger carries what each engine call reported as served from its prefix cache.
+    assert all(stage["cached_tokens"] == stage["prompt_tokens"] // 2 for stage in trace["stages"])
+    assert trace["tokens"]["small"]["cached_tokens"] == sum(
+        stage["cached_tokens"] for stage in trace["stages"] if stage["model"] == "small"
+    )
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,16 @@ def test_the_generated_tokens_and_their_logprobs_are_kept():
     assert (completion.prompt_tokens, completion.completion_tokens) == (12, 3)
 
 
+def test_cached_prompt_tokens_are_read_from_the_usage_details():
+    cached = Obj(choices=response("[[Yes]]").choices, error=None)
+    cached.usage = Obj(prompt_tokens=12, completion_tokens=3, prompt_tokens_details=Obj(cached_tokens=8))
+    assert _completion_of(cached, "m", 0.1).cached_tokens == 8
+    cached.usage = Obj(prompt_tokens=12, completion_tokens=3, prompt_tokens_details={"cached_tokens": 0})
+    assert _completion_of(cached, "m", 0.1).cached_tokens == 0
+    # An engine that does not report it: unknown, not zero.
+    assert _completion_of(response("[[Yes]]"), "m", 0.1).cached_tokens is None
+
+
 def test_an_engine_without_logprobs_gives_none():
     assert _completion_of(response("[[Yes]]"), "m", 0.1).token_logprobs is None
     assert _completion_of(response("[[Yes]]", []), "m", 0.1).token_logprobs is None

@@ -14,7 +14,7 @@ from PIL import Image
 from evaluation.cli import build_parser, main
 from evaluation.converters import lmms_eval_records, read_parquet_rows
 from evaluation.records import DatasetError, EvalRecord, image_data_url, load_records
-from evaluation.report import add_speedups, summarize_policy, write_report
+from evaluation.report import add_speedups, markdown, summarize_policy, write_report
 from evaluation.run import PredictionStore, RunSpec, chat_body, prediction_of, request_id
 from evaluation.scoring import dataset_metrics, score, yes_no_metrics
 
@@ -542,3 +542,39 @@ def test_the_balanced_yes_no_set_is_half_yes_on_the_splits_own_images():
     assert [r["question"] for r in easy_vqa_balanced_records("test", 5)] == [r["question"] for r in test[:5]]
     with pytest.raises(ValueError, match="split"):
         next(easy_vqa_balanced_records("train"))
+
+
+def test_summary_reports_the_prefix_cached_share_per_model_and_prompt_kind():
+    records = [EvalRecord.model_validate(rec("1", "relaxed") | {"id": str(i)}) for i in range(2)]
+
+    def cached(model, kind, prompt, hit):
+        return stage(model, kind, 2) | {"prompt_tokens": prompt, "cached_tokens": hit}
+
+    rows = {
+        "0": answered(
+            "0",
+            "1",
+            "transfer",
+            1.0,
+            [
+                cached("small", "simple", 40, 0),
+                cached("small", "reasoning", 50, 40),
+                cached("large", "transfer", 100, 40),
+            ],
+        ),
+        "1": answered(
+            "1",
+            "1",
+            "transfer",
+            1.0,
+            # The second request's reasoning found all of its prefix; an engine that did not report
+            # cached tokens (None) is left out of the share, not counted as a miss.
+            [cached("small", "reasoning", 50, 50), stage("large", "transfer", 2) | {"prompt_tokens": 100}],
+        ),
+    }
+    summary = summarize_policy("mai", records, rows, [])
+    assert summary["cached_share_per_call"]["small"] == {"reasoning": 0.9, "simple": 0.0}
+    assert summary["cached_share_per_call"]["large"] == {"transfer": 0.4}
+    add_speedups({"mai": summary}, None)
+    table = markdown({"mai": summary}, {"dataset": "d", "url": "u", "concurrency": 1, "baseline": None})
+    assert "| mai | 0.0 % | 90.0 % | 40.0 % |" in table
