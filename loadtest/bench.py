@@ -14,6 +14,8 @@
 - passthrough: a request for the large demo model through MAI's ingress against the same request to its
                LLMServer through a thin ingress (same proxy), alternating: added latency, and a streamed
                reply's time to first token against the thin ingress's and the handle's own.
+- prefix_cache: the share of the reasoning and transfer stages' prompts served from the engines' prefix
+               cache (the stages' cached_tokens) on the CPU stack, with the default KV block and smaller.
 
 Everything in one benchmark runs side by side in one process on one local Ray; figures are ratios
 of runs made together. Emulated latency is the paper's H100 profile times the recorded time_scale.
@@ -585,6 +587,105 @@ def bench_passthrough(url: str, records: list[dict], requests: int, concurrency:
     }
 
 
+def shared_prefix_tokens(model_folder: str, question: str) -> dict[str, int]:
+    """Prompt tokens of the Simple, Reasoning and transfer prompts for one easy-vqa question on the demo
+    pair (16 image tokens), and how many of them the three share from the start (image + question)."""
+    from transformers import AutoTokenizer
+
+    from serve_app.prompts import PromptKind, build_messages
+
+    tokenizer = AutoTokenizer.from_pretrained(model_folder)
+
+    def ids(kind: PromptKind, **extra: Any) -> list[int]:
+        messages = build_messages("data:,", question, (), "yes_no", kind, **extra)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer(text.replace("<|image_pad|>", "<|image_pad|>" * 16), add_special_tokens=False)[
+            "input_ids"
+        ]
+
+    prompts = {
+        "simple": ids(PromptKind.SIMPLE),
+        "reasoning": ids(PromptKind.REASONING),
+        "transfer": ids(PromptKind.TRANSFER, reasoning="The image shows a red circle. [[yes]]"),
+    }
+    shared = 0
+    while all(len(p) > shared for p in prompts.values()) and len({p[shared] for p in prompts.values()}) == 1:
+        shared += 1
+    return {f"{kind}_prompt_tokens": len(p) for kind, p in prompts.items()} | {"shared_prefix_tokens": shared}
+
+
+def bench_prefix_cache(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """How much of the reasoning and transfer stages' prompts the engines serve from their prefix cache
+    on the CPU stack: ``mai`` on the demo pair, one request at a time, with the CPU backend's default KV
+    block (128 tokens) and with 32 and 16, as each stage's ``cached_tokens`` reports it."""
+    import httpx
+
+    from evaluation.paths import ROOT
+
+    questions = [r for r in records if r["id"].startswith("easy-vqa")][: min(requests, 60)]
+    prefix = shared_prefix_tokens(str(ROOT / "models" / "demo-small"), "Is there a red shape in the image?")
+    runs: dict[str, Any] = {}
+    for block in (None, 32, 16):
+        label = "default" if block is None else str(block)
+        overrides = (
+            {}
+            if block is None
+            else {role: {"engine_kwargs": {"block_size": block}} for role in ("small", "large")}
+        )
+        try:
+            deploy(config_args("mai-cpu.yaml", overrides))
+        except Exception as error:  # an engine that refuses the block size: recorded, not fatal
+            runs[label] = {"block_size": block, "deployed": False, "error": str(error)[:300]}
+            continue
+        totals: dict[str, list[int]] = {}
+        with httpx.Client(base_url=url, timeout=120) as http:
+            for record in questions:
+                body = {
+                    "model": "mai",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "image_url", "image_url": {"url": record["image"]}},
+                                {"type": "text", "text": record["question"]},
+                            ],
+                        }
+                    ],
+                }
+                response = http.post("/v1/chat/completions", json=body)
+                response.raise_for_status()
+                for stage in response.json()["mai"]["trace"]["stages"]:
+                    if stage["status"] == "ok" and stage.get("cached_tokens") is not None:
+                        counts = totals.setdefault(stage["name"], [0, 0, 0])
+                        counts[0] += stage["cached_tokens"]
+                        counts[1] += stage["prompt_tokens"]
+                        counts[2] += 1
+        runs[label] = {
+            "block_size": block,
+            "deployed": True,
+            "stages": {
+                name: {
+                    "calls": calls,
+                    "prompt_tokens_per_call": round(prompt / calls, 1),
+                    "cached_tokens_per_call": round(cached / calls, 1),
+                    "cached_share_of_prompt": round(cached / prompt, 3),
+                    "cached_share_of_shared_prefix": round(
+                        cached / calls / prefix["shared_prefix_tokens"], 3
+                    ),
+                }
+                for name, (cached, prompt, calls) in totals.items()
+            },
+        }
+    return {
+        "requests": len(questions),
+        "prompts": prefix,
+        "runs": runs,
+        "goal": "reasoning and transfer stages: >= 80 % of the image+question prefix served from the cache",
+        "note": "configs/mai-cpu.yaml (demo pair, 1 replica per model), one request at a time; block_size "
+        "overrides both engines' KV block; vLLM only caches full blocks",
+    }
+
+
 BENCHMARKS = {
     "paper": bench_paper,
     "overhead": bench_overhead,
@@ -594,6 +695,7 @@ BENCHMARKS = {
     "selector": bench_selector,
     "logprobs": bench_logprobs,
     "passthrough": bench_passthrough,
+    "prefix_cache": bench_prefix_cache,
 }
 COMMANDS = {name: f"python -m loadtest.bench --only {name}" for name in BENCHMARKS}
 
