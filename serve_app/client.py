@@ -111,11 +111,7 @@ def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
 
 def _cached_tokens(usage: Any) -> int | None:
     """usage.prompt_tokens_details.cached_tokens, or None when the engine did not report it."""
-    details = getattr(usage, "prompt_tokens_details", None)
-    if isinstance(details, dict):
-        cached = details.get("cached_tokens")
-    else:
-        cached = getattr(details, "cached_tokens", None)
+    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
     return None if cached is None else int(cached)
 
 

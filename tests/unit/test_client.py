@@ -32,7 +32,7 @@ def test_cached_prompt_tokens_are_read_from_the_usage_details():
     cached = Obj(choices=response("[[Yes]]").choices, error=None)
     cached.usage = Obj(prompt_tokens=12, completion_tokens=3, prompt_tokens_details=Obj(cached_tokens=8))
     assert _completion_of(cached, "m", 0.1).cached_tokens == 8
-    cached.usage = Obj(prompt_tokens=12, completion_tokens=3, prompt_tokens_details={"cached_tokens": 0})
+    cached.usage = Obj(prompt_tokens=12, completion_tokens=3, prompt_tokens_details=Obj(cached_tokens=0))
     assert _completion_of(cached, "m", 0.1).cached_tokens == 0
     # An engine that does not report it: unknown, not zero.
     assert _completion_of(response("[[Yes]]"), "m", 0.1).cached_tokens is None
