@@ -48,7 +48,8 @@ def free_port() -> int:
 
 @contextmanager
 def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None) -> Iterator[str]:
-    """A local Ray with Serve's HTTP proxy on a free port; yields the base URL.
+    """A new local Ray (never a cluster already running on the machine) with Serve's HTTP proxy on a
+    free port; yields the base URL.
 
     ``metrics_push_interval_s`` shortens how often handles and replicas report queue depth to the
     autoscaler (Serve's default is 10 s), so autoscaling reacts within seconds."""
@@ -63,7 +64,7 @@ def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None
         ):
             os.environ[name] = str(metrics_push_interval_s)
     port = free_port()
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield f"http://127.0.0.1:{port}"
@@ -89,6 +90,26 @@ def replica_counts(name: str = "mai") -> dict[str, int]:
     return {
         deployment: info.replica_states.get("RUNNING", 0) for deployment, info in status.deployments.items()
     }
+
+
+def replica_actors(deployment: str) -> list[str]:
+    """The named actors of a deployment's live replicas (each name holds the replica's id)."""
+    import ray
+
+    return sorted(
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == "serve" and f"#{deployment}#" in actor["name"]
+    )
+
+
+def replica_ids(name: str = "mai") -> dict[str, list[str]]:
+    """deployment -> the actor names of its live replicas, for every deployment of the application:
+    compared before and after a run, a changed list is a replica that died or was replaced."""
+    from ray import serve
+
+    deployments = serve.status().applications[name].deployments
+    return {deployment: replica_actors(deployment) for deployment in sorted(deployments)}
 
 
 def deployment_handle(deployment: str, name: str = "mai"):

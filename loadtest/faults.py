@@ -28,7 +28,14 @@ from typing import Any
 import httpx
 
 from evaluation.datasets import sample_png_data_url
-from evaluation.local_server import config_args, deploy, deployment_handle, local_ray
+from evaluation.local_server import (
+    config_args,
+    deploy,
+    deployment_handle,
+    local_ray,
+    replica_actors,
+    replica_ids,
+)
 from evaluation.paths import RESULTS
 from loadtest.outcomes import OUTCOMES
 
@@ -49,16 +56,6 @@ def app_args(request_timeout_s: float) -> dict[str, Any]:
             "cascade": {"timeouts": {"short_s": 2, "reasoning_s": 10, "stage2_s": 2, "transfer_s": 4}},
             "request_timeout_s": request_timeout_s,
         },
-    )
-
-
-def replica_actors(deployment: str) -> list[str]:
-    import ray
-
-    return sorted(
-        actor["name"]
-        for actor in ray.util.list_named_actors(all_namespaces=True)
-        if actor["namespace"] == "serve" and f"#{deployment}#" in actor["name"]
     )
 
 
@@ -163,10 +160,25 @@ def recovered(base_url: str) -> dict[str, Any]:
     }
 
 
+def replicas_changed(before: dict[str, list[str]], after: dict[str, list[str]]) -> dict[str, Any]:
+    """Which replicas (actor names, which carry Serve's replica ids) are gone after the drill and
+    which are new: a killed replica must be replaced, and nothing else should have died."""
+
+    def difference(a: dict[str, list[str]], b: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {
+            d: sorted(set(names) - set(b.get(d, [])))
+            for d, names in a.items()
+            if set(names) - set(b.get(d, []))
+        }
+
+    return {"replicas_gone": difference(before, after), "replicas_new": difference(after, before)}
+
+
 def drill(
     base_url: str, fault: str, run_time_s: int, fault_at_s: float, users: int, request_timeout_s: float
 ) -> dict:
     deploy(app_args(request_timeout_s))
+    before = replica_ids()
     note: dict[str, str] = {}
     timer = threading.Timer(
         fault_at_s, lambda: note.setdefault("fault", inject(fault, run_time_s, fault_at_s))
@@ -184,6 +196,7 @@ def drill(
         "failed_statuses": counts.get("failed_statuses", {}),
     }
     row |= recovered(base_url)
+    row |= replicas_changed(before, replica_ids())
     print(json.dumps(row), file=sys.stderr)
     return row
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,12 @@ from typing import Any
 import httpx
 
 MODES = ("positive", "negative", "near-valid", "shapes")
+CHECKED = (
+    "every answer below 500, except 503 with Retry-After (backpressure)",
+    "every error a JSON body {error: {message, code}} with a message",
+    "with --local: the live replica actors of every deployment (names carry replica ids) identical "
+    "before and after the run, i.e. no replica died or was replaced",
+)
 
 
 @dataclass
@@ -371,15 +378,19 @@ def main(argv: list[str] | None = None) -> int:
         "and the demo models, whose processors and context really refuse inputs)",
     )
     args = parser.parse_args(argv)
+    started = time.time()
     if args.local:
-        from evaluation.local_server import config_args, deploy, local_ray
+        from evaluation.local_server import config_args, deploy, local_ray, replica_ids
 
         instant = {"small": {"emulation": {"time_scale": 0}}, "large": {"emulation": {"time_scale": 0}}}
         with local_ray(num_cpus=2) as url:
             deploy(config_args(args.config, instant if args.config == "mai-emulated.yaml" else None))
+            before = replica_ids()
             report = fuzz(url, args.examples)
+            replicas = {"before": before, "after": replica_ids()}
     else:
         report = fuzz(args.url, args.examples)
+        replicas = None  # a remote cluster's replicas are not visible from here
     print(markdown(report))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -387,7 +398,15 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(
             json.dumps(
                 {
-                    "command": command,
+                    "meta": {
+                        "command": command,
+                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                        "duration_s": round(time.time() - started, 1),
+                        "config": f"configs/{args.config}" if args.local else args.url,
+                    },
+                    "checked": CHECKED,
+                    "replicas": replicas,
+                    "replicas_restarted": replicas and replicas["before"] != replicas["after"],
                     "examples_per_operation_and_mode": args.examples,
                     "rows": report.rows(),
                     "violations": report.violations,
@@ -399,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
             + "\n"
         )
     print(f"5xx answers: {dict(report.server_errors) or 'none'}", file=sys.stderr)
+    if replicas is not None and replicas["before"] != replicas["after"]:
+        print(f"replicas changed during the run: {json.dumps(replicas)}", file=sys.stderr)
+        return 1
     if report.violations:
         print(f"{len(report.violations)} violations:", file=sys.stderr)
         for violation in report.violations[:20]:

@@ -47,9 +47,26 @@ def server():
         try:
             process.wait(timeout=90)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            pass
+        _stop_session(process)
         log.close()
+
+
+def _stop_session(process: subprocess.Popen) -> None:
+    """`serve run` started a local Ray (GCS, raylet, workers) in its own session; what is left of it
+    after `serve run` exits would be found and joined by the next test's `ray.init()`."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    process.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
 
 
 def _log_tail() -> str:

@@ -32,6 +32,7 @@ def server():
     port, metrics_port = free_port(), free_port()
     # Metrics every second (Ray's default is 10 s), exported for Prometheus on metrics_port.
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
