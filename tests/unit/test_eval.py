@@ -578,3 +578,55 @@ def test_summary_reports_the_prefix_cached_share_per_model_and_prompt_kind():
     add_speedups({"mai": summary}, None)
     table = markdown({"mai": summary}, {"dataset": "d", "url": "u", "concurrency": 1, "baseline": None})
     assert "| mai | 0.0 % | 90.0 % | 40.0 % |" in table
+
+
+def _answering(responses: list[tuple[int, object]]):
+    """An httpx client whose server gives ``responses`` in turn (JSON bodies, or text), counting calls."""
+    import httpx
+
+    calls = []
+
+    def handler(request):
+        status, body = responses[min(len(calls), len(responses) - 1)]
+        calls.append(request)
+        if isinstance(body, str):
+            return httpx.Response(status, text=body)
+        return httpx.Response(status, json=body)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://mai"), calls
+
+
+def _ask_once(responses):
+    import asyncio
+
+    from evaluation.run import DriveSettings, ask
+
+    record = EvalRecord(id="1", image="data:x", question="Is it red?", answer="yes", metric="yes_no")
+    http, calls = _answering(responses)
+
+    async def go():
+        async with http:
+            return await ask(http, record, "data:x", RunSpec.parse("mai"), DriveSettings(retries=2))
+
+    return asyncio.run(go()), calls
+
+
+ANSWER = {"choices": [{"message": {"content": "yes"}}], "mai": {"route": "agree_short", "trace": {}}}
+
+
+def test_a_request_lost_with_a_dead_ingress_replica_is_asked_again(monkeypatch):
+    monkeypatch.setattr("asyncio.sleep", _no_sleep)
+    # Serve's proxy answers for a replica that died holding the request: a 500 that is not the app's JSON.
+    row, calls = _ask_once([(500, "Internal Server Error"), (200, ANSWER)])
+    assert len(calls) == 2 and row["status"] == 200 and row["answer"] == "yes"
+
+
+def test_an_error_the_app_wrote_is_kept_not_retried(monkeypatch):
+    monkeypatch.setattr("asyncio.sleep", _no_sleep)
+    error = {"error": {"message": "the image is not an image", "code": "invalid_image"}}
+    row, calls = _ask_once([(500, error), (200, ANSWER)])
+    assert len(calls) == 1 and row["status"] == 500 and "not an image" in row["error"]
+
+
+async def _no_sleep(_seconds):
+    return None
