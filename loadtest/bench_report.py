@@ -291,6 +291,18 @@ def real_stack_table(result: dict[str, Any]) -> list[str]:
             )
             + " |"
         )
+    cascade = policies.get("mai", {}).get("by_concurrency", {})
+    routes = {c: cell.get("route_shares") for c, cell in cascade.items() if cell.get("route_shares")}
+    if routes:
+        lines += [
+            "",
+            "`mai`'s routes, median share over repetitions: "
+            + "; ".join(
+                f"c={c}: " + ", ".join(f"{route} {share * 100:.0f}%" for route, share in shares.items())
+                for c, shares in routes.items()
+            )
+            + ".",
+        ]
     errors = sum(cell["errors"] for entry in policies.values() for cell in entry["by_concurrency"].values())
     lines += ["", f"Errors: {errors} of {sum(run['requests'] for run in result['runs'])} requests."]
     return lines

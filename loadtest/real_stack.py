@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,10 @@ def measure(rows: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
             model: {kind: round(total / len(ok), 2) if ok else None for kind, total in totals.items()}
             for model, totals in tokens.items()
         },
+        "route_shares": {
+            route: round(count / len(ok), 4)
+            for route, count in sorted(Counter(row.get("route") for row in ok).items())
+        },
         "scores": {row["id"]: row["score"] for row in ok},
     }
 
@@ -130,6 +134,7 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                 "requests_per_s": spread([run["requests_per_s"] for run in repeats], 3),
                 "p50_s": spread([run["p50_s"] for run in repeats]),
                 "p99_s": spread([run["p99_s"] for run in repeats]),
+                "route_shares": _median_shares([run.get("route_shares", {}) for run in repeats]),
                 "tokens_per_request": {
                     model: {
                         kind: _median([run["tokens_per_request"][model][kind] for run in repeats])
@@ -170,6 +175,12 @@ def ratios(table: Mapping[str, Mapping[str, Any]], baseline: str = BASELINE) -> 
 def _median(values: Sequence[float | None]) -> float | None:
     present = [value for value in values if value is not None]
     return round(statistics.median(present), 2) if present else None
+
+
+def _median_shares(shares: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per route, the median share over repetitions (a route a repetition did not take counts 0)."""
+    routes = sorted({route for share in shares for route in share}, key=str)
+    return {str(route): round(statistics.median([s.get(route, 0.0) for s in shares]), 4) for route in routes}
 
 
 def _ratio(a: Mapping[str, float] | None, b: Mapping[str, float] | None) -> float | None:

@@ -30,10 +30,10 @@ def test_one_at_a_time_asks_a_quarter_and_at_least_eight():
     assert questions_at(1, 5) == 5
 
 
-def _row(question, latency, score, stages=(), status=200):
+def _row(question, latency, score, stages=(), status=200, route="agree_short"):
     row = {"id": question, "status": status, "latency_s": latency}
     if status == 200:
-        row |= {"score": score, "stages": list(stages)}
+        row |= {"score": score, "stages": list(stages), "route": route}
     return row
 
 
@@ -43,7 +43,11 @@ def test_a_run_counts_errors_apart_and_sums_tokens_per_model_over_the_stages():
         {"model": "large", "prompt_tokens": 40, "cached_tokens": None, "completion_tokens": 3},
         {"model": "small", "prompt_tokens": 30, "cached_tokens": 0, "completion_tokens": 40},
     ]
-    rows = [_row("q1", 0.2, 1.0, stages), _row("q2", 0.4, 0.0, stages[:2]), _row("q3", 9.0, 0, status=503)]
+    rows = [
+        _row("q1", 0.2, 1.0, stages, route="transfer"),
+        _row("q2", 0.4, 0.0, stages[:2]),
+        _row("q3", 9.0, 0, status=503),
+    ]
     run = measure(rows, wall_s=2.0)
     assert run["errors"] == 1 and run["requests"] == 3
     assert run["requests_per_s"] == 1.0  # answered requests only
@@ -54,11 +58,13 @@ def test_a_run_counts_errors_apart_and_sums_tokens_per_model_over_the_stages():
     }
     assert run["tokens_per_request"]["large"]["cached_tokens"] == 0  # not reported counts as none cached
     assert run["scores"] == {"q1": 1.0, "q2": 0.0}
+    assert run["route_shares"] == {"agree_short": 0.5, "transfer": 0.5}
     assert run["p50_s"] == pytest.approx(0.3)
 
 
-def _run(policy, concurrency, throughput, p50, scores):
+def _run(policy, concurrency, throughput, p50, scores, routes=None):
     return {
+        "route_shares": routes or {"agree_short": 1.0},
         "policy": policy,
         "concurrency": concurrency,
         "requests": len(scores),
@@ -85,6 +91,7 @@ def test_repetitions_become_a_median_with_min_and_max_and_accuracy_pools_every_a
         "n": 3,
     }
     assert table["by_concurrency"]["1"]["repetitions"] == 1
+    assert table["by_concurrency"]["8"]["route_shares"] == {"agree_short": 1.0}
     # q1: right 3 times of 4 -> 0.75; q2: 0 -> mean over questions 0.375.
     assert table["accuracy_pct"] == pytest.approx(37.5)
     assert table["questions"] == 2
@@ -98,3 +105,15 @@ def test_ratios_are_taken_at_the_same_concurrency_against_full_rt():
     out = ratios(aggregate(runs))
     assert out["mai"] == {"8": {"requests_per_s": 2.0, "p50_s": 0.25}}
     assert out["mai-transfer"]["8"] == {"requests_per_s": 1.0, "p50_s": 1.0}
+
+
+def test_route_shares_are_medians_over_repetitions_with_a_missing_route_as_zero():
+    runs = [
+        _run("mai", 8, 1.0, 1.0, {"q": 1.0}, routes={"agree_short": 0.5, "transfer": 0.5}),
+        _run("mai", 8, 1.0, 1.0, {"q": 1.0}, routes={"agree_short": 1.0}),
+        _run("mai", 8, 1.0, 1.0, {"q": 1.0}, routes={"agree_short": 0.75, "transfer": 0.25}),
+    ]
+    assert aggregate(runs)["mai"]["by_concurrency"]["8"]["route_shares"] == {
+        "agree_short": 0.75,
+        "transfer": 0.25,
+    }
