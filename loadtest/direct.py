@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from deployments.emulated_vlm import EmulatedVLM
+from deployments.settings import EmulationSettings
 
 app = FastAPI()
 
@@ -38,7 +39,7 @@ class DirectIngress:
 
 def build_direct_app():
     engine = EmulatedVLM.options(name="direct-engine", max_ongoing_requests=1024).bind(
-        {"profile": "8b", "dataset": "pope", "time_scale": 0.0}, "large", "direct"
+        EmulationSettings(profile="8b", dataset="pope", time_scale=0.0), "large", "direct"
     )
     return DirectIngress.bind(engine)
 
