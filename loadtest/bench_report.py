@@ -308,6 +308,29 @@ def real_stack_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def prefix_cache_table(result: dict[str, Any]) -> list[str]:
+    prompts = result["prompts"]
+    lines = [
+        f"`mai` on the demo pair, {result['requests']} requests one at a time, per KV block size: each "
+        f"stage's prompt tokens per call and the share its engine served from the prefix cache. The "
+        f"stages share a prefix of {prompts['shared_prefix_tokens']} tokens (image and question). Goal: "
+        f"{result['goal']}.",
+        "",
+        "| block size | stage | calls | prompt tokens / call | cached tokens / call | cached share |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, run in result["runs"].items():
+        if not run.get("deployed"):
+            lines.append(f"| {label} | (engine refused it: {run.get('error', '')[:80]}) | | | | |")
+            continue
+        for stage, row in run["stages"].items():
+            lines.append(
+                f"| {label} | {stage} | {row['calls']} | {row['prompt_tokens_per_call']} | "
+                f"{row['cached_tokens_per_call']} | {row['cached_share_of_prompt'] * 100:.0f}% |"
+            )
+    return lines
+
+
 def _rendered(table, result: dict[str, Any]) -> list[str] | None:
     """The table and its provenance line; None for a result file written in an older format."""
     try:
@@ -325,6 +348,7 @@ SECTIONS = (
     ("selector", "Sparse reasoning transfer: selector cost", selector_table),
     ("logprobs", "What answer confidences cost (engine logprobs)", logprobs_table),
     ("passthrough", "The models themselves through the ingress (passthrough)", passthrough_table),
+    ("prefix_cache", "Prefix cache on the CPU stack", prefix_cache_table),
 )
 
 

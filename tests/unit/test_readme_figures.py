@@ -58,9 +58,23 @@ def test_every_figure_in_the_readme_is_in_a_result_file():
 
 
 @pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
-def test_every_benchmark_result_names_its_command(path):
-    meta = json.loads(path.read_text()).get("meta", {})
-    assert meta.get("command"), f"{path.name} has no meta.command"
+def test_every_result_file_names_the_command_that_wrote_it(path):
+    result = json.loads(path.read_text())
+    # Fuzz reports written before they had a meta keep the command at the top.
+    command = result.get("meta", {}).get("command") or result.get("command")
+    assert command and command.startswith("python -m loadtest."), f"{path.name} names no command"
+
+
+def test_benchmark_results_name_the_commit_config_and_checkpoints_they_ran():
+    from loadtest.bench import RESULT_FILES
+
+    for name in RESULT_FILES.values():
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            continue
+        meta = json.loads(path.read_text())["meta"]
+        assert meta.get("commit") and meta.get("config") and meta.get("checkpoints"), f"{name}.json meta"
+        assert isinstance(meta.get("uncommitted_changes"), bool), f"{name}.json: clean tree or not"
 
 
 def test_the_readme_tables_make_bench_writes_match_the_committed_results():
