@@ -10,9 +10,11 @@ what carries over to another machine.
 
     python -m loadtest.bench --only real      # bench/results/real-stack.json
 
-The questions are the validation split's (the demo models never trained on these images; the test
-split is kept for ``make eval-demo``): easy-vqa's own questions and half as many balanced yes/no,
-spread evenly so that the one-at-a-time runs' share of them is a mixture too.
+The questions are the validation split's (held out by the current training recipe; the committed
+pair held out another split and trained on most of these images, so accuracy here is a check that
+the policies answer, not a held-out figure; the test split is kept for ``make eval-demo``):
+easy-vqa's own questions and half as many balanced yes/no, spread evenly so that the one-at-a-time
+runs' share of them is a mixture too.
 """
 
 from __future__ import annotations
