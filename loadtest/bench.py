@@ -46,6 +46,7 @@ from evaluation.paths import RESULTS
 from evaluation.run import user_message
 from loadtest.analytic import analytic_speedups, ongoing_share
 from loadtest.provenance import provenance
+from loadtest.real_stack import run_order, spread
 
 ONE = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 32}
 # Emulated time runs 1:1 with the paper's H100 profile, except MMMU, whose 2,000-token reasoning
@@ -143,8 +144,6 @@ def bench_paper(url: str, records: list[dict], requests: int, concurrency: int) 
     """The emulated tier as a capacity model: per dataset, the three policies on the paper's profile,
     interleaved (3 repetitions, the order rotated), the same request ids for every policy and
     repetition; the analytic figures from the same inputs beside them."""
-    from loadtest.real_stack import run_order, spread
-
     per_repetition = max(64, requests // PAPER_REPETITIONS)
     results: dict[str, Any] = {}
     for dataset in paper_profile.DATASETS:
@@ -196,8 +195,6 @@ def bench_paper(url: str, records: list[dict], requests: int, concurrency: int) 
 
 def _speedup(repetitions: list[dict[str, Any]], other: str) -> dict[str, float] | None:
     """Wall time of ``other`` over the cascade's, per repetition (runs made next to each other)."""
-    from loadtest.real_stack import spread
-
     return spread([rep[other]["wall_s"] / rep["cascade"]["wall_s"] for rep in repetitions], 2)
 
 
@@ -268,8 +265,6 @@ EAGER_REPETITIONS = 3
 def bench_eager(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
     """Eager reasoning off and on, paired (the same request ids, so the same scripted routes and
     tokens) and interleaved: 3 repetitions, the order alternating."""
-    from loadtest.real_stack import run_order, spread
-
     per_repetition = max(64, requests // EAGER_REPETITIONS)
     results: dict[str, Any] = {}
     for dataset in ("chartqa", "mmmu"):
@@ -477,7 +472,6 @@ def bench_logprobs(url: str, records: list[dict], requests: int, concurrency: in
     """What asking for the generated tokens' logprobs costs: the large demo model's Simple answer through
     its LLMServer handle with and without ``logprobs``, one call at a time, the two alternating (which
     goes first alternates too), three repetitions; p50 per repetition."""
-    import statistics
 
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
@@ -514,25 +508,8 @@ def bench_logprobs(url: str, records: list[dict], requests: int, concurrency: in
     return {
         "calls_per_repetition": len(questions),
         "repetitions": 3,
-        "p50_ms": {
-            key: {"median": round(statistics.median(v), 2), "min": round(min(v), 2), "max": round(max(v), 2)}
-            for key, v in p50.items()
-        },
-        "ratio_with_over_without": {
-            "median": round(statistics.median(ratios), 3),
-            "min": round(min(ratios), 3),
-            "max": round(max(ratios), 3),
-        },
-    }
-
-
-def _spread(values: list[float], digits: int = 2) -> dict[str, float]:
-    import statistics
-
-    return {
-        "median": round(statistics.median(values), digits),
-        "min": round(min(values), digits),
-        "max": round(max(values), digits),
+        "p50_ms": {key: spread(values, 2) for key, values in p50.items()},
+        "ratio_with_over_without": spread(ratios, 3),
     }
 
 
@@ -628,10 +605,10 @@ def bench_passthrough(url: str, records: list[dict], requests: int, concurrency:
         "model": "demo-large",
         "calls_per_repetition": len(questions),
         "repetitions": 3,
-        "p50_ms": {leg: _spread(values) for leg, values in p50.items()},
-        "added_p50_ms": _spread(added),
-        "ttft_ratio_passthrough_over_direct": _spread(ttft_ratio, 3),
-        "ttft_ratio_passthrough_over_handle": _spread(ttft_over_handle, 3),
+        "p50_ms": {leg: spread(values, 2) for leg, values in p50.items()},
+        "added_p50_ms": spread(added, 2),
+        "ttft_ratio_passthrough_over_direct": spread(ttft_ratio, 3),
+        "ttft_ratio_passthrough_over_handle": spread(ttft_over_handle, 3),
         "targets": {"ttft_ratio_at_most": 1.1},
         "note": "one request at a time on 2 CPU cores; whole: max_tokens 8, streamed: 16 tokens (ignore_eos)",
     }
