@@ -173,7 +173,11 @@ class PredictionStore:
     def __init__(self, out: Path, dataset: Path, records: Sequence[EvalRecord]):
         self.out = out
         self.dir = out / "predictions"
-        self.manifest = {"dataset": str(dataset), "dataset_sha256": _sha256(dataset), "records": len(records)}
+        self.manifest = {
+            "dataset": str(dataset),
+            "dataset_sha256": file_sha256(dataset),
+            "records": len(records),
+        }
 
     def open(self, *, fresh: bool) -> None:
         """Create the folder, or check that it holds results of this very dataset."""
@@ -215,7 +219,8 @@ class PredictionStore:
         return [segment for segment in read_jsonl(path) if segment["policy"] == policy]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):

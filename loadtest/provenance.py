@@ -3,21 +3,17 @@ and the checkpoints it serves, each by a content hash, so a figure can be traced
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from evaluation.local_server import config_args
 from evaluation.paths import CONFIGS, ROOT
+from evaluation.run import file_sha256
 
 
 def sha256_prefix(path: Path, length: int = 16) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:length]
+    return file_sha256(path)[:length]
 
 
 def git_commit(root: Path = ROOT) -> dict[str, Any]:
