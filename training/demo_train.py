@@ -27,7 +27,9 @@ from pathlib import Path
 
 from serve_app.prompts import PromptKind
 from training.demo_data import (
+    COLOURS,
     QA,
+    SHAPES,
     BalancedYesNo,
     Example,
     ImageFacts,
@@ -40,7 +42,9 @@ from training.demo_data import (
 )
 from training.tiny import TinySpec, build_model, build_processor, build_tokenizer
 
-# easy-vqa's 64x64 images are upscaled to 128x128 in the processor: 16 image tokens each.
+# easy-vqa's 64x64 images are upscaled to 128x128 in the processor; the demo models' 8-pixel patches
+# make that 16x16 patches, merged 2x2 into 64 image tokens. (Qwen3-VL's 16-pixel patches give 16
+# tokens, and a tiny vision tower on them tells shapes apart barely above chance.)
 IMAGE_PIXELS = 128 * 128
 
 
@@ -57,6 +61,10 @@ class DemoSpec:
     # The first steps are Simple only: a one-token target whose only source is the image teaches the
     # vision tower to look before long, mostly predictable reasoning targets dilute that signal.
     simple_warmup_steps: int = 0
+    # Before any text, the vision tower alone learns to tell colours and shapes apart (a linear probe
+    # on its pooled output, dropped afterwards), the way a real VLM starts from a pretrained encoder:
+    # through the language model's one-token answers a tiny tower learns shapes barely above chance.
+    vision_pretrain_steps: int = 0
 
     def __post_init__(self):
         unknown = {name for name, _ in self.type_weights} - {"color", "shape", "yes/no"}
@@ -64,8 +72,9 @@ class DemoSpec:
             raise ValueError(
                 f"type_weights names color, shape and yes/no, each at least once: {self.type_weights}"
             )
-        if self.simple_warmup_steps < 0:
-            raise ValueError(f"simple_warmup_steps must be 0 or more, got {self.simple_warmup_steps}")
+        for name in ("simple_warmup_steps", "vision_pretrain_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
 
     def prompt_kind(self, step: int, rng: random.Random) -> PromptKind:
         """The prompt kind of the batch at ``step``: Simple during the warm-up, then drawn from the mix."""
@@ -73,23 +82,24 @@ class DemoSpec:
 
 
 DEMO_SMALL = DemoSpec(
-    TinySpec("demo-small", 128, 256, 2, 2, 1, 2, 32, seed=2),
-    steps=2800,
+    TinySpec("demo-small", 128, 256, 2, 2, 1, 2, 32, seed=2, patch_size=8),
+    steps=1800,
     batch_size=32,
     learning_rate=3e-3,
-    mix=PromptMix(simple=0.45, reasoning=0.45, stage2=0.1, transfer=0.0),
+    mix=PromptMix(simple=0.4, reasoning=0.5, stage2=0.1, transfer=0.0),
     seed=11,
-    simple_warmup_steps=1000,
+    simple_warmup_steps=300,
+    vision_pretrain_steps=1000,
 )
 DEMO_LARGE = DemoSpec(
-    TinySpec("demo-large", 256, 512, 4, 4, 2, 2, 64, seed=8),
-    steps=1600,
+    TinySpec("demo-large", 256, 512, 4, 4, 2, 2, 64, seed=8, patch_size=8),
+    steps=700,
     batch_size=32,
     learning_rate=2e-3,
     mix=PromptMix(simple=0.6, reasoning=0.1, stage2=0.0, transfer=0.3),
     seed=13,
-    type_weights=(("color", 1), ("shape", 3), ("yes/no", 1)),
-    simple_warmup_steps=600,
+    simple_warmup_steps=200,
+    vision_pretrain_steps=1500,
 )
 SPECS = {spec.model.name: spec for spec in (DEMO_SMALL, DEMO_LARGE)}
 
@@ -237,6 +247,69 @@ def simple_accuracy(
     return {kind: sum(values) / len(values) for kind, values in right.items()}
 
 
+def pooled_vision(model, corpus: Corpus, image_ids: list[int]):
+    """The vision tower's output for ``image_ids``, averaged over each image's tokens."""
+    import torch
+
+    pixels = torch.cat([corpus.pixels[image_id] for image_id in image_ids])
+    output = model.model.visual(pixels, grid_thw=corpus.grid.repeat(len(image_ids), 1))
+    embeddings = output.pooler_output if hasattr(output, "pooler_output") else output[0]
+    return embeddings.reshape(len(image_ids), -1, embeddings.shape[-1]).mean(1)
+
+
+def pretrain_vision(
+    model, corpus: Corpus, spec: DemoSpec, rng: random.Random, *, deadline: float, progress: bool = True
+) -> dict:
+    """Train the vision tower alone to tell each image's colour and shape (two linear heads on its
+    pooled output, dropped afterwards), for ``spec.vision_pretrain_steps`` or until ``deadline``
+    (time.monotonic()). Returns the probe's accuracy on the validation images."""
+    import torch
+    from tqdm import tqdm
+
+    width = model.config.vision_config.out_hidden_size
+    heads = {"colour": torch.nn.Linear(width, len(COLOURS)), "shape": torch.nn.Linear(width, len(SHAPES))}
+    labels = {
+        "colour": lambda ids: torch.tensor([COLOURS.index(corpus.facts[i].colour) for i in ids]),
+        "shape": lambda ids: torch.tensor([SHAPES.index(corpus.facts[i].shape) for i in ids]),
+    }
+    parameters = list(model.model.visual.parameters()) + [p for h in heads.values() for p in h.parameters()]
+    optimizer = torch.optim.AdamW(parameters, lr=spec.learning_rate)
+    train_images = sorted({qa.image_id for qa in corpus.train} & set(corpus.facts))
+    steps = 0
+    for _ in tqdm(
+        range(spec.vision_pretrain_steps),
+        desc=f"{spec.model.name} vision",
+        unit="step",
+        disable=not progress,
+        file=sys.stderr,
+    ):
+        if time.monotonic() > deadline:
+            break
+        image_ids = rng.sample(train_images, spec.batch_size)
+        pooled = pooled_vision(model, corpus, image_ids)
+        loss = sum(
+            torch.nn.functional.cross_entropy(head(pooled), labels[name](image_ids))
+            for name, head in heads.items()
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        steps += 1
+    validation_images = sorted({qa.image_id for qa in corpus.validation} & set(corpus.facts))
+    with torch.no_grad():
+        pooled = pooled_vision(model.eval(), corpus, validation_images)
+        accuracy = {
+            name: round((head(pooled).argmax(-1) == labels[name](validation_images)).float().mean().item(), 3)
+            for name, head in heads.items()
+        }
+    model.train()
+    return {
+        "steps": steps,
+        "validation_probe_accuracy": accuracy,
+        "validation_images": len(validation_images),
+    }
+
+
 def learning_rate(step: int, spec: DemoSpec) -> float:
     """Linear warm-up over the first 5 % of steps, then cosine down to a tenth."""
     warmup = max(1, spec.steps // 20)
@@ -284,7 +357,8 @@ def train(
         return train_yes_no.draw(rng) if kind == "yes/no" else rng.choice(by_type[kind])
 
     started = time.monotonic()
-    steps_done, stopped_early, loss_ema = 0, False, None
+    vision = pretrain_vision(model, corpus, spec, rng, deadline=started + max_minutes * 60, progress=progress)
+    steps_done, stopped_early, loss_ema = 0, vision["steps"] < spec.vision_pretrain_steps, None
     bar = tqdm(
         range(spec.steps),
         desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)",
@@ -293,7 +367,7 @@ def train(
         file=sys.stderr,
     )
     for step in bar:
-        if time.monotonic() - started > max_minutes * 60:
+        if stopped_early or time.monotonic() - started > max_minutes * 60:
             stopped_early = True
             break
         for group in optimizer.param_groups:
@@ -320,8 +394,8 @@ def train(
     bar.close()
     if stopped_early:
         print(
-            f"{spec.model.name}: stopped at --max-minutes {max_minutes} after {steps_done} of {spec.steps} "
-            "steps",
+            f"{spec.model.name}: stopped at --max-minutes {max_minutes} after {vision['steps']} of "
+            f"{spec.vision_pretrain_steps} vision steps and {steps_done} of {spec.steps} steps",
             file=sys.stderr,
         )
     accuracy = simple_accuracy(model, corpus, collator, validation)
@@ -336,6 +410,7 @@ def train(
         "parameters": parameters,
         "steps": steps_done,
         "stopped_early": stopped_early,
+        "vision_pretraining": vision,
         "minutes": round((time.monotonic() - started) / 60, 2),
         "final_loss": round(loss_ema or 0.0, 4),
         "validation_simple_accuracy": {k: round(v, 3) for k, v in accuracy.items()},
@@ -382,15 +457,22 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     qas, paths = load_questions()
     tokenizer = build_tokenizer(tokenizer_corpus(qas, facts_by_image(qas)))
-    processor = build_processor(tokenizer, min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS)
-    corpus = load_corpus(processor, qas, paths)
-    print(
-        f"easy-vqa train: {len(corpus.train)} questions for training, {len(corpus.validation)} held out; "
-        f"{len(corpus.facts)} of {len(corpus.pixels)} images with a known colour and shape",
-        file=sys.stderr,
-    )
+    prepared: dict[int, tuple] = {}  # patch size -> (processor, corpus): the images once per patch size
     for name in args.only or list(SPECS):
         spec = SPECS[name] if args.steps is None else replace(SPECS[name], steps=args.steps)
+        patch_size = spec.model.patch_size
+        if patch_size not in prepared:
+            processor = build_processor(
+                tokenizer, min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS, patch_size=patch_size
+            )
+            corpus = load_corpus(processor, qas, paths)
+            print(
+                f"easy-vqa train: {len(corpus.train)} questions for training, {len(corpus.validation)} "
+                f"held out; {len(corpus.facts)} of {len(corpus.pixels)} images with a known colour and shape",
+                file=sys.stderr,
+            )
+            prepared[patch_size] = processor, corpus
+        processor, corpus = prepared[patch_size]
         train(spec, corpus, tokenizer, processor, args.out, max_minutes=args.max_minutes)
     return 0
 

@@ -52,6 +52,9 @@ class TinySpec:
     vision_depth: int
     vision_hidden_size: int
     seed: int
+    # Pixels per side of a vision patch: 16 (Qwen3-VL's) or finer, for small images whose shapes a
+    # tiny vision tower must tell apart (see training.demo_train).
+    patch_size: int = 16
 
 
 SMALL = TinySpec("tiny-small", 128, 256, 2, 2, 1, 2, 32, seed=2)
@@ -107,13 +110,19 @@ def build_tokenizer(corpus: list[str] | None = None):
     return wrapped
 
 
-def build_processor(tokenizer, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS):
+def build_processor(
+    tokenizer, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS, patch_size: int = 16
+):
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
     size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
-    image_processor = Qwen2VLImageProcessor(patch_size=16, merge_size=2, temporal_patch_size=2, size=size)
-    video_processor = Qwen3VLVideoProcessor(patch_size=16, merge_size=2, temporal_patch_size=2, size=size)
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=patch_size, merge_size=2, temporal_patch_size=2, size=size
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        patch_size=patch_size, merge_size=2, temporal_patch_size=2, size=size
+    )
     return Qwen3VLProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
@@ -151,7 +160,7 @@ def build_model(spec: TinySpec, tokenizer, dtype: str = "bfloat16"):
             "hidden_size": spec.vision_hidden_size,
             "intermediate_size": spec.vision_hidden_size * 2,
             "num_heads": 2,
-            "patch_size": 16,
+            "patch_size": spec.patch_size,
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
             "out_hidden_size": spec.hidden_size,

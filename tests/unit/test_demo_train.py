@@ -19,7 +19,10 @@ def setup():
     few = [qa for qa in qas if qa.image_id < 24]
     tokenizer = build_tokenizer(tokenizer_corpus(few, facts_by_image(few)))
     processor = build_processor(
-        tokenizer, min_pixels=demo_train.IMAGE_PIXELS, max_pixels=demo_train.IMAGE_PIXELS
+        tokenizer,
+        min_pixels=demo_train.IMAGE_PIXELS,
+        max_pixels=demo_train.IMAGE_PIXELS,
+        patch_size=demo_train.DEMO_SMALL.model.patch_size,
     )
     corpus = demo_train.load_corpus(processor, few, paths, held_out={20, 21, 22, 23}, progress=False)
     return tokenizer, processor, corpus, paths
@@ -39,7 +42,8 @@ def test_training_layout_matches_the_processor(setup):
     with Image.open(paths[0]) as image:
         reference = processor(text=[text], images=[image.convert("RGB")], return_tensors="pt")
     assert prompt_ids == reference["input_ids"][0].tolist()
-    assert prompt_ids.count(collator.image_pad) == 16  # 64x64 upscaled to 128x128: 16 image tokens
+    # 64x64 upscaled to 128x128, 8-pixel patches merged 2x2: 64 image tokens
+    assert prompt_ids.count(collator.image_pad) == 64
     assert tokenizer.decode(target_ids) == example.target + "<|im_end|>"
     batch = collator(
         [
@@ -51,7 +55,7 @@ def test_training_layout_matches_the_processor(setup):
     )
     labelled = batch["labels"] != -100
     assert labelled.sum(-1).tolist() == [len(target_ids), len(tokenizer("[[yes]]")["input_ids"]) + 1]
-    assert (batch["mm_token_type_ids"].sum(-1) == 16).all()
+    assert (batch["mm_token_type_ids"].sum(-1) == 64).all()
 
 
 def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup, tmp_path):
