@@ -63,9 +63,10 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     from transformers import AutoModelForImageTextToText
 
     tokenizer, processor, corpus, _ = setup
-    spec = replace(demo_train.DEMO_SMALL, steps=60, batch_size=16)
+    spec = replace(demo_train.DEMO_SMALL, steps=60, batch_size=16, vision_pretrain_steps=10)
     report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["steps"] == 60 and not report["stopped_early"]
+    assert report["vision_pretraining"]["steps"] == 10
     assert report["final_loss"] < 3.0  # from about 6.2 (uniform over 512 tokens)
     folder = tmp_path / "demo-small"
     assert json.loads((folder / "mai-demo.json").read_text())["spec"]["model"]["name"] == "demo-small"
@@ -97,3 +98,70 @@ def test_the_warm_up_is_simple_only_then_the_mix_decides():
     assert kinds == [PromptKind.SIMPLE] * 5 + [PromptKind.REASONING] * 15
     with pytest.raises(ValueError, match="simple_warmup_steps"):
         replace(spec, simple_warmup_steps=-1)
+
+
+def test_vision_pretraining_trains_the_tower_only_and_stops_at_the_deadline(setup):
+    import time
+
+    import torch
+
+    tokenizer, _, corpus, _ = setup
+    spec = replace(demo_train.DEMO_SMALL, vision_pretrain_steps=5, batch_size=8)
+    model = demo_train.build_model(spec.model, tokenizer, dtype="float32").train()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    report = demo_train.pretrain_vision(
+        model, corpus, spec, random.Random(0), deadline=time.monotonic() + 60, progress=False
+    )
+    assert report["steps"] == 5 and report["validation_images"] == 4
+    assert set(report["validation_probe_accuracy"]) == {"colour", "shape"}
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert changed and all(name.startswith("model.visual.") for name in changed)
+    assert model.training  # left ready for the text phase
+    late = demo_train.pretrain_vision(
+        model, corpus, spec, random.Random(0), deadline=time.monotonic() - 1, progress=False
+    )
+    assert late["steps"] == 0
+    with pytest.raises(ValueError, match="vision_pretrain_steps"):
+        replace(spec, vision_pretrain_steps=-1)
+
+
+def test_reasoning_accuracy_reads_the_generated_answer_of_each_question_in_order(setup):
+    import torch
+
+    from training.demo_data import reasoning_text
+
+    tokenizer, _, corpus, _ = setup
+    collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    images = sorted(corpus.facts)[:6]
+    qas = [QA(image, "what color is the shape?", corpus.facts[image].colour) for image in images]
+    wrong = {images[1], images[4]}
+
+    class Writes:
+        """Generates the true reasoning, except for the images in ``wrong`` (a wrong final answer)."""
+
+        training = True
+
+        def eval(self):
+            self.training = False
+            return self
+
+        def train(self):
+            self.training = True
+            return self
+
+        def generate(self, input_ids, **_):
+            assert not self.training
+            rows = []
+            for qa in batch_qas.pop(0):
+                text = reasoning_text(corpus.facts[qa.image_id], qa.question)
+                if qa.image_id in wrong:
+                    text = text.rsplit("[[", 1)[0] + "[[none]]"
+                rows.append(tokenizer(text, add_special_tokens=False)["input_ids"] + [collator.end])
+            width = max(map(len, rows))
+            tails = torch.tensor([row + [collator.pad] * (width - len(row)) for row in rows])
+            return torch.cat([input_ids, tails], dim=1)
+
+    batch_qas = [qas[:4], qas[4:]]
+    model = Writes()
+    assert demo_train.reasoning_accuracy(model, corpus, collator, qas, batch_size=4) == 4 / 6
+    assert model.training and not batch_qas
