@@ -1,10 +1,11 @@
 """Train the two demo VLMs (tiny Qwen3-VL, from scratch) on easy-vqa, on CPU, in plain PyTorch.
 
-The small and the large model differ the way the paper's 2B and 8B do: the large one has about
-six times the parameters and is shown shape questions three times as often, so it answers better
-without thinking; the small
-one learns to reason (a short rationale grounded in what it sees, then ``[[answer]]``) and the large
-one learns to answer with a smaller model's reasoning in context (the reasoning-transfer prompts).
+Each model starts with its vision tower alone learning to tell the image's colour and shape (a linear
+probe, dropped afterwards), then learns the server's prompts. The small and the large model differ the
+way the paper's 2B and 8B do in size (the large one has about six times the parameters and a wider
+vision tower, pretrained longer); the small one learns to reason (a short rationale grounded in what
+it sees, then ``[[answer]]``) and the large one learns to answer with a smaller model's reasoning in
+context (the reasoning-transfer prompts).
 
     mai-train-demo --out models            # writes models/demo-small and models/demo-large
     mai-train-demo --only demo-small --steps 200 --out /tmp/demo   # a quick look
