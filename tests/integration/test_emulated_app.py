@@ -129,11 +129,14 @@ def test_small_and_large_scale_up_under_load_and_back_down(base_url):
     started = time.monotonic()
     try:
         # Load until both have scaled up (new replicas take a while to start on 2 cores), at most 120 s.
+        # Every other request asks for the large model's reasoning: under the cascade alone its queue
+        # is shallow (most requests stop at stage 1) and whether it scales depended on the machine.
+        cascade, large_reason = answer_bodies(10000), answer_bodies(10000, policy="large-reason")
         outcomes, _ = asyncio.run(
             drive(
                 base_url,
                 "/v1/mai/answer",
-                answer_bodies(20000),
+                [body for pair in zip(cascade, large_reason, strict=True) for body in pair],
                 concurrency=24,
                 until=lambda: scaled.is_set() or time.monotonic() - started > load_limit_s,
             )
