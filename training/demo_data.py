@@ -137,10 +137,17 @@ def rationale(facts: ImageFacts, question: str) -> str:
         thing = " ".join(word for word in (asked_colour, asked_shape or "shape") if word)
         negated = " not" if is_negated(question) else ""
         seen = _shows(facts, asked_colour, asked_shape)
-        steps += [
-            f"The question asks if there is{negated} a {thing}.",
-            f"There is {'a' if seen else 'no'} {thing}.",
-        ]
+        steps.append(f"The question asks if there is{negated} a {thing}.")
+        if (asked_colour is None) != (asked_shape is None):
+            # The value asked and the value seen side by side, then whether they match: the
+            # comparison a small model must make, one step long.
+            asked, shown = (asked_colour, facts.colour) if asked_colour else (asked_shape, facts.shape)
+            steps += [
+                f"It asks about {asked}; the image shows {shown}.",
+                f"{'They match' if seen else 'They differ'}, so there is {'a' if seen else 'no'} {thing}.",
+            ]
+        else:
+            steps.append(f"There is {'a' if seen else 'no'} {thing}.")
         if negated:
             steps.append(f"The question says not, so {'no' if seen else 'yes'} is right.")
     elif asks_colour(question):

@@ -66,6 +66,12 @@ class DemoSpec:
     # on its pooled output, dropped afterwards), the way a real VLM starts from a pretrained encoder:
     # through the language model's one-token answers a tiny tower learns shapes barely above chance.
     vision_pretrain_steps: int = 0
+    # Then, before any image, the language model alone learns the Reasoning steps of yes/no
+    # questions from text (text_reasoning_steps): the value asked and the value seen side by side and
+    # whether they match. Text-only steps cost half an image step, and the comparison takes a
+    # thousand steps or more before it clicks; afterwards the image steps only have to fill in what
+    # is seen.
+    text_reasoning_steps: int = 0
 
     def __post_init__(self):
         unknown = {name for name, _ in self.type_weights} - {"color", "shape", "yes/no"}
@@ -73,7 +79,7 @@ class DemoSpec:
             raise ValueError(
                 f"type_weights names color, shape and yes/no, each at least once: {self.type_weights}"
             )
-        for name in ("simple_warmup_steps", "vision_pretrain_steps"):
+        for name in ("simple_warmup_steps", "vision_pretrain_steps", "text_reasoning_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
 
@@ -89,8 +95,10 @@ DEMO_SMALL = DemoSpec(
     learning_rate=3e-3,
     mix=PromptMix(simple=0.4, reasoning=0.5, stage2=0.1, transfer=0.0),
     seed=11,
+    type_weights=(("color", 1), ("shape", 1), ("yes/no", 2)),
     simple_warmup_steps=300,
     vision_pretrain_steps=1000,
+    text_reasoning_steps=1500,
 )
 DEMO_LARGE = DemoSpec(
     TinySpec("demo-large", 256, 512, 4, 4, 2, 2, 64, seed=8, patch_size=8),
@@ -363,6 +371,52 @@ def pretrain_vision(
     }
 
 
+def pretrain_text_reasoning(
+    model,
+    corpus: Corpus,
+    collator: Collator,
+    spec: DemoSpec,
+    rng: random.Random,
+    *,
+    deadline: float,
+    progress: bool = True,
+) -> dict:
+    """Train the whole model on text-only Reasoning examples of balanced yes/no questions (no image:
+    the rationale's first steps, what the image shows, are then guesses, and the rest follows from
+    them and the question), for ``spec.text_reasoning_steps`` or until ``deadline``. Returns the steps
+    done and the last steps' mean loss."""
+    import torch
+    from tqdm import tqdm
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
+    yes_no = BalancedYesNo(corpus.facts, {qa.image_id for qa in corpus.train})
+    mix, steps, losses = PromptMix(0, 1, 0, 0), 0, []
+    for _ in tqdm(
+        range(spec.text_reasoning_steps),
+        desc=f"{spec.model.name} text reasoning",
+        unit="step",
+        disable=not progress,
+        file=sys.stderr,
+    ):
+        if time.monotonic() > deadline:
+            break
+        qas = [yes_no.draw(rng) for _ in range(spec.batch_size)]
+        examples = [
+            make_example(None, qa, corpus.facts[qa.image_id], PromptKind.REASONING, rng, mix, variant=True)
+            for qa in qas
+        ]
+        batch = collator(examples)
+        batch.pop("mm_token_type_ids")
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses = (losses + [loss.item()])[-50:]
+        steps += 1
+    return {"steps": steps, "final_loss": round(sum(losses) / len(losses), 4) if losses else None}
+
+
 def learning_rate(step: int, spec: DemoSpec) -> float:
     """Linear warm-up over the first 5 % of steps, then cosine down to a tenth."""
     warmup = max(1, spec.steps // 20)
@@ -411,7 +465,11 @@ def train(
 
     started = time.monotonic()
     vision = pretrain_vision(model, corpus, spec, rng, deadline=started + max_minutes * 60, progress=progress)
-    steps_done, stopped_early, loss_ema = 0, vision["steps"] < spec.vision_pretrain_steps, None
+    text = pretrain_text_reasoning(
+        model, corpus, collator, spec, rng, deadline=started + max_minutes * 60, progress=progress
+    )
+    stopped_early = vision["steps"] < spec.vision_pretrain_steps or text["steps"] < spec.text_reasoning_steps
+    steps_done, loss_ema = 0, None
     bar = tqdm(
         range(spec.steps),
         desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)",
@@ -448,7 +506,8 @@ def train(
     if stopped_early:
         print(
             f"{spec.model.name}: stopped at --max-minutes {max_minutes} after {vision['steps']} of "
-            f"{spec.vision_pretrain_steps} vision steps and {steps_done} of {spec.steps} steps",
+            f"{spec.vision_pretrain_steps} vision steps, {text['steps']} of {spec.text_reasoning_steps} "
+            f"text reasoning steps and {steps_done} of {spec.steps} steps",
             file=sys.stderr,
         )
     accuracy = simple_accuracy(model, corpus, collator, validation)
@@ -474,6 +533,7 @@ def train(
         "steps": steps_done,
         "stopped_early": stopped_early,
         "vision_pretraining": vision,
+        "text_reasoning": text,
         "minutes": round((time.monotonic() - started) / 60, 2),
         "final_loss": round(loss_ema or 0.0, 4),
         "validation_simple_accuracy": {k: round(v, 3) for k, v in accuracy.items()},

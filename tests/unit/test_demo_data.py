@@ -84,10 +84,19 @@ def test_negation(question, negated):
         (
             "is there a blue shape in the image?",
             "yes",
-            "asks if there is a blue shape. There is a blue shape.",
+            "asks if there is a blue shape. It asks about blue; the image shows blue. They match, so there "
+            "is a blue shape.",
         ),
-        ("does the image contain a triangle?", "no", "There is no triangle."),
-        ("is no circle present?", "no", "There is a circle. The question says not, so no is right."),
+        (
+            "does the image contain a triangle?",
+            "no",
+            "It asks about triangle; the image shows circle. They differ, so there is no triangle.",
+        ),
+        (
+            "is no circle present?",
+            "no",
+            "They match, so there is a circle. The question says not, so no is right.",
+        ),
         ("what color is the circle?", "blue", "The question asks for the color."),
         ("what shape is in the image?", "circle", "The question asks for the shape."),
     ],

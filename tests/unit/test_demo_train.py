@@ -63,10 +63,13 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     from transformers import AutoModelForImageTextToText
 
     tokenizer, processor, corpus, _ = setup
-    spec = replace(demo_train.DEMO_SMALL, steps=60, batch_size=16, vision_pretrain_steps=10)
+    spec = replace(
+        demo_train.DEMO_SMALL, steps=60, batch_size=16, vision_pretrain_steps=10, text_reasoning_steps=10
+    )
     report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["steps"] == 60 and not report["stopped_early"]
     assert report["vision_pretraining"]["steps"] == 10
+    assert report["text_reasoning"]["steps"] == 10
     assert report["final_loss"] < 3.0  # from about 6.2 (uniform over 512 tokens)
     folder = tmp_path / "demo-small"
     assert json.loads((folder / "mai-demo.json").read_text())["spec"]["model"]["name"] == "demo-small"
@@ -123,6 +126,41 @@ def test_vision_pretraining_trains_the_tower_only_and_stops_at_the_deadline(setu
     assert late["steps"] == 0
     with pytest.raises(ValueError, match="vision_pretrain_steps"):
         replace(spec, vision_pretrain_steps=-1)
+
+
+def test_text_reasoning_trains_on_text_only_yes_no_reasoning_and_leaves_the_tower_alone(setup, monkeypatch):
+    import time
+
+    import torch
+
+    tokenizer, _, corpus, _ = setup
+    collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    spec = replace(demo_train.DEMO_SMALL, text_reasoning_steps=3, batch_size=4)
+    model = demo_train.build_model(spec.model, tokenizer, dtype="float32").train()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    seen = []
+    original = demo_train.make_example
+
+    def recording(image_url, qa, facts, kind, *args, **kwargs):
+        seen.append((image_url, qa.answer, kind))
+        return original(image_url, qa, facts, kind, *args, **kwargs)
+
+    monkeypatch.setattr(demo_train, "make_example", recording)
+    report = demo_train.pretrain_text_reasoning(
+        model, corpus, collator, spec, random.Random(0), deadline=time.monotonic() + 60, progress=False
+    )
+    assert report["steps"] == 3 and report["final_loss"] > 0
+    assert len(seen) == 12
+    assert {(url, kind) for url, _, kind in seen} == {(None, PromptKind.REASONING)}
+    assert {answer for _, answer, _ in seen} <= {"yes", "no"}
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert changed and not any(name.startswith("model.visual.") for name in changed)
+    late = demo_train.pretrain_text_reasoning(
+        model, corpus, collator, spec, random.Random(0), deadline=time.monotonic() - 1, progress=False
+    )
+    assert late == {"steps": 0, "final_loss": None}
+    with pytest.raises(ValueError, match="text_reasoning_steps"):
+        replace(spec, text_reasoning_steps=-1)
 
 
 def test_reasoning_accuracy_reads_the_generated_answer_of_each_question_in_order(setup):
