@@ -142,10 +142,7 @@ def rationale(facts: ImageFacts, question: str) -> str:
             # The value asked and the value seen side by side, then whether they match: the
             # comparison a small model must make, one step long.
             asked, shown = (asked_colour, facts.colour) if asked_colour else (asked_shape, facts.shape)
-            steps += [
-                f"It asks about {asked}; the image shows {shown}.",
-                f"{'They match' if seen else 'They differ'}, so there is {'a' if seen else 'no'} {thing}.",
-            ]
+            steps.append(comparison_step(asked, shown, thing))
         else:
             steps.append(f"There is {'a' if seen else 'no'} {thing}.")
         if negated:
@@ -155,6 +152,27 @@ def rationale(facts: ImageFacts, question: str) -> str:
     else:
         steps.append("The question asks for the shape.")
     return " ".join(steps)
+
+
+def comparison_step(asked: str, shown: str, thing: str) -> str:
+    """The value a yes/no question asks about beside the value the image shows, then whether they
+    match and what that means for ``thing`` ("red shape", "circle")."""
+    match = asked == shown
+    return (
+        f"It asks about {asked}; the image shows {shown}. "
+        f"{'They match' if match else 'They differ'}, so there is {'a' if match else 'no'} {thing}."
+    )
+
+
+def comparison_drill(rng: random.Random) -> tuple[str, str]:
+    """One ``comparison_step`` sentence for the comparison drill, as (the text up to the verdict, the
+    whole sentence): colour or shape half and half, the value shown matching the value asked half the
+    time."""
+    values = COLOURS if rng.random() < 0.5 else SHAPES
+    asked = rng.choice(values)
+    shown = asked if rng.random() < 0.5 else rng.choice([v for v in values if v != asked])
+    sentence = comparison_step(asked, shown, f"{asked} shape" if values is COLOURS else asked)
+    return sentence[: sentence.index(" They ") + len(" They")], sentence
 
 
 def reasoning_text(facts: ImageFacts, question: str) -> str:

@@ -64,12 +64,18 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
 
     tokenizer, processor, corpus, _ = setup
     spec = replace(
-        demo_train.DEMO_SMALL, steps=60, batch_size=16, vision_pretrain_steps=10, text_reasoning_steps=10
+        demo_train.DEMO_SMALL,
+        steps=60,
+        batch_size=16,
+        vision_pretrain_steps=10,
+        comparison_drill_steps=5,
+        text_reasoning_steps=10,
     )
     report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["steps"] == 60 and not report["stopped_early"]
     assert report["vision_pretraining"]["steps"] == 10
     assert report["text_reasoning"]["steps"] == 10
+    assert report["comparison_drill"]["steps"] == 5
     assert report["final_loss"] < 3.0  # from about 6.2 (uniform over 512 tokens)
     folder = tmp_path / "demo-small"
     assert json.loads((folder / "mai-demo.json").read_text())["spec"]["model"]["name"] == "demo-small"
