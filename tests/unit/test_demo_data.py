@@ -9,6 +9,7 @@ import pytest
 from serve_app.answers import extract_answer
 from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm
 from training.demo_data import (
+    COLOURS,
     QA,
     YES_NO_FORMS,
     BalancedYesNo,
@@ -16,6 +17,8 @@ from training.demo_data import (
     PromptMix,
     answer_from_facts,
     balanced_yes_no,
+    comparison_drill,
+    comparison_step,
     draw_validation_images,
     facts_by_image,
     facts_from_answers,
@@ -108,6 +111,23 @@ def test_reasoning_walks_from_what_it_sees_to_the_answer(question, answer, says)
     text = reasoning_text(BLUE_CIRCLE, question)
     assert extract_answer(text) == answer == answer_from_facts(BLUE_CIRCLE, question)
     assert text.endswith(f"So the answer is {answer}. [[{answer}]]")
+
+
+def test_the_drill_is_the_rationales_comparison_step_with_its_verdict_balanced():
+    rng = random.Random(0)
+    verdicts = defaultdict(int)
+    for _ in range(2000):
+        prefix, sentence = comparison_drill(rng)
+        assert sentence.startswith(prefix) and prefix.endswith(". They")
+        asked, shown = (part.split()[-1] for part in prefix.removesuffix(". They").split(";"))
+        verdict = sentence[len(prefix) :].split(",")[0].strip()
+        assert verdict == ("match" if asked == shown else "differ")
+        assert (asked in COLOURS) == (shown in COLOURS)
+        verdicts[verdict, asked in COLOURS] += 1
+    assert all(400 < count < 600 for count in verdicts.values()) and len(verdicts) == 4
+    assert comparison_step("red", "gray", "red shape") in rationale(
+        ImageFacts("gray", "circle"), "is there a red shape?"
+    )
 
 
 def test_generated_yes_no_questions_are_balanced_per_form_and_named_attribute(easy_vqa_train):

@@ -9,7 +9,7 @@ import pytest
 
 from serve_app.prompts import PromptKind
 from training import demo_train
-from training.demo_data import QA, PromptMix, facts_by_image, make_example, tokenizer_corpus
+from training.demo_data import QA, PromptMix, comparison_drill, facts_by_image, make_example, tokenizer_corpus
 from training.tiny import build_processor, build_tokenizer
 
 
@@ -132,6 +132,55 @@ def test_vision_pretraining_trains_the_tower_only_and_stops_at_the_deadline(setu
     assert late["steps"] == 0
     with pytest.raises(ValueError, match="vision_pretrain_steps"):
         replace(spec, vision_pretrain_steps=-1)
+
+
+def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    tokenizer = setup[0]
+    sentences = [comparison_drill(random.Random(seed)) for seed in range(40)]
+    batch, verdicts = demo_train.drill_batch(tokenizer, sentences)
+    for row, at in enumerate(verdicts):
+        assert tokenizer.decode(batch["input_ids"][row, at]).strip() in ("match", "differ")
+        labelled = (batch["labels"][row] != -100).nonzero().flatten()
+        assert labelled[0] == at and labelled[-1] == batch["attention_mask"][row].sum() - 1
+
+    class Oracle(torch.nn.Module):
+        """Predicts each next token; ``swap`` turns every verdict into the other one."""
+
+        def __init__(self, swap: bool):
+            super().__init__()
+            self.swap = swap
+            self.match, self.differ = (tokenizer(f" {w}")["input_ids"][0] for w in ("match", "differ"))
+
+        def forward(self, input_ids, attention_mask):
+            following = torch.cat([input_ids[:, 1:], input_ids[:, :1]], dim=1)
+            if self.swap:
+                following = following.clone()
+                is_match, is_differ = following == self.match, following == self.differ
+                following[is_match], following[is_differ] = self.differ, self.match
+            return SimpleNamespace(logits=torch.nn.functional.one_hot(following, 512).float())
+
+    assert demo_train.verdict_accuracy(Oracle(swap=False).train(), tokenizer, sentences) == 1.0
+    swapped = Oracle(swap=True).train()
+    assert demo_train.verdict_accuracy(swapped, tokenizer, sentences) == 0.0
+    assert swapped.training  # left as it was found
+
+    spec = replace(demo_train.DEMO_SMALL, comparison_drill_steps=2)
+    model = demo_train.build_model(spec.model, tokenizer, dtype="float32").train()
+    report = demo_train.drill_comparison(
+        model, tokenizer, spec, random.Random(0), deadline=time.monotonic() + 60, progress=False
+    )
+    assert report["steps"] == 2 and 0 <= report["verdict_accuracy"] <= 1
+    late = demo_train.drill_comparison(
+        model, tokenizer, spec, random.Random(0), deadline=time.monotonic() - 1, progress=False
+    )
+    assert late["steps"] == 0
+    with pytest.raises(ValueError, match="comparison_drill_steps"):
+        replace(spec, comparison_drill_steps=-1)
 
 
 def test_text_reasoning_trains_on_text_only_yes_no_reasoning_and_leaves_the_tower_alone(setup, monkeypatch):
