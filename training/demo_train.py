@@ -336,6 +336,37 @@ def pooled_vision(model, corpus: Corpus, image_ids: list[int]):
     return embeddings.reshape(len(image_ids), -1, embeddings.shape[-1]).mean(1)
 
 
+def run_phase(
+    optimizer,
+    loss_of_step,
+    *,
+    steps: int,
+    description: str,
+    deadline: float,
+    progress: bool,
+    clip: list | None = None,
+) -> tuple[int, list[float]]:
+    """Take up to ``steps`` optimiser steps on ``loss_of_step()`` (a fresh batch's loss each call),
+    stopping early at ``deadline`` (time.monotonic()), with a progress bar; gradients of ``clip`` are
+    clipped to norm 1. Returns the steps done and the last 50 losses."""
+    import torch
+    from tqdm import tqdm
+
+    done, losses = 0, []
+    for _ in tqdm(range(steps), desc=description, unit="step", disable=not progress, file=sys.stderr):
+        if time.monotonic() > deadline:
+            break
+        loss = loss_of_step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(clip, 1.0)
+        optimizer.step()
+        losses = (losses + [loss.item()])[-50:]
+        done += 1
+    return done, losses
+
+
 def pretrain_vision(
     model, corpus: Corpus, spec: DemoSpec, rng: random.Random, *, deadline: float, progress: bool = True
 ) -> dict:
@@ -343,7 +374,6 @@ def pretrain_vision(
     pooled output, dropped afterwards), for ``spec.vision_pretrain_steps`` or until ``deadline``
     (time.monotonic()). Returns the probe's accuracy on the validation images."""
     import torch
-    from tqdm import tqdm
 
     width = model.config.vision_config.out_hidden_size
     heads = {"colour": torch.nn.Linear(width, len(COLOURS)), "shape": torch.nn.Linear(width, len(SHAPES))}
@@ -354,26 +384,23 @@ def pretrain_vision(
     parameters = list(model.model.visual.parameters()) + [p for h in heads.values() for p in h.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=spec.learning_rate)
     train_images = sorted({qa.image_id for qa in corpus.train} & set(corpus.facts))
-    steps = 0
-    for _ in tqdm(
-        range(spec.vision_pretrain_steps),
-        desc=f"{spec.model.name} vision",
-        unit="step",
-        disable=not progress,
-        file=sys.stderr,
-    ):
-        if time.monotonic() > deadline:
-            break
+
+    def loss_of_step():
         image_ids = rng.sample(train_images, spec.batch_size)
         pooled = pooled_vision(model, corpus, image_ids)
-        loss = sum(
+        return sum(
             torch.nn.functional.cross_entropy(head(pooled), labels[name](image_ids))
             for name, head in heads.items()
         )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        steps += 1
+
+    steps, _ = run_phase(
+        optimizer,
+        loss_of_step,
+        steps=spec.vision_pretrain_steps,
+        description=f"{spec.model.name} vision",
+        deadline=deadline,
+        progress=progress,
+    )
     validation_images = sorted({qa.image_id for qa in corpus.validation} & set(corpus.facts))
     with torch.no_grad():
         pooled = pooled_vision(model.eval(), corpus, validation_images)
@@ -431,26 +458,22 @@ def drill_comparison(
     accuracy on COMPARISON_DRILL_CHECKED drawn sentences (the pairs of values are few: this checks
     that the verdict was learnt, not that it generalises)."""
     import torch
-    from tqdm import tqdm
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
-    steps = 0
-    for _ in tqdm(
-        range(spec.comparison_drill_steps),
-        desc=f"{spec.model.name} comparison drill",
-        unit="step",
-        disable=not progress,
-        file=sys.stderr,
-    ):
-        if time.monotonic() > deadline:
-            break
+
+    def loss_of_step():
         batch, _ = drill_batch(tokenizer, [comparison_drill(rng) for _ in range(COMPARISON_DRILL_BATCH)])
-        loss = model(**batch).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        steps += 1
+        return model(**batch).loss
+
+    steps, _ = run_phase(
+        optimizer,
+        loss_of_step,
+        steps=spec.comparison_drill_steps,
+        description=f"{spec.model.name} comparison drill",
+        deadline=deadline,
+        progress=progress,
+        clip=list(model.parameters()),
+    )
     checked = random.Random(0)
     sentences = [comparison_drill(checked) for _ in range(COMPARISON_DRILL_CHECKED)]
     return {"steps": steps, "verdict_accuracy": round(verdict_accuracy(model, tokenizer, sentences), 3)}
@@ -471,20 +494,12 @@ def pretrain_text_reasoning(
     them and the question), for ``spec.text_reasoning_steps`` or until ``deadline``. Returns the steps
     done and the last steps' mean loss."""
     import torch
-    from tqdm import tqdm
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
     yes_no = BalancedYesNo(corpus.facts, {qa.image_id for qa in corpus.train})
-    mix, steps, losses = PromptMix(0, 1, 0, 0), 0, []
-    for _ in tqdm(
-        range(spec.text_reasoning_steps),
-        desc=f"{spec.model.name} text reasoning",
-        unit="step",
-        disable=not progress,
-        file=sys.stderr,
-    ):
-        if time.monotonic() > deadline:
-            break
+    mix = PromptMix(0, 1, 0, 0)
+
+    def loss_of_step():
         qas = [yes_no.draw(rng) for _ in range(spec.batch_size)]
         examples = [
             make_example(None, qa, corpus.facts[qa.image_id], PromptKind.REASONING, rng, mix, variant=True)
@@ -492,13 +507,17 @@ def pretrain_text_reasoning(
         ]
         batch = collator(examples)
         batch.pop("mm_token_type_ids")
-        loss = model(**batch).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses = (losses + [loss.item()])[-50:]
-        steps += 1
+        return model(**batch).loss
+
+    steps, losses = run_phase(
+        optimizer,
+        loss_of_step,
+        steps=spec.text_reasoning_steps,
+        description=f"{spec.model.name} text reasoning",
+        deadline=deadline,
+        progress=progress,
+        clip=list(model.parameters()),
+    )
     return {"steps": steps, "final_loss": round(sum(losses) / len(losses), 4) if losses else None}
 
 
