@@ -82,13 +82,35 @@ def training_corpus() -> list[str]:
     return lines * 4
 
 
-def build_tokenizer(corpus: list[str] | None = None):
+def text_normalizer():
+    """What the demo tokenizer does to text before it splits it: lower case, no "?", every run of
+    whitespace one space, none at either end of a piece of text between special tokens. A question
+    typed in any case, with or without its "?", with stray spaces, is then the same tokens as its
+    display form, so the model answers it alike (the normalizer is saved in tokenizer.json and runs
+    wherever the checkpoint is loaded, vLLM included)."""
+    from tokenizers import Regex, normalizers
+
+    return normalizers.Sequence(
+        [
+            normalizers.Lowercase(),
+            normalizers.Replace("?", ""),
+            normalizers.Replace(Regex(r"\s+"), " "),
+            normalizers.Strip(),
+        ]
+    )
+
+
+def build_tokenizer(corpus: list[str] | None = None, *, normalize: bool = False):
     """A byte-level BPE of VOCAB_SIZE tokens learnt from ``corpus`` (default: ``training_corpus()``),
-    wrapped as Qwen2TokenizerFast with Qwen's special tokens and a chat template."""
+    with Qwen's special tokens and a chat template. Without ``normalize``, wrapped as
+    Qwen2TokenizerFast; with it, text goes through ``text_normalizer()`` first, and the wrapper is the
+    generic fast tokenizer (Qwen2's replaces a saved normalizer with its own NFC when loaded)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen2TokenizerFast
+    from transformers import PreTrainedTokenizerFast, Qwen2TokenizerFast
 
     tokenizer = Tokenizer(models.BPE(unk_token=None))
+    if normalize:
+        tokenizer.normalizer = text_normalizer()
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -98,7 +120,8 @@ def build_tokenizer(corpus: list[str] | None = None):
         show_progress=False,
     )
     tokenizer.train_from_iterator(corpus or training_corpus(), trainer=trainer)
-    wrapped = Qwen2TokenizerFast(
+    wrapper = PreTrainedTokenizerFast if normalize else Qwen2TokenizerFast
+    wrapped = wrapper(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",

@@ -9,7 +9,15 @@ import pytest
 
 from serve_app.prompts import PromptKind
 from training import demo_train
-from training.demo_data import QA, PromptMix, comparison_drill, facts_by_image, make_example, tokenizer_corpus
+from training.demo_data import (
+    QA,
+    PromptMix,
+    comparison_drill,
+    facts_by_image,
+    make_example,
+    question_variant,
+    tokenizer_corpus,
+)
 from training.tiny import build_processor, build_tokenizer
 
 
@@ -17,7 +25,7 @@ from training.tiny import build_processor, build_tokenizer
 def setup():
     qas, paths = demo_train.load_questions()
     few = [qa for qa in qas if qa.image_id < 24]
-    tokenizer = build_tokenizer(tokenizer_corpus(few, facts_by_image(few)))
+    tokenizer = build_tokenizer(tokenizer_corpus(few, facts_by_image(few)), normalize=True)
     processor = build_processor(
         tokenizer,
         min_pixels=demo_train.IMAGE_PIXELS,
@@ -44,7 +52,7 @@ def test_training_layout_matches_the_processor(setup):
     assert prompt_ids == reference["input_ids"][0].tolist()
     # 64x64 upscaled to 128x128, 8-pixel patches merged 2x2: 64 image tokens
     assert prompt_ids.count(collator.image_pad) == 64
-    assert tokenizer.decode(target_ids) == example.target + "<|im_end|>"
+    assert tokenizer.decode(target_ids) == example.target.lower() + "<|im_end|>"  # the normalizer lower-cases
     batch = collator(
         [
             example,
@@ -58,9 +66,9 @@ def test_training_layout_matches_the_processor(setup):
     assert (batch["mm_token_type_ids"].sum(-1) == 64).all()
 
 
-def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup, tmp_path):
+def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup, tmp_path, monkeypatch):
     import torch
-    from transformers import AutoModelForImageTextToText
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
     tokenizer, processor, corpus, _ = setup
     spec = replace(
@@ -70,17 +78,34 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
         vision_pretrain_steps=10,
         comparison_drill_steps=5,
         text_reasoning_steps=10,
+        drill_every=4,
+    )
+    drill_batches = []
+    original_drill_loss = demo_train.drill_loss
+    monkeypatch.setattr(
+        demo_train, "drill_loss", lambda *args: drill_batches.append(1) or original_drill_loss(*args)
     )
     report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["steps"] == 60 and not report["stopped_early"]
     assert report["vision_pretraining"]["steps"] == 10
     assert report["text_reasoning"]["steps"] == 10
     assert report["comparison_drill"]["steps"] == 5
+    assert len(drill_batches) == 5 + 60 // 4  # the drill, then one drill step after every 4th step
+    assert 0 <= report["comparison_drill"]["verdict_accuracy_at_end"] <= 1
     assert report["final_loss"] < 3.0  # from about 6.2 (uniform over 512 tokens)
     folder = tmp_path / "demo-small"
     assert json.loads((folder / "mai-demo.json").read_text())["spec"]["model"]["name"] == "demo-small"
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     assert model.config.text_config.hidden_size == spec.model.hidden_size
+    # The checkpoint's own tokenizer, loaded the way vLLM loads it, keeps the normalizer: a question
+    # as a client types it is the same tokens as its display form.
+    loaded = AutoProcessor.from_pretrained(folder).tokenizer
+    rng = random.Random(3)
+    display = "Is there not a red shape in the image?"
+    assert {tuple(loaded(question_variant(display, rng))["input_ids"]) for _ in range(40)} == {
+        tuple(loaded(display)["input_ids"])
+    }
+    assert loaded("What is the  BLUE shape ?")["input_ids"] == loaded("what is the blue shape")["input_ids"]
     stopped = demo_train.train(
         replace(spec, steps=10_000),
         corpus,
@@ -154,7 +179,7 @@ def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
         def __init__(self, swap: bool):
             super().__init__()
             self.swap = swap
-            self.match, self.differ = (tokenizer(f" {w}")["input_ids"][0] for w in ("match", "differ"))
+            self.match, self.differ = (tokenizer(f"they {w}")["input_ids"][-1] for w in ("match", "differ"))
 
         def forward(self, input_ids, attention_mask):
             following = torch.cat([input_ids[:, 1:], input_ids[:, :1]], dim=1)
@@ -181,6 +206,8 @@ def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
     assert late["steps"] == 0
     with pytest.raises(ValueError, match="comparison_drill_steps"):
         replace(spec, comparison_drill_steps=-1)
+    with pytest.raises(ValueError, match="drill_every"):
+        replace(spec, drill_every=-1)
 
 
 def test_text_reasoning_trains_on_text_only_yes_no_reasoning_and_leaves_the_tower_alone(setup, monkeypatch):
