@@ -567,7 +567,8 @@ def train(
     model = build_model(spec.model, tokenizer, dtype="float32").train()
     collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
-    parameters = sum(p.numel() for p in model.parameters())
+    clipped = list(model.parameters())  # every step clips the gradients of all of them
+    parameters = sum(p.numel() for p in clipped)
     validation = random.Random(0).sample(corpus.validation, min(400, len(corpus.validation)))
     validation_images = sorted({qa.image_id for qa in corpus.validation} & set(corpus.facts))
     balanced_rng = random.Random(1)
@@ -619,9 +620,9 @@ def train(
         kind = spec.prompt_kind(step, rng)
         batch = batch_of(corpus, qas, [kind] * len(qas), collator, rng, spec.mix, variants=True)
         loss = model(**batch).loss
-        optimizer_step(optimizer, loss, list(model.parameters()))
+        optimizer_step(optimizer, loss, clipped)
         if spec.drill_every and step % spec.drill_every == 0:
-            optimizer_step(optimizer, drill_loss(model, tokenizer, rng), list(model.parameters()))
+            optimizer_step(optimizer, drill_loss(model, tokenizer, rng), clipped)
         steps_done = step + 1
         loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
         if steps_done % 500 == 0:
