@@ -2,16 +2,22 @@
 colour or shape a yes/no question names with what the image shows, when that is written in the
 question itself ("it is a blue circle. is there a red shape?")?
 
-    python bench/results/demo-recipes/explore-simple-yes-no/stated_facts.py small image-decay 500 OUT.json
-    python bench/results/demo-recipes/explore-simple-yes-no/stated_facts.py small image-half 500 OUT.json
-    python bench/results/demo-recipes/explore-simple-yes-no/stated_facts.py small text 600 OUT.json
-    python bench/results/demo-recipes/explore-simple-yes-no/stated_facts.py small text 600 OUT.json --plain
-    python bench/results/demo-recipes/explore-simple-yes-no/stated_facts.py large text 300 OUT.json --plain
+    python stated_facts.py small image-decay 800 OUT.json   # stopped after 500
+    python stated_facts.py small image-half 800 OUT.json    # stopped after 500
+    python stated_facts.py small text 600 OUT.json
+    python stated_facts.py small text 600 OUT.json --plain
+    python stated_facts.py large text 600 OUT.json --plain  # stopped after 300
+    python stated_facts.py small text-echo 800 OUT.json --plain  # stopped after 700
+    python stated_facts.py small image-echo 500 OUT.json --plain
 
 image-*: the model's vision pretraining, then Simple steps of 32 (a third colour and shape questions,
 the rest balanced yes/no, the facts stated in the question half the time (image-half) or always at
 first and less and less (image-decay)). text: Simple steps of 128 balanced yes/no questions with the
-facts stated and no image. --plain: no negated question forms. One torch thread; every 100 steps the
+facts stated and no image. text-echo: as text, half the questions prefixed "name it." and answered
+with the colour or shape they name (the echo), so that value is brought to the answer's position.
+image-echo: the vision pretraining, then Simple steps of 32 (a third colour and shape questions, a
+third the echo about the image, a third balanced yes/no without stated facts), and after every
+second one a text-echo step of 128. --plain: no negated question forms. One torch thread; every 100 steps the
 greedy Simple accuracy on 400 balanced yes/no questions about the validation images.
 """
 
@@ -117,7 +123,70 @@ def record(row: dict) -> None:
 
 
 losses = []
-if mode == "text":
+
+
+def echo(qa: QA) -> QA:
+    named = demo_data._mentioned(qa.question, demo_data.COLOURS + demo_data.SHAPES)
+    return QA(qa.image_id, f"name it. {qa.question}", named)
+
+
+if mode == "text-echo":
+    stated_validation = [stated(qa) for qa in validation]
+    echo_validation = [echo(qa) for qa in validation]
+    for step in range(steps):
+        questions = [train_draw.draw(rng) for _ in range(128)]
+        questions = [stated(qa) if i % 2 else echo(qa) for i, qa in enumerate(questions)]
+        losses.append(step_on(text_batch(questions)))
+        if (step + 1) % 100 == 0:
+            record(
+                {
+                    "step": step + 1,
+                    "loss": round(sum(losses[-100:]) / 100, 3),
+                    "stated_text": text_accuracy(stated_validation),
+                    "echo": text_accuracy(echo_validation),
+                }
+            )
+elif mode == "image-echo":
+    vision = pretrain_vision(model, corpus, spec, rng, deadline=time.monotonic() + 3600, progress=False)
+    record({"vision": vision})
+    by_type = defaultdict(list)
+    for qa in corpus.train:
+        by_type[question_type(qa.question, qa.answer)].append(qa)
+    colour_shape = [
+        qa for qa in random.Random(0).sample(corpus.validation, 600) if qa.answer not in ("yes", "no")
+    ][:200]
+    stated_validation = [stated(qa) for qa in validation]
+    for step in range(steps):
+        questions = []
+        for _ in range(spec.batch_size):
+            r = rng.random()
+            if r < 1 / 3:
+                questions.append(rng.choice(by_type[rng.choice(["color", "shape"])]))
+            elif r < 2 / 3:
+                questions.append(echo(train_draw.draw(rng)))
+            else:
+                questions.append(train_draw.draw(rng))
+        batch = batch_of(
+            corpus, questions, [PromptKind.SIMPLE] * len(questions), collator, rng, mix, variants=True
+        )
+        losses.append(step_on(batch))
+        if step % 2 == 0:
+            text = [train_draw.draw(rng) for _ in range(128)]
+            step_on(text_batch([stated(qa) if i % 2 else echo(qa) for i, qa in enumerate(text)]))
+        if (step + 1) % 100 == 0:
+            record(
+                {
+                    "step": step + 1,
+                    "loss": round(sum(losses[-100:]) / 100, 3),
+                    "balanced": round(simple_accuracy(model, corpus, collator, validation)["all"], 3),
+                    "stated_text": text_accuracy(stated_validation),
+                    "color_shape": {
+                        k: round(v, 3)
+                        for k, v in simple_accuracy(model, corpus, collator, colour_shape).items()
+                    },
+                }
+            )
+elif mode == "text":
     stated_validation = [stated(qa) for qa in validation]
     for step in range(steps):
         losses.append(step_on(text_batch([stated(train_draw.draw(rng)) for _ in range(128)])))
