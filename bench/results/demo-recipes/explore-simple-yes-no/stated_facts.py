@@ -48,6 +48,7 @@ from training.demo_train import (
     batch_of,
     load_corpus,
     load_questions,
+    optimizer_step,
     pretrain_vision,
     simple_accuracy,
 )
@@ -108,11 +109,27 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_
 
 def step_on(batch) -> float:
     loss = model(**batch).loss
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
+    optimizer_step(optimizer, loss, list(model.parameters()))
     return loss.item()
+
+
+def start_image_run() -> tuple[dict, list[QA]]:
+    """The vision pretraining (recorded), then easy-vqa's train questions by type and 200 colour and
+    shape questions about the validation images."""
+    record(
+        {
+            "vision": pretrain_vision(
+                model, corpus, spec, rng, deadline=time.monotonic() + 3600, progress=False
+            )
+        }
+    )
+    by_type = defaultdict(list)
+    for qa in corpus.train:
+        by_type[question_type(qa.question, qa.answer)].append(qa)
+    colour_shape = [
+        qa for qa in random.Random(0).sample(corpus.validation, 600) if qa.answer not in ("yes", "no")
+    ][:200]
+    return by_type, colour_shape
 
 
 def record(row: dict) -> None:
@@ -147,14 +164,7 @@ if mode == "text-echo":
                 }
             )
 elif mode == "image-echo":
-    vision = pretrain_vision(model, corpus, spec, rng, deadline=time.monotonic() + 3600, progress=False)
-    record({"vision": vision})
-    by_type = defaultdict(list)
-    for qa in corpus.train:
-        by_type[question_type(qa.question, qa.answer)].append(qa)
-    colour_shape = [
-        qa for qa in random.Random(0).sample(corpus.validation, 600) if qa.answer not in ("yes", "no")
-    ][:200]
+    by_type, colour_shape = start_image_run()
     stated_validation = [stated(qa) for qa in validation]
     for step in range(steps):
         questions = []
@@ -199,14 +209,7 @@ elif mode == "text":
                 }
             )
 else:
-    vision = pretrain_vision(model, corpus, spec, rng, deadline=time.monotonic() + 3600, progress=False)
-    record({"vision": vision})
-    by_type = defaultdict(list)
-    for qa in corpus.train:
-        by_type[question_type(qa.question, qa.answer)].append(qa)
-    colour_shape = [
-        qa for qa in random.Random(0).sample(corpus.validation, 600) if qa.answer not in ("yes", "no")
-    ][:200]
+    by_type, colour_shape = start_image_run()
     for step in range(steps):
         share = (
             0.5
