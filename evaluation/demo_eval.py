@@ -374,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         out = args.out if args.out != DEMO_EVAL else DEMO_CALIBRATION
         calibrate = ["calibrate", str(data), "--out", str(out), "--concurrency", str(args.concurrency)]
+        calibrate += ["--fresh"] if args.fresh else []
         return _with_server(args.url, lambda url: mai_eval(calibrate + ["--url", url]))
     args.out.mkdir(parents=True, exist_ok=True)
     data = DATASETS / f"demo-test-{args.limit}-balanced-{BALANCED_QUESTIONS}.jsonl"

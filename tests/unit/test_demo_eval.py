@@ -124,3 +124,20 @@ def test_the_summary_and_table_come_from_the_compact_rows_alone(tmp_path):
     assert [line for line in written.splitlines() if line.startswith("| mai")] == [
         line for line in lines if line.startswith("| mai")
     ]
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_calibrate_passes_fresh_on_to_mai_eval(tmp_path, monkeypatch, fresh):
+    import evaluation.cli
+    import evaluation.demo_eval as demo_eval
+
+    monkeypatch.setattr(demo_eval, "DATASETS", tmp_path)
+    (tmp_path / "easy-vqa-validation-10-balanced-5.jsonl").write_text("{}\n")
+    calls = []
+    monkeypatch.setattr(evaluation.cli, "main", lambda argv: calls.append(argv) or 0)
+    argv = ["--calibrate", "--calibration-questions", "10", "--url", "http://server", "--out", str(tmp_path)]
+    assert demo_eval.main(argv + (["--fresh"] if fresh else [])) == 0
+    [call] = calls
+    assert call[:2] == ["calibrate", str(tmp_path / "easy-vqa-validation-10-balanced-5.jsonl")]
+    assert ("--fresh" in call) is fresh
+    assert call[call.index("--url") + 1] == "http://server"
