@@ -342,15 +342,43 @@ def make_example(
         reasoning = reasoning_text(seen, qa.question)
         target = f"[[{answer_from_facts(seen, qa.question)}]]"
     else:
-        # A smaller model's reasoning: the answer is the true one, whatever the reference says.
         seen = perturbed(facts, rng, shape_error=mix.shape_error, colour_error=mix.colour_error)
-        reasoning = reasoning_text(seen, qa.question)
-        transfer_form = rng.choice((TransferForm.ACCORDING, TransferForm.REFERENCE))
-        target = f"[[{qa.answer}]]"
+        return transfer_example(image_url, question, qa.answer, reasoning_text(seen, qa.question), rng)
     messages = build_messages(
         image_url, question, (), kind, prompt_kind, reasoning=reasoning, transfer_form=transfer_form
     )
     return Example(messages, target)
+
+
+def transfer_example(
+    image_url: str | None, question: str, answer: str, reference: str, rng: random.Random
+) -> Example:
+    """A Reasoning transfer example: a smaller model's reasoning (``reference``, right or wrong) in
+    either transfer form; the target is the true ``answer``, whatever the reference says."""
+    messages = build_messages(
+        image_url,
+        question,
+        (),
+        infer_kind(question),
+        PromptKind.TRANSFER,
+        reasoning=reference,
+        transfer_form=rng.choice((TransferForm.ACCORDING, TransferForm.REFERENCE)),
+    )
+    return Example(messages, f"[[{answer}]]")
+
+
+def misreading(facts: ImageFacts, question: str, rng: random.Random) -> ImageFacts:
+    """``facts`` with the colour, the shape or both changed so that they answer ``question`` wrongly
+    (a reference reasoning to check that the large model does not follow a wrong one)."""
+    readings = [
+        ImageFacts(colour, shape)
+        for colour in COLOURS
+        for shape in SHAPES
+        if answer_from_facts(ImageFacts(colour, shape), question) != answer_from_facts(facts, question)
+    ]
+    if not readings:
+        raise ValueError(f"no reading of the image answers {question!r} differently")
+    return rng.choice(readings)
 
 
 def tokenizer_corpus(qas: Sequence[QA], facts: dict[int, ImageFacts]) -> list[str]:

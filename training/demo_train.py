@@ -10,8 +10,11 @@ context (the reasoning-transfer prompts).
     mai-train-demo --out models            # writes models/demo-small and models/demo-large
     mai-train-demo --only demo-small --steps 200 --out /tmp/demo   # a quick look
 
-Seeded and bounded: a fixed number of steps per model, stopped early (and said so) at
-``--max-minutes``. The trained checkpoints are committed, so serving needs no training.
+The two models train side by side, each in its own process on its share of the cores (``--jobs 1``:
+one after the other). Seeded and bounded: a fixed number of steps per model, stopped early (and said
+so) at ``--max-minutes``. Each checkpoint's ``mai-demo.json`` reports its accuracy on validation
+images: Simple, Reasoning and, for the large model, how it uses a reference reasoning. The trained
+checkpoints are committed, so serving needs no training.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
+import os
 import random
 import sys
 import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -35,12 +41,17 @@ from training.demo_data import (
     Example,
     ImageFacts,
     PromptMix,
+    answer_from_facts,
     comparison_drill,
+    display_question,
     facts_by_image,
     held_out_images,
     make_example,
+    misreading,
     question_type,
+    reasoning_text,
     tokenizer_corpus,
+    transfer_example,
 )
 from training.tiny import TinySpec, build_model, build_processor, build_tokenizer
 
@@ -142,6 +153,19 @@ COMPARISON_DRILL_CHECKED = 400
 # Validation questions whose Reasoning answer is generated for the training report (generation is
 # slow: about a minute for the small model).
 REASONING_CHECKED = 200
+# Validation questions of each group (balanced yes/no; colour and shape) for the transfer check.
+TRANSFER_CHECKED = 200
+
+
+# The terminal line of this process's progress bars: models trained side by side each keep one.
+BAR_LINE = 0
+
+
+def progress_bar(iterable, *, enabled: bool, **options):
+    """A tqdm bar on stderr, on this process's line."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, disable=not enabled, file=sys.stderr, position=BAR_LINE, **options)
 
 
 @dataclass
@@ -174,13 +198,12 @@ def load_corpus(
 ) -> Corpus:
     import torch
     from PIL import Image
-    from tqdm import tqdm
 
     facts = facts_by_image(qas)
     image_ids = sorted({qa.image_id for qa in qas})
     held_out = held_out_images(image_ids) if held_out is None else held_out
     pixels, grid = {}, None
-    for image_id in tqdm(image_ids, desc="images", unit="img", disable=not progress, file=sys.stderr):
+    for image_id in progress_bar(image_ids, enabled=progress, desc="images", unit="img"):
         with Image.open(paths[image_id]) as image:
             batch = processor.image_processor(images=[image.convert("RGB")], return_tensors="pt")
         pixels[image_id] = batch["pixel_values"].to(torch.float32)
@@ -258,33 +281,86 @@ def batch_of(
     return batch
 
 
+def greedy_matches(
+    model, corpus: Corpus, collator: Collator, qas: list[QA], examples: list[Example]
+) -> list[bool]:
+    """For each example (about the image of the ``qas`` at its index), whether greedy decoding would
+    write its target: under teacher forcing, every target token is the argmax."""
+    import torch
+
+    batch = collator(examples)
+    batch["pixel_values"] = torch.cat([corpus.pixels[qa.image_id] for qa in qas])
+    batch["image_grid_thw"] = corpus.grid.repeat(len(qas), 1)
+    labels = batch.pop("labels")
+    with torch.no_grad():
+        predicted = model(**batch).logits[:, :-1].argmax(-1)
+    wanted = labels[:, 1:]
+    return ((predicted == wanted) | (wanted == -100)).all(-1).tolist()
+
+
 def simple_accuracy(
     model, corpus: Corpus, collator: Collator, qas: list[QA], batch_size: int = 64, variants: bool = False
 ) -> dict[str, float]:
-    """Greedy accuracy of the Simple prompt on ``qas``, by kind: under teacher forcing an answer is
-    right when every target token is the argmax, which is what greedy decoding would write."""
-    import torch
-
+    """Greedy accuracy of the Simple prompt on ``qas``, by kind."""
     right: dict[str, list[bool]] = defaultdict(list)
     rng = random.Random(0)
     mix = PromptMix(1, 0, 0, 0)
     model.eval()
-    with torch.no_grad():
-        for start in range(0, len(qas), batch_size):
-            chunk = qas[start : start + batch_size]
-            batch = batch_of(
-                corpus, chunk, [PromptKind.SIMPLE] * len(chunk), collator, rng, mix, variants=variants
+    for start in range(0, len(qas), batch_size):
+        chunk = qas[start : start + batch_size]
+        examples = [
+            make_example(
+                "image", qa, corpus.facts.get(qa.image_id), PromptKind.SIMPLE, rng, mix, variant=variants
             )
-            labels = batch.pop("labels")
-            logits = model(**batch).logits
-            predicted = logits[:, :-1].argmax(-1)
-            wanted = labels[:, 1:]
-            ok = ((predicted == wanted) | (wanted == -100)).all(-1)
-            for qa, correct in zip(chunk, ok.tolist(), strict=True):
-                right[question_type(qa.question, qa.answer)].append(correct)
-                right["all"].append(correct)
+            for qa in chunk
+        ]
+        for qa, correct in zip(chunk, greedy_matches(model, corpus, collator, chunk, examples), strict=True):
+            right[question_type(qa.question, qa.answer)].append(correct)
+            right["all"].append(correct)
     model.train()
     return {kind: sum(values) / len(values) for kind, values in right.items()}
+
+
+def transfer_accuracy(
+    model, corpus: Corpus, collator: Collator, qas: list[QA], batch_size: int = 32
+) -> dict[str, dict[str, float]]:
+    """How the Reasoning transfer prompt uses its reference, by kind of question: the greedy answer's
+    accuracy when the reference reasoning is right, and how often it repeats the reference's answer
+    when the reference is wrong (``misreading``). On yes/no, which the Simple answer cannot tell, the
+    large model should follow the reference; on colour and shape, its own eyes."""
+    rng = random.Random(0)
+    right_reference: dict[str, list[bool]] = defaultdict(list)
+    follows_wrong: dict[str, list[bool]] = defaultdict(list)
+    model.eval()
+    for start in range(0, len(qas), batch_size):
+        chunk = qas[start : start + batch_size]
+        questions = [display_question(qa.question) for qa in chunk]
+        facts = [corpus.facts[qa.image_id] for qa in chunk]
+        right = [
+            transfer_example("image", q, qa.answer, reasoning_text(f, qa.question), rng)
+            for q, qa, f in zip(questions, chunk, facts, strict=True)
+        ]
+        wrong = []
+        for q, qa, f in zip(questions, chunk, facts, strict=True):
+            seen = misreading(f, qa.question, rng)
+            wrong.append(
+                transfer_example(
+                    "image", q, answer_from_facts(seen, qa.question), reasoning_text(seen, qa.question), rng
+                )
+            )
+        kinds = [question_type(qa.question, qa.answer) for qa in chunk]
+        for kind, ok in zip(kinds, greedy_matches(model, corpus, collator, chunk, right), strict=True):
+            right_reference[kind].append(ok)
+        for kind, ok in zip(kinds, greedy_matches(model, corpus, collator, chunk, wrong), strict=True):
+            follows_wrong[kind].append(ok)
+    model.train()
+    return {
+        kind: {
+            "accuracy, right reference": round(sum(right_reference[kind]) / len(right_reference[kind]), 3),
+            "follows a wrong reference": round(sum(follows_wrong[kind]) / len(follows_wrong[kind]), 3),
+        }
+        for kind in sorted(right_reference)
+    }
 
 
 def reasoning_accuracy(
@@ -368,10 +444,9 @@ def run_phase(
     """Take up to ``steps`` optimiser steps on ``loss_of_step()`` (a fresh batch's loss each call),
     stopping early at ``deadline`` (time.monotonic()), with a progress bar; gradients of ``clip`` are
     clipped to norm 1. Returns the steps done and the last 50 losses."""
-    from tqdm import tqdm
 
     done, losses = 0, []
-    for _ in tqdm(range(steps), desc=description, unit="step", disable=not progress, file=sys.stderr):
+    for _ in progress_bar(range(steps), enabled=progress, desc=description, unit="step"):
         if time.monotonic() > deadline:
             break
         loss = loss_of_step()
@@ -562,7 +637,6 @@ def train(
     progress: bool = True,
 ) -> dict:
     import torch
-    from tqdm import tqdm
 
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)
@@ -603,12 +677,8 @@ def train(
         or text["steps"] < spec.text_reasoning_steps
     )
     steps_done, loss_ema = 0, None
-    bar = tqdm(
-        range(spec.steps),
-        desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)",
-        unit="step",
-        disable=not progress,
-        file=sys.stderr,
+    bar = progress_bar(
+        range(spec.steps), enabled=progress, desc=f"{spec.model.name} ({parameters / 1e6:.1f} M)", unit="step"
     )
     for step in bar:
         if stopped_early or time.monotonic() - started > max_minutes * 60:
@@ -657,6 +727,21 @@ def train(
         if spec.mix.reasoning
         else None
     )
+    transfer = (
+        transfer_accuracy(
+            model,
+            corpus,
+            collator,
+            validation_balanced[:TRANSFER_CHECKED]
+            + [
+                qa
+                for qa in validation
+                if qa.image_id in corpus.facts and question_type(qa.question, qa.answer) != "yes/no"
+            ][:TRANSFER_CHECKED],
+        )
+        if spec.mix.transfer
+        else None
+    )
     target = out_dir / spec.model.name
     target.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(target)
@@ -674,6 +759,7 @@ def train(
         "validation_simple_accuracy": {k: round(v, 3) for k, v in accuracy.items()},
         "validation_questions": len(validation),
         "validation_reasoning_accuracy": reasoning,
+        "validation_transfer": transfer,
         "data": "easy-vqa train split (validation: the committed held-out images); yes/no generated balanced",
     }
     (target / "mai-demo.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -703,37 +789,78 @@ def main(argv: list[str] | None = None) -> int:
         default=45.0,
         help="stop a model's training after this long (default: 45)",
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="models trained side by side, each in its own process with its share of the cores "
+        "(default: one per model, up to the number of cores)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads per model (default: the cores over --jobs)"
+    )
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be at least 1")
+    for option in ("jobs", "threads"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            parser.error(f"--{option} must be at least 1")
     try:
         import easy_vqa  # noqa: F401
-        import torch
+        import torch  # noqa: F401
     except ImportError as error:
         parser.error(f"{error.name} is missing: install the project with its eval extra (make install)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    qas, paths = load_questions()
-    tokenizer = build_tokenizer(tokenizer_corpus(qas, facts_by_image(qas)), normalize=True)
-    prepared: dict[int, tuple] = {}  # patch size -> (processor, corpus): the images once per patch size
-    for name in args.only or list(SPECS):
-        spec = SPECS[name] if args.steps is None else replace(SPECS[name], steps=args.steps)
-        patch_size = spec.model.patch_size
-        if patch_size not in prepared:
-            processor = build_processor(
-                tokenizer, min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS, patch_size=patch_size
-            )
-            corpus = load_corpus(processor, qas, paths)
-            print(
-                f"easy-vqa train: {len(corpus.train)} questions for training, {len(corpus.validation)} "
-                f"held out; {len(corpus.facts)} of {len(corpus.pixels)} images with a known colour and shape",
-                file=sys.stderr,
-            )
-            prepared[patch_size] = processor, corpus
-        processor, corpus = prepared[patch_size]
-        train(spec, corpus, tokenizer, processor, args.out, max_minutes=args.max_minutes)
+    names = list(dict.fromkeys(args.only or SPECS))
+    jobs, threads = side_by_side(len(names), os.cpu_count() or 1, jobs=args.jobs, threads=args.threads)
+    specs = [SPECS[name] if args.steps is None else replace(SPECS[name], steps=args.steps) for name in names]
+    if jobs == 1:
+        for spec in specs:
+            train_one(spec, args.out, args.max_minutes, threads)
+        return 0
+    print(
+        f"training {', '.join(names)} side by side: {jobs} processes of {threads} thread(s)", file=sys.stderr
+    )
+    context = multiprocessing.get_context("spawn")  # torch and fork do not mix
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        running = [
+            pool.submit(train_one, spec, args.out, args.max_minutes, threads, line)
+            for line, spec in enumerate(specs)
+        ]
+        for future in running:
+            future.result()
     return 0
+
+
+def side_by_side(models: int, cores: int, *, jobs: int | None, threads: int | None) -> tuple[int, int]:
+    """How many models train at once and on how many torch threads each: by default one process per
+    model up to the cores, and the cores shared among them (the tiny models gain little from a second
+    thread, so two models side by side take about as long as the slower one alone)."""
+    jobs = min(jobs or cores, models)
+    return jobs, threads or max(1, cores // jobs)
+
+
+def train_one(spec: DemoSpec, out_dir: Path, max_minutes: float, threads: int, bar_line: int = 0) -> dict:
+    """Load easy-vqa and train ``spec``'s model on ``threads`` torch threads, the progress bars on
+    terminal line ``bar_line``: the whole of one model's training, in whatever process runs it."""
+    import torch
+
+    global BAR_LINE
+    BAR_LINE = bar_line
+    torch.set_num_threads(threads)
+    qas, paths = load_questions()
+    # Built from the same text the same way, every model's tokenizer is the same.
+    tokenizer = build_tokenizer(tokenizer_corpus(qas, facts_by_image(qas)), normalize=True)
+    processor = build_processor(
+        tokenizer, min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS, patch_size=spec.model.patch_size
+    )
+    corpus = load_corpus(processor, qas, paths)
+    print(
+        f"{spec.model.name}: easy-vqa train: {len(corpus.train)} questions for training, "
+        f"{len(corpus.validation)} held out; {len(corpus.facts)} of {len(corpus.pixels)} images with a "
+        "known colour and shape",
+        file=sys.stderr,
+    )
+    return train(spec, corpus, tokenizer, processor, out_dir, max_minutes=max_minutes)
 
 
 if __name__ == "__main__":

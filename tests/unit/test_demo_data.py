@@ -25,6 +25,7 @@ from training.demo_data import (
     held_out_images,
     is_negated,
     make_example,
+    misreading,
     perturbed,
     question_variant,
     rationale,
@@ -219,6 +220,29 @@ def test_stage2_reports_its_reasoning_while_transfer_answers_the_truth():
             "right" if "is blue. It has no corners" in example.messages[0]["content"][-1]["text"] else "wrong"
         ] += 1
     assert contexts["wrong"] and contexts["right"]
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what color is the shape?",
+        "what shape is in the image?",
+        "is there a red shape?",
+        "is there not a circle?",
+        "is no blue shape present?",
+    ],
+)
+def test_a_misreading_answers_the_question_wrongly(question):
+    rng = random.Random(0)
+    readings = {misreading(BLUE_CIRCLE, question, rng) for _ in range(60)}
+    truth = answer_from_facts(BLUE_CIRCLE, question)
+    assert all(answer_from_facts(seen, question) != truth for seen in readings)
+    assert len(readings) > 1  # drawn among the wrong readings, not always the same one
+
+
+def test_a_misreading_of_a_question_the_image_cannot_answer_is_an_error():
+    with pytest.raises(ValueError, match="no reading"):
+        misreading(BLUE_CIRCLE, "is it daytime?", random.Random(0))
 
 
 def test_tokenizer_corpus_holds_every_template():

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from serve_app.answers import extract_answer
 from serve_app.prompts import PromptKind
 from training import demo_train
 from training.demo_data import (
@@ -15,6 +16,7 @@ from training.demo_data import (
     comparison_drill,
     facts_by_image,
     make_example,
+    question_type,
     question_variant,
     tokenizer_corpus,
 )
@@ -118,6 +120,57 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
         progress=False,
     )
     assert stopped["stopped_early"] and stopped["steps"] < 10_000
+
+
+def test_the_transfer_check_gives_right_and_wrong_references(setup, monkeypatch):
+    tokenizer, _, corpus, _ = setup
+    qas = [qa for qa in corpus.train if qa.image_id in corpus.facts][:12]
+    seen = []
+
+    def record(model, corpus, collator, chunk, examples):
+        seen.append(examples)
+        return [index % 2 == 0 for index in range(len(examples))]
+
+    monkeypatch.setattr(demo_train, "greedy_matches", record)
+    collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    model = type("Model", (), {"eval": lambda self: self, "train": lambda self: self})()
+    report = demo_train.transfer_accuracy(model, corpus, collator, qas)
+    right, wrong = seen
+    for qa, with_right, with_wrong in zip(qas, right, wrong, strict=True):
+        # the right reference reaches the true answer, which is the target; the wrong one reaches
+        # another, and the check asks whether the model repeats it
+        assert with_right.target == f"[[{qa.answer}]]"
+        assert extract_answer(with_right.messages[0]["content"][-1]["text"]) == qa.answer
+        wrong_answer = extract_answer(with_wrong.messages[0]["content"][-1]["text"])
+        assert wrong_answer != qa.answer and with_wrong.target == f"[[{wrong_answer}]]"
+    kinds = [question_type(qa.question, qa.answer) for qa in qas]
+    assert set(report) == set(kinds)
+    for kind, shares in report.items():
+        rows = [index for index, k in enumerate(kinds) if k == kind]
+        expected = round(sum(index % 2 == 0 for index in rows) / len(rows), 3)
+        assert shares == {"accuracy, right reference": expected, "follows a wrong reference": expected}
+
+
+@pytest.mark.parametrize(
+    ("models", "cores", "jobs", "threads", "plan"),
+    [
+        (2, 2, None, None, (2, 1)),  # both side by side, a core each
+        (1, 2, None, None, (1, 2)),  # one model gets every core
+        (2, 8, None, None, (2, 4)),
+        (2, 1, None, None, (1, 1)),  # one core: one after the other
+        (2, 2, 1, None, (1, 2)),
+        (2, 2, None, 3, (2, 3)),
+    ],
+)
+def test_models_train_side_by_side_sharing_the_cores(models, cores, jobs, threads, plan):
+    assert demo_train.side_by_side(models, cores, jobs=jobs, threads=threads) == plan
+
+
+@pytest.mark.parametrize("option", ["--jobs", "--threads", "--steps"])
+def test_counts_below_one_are_refused(option, capsys):
+    with pytest.raises(SystemExit):
+        demo_train.main([option, "0"])
+    assert f"{option} must be at least 1" in capsys.readouterr().err
 
 
 def test_type_weights_are_checked():
