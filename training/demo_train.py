@@ -94,6 +94,13 @@ class DemoSpec:
     # beforehand, the verdict was forgotten by the end of the image steps (54 % inside generated
     # rationales, 13 % on the drill itself, after 100 % when the drill ended).
     drill_every: int = 0
+    # Last, transfer_steps batches of reasoning transfer (every fourth a Simple batch, so the short
+    # answer is kept) at a constant transfer_learning_rate. Drawn among the other kinds, half of 700
+    # batches at the cosine schedule, transfer examples left the large model at chance with the
+    # reference on yes/no (it followed a wrong reference as often as a right one); as a phase of
+    # its own at 1e-3 it learns to take the reference's verdict in 50 to 100 steps.
+    transfer_steps: int = 0
+    transfer_learning_rate: float = 1e-3
 
     def __post_init__(self):
         unknown = {name for name, _ in self.type_weights} - {"color", "shape", "yes/no"}
@@ -107,6 +114,7 @@ class DemoSpec:
             "text_reasoning_steps",
             "comparison_drill_steps",
             "drill_every",
+            "transfer_steps",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
@@ -137,8 +145,11 @@ DEMO_LARGE = DemoSpec(
     steps=700,
     batch_size=32,
     learning_rate=2e-3,
-    mix=PromptMix(simple=0.6, reasoning=0.1, stage2=0.0, transfer=0.3),
+    # With transfer at 0.3, and at 0.5, of the drawn batches the large model ignored the reference
+    # reasoning on yes/no (bench/results/demo-recipes/v9-transfer/): transfer_steps teaches it.
+    mix=PromptMix(simple=0.4, reasoning=0.1, stage2=0.0, transfer=0.5),
     seed=13,
+    transfer_steps=150,
     simple_warmup_steps=200,
     vision_pretrain_steps=1500,
     comparison_drill_steps=600,
@@ -617,6 +628,35 @@ def pretrain_text_reasoning(
     return {"steps": steps, "final_loss": round(sum(losses) / len(losses), 4) if losses else None}
 
 
+def transfer_training(
+    model, corpus, collator, spec: DemoSpec, question, draw, rng, optimizer, clipped, *, deadline, progress
+) -> dict:
+    """``spec.transfer_steps`` batches of reasoning transfer after the main steps, every fourth a Simple
+    batch, at ``spec.transfer_learning_rate``; none when ``deadline`` is None (training already stopped)."""
+    steps, losses = 0, []
+    if deadline is None or not spec.transfer_steps:
+        return {"steps": 0, "final_loss": None}
+    for group in optimizer.param_groups:
+        group["lr"] = spec.transfer_learning_rate
+    bar = progress_bar(
+        range(spec.transfer_steps), enabled=progress, desc=f"{spec.model.name} transfer", unit="step"
+    )
+    for step in bar:
+        if time.monotonic() > deadline:
+            break
+        kind = PromptKind.SIMPLE if step % 4 == 3 else PromptKind.TRANSFER
+        qas = [question(rng.choice(draw)) for _ in range(spec.batch_size)]
+        batch = batch_of(corpus, qas, [kind] * len(qas), collator, rng, spec.mix, variants=True)
+        loss = model(**batch).loss
+        optimizer_step(optimizer, loss, clipped)
+        steps += 1
+        if kind is PromptKind.TRANSFER:
+            losses.append(loss.item())
+    bar.close()
+    recent = losses[-20:]
+    return {"steps": steps, "final_loss": round(sum(recent) / len(recent), 4) if recent else None}
+
+
 def learning_rate(step: int, spec: DemoSpec) -> float:
     """Linear warm-up over the first 5 % of steps, then cosine down to a tenth."""
     warmup = max(1, spec.steps // 20)
@@ -705,12 +745,27 @@ def train(
         elif steps_done % 20 == 0:
             bar.set_postfix(loss=f"{loss_ema:.3f}")
     bar.close()
+    transfer_phase = transfer_training(
+        model,
+        corpus,
+        collator,
+        spec,
+        question,
+        draw,
+        rng,
+        optimizer,
+        clipped,
+        deadline=None if stopped_early else started + max_minutes * 60,
+        progress=progress,
+    )
+    stopped_early = stopped_early or transfer_phase["steps"] < spec.transfer_steps
     if stopped_early:
         print(
             f"{spec.model.name}: stopped at --max-minutes {max_minutes} after {vision['steps']} of "
             f"{spec.vision_pretrain_steps} vision steps, {drill['steps']} of {spec.comparison_drill_steps} "
             f"drill steps, {text['steps']} of {spec.text_reasoning_steps} text reasoning steps and "
-            f"{steps_done} of {spec.steps} steps",
+            f"{steps_done} of {spec.steps} steps, {transfer_phase['steps']} of {spec.transfer_steps} "
+            "transfer steps",
             file=sys.stderr,
         )
     drill["verdict_accuracy_at_end"] = checked_verdict_accuracy(model, tokenizer)
@@ -754,6 +809,7 @@ def train(
         "vision_pretraining": vision,
         "comparison_drill": drill,
         "text_reasoning": text,
+        "transfer_phase": transfer_phase,
         "minutes": round((time.monotonic() - started) / 60, 2),
         "final_loss": round(loss_ema or 0.0, 4),
         "validation_simple_accuracy": {k: round(v, 3) for k, v in accuracy.items()},

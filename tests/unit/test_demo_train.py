@@ -122,6 +122,49 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     assert stopped["stopped_early"] and stopped["steps"] < 10_000
 
 
+def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_own_rate(
+    setup, tmp_path, monkeypatch
+):
+    tokenizer, processor, corpus, _ = setup
+    spec = replace(
+        demo_train.DEMO_LARGE,
+        model=demo_train.DEMO_SMALL.model,
+        steps=4,
+        batch_size=4,
+        vision_pretrain_steps=0,
+        comparison_drill_steps=0,
+        simple_warmup_steps=0,
+        transfer_steps=8,
+        transfer_learning_rate=5e-4,
+    )
+    kinds, rates = [], []
+    original_batch_of = demo_train.batch_of
+    original_step = demo_train.optimizer_step
+
+    def recording_batch_of(corpus, qas, prompt_kinds, *args, **kwargs):
+        kinds.append(prompt_kinds[0])
+        return original_batch_of(corpus, qas, prompt_kinds, *args, **kwargs)
+
+    def recording_step(optimizer, *args):
+        rates.append(optimizer.param_groups[0]["lr"])
+        return original_step(optimizer, *args)
+
+    monkeypatch.setattr(demo_train, "batch_of", recording_batch_of)
+    monkeypatch.setattr(demo_train, "optimizer_step", recording_step)
+    monkeypatch.setattr(demo_train, "TRANSFER_CHECKED", 2)
+    monkeypatch.setattr(demo_train, "REASONING_CHECKED", 2)
+    report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
+    assert report["transfer_phase"]["steps"] == 8 and not report["stopped_early"]
+    assert report["transfer_phase"]["final_loss"] is not None
+    phase = kinds[4:12]  # the main steps' 4 batches come first
+    assert phase == [PromptKind.TRANSFER] * 3 + [PromptKind.SIMPLE] + [PromptKind.TRANSFER] * 3 + [
+        PromptKind.SIMPLE
+    ]
+    assert rates[4:12] == [5e-4] * 8 and 5e-4 not in rates[:4]
+    with pytest.raises(ValueError, match="transfer_steps"):
+        replace(spec, transfer_steps=-1)
+
+
 def test_the_transfer_check_gives_right_and_wrong_references(setup, monkeypatch):
     tokenizer, _, corpus, _ = setup
     qas = [qa for qa in corpus.train if qa.image_id in corpus.facts][:12]
