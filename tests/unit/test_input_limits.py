@@ -94,7 +94,12 @@ def test_the_limits_are_learnt_from_the_served_models_processor_and_context():
     limits = config.limits
     assert (limits.max_image_aspect_ratio, limits.min_image_side) == (200.0, 1)  # Qwen2-VL's smart_resize
     budgets = config.cascade.max_tokens
-    assert limits.max_prompt_bytes == 4096 - (budgets.reasoning + budgets.transfer) - 16 - 512
+    # The demo checkpoints' processors take 128×128 images in patches merged 2×2 (64 image tokens).
+    from training.demo_train import IMAGE_PIXELS, SPECS
+
+    image_tokens = max(IMAGE_PIXELS // (spec.model.patch_size * 2) ** 2 for spec in SPECS.values())
+    assert image_tokens == 64
+    assert limits.max_prompt_bytes == 4096 - (budgets.reasoning + budgets.transfer) - image_tokens - 512
     kept = config.model_copy(update={"limits": limits.model_copy(update={"max_image_aspect_ratio": 50.0})})
     assert with_model_limits(kept).limits.max_image_aspect_ratio == 50.0  # a configured limit is kept
     assert prompt_bytes_left(AppConfig.model_validate(MODELS), []) is None  # no max_model_len: no check
