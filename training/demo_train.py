@@ -630,12 +630,12 @@ def pretrain_text_reasoning(
 
 
 def transfer_training(
-    model, corpus, collator, spec: DemoSpec, question, draw, rng, optimizer, clipped, *, deadline, progress
+    model, corpus, collator, spec: DemoSpec, batch_questions, rng, optimizer, clipped, *, deadline, progress
 ) -> dict:
-    """``spec.transfer_steps`` batches of reasoning transfer after the main steps, every fourth a Simple
-    batch, at ``spec.transfer_learning_rate``; none when ``deadline`` is None (training already stopped)."""
+    """``spec.transfer_steps`` batches of reasoning transfer after the main steps (questions drawn by
+    ``batch_questions``), every fourth a Simple batch, at ``spec.transfer_learning_rate``."""
     steps, losses = 0, []
-    if deadline is None or not spec.transfer_steps:
+    if not spec.transfer_steps:
         return {"steps": 0, "final_loss": None}
     for group in optimizer.param_groups:
         group["lr"] = spec.transfer_learning_rate
@@ -646,7 +646,7 @@ def transfer_training(
         if time.monotonic() > deadline:
             break
         kind = PromptKind.SIMPLE if step % 4 == 3 else PromptKind.TRANSFER
-        qas = [question(rng.choice(draw)) for _ in range(spec.batch_size)]
+        qas = batch_questions()
         batch = batch_of(corpus, qas, [kind] * len(qas), collator, rng, spec.mix, variants=True)
         loss = model(**batch).loss
         optimizer_step(optimizer, loss, clipped)
@@ -704,6 +704,9 @@ def train(
     def question(kind: str) -> QA:
         return train_yes_no.draw(rng) if kind == "yes/no" else rng.choice(by_type[kind])
 
+    def batch_questions() -> list[QA]:
+        return [question(rng.choice(draw)) for _ in range(spec.batch_size)]
+
     started = time.monotonic()
     vision = pretrain_vision(model, corpus, spec, rng, deadline=started + max_minutes * 60, progress=progress)
     drill = drill_comparison(
@@ -727,7 +730,7 @@ def train(
             break
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, spec)
-        qas = [question(rng.choice(draw)) for _ in range(spec.batch_size)]
+        qas = batch_questions()
         # One prompt kind per batch: a batch is padded to its longest example, and the kinds differ
         # in length by three times (Simple against a transfer prompt holding a reasoning).
         kind = spec.prompt_kind(step, rng)
@@ -746,18 +749,21 @@ def train(
         elif steps_done % 20 == 0:
             bar.set_postfix(loss=f"{loss_ema:.3f}")
     bar.close()
-    transfer_phase = transfer_training(
-        model,
-        corpus,
-        collator,
-        spec,
-        question,
-        draw,
-        rng,
-        optimizer,
-        clipped,
-        deadline=None if stopped_early else started + max_minutes * 60,
-        progress=progress,
+    transfer_phase = (
+        {"steps": 0, "final_loss": None}
+        if stopped_early
+        else transfer_training(
+            model,
+            corpus,
+            collator,
+            spec,
+            batch_questions,
+            rng,
+            optimizer,
+            clipped,
+            deadline=started + max_minutes * 60,
+            progress=progress,
+        )
     )
     stopped_early = stopped_early or transfer_phase["steps"] < spec.transfer_steps
     if stopped_early:

@@ -161,6 +161,17 @@ def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_o
         PromptKind.SIMPLE
     ]
     assert rates[4:12] == [5e-4] * 8 and 5e-4 not in rates[:4]
+    # a run stopped at --max-minutes before the phase skips it
+    cut = demo_train.train(
+        replace(spec, steps=10_000),
+        corpus,
+        tokenizer,
+        processor,
+        tmp_path / "cut",
+        max_minutes=0.02,
+        progress=False,
+    )
+    assert cut["stopped_early"] and cut["steps"] < 10_000 and cut["transfer_phase"]["steps"] == 0
     with pytest.raises(ValueError, match="transfer_steps"):
         replace(spec, transfer_steps=-1)
 
