@@ -54,7 +54,7 @@ calibrate-demo: install
 	$(PY) -m evaluation.demo_eval --calibrate
 
 test-unit: models
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest -m unit
 
 clean:
 	rm -rf $(VENV) models/tiny-* .pytest_cache .hypothesis

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serve_app.answers import agree, split_choices
+from serve_app.core.answers import agree, split_choices
 
 from .records import EvalRecord
 from .scoring import bootstrap_interval
@@ -136,7 +136,7 @@ def _confident(outcomes: Iterable[StageOutcome], threshold: float) -> bool:
 
 
 def replay(q: QuestionPaths, rule: Rule, *, anls_threshold: float = 0.5, rel_tol: float = 0.05) -> Replay:
-    """The cascade's route for ``q`` under ``rule``: the same decisions ``serve_app.cascade`` makes."""
+    """The cascade's route for ``q`` under ``rule``: the same decisions ``serve_app.core.cascade`` makes."""
 
     def agreed(a: StageOutcome, b: StageOutcome, known: bool | None) -> bool:
         matched = known

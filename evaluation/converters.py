@@ -1,6 +1,6 @@
 """Datasets into mai-eval's JSONL format.
 
-- ``easy-vqa``, ``charts``: the sets of ``evaluation.datasets`` (images inline as data URLs);
+- ``easy-vqa``, ``charts``: the sets of ``harness.datasets`` (images inline as data URLs);
 - ``lmms-eval``: the parquet files of the lmms-lab datasets lmms-eval reads, for a user who has them
   locally (``huggingface-cli download lmms-lab/ChartQA --repo-type dataset``). Images are written
   next to the JSONL (``<name>_images/``) and referenced by relative path.
@@ -25,8 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from serve_app.answers import split_choices
-from serve_app.images import sniff_format
+from serve_app.core.answers import split_choices
+from serve_app.edge.images import sniff_format
 
 from .records import write_records
 
@@ -38,19 +38,19 @@ _LETTER_INSTRUCTION = re.compile(
 
 
 def convert_easy_vqa(out: Path, limit: int | None = None, split: str = "test") -> int:
-    from .datasets import easy_vqa_records
+    from harness.datasets import easy_vqa_records
 
     return write_records(easy_vqa_records(split, limit), out)
 
 
 def convert_easy_vqa_balanced(out: Path, limit: int | None = None, split: str = "test") -> int:
-    from .datasets import easy_vqa_balanced_records
+    from harness.datasets import easy_vqa_balanced_records
 
     return write_records(easy_vqa_balanced_records(split, limit or 500), out)
 
 
 def convert_charts(out: Path, limit: int | None = None) -> int:
-    from .datasets import chart_records
+    from harness.datasets import chart_records
 
     return write_records(chart_records(limit or 300), out)
 

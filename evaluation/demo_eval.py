@@ -24,9 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.demo_data import COLOURS, SHAPES, question_type
-
-from .paths import DATASETS, DEMO_CALIBRATION, DEMO_EVAL
+from harness.easy_vqa import COLOURS, SHAPES, question_type
+from harness.paths import DATASETS, DEMO_CALIBRATION, DEMO_EVAL
 
 POLICY_ORDER = (
     "mai-small",
@@ -286,7 +285,7 @@ def render(summary: dict[str, Any]) -> str:
 
 def write_tables(out: Path, meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     """demo.json and demo.md in ``out`` from the compact predictions."""
-    from training.demo_train import load_questions
+    from harness.easy_vqa import load_questions
 
     prior = question_prior((qa.question, qa.answer) for qa in load_questions()[0])
     summary = build_summary(meta, rows, prior)
@@ -301,7 +300,7 @@ def typed_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     typed (``question_variant``, seeded per question); ids ``<id>|lower`` and ``<id>|typed``."""
     import random
 
-    from training.demo_data import question_variant
+    from harness.easy_vqa import question_variant
 
     out = []
     for record in records:
@@ -348,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.error("--limit must be at least 1")
-    from evaluation.jsonl import read_jsonl, write_jsonl
+    from harness.jsonl import read_jsonl, write_jsonl
 
     if args.table:
         path = args.out / "predictions.jsonl"
@@ -358,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         print(write_tables(args.out, head["meta"], rows))
         return 0
     from evaluation.cli import main as mai_eval
-    from evaluation.datasets import easy_vqa_balanced_records, easy_vqa_records
+    from harness.datasets import easy_vqa_balanced_records, easy_vqa_records
 
     if args.calibrate:
         # The test set's mixture: easy-vqa's own questions and half as many balanced yes/no ones.
@@ -449,7 +448,7 @@ def _with_server(url: str | None, work) -> int:
         return work(url)
     import logging
 
-    from evaluation.local_server import config_args, deploy, local_ray
+    from harness.local_server import config_args, deploy, local_ray
 
     with local_ray(num_cpus=2) as local_url:
         # Ray's logging setup in this process would print every request httpx makes.

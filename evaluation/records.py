@@ -19,10 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from serve_app.errors import describe_validation_error
-from serve_app.images import sniff_format
+from harness.jsonl import write_jsonl
+from serve_app.edge.errors import describe_validation_error
+from serve_app.edge.images import sniff_format
 
-from .jsonl import write_jsonl
 from .scoring import METRICS
 
 
@@ -70,7 +70,7 @@ class EvalRecord(BaseModel):
 
 
 def _lists_options(question: str) -> bool:
-    from serve_app.answers import split_choices
+    from serve_app.core.answers import split_choices
 
     return bool(split_choices(question)[1])
 

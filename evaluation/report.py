@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .driver import percentile
+from harness.driver import percentile
+
 from .records import EvalRecord
 from .scoring import dataset_metrics
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 
-from serve_app.protocol import MODELS
+from harness.driver import closed_loop
+from harness.jsonl import append_jsonl, read_jsonl
+from serve_app.edge.protocol import MODELS
 
-from .driver import closed_loop
-from .jsonl import append_jsonl, read_jsonl
 from .records import EvalRecord, image_data_url
 from .scoring import score
 

@@ -1,6 +1,6 @@
 """Scoring one prediction against its record, and a dataset's metric over many: pure functions.
 
-The matchers are the cascade's own (``serve_app.answers``): the harness scores exactly what the
+The matchers are the cascade's own (``serve_app.core.answers``): the harness scores exactly what the
 server's verification calls agreement.
 
 Metrics a record may name:
@@ -19,7 +19,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from serve_app.answers import anls, normalize, option_letter, relaxed_match, yes_no
+from serve_app.core.answers import anls, normalize, option_letter, relaxed_match, yes_no
 
 METRICS = ("option", "yes_no", "relaxed", "anls", "exact")
 

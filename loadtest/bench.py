@@ -38,12 +38,12 @@ from collections import Counter
 from typing import Any
 
 from deployments import paper_profile
-from evaluation.datasets import ensure_datasets
-from evaluation.driver import Outcome, drive, percentile
-from evaluation.jsonl import read_jsonl
-from evaluation.local_server import config_args, deploy, local_ray, replica_counts
-from evaluation.paths import RESULTS
 from evaluation.run import user_message
+from harness.datasets import ensure_datasets
+from harness.driver import Outcome, drive, percentile
+from harness.jsonl import read_jsonl
+from harness.local_server import config_args, deploy, local_ray, replica_counts
+from harness.paths import RESULTS
 from loadtest.analytic import analytic_speedups, ongoing_share
 from loadtest.provenance import provenance
 from loadtest.real_stack import run_order, spread
@@ -426,9 +426,9 @@ def bench_selector(url: str, records: list[dict], requests: int, concurrency: in
     the budget selector beside it. The reasoning is written text of known length (the demo models'
     own is one length)."""
     from deployments.attention import ReasoningScorer
-    from evaluation.local_server import deployment_handle
+    from harness.local_server import deployment_handle
     from serve_app.config import load_app_config
-    from serve_app.transfer_selectors import budget_select
+    from serve_app.core.transfer_selectors import budget_select
 
     args = config_args("mai-cpu.yaml")
     deploy(args)
@@ -475,8 +475,8 @@ def bench_logprobs(url: str, records: list[dict], requests: int, concurrency: in
 
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-    from evaluation.local_server import deployment_handle
-    from serve_app.prompts import PromptKind, build_messages
+    from harness.local_server import deployment_handle
+    from serve_app.core.prompts import PromptKind, build_messages
 
     deploy(config_args("mai-cpu.yaml"))
     [name] = [name for name in replica_counts() if name.startswith("large:")]
@@ -531,7 +531,7 @@ def bench_passthrough(url: str, records: list[dict], requests: int, concurrency:
     from ray import serve
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-    from evaluation.local_server import deployment_handle
+    from harness.local_server import deployment_handle
     from loadtest.direct import build_direct_llm_app
 
     deploy(config_args("mai-cpu.yaml"))
@@ -619,7 +619,7 @@ def shared_prefix_tokens(model_folder: str, question: str) -> dict[str, int]:
     pair (16 image tokens), and how many of them the three share from the start (image + question)."""
     from transformers import AutoTokenizer
 
-    from serve_app.prompts import PromptKind, build_messages
+    from serve_app.core.prompts import PromptKind, build_messages
 
     tokenizer = AutoTokenizer.from_pretrained(model_folder)
 
@@ -647,7 +647,7 @@ def bench_prefix_cache(url: str, records: list[dict], requests: int, concurrency
     block (128 tokens) and with 32 and 16, as each stage's ``cached_tokens`` reports it."""
     import httpx
 
-    from evaluation.paths import ROOT
+    from harness.paths import ROOT
 
     questions = [r for r in records if r["id"].startswith("easy-vqa")][: min(requests, 60)]
     prefix = shared_prefix_tokens(str(ROOT / "models" / "demo-small"), "Is there a red shape in the image?")
@@ -705,10 +705,10 @@ def bench_prefix_cache(url: str, records: list[dict], requests: int, concurrency
 def bench_real(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
     """Every policy side by side on the real CPU stack (``loadtest.real_stack``), on validation
     questions: ``requests`` of them (at most 64) under load, a quarter one at a time."""
-    from evaluation.datasets import easy_vqa_balanced_records, easy_vqa_records
-    from evaluation.jsonl import write_jsonl
-    from evaluation.paths import DATASETS
     from evaluation.records import load_records
+    from harness.datasets import easy_vqa_balanced_records, easy_vqa_records
+    from harness.jsonl import write_jsonl
+    from harness.paths import DATASETS
     from loadtest.real_stack import bench_real_stack, evenly_mixed
 
     questions = min(requests, 64)

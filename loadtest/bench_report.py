@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments import paper_profile
-from evaluation.paths import RESULTS, RESULTS_SUMMARY, ROOT
+from harness.paths import RESULTS, RESULTS_SUMMARY, ROOT
 
 README = ROOT / "README.md"
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from evaluation.datasets import sample_png_data_url
-from evaluation.local_server import (
+from harness.datasets import sample_png_data_url
+from harness.local_server import (
     config_args,
     deploy,
     deployment_handle,
@@ -36,7 +36,7 @@ from evaluation.local_server import (
     replica_actors,
     replica_ids,
 )
-from evaluation.paths import RESULTS
+from harness.paths import RESULTS
 from loadtest.outcomes import OUTCOMES
 
 SMALL, LARGE, INGRESS = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b", "MAIIngress"

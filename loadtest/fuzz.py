@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from loadtest.provenance import git_commit, provenance
+
 MODES = ("positive", "negative", "near-valid", "shapes")
 CHECKED = (
     "every answer below 500, except 503 with Retry-After (backpressure)",
@@ -113,7 +115,7 @@ def near_valid_strategies():
     """Hypothesis strategies of chat and native requests that are valid but for what is drawn."""
     from hypothesis import strategies as st
 
-    from evaluation.datasets import sample_png_data_url
+    from harness.datasets import sample_png_data_url
 
     png = sample_png_data_url()
     text = st.text(max_size=300)
@@ -380,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     if args.local:
-        from evaluation.local_server import config_args, deploy, local_ray, replica_ids
+        from harness.local_server import config_args, deploy, local_ray, replica_ids
 
         instant = {"small": {"emulation": {"time_scale": 0}}, "large": {"emulation": {"time_scale": 0}}}
         with local_ray(num_cpus=2) as url:
@@ -398,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(
             json.dumps(
                 {
-                    "meta": {
+                    "meta": (provenance(args.config) if args.local else git_commit())
+                    | {
                         "command": command,
                         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                         "duration_s": round(time.time() - started, 1),

@@ -32,8 +32,8 @@ import gevent
 from locust import HttpUser, between, events, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from evaluation.datasets import ensure_datasets  # noqa: E402
-from evaluation.jsonl import read_jsonl  # noqa: E402
+from harness.datasets import ensure_datasets  # noqa: E402
+from harness.jsonl import read_jsonl  # noqa: E402
 from loadtest.outcomes import classify, route_label_is_true  # noqa: E402
 
 RECORDS: list[dict] = []

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from evaluation.local_server import config_args
-from evaluation.paths import CONFIGS, ROOT
 from evaluation.run import file_sha256
+from harness.local_server import config_args
+from harness.paths import CONFIGS, ROOT
 
 
 def sha256_prefix(path: Path, length: int = 16) -> str:

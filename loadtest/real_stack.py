@@ -27,10 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluation.driver import closed_loop, percentile
 from evaluation.records import EvalRecord, image_data_url
 from evaluation.run import DriveSettings, RunSpec, ask
 from evaluation.scoring import bootstrap_interval
+from harness.driver import closed_loop, percentile
 
 POLICIES = ("mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer", "mai")
 CONCURRENCIES = (1, 8, 32)

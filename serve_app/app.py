@@ -14,8 +14,8 @@ from ray.serve import Application
 from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
-from .ingress import MAIIngress
-from .model_limits import with_model_limits
+from .edge.ingress import MAIIngress
+from .engines.model_limits import with_model_limits
 
 
 def build_ingress(

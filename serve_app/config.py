@@ -11,8 +11,8 @@ from pydantic import Field, model_validator
 
 from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, Strict, local_folder
 
-from .options import CascadeOptions
-from .transfer_selectors import UnknownSelectorError, check_transfer_selector
+from .core.options import CascadeOptions
+from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
 
 
 class IngressDeployment(Strict):
@@ -33,7 +33,7 @@ class Limits(Strict):
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)
     # What the models themselves refuse, checked before any model runs. Unset (null), they are learnt
-    # from the served models when the app is built (serve_app/model_limits.py): the image processor's
+    # from the served models when the app is built (serve_app/engines/model_limits.py): the image processor's
     # largest aspect ratio and smallest side, and the prompt bytes that fit the engines' context
     # length after the largest stage budget. Set, the value here is used as it is.
     max_image_aspect_ratio: float | None = Field(None, gt=1)
@@ -101,7 +101,7 @@ class AppConfig(Strict):
     transfer_selection: TransferSelection = TransferSelection()
     request_timeout_s: float = Field(300.0, gt=0)
     # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged;
-    # serve_app/routing.py says what fits), or always one of them. A request's `mai.route` overrides it.
+    # serve_app/edge/routing.py says what fits), or always one of them. A request's `mai.route` overrides it.
     mai_route: Literal["auto", "cascade", "passthrough"] = "auto"
     # Ask the engines for the generated tokens' logprobs: every answer's confidence (the trace's
     # ``confidence``), which ``cascade.min_confidence`` and ``cascade.confident_large`` need.

@@ -8,6 +8,15 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 _exit_status: int | None = None
+_MARKER_OF_FOLDER = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test is marked with its folder's kind (unit, integration, e2e): ``pytest -m unit``."""
+    for item in items:
+        folder = item.path.parent.name
+        if folder in _MARKER_OF_FOLDER:
+            item.add_marker(_MARKER_OF_FOLDER[folder])
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -32,23 +32,26 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from serve_app.prompts import PromptKind
-from training.demo_data import (
+from harness.easy_vqa import (
     COLOURS,
     QA,
     SHAPES,
     BalancedYesNo,
-    Example,
     ImageFacts,
-    PromptMix,
     answer_from_facts,
-    comparison_drill,
     display_question,
     facts_by_image,
     held_out_images,
+    load_questions,
+    question_type,
+)
+from serve_app.core.prompts import PromptKind
+from training.demo_data import (
+    Example,
+    PromptMix,
+    comparison_drill,
     make_example,
     misreading,
-    question_type,
     reasoning_text,
     tokenizer_corpus,
     transfer_example,
@@ -99,7 +102,7 @@ class DemoSpec:
     # batches at the cosine schedule, transfer examples left the large model at chance with the
     # reference on yes/no (it followed a wrong reference as often as a right one); after 150 steps
     # of this phase at 1e-3 it takes the reference's verdict about three times in four and still
-    # answers colour and shape from the image (bench/results/demo-recipes/v10-transfer-phase/).
+    # answers colour and shape from the image (experiments/demo-recipes/v10-transfer-phase/).
     transfer_steps: int = 0
     transfer_learning_rate: float = 1e-3
 
@@ -130,7 +133,7 @@ DEMO_SMALL = DemoSpec(
     steps=1800,
     batch_size=32,
     # At 3e-3 the 2-layer model never learnt the comparison drill's verdict (chance for 1,000 drill
-    # steps); at 1e-3 it does by step 250-450 (bench/results/demo-recipes/explore-learning-rate/).
+    # steps); at 1e-3 it does by step 250-450 (experiments/demo-recipes/explore-learning-rate/).
     learning_rate=1e-3,
     mix=PromptMix(simple=0.4, reasoning=0.5, stage2=0.1, transfer=0.0),
     seed=11,
@@ -147,7 +150,7 @@ DEMO_LARGE = DemoSpec(
     batch_size=32,
     learning_rate=2e-3,
     # With transfer at 0.3, and at 0.5, of the drawn batches the large model ignored the reference
-    # reasoning on yes/no (bench/results/demo-recipes/v9-transfer-half/): transfer_steps teaches it.
+    # reasoning on yes/no (experiments/demo-recipes/v9-transfer-half/): transfer_steps teaches it.
     mix=PromptMix(simple=0.4, reasoning=0.1, stage2=0.0, transfer=0.5),
     seed=13,
     transfer_steps=150,
@@ -189,15 +192,6 @@ class Corpus:
     facts: dict[int, ImageFacts]
     pixels: dict[int, object]  # image id -> tensor of patches
     grid: object  # the (1, 3) image_grid_thw every image shares
-
-
-def load_questions() -> tuple[list[QA], list[str]]:
-    import easy_vqa
-
-    questions, answers, image_ids = easy_vqa.get_train_questions()
-    return [
-        QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True)
-    ], easy_vqa.get_train_image_paths()
 
 
 def load_corpus(
@@ -388,7 +382,7 @@ def reasoning_accuracy(
     the server reads it) is right: the rationale is the model's own, so a wrong step counts."""
     import torch
 
-    from serve_app.answers import extract_answer
+    from serve_app.core.answers import extract_answer
 
     rng, mix, right = random.Random(0), PromptMix(0, 1, 0, 0), 0
     model.eval()

@@ -262,8 +262,8 @@ def test_the_served_demo_models_answer_what_they_were_trained_for(server):
     the demo models answer them far above chance (1 in 8), and the small model's Reasoning prompt
     yields a rationale about the image before its [[answer]]. Breaks if the served prompts, the chat
     template, the image processing or the engine's numerics drift from what the models learnt."""
-    from evaluation.datasets import easy_vqa_records
-    from training.demo_data import COLOURS
+    from harness.datasets import easy_vqa_records
+    from harness.easy_vqa import COLOURS
 
     colour = [r for r in easy_vqa_records("test", limit=400) if "color" in r["question"].lower()][:16]
     assert len(colour) == 16

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from deployments import paper_profile
-from evaluation.driver import drive
-from evaluation.local_server import config_args, deploy, deployment_handle, local_ray, replica_counts
+from harness.driver import drive
+from harness.local_server import config_args, deploy, deployment_handle, local_ray, replica_counts
 
 from ..images import data_url
 

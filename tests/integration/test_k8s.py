@@ -151,7 +151,7 @@ def _vllm_metric_names() -> set[str]:
 
 
 def test_the_grafana_dashboard_queries_only_metrics_that_exist_and_shows_every_mai_metric():
-    from serve_app.metrics import METRICS
+    from serve_app.edge.metrics import METRICS
 
     dashboard = json.loads((ROOT / "k8s" / "grafana-dashboard.json").read_text())
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]

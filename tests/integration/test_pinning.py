@@ -9,7 +9,7 @@ import ray
 from ray import serve
 from ray.cluster_utils import Cluster
 
-from evaluation.local_server import config_args, free_port
+from harness.local_server import config_args, free_port
 from serve_app.app import build_app
 
 SMALL, LARGE = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b"

@@ -11,7 +11,7 @@ import pytest
 import ray
 from ray import serve
 
-from evaluation.local_server import deployment_handle, free_port
+from harness.local_server import deployment_handle, free_port
 from serve_app.app import build_ingress
 from serve_app.config import AppConfig
 

@@ -6,10 +6,10 @@ import asyncio
 import math
 from dataclasses import dataclass, field
 
-from serve_app.answers import answer_span
-from serve_app.contracts import Completion, EngineCall, TokenLogprob
-from serve_app.options import GREEDY, Decoding
-from serve_app.prompts import PromptKind
+from serve_app.core.answers import answer_span
+from serve_app.core.contracts import Completion, EngineCall, TokenLogprob
+from serve_app.core.options import GREEDY, Decoding
+from serve_app.core.prompts import PromptKind
 
 
 @dataclass

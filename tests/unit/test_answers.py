@@ -4,7 +4,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from serve_app.answers import (
+from serve_app.core.answers import (
     KINDS,
     agree,
     anls,

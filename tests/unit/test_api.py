@@ -5,8 +5,8 @@ import base64
 import pytest
 
 from serve_app.config import AppConfig
-from serve_app.errors import RequestError
-from serve_app.jobs import PassthroughJob, job_from_answer, job_from_chat, parse_json
+from serve_app.edge.errors import RequestError
+from serve_app.edge.jobs import PassthroughJob, job_from_answer, job_from_chat, parse_json
 
 from ..images import chat_body, data_url, image_bytes, png_bomb
 

@@ -22,10 +22,10 @@ from evaluation.calibrate import (
     threshold_grid,
 )
 from evaluation.records import EvalRecord
-from serve_app.cascade import Cascade
-from serve_app.contracts import Question
-from serve_app.options import CascadeOptions
-from serve_app.prompts import PromptKind
+from serve_app.core.cascade import Cascade
+from serve_app.core.contracts import Question
+from serve_app.core.options import CascadeOptions
+from serve_app.core.prompts import PromptKind
 
 from .fakes import ScriptedVLM
 

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from serve_app.cascade import Cascade, ModelUnavailableError
-from serve_app.contracts import Question
-from serve_app.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
-from serve_app.prompts import PromptKind
+from serve_app.core.cascade import Cascade, ModelUnavailableError
+from serve_app.core.contracts import Question
+from serve_app.core.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
+from serve_app.core.prompts import PromptKind
 
 from .fakes import ScriptedVLM
 

@@ -5,8 +5,8 @@ from types import SimpleNamespace as Obj
 
 import pytest
 
-from serve_app.client import EngineError, _completion_of
 from serve_app.config import AppConfig
+from serve_app.engines.client import EngineError, _completion_of
 
 
 def response(content: str, logprobs=None):
@@ -77,10 +77,10 @@ class RecordingHandle:
 
 
 async def test_each_call_decodes_as_its_decoding_says():
-    from serve_app.client import LLMServerClient
-    from serve_app.contracts import EngineCall
-    from serve_app.options import Decoding
-    from serve_app.prompts import PromptKind
+    from serve_app.core.contracts import EngineCall
+    from serve_app.core.options import Decoding
+    from serve_app.core.prompts import PromptKind
+    from serve_app.engines.client import LLMServerClient
 
     tokens = [
         Obj(

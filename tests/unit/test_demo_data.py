@@ -6,28 +6,30 @@ from collections import defaultdict
 
 import pytest
 
-from serve_app.answers import extract_answer
-from serve_app.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm
-from training.demo_data import (
+from harness.easy_vqa import (
     COLOURS,
     QA,
     YES_NO_FORMS,
     BalancedYesNo,
     ImageFacts,
-    PromptMix,
     answer_from_facts,
     balanced_yes_no,
-    comparison_drill,
-    comparison_step,
     draw_validation_images,
     facts_by_image,
     facts_from_answers,
     held_out_images,
     is_negated,
+    question_variant,
+)
+from serve_app.core.answers import extract_answer
+from serve_app.core.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm
+from training.demo_data import (
+    PromptMix,
+    comparison_drill,
+    comparison_step,
     make_example,
     misreading,
     perturbed,
-    question_variant,
     rationale,
     reasoning_text,
     tokenizer_corpus,

@@ -7,25 +7,17 @@ from dataclasses import replace
 
 import pytest
 
-from serve_app.answers import extract_answer
-from serve_app.prompts import PromptKind
+from harness.easy_vqa import QA, facts_by_image, load_questions, question_type, question_variant
+from serve_app.core.answers import extract_answer
+from serve_app.core.prompts import PromptKind
 from training import demo_train
-from training.demo_data import (
-    QA,
-    PromptMix,
-    comparison_drill,
-    facts_by_image,
-    make_example,
-    question_type,
-    question_variant,
-    tokenizer_corpus,
-)
+from training.demo_data import PromptMix, comparison_drill, make_example, tokenizer_corpus
 from training.tiny import build_processor, build_tokenizer
 
 
 @pytest.fixture(scope="module")
 def setup():
-    qas, paths = demo_train.load_questions()
+    qas, paths = load_questions()
     few = [qa for qa in qas if qa.image_id < 24]
     tokenizer = build_tokenizer(tokenizer_corpus(few, facts_by_image(few)), normalize=True)
     processor = build_processor(

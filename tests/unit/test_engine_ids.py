@@ -2,9 +2,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deployments.engine_ids import EngineRequestId, parse_engine_request_id
-from serve_app.client import engine_request_id
-from serve_app.contracts import EngineCall
-from serve_app.prompts import PromptKind
+from serve_app.core.contracts import EngineCall
+from serve_app.core.prompts import PromptKind
+from serve_app.engines.client import engine_request_id
 
 REQUEST_IDS = st.text(alphabet="abcXYZ0129._:-", min_size=1, max_size=40)
 STAGES = st.sampled_from(

@@ -516,8 +516,8 @@ def test_a_run_can_be_a_policy_with_cascade_options():
 def test_the_validation_split_is_the_train_images_the_demo_models_never_saw():
     import easy_vqa
 
-    from evaluation.datasets import easy_vqa_records
-    from training.demo_data import held_out_images
+    from harness.datasets import easy_vqa_records
+    from harness.easy_vqa import held_out_images
 
     _, _, image_ids = easy_vqa.get_train_questions()
     held_out = held_out_images(image_ids)
@@ -533,7 +533,7 @@ def test_the_validation_split_is_the_train_images_the_demo_models_never_saw():
 def test_the_balanced_yes_no_set_is_half_yes_on_the_splits_own_images():
     from collections import Counter
 
-    from evaluation.datasets import easy_vqa_balanced_records
+    from harness.datasets import easy_vqa_balanced_records
 
     test = list(easy_vqa_balanced_records("test", 400))
     assert len({record["id"] for record in test}) == 400

@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from serve_app.cascade import Cascade, InputRejectedByModelError
-from serve_app.client import EngineError, EngineInputError, _completion_of
 from serve_app.config import AppConfig, Limits
-from serve_app.contracts import InputRejectedError, Question, input_error_code
-from serve_app.errors import RequestError
-from serve_app.jobs import job_from_answer, job_from_chat, parse_json
-from serve_app.model_limits import geometry, prompt_bytes_left, with_model_limits
-from serve_app.options import CascadeOptions, Policy
-from serve_app.passthrough import _engine_error
-from serve_app.prompts import PromptKind
+from serve_app.core.cascade import Cascade, InputRejectedByModelError
+from serve_app.core.contracts import InputRejectedError, Question, input_error_code
+from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.prompts import PromptKind
+from serve_app.edge.errors import RequestError
+from serve_app.edge.jobs import job_from_answer, job_from_chat, parse_json
+from serve_app.edge.passthrough import _engine_error
+from serve_app.engines.client import EngineError, EngineInputError, _completion_of
+from serve_app.engines.model_limits import geometry, prompt_bytes_left, with_model_limits
 
 from ..images import chat_body, data_url
 from .fakes import ScriptedVLM
@@ -87,7 +87,7 @@ def test_a_prompt_that_cannot_fit_the_context_is_a_400_before_any_model():
 
 
 def test_the_limits_are_learnt_from_the_served_models_processor_and_context():
-    from evaluation.local_server import config_args
+    from harness.local_server import config_args
     from serve_app.config import load_app_config
 
     config = with_model_limits(load_app_config(config_args("mai-cpu.yaml")))

@@ -1,5 +1,6 @@
-"""The layering of the packages (README, "Layout"): imports run one way, and the MAI core is
-framework-free. Read from the sources' syntax trees, imports inside functions included."""
+"""The layering of the packages (CONTRIBUTING.md, "Layout"): imports run one way, between the
+top-level packages and between serve_app's layers, and the MAI core is framework-free. Read from
+the sources' syntax trees, imports inside functions included."""
 
 import ast
 from pathlib import Path
@@ -7,78 +8,115 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Each package and the project packages it may import; everything else of the project is off limits.
+# Each top-level package and the project packages it may import; the rest of the project is off limits.
 MAY_IMPORT = {
     "deployments": set(),
     "serve_app": {"deployments"},
-    "training": {"deployments", "serve_app"},
-    "evaluation": {"deployments", "serve_app", "training"},
-    "loadtest": {"deployments", "serve_app", "training", "evaluation"},
+    "harness": {"deployments", "serve_app"},
+    "training": {"deployments", "serve_app", "harness"},
+    "evaluation": {"deployments", "serve_app", "harness"},
+    "loadtest": {"deployments", "serve_app", "harness", "evaluation"},
 }
-CORE = ("cascade", "prompts", "answers")  # serve_app's algorithm: testable without any framework
+# serve_app's layers, top to bottom: each may import the layers below it, never one above.
+SERVE_APP_LAYERS = ("app", "edge", "engines", "config", "core")
 FRAMEWORKS = {"ray", "vllm", "fastapi", "starlette", "httpx", "torch", "transformers"}
 
 
-def imported_modules(source: str, package: str) -> set[str]:
-    """Dotted names of every module ``source`` (a module of ``package``) imports. The packages are
-    flat, so a relative import names a sibling module."""
+def module_name(path: Path) -> str:
+    """The dotted name of the module at ``path`` (a file under ROOT)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Dotted names of every module ``source`` (the module named ``module``) imports, relative
+    imports resolved against its package."""
+    package = module if is_package else module.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            names.add(node.module)
+            names.add(node.module or "")
         elif isinstance(node, ast.ImportFrom):
-            names.update(
-                [f"{package}.{node.module}"] if node.module else [f"{package}.{a.name}" for a in node.names]
-            )
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            if node.module:
+                names.add(".".join([*base, node.module]))
+            else:
+                names.update(".".join([*base, alias.name]) for alias in node.names)
     return names
 
 
-def modules_of(package: str) -> dict[str, set[str]]:
-    return {path.stem: imported_modules(path.read_text(), package) for path in (ROOT / package).glob("*.py")}
-
-
-def test_the_checker_sees_every_kind_of_import():
-    source = (
-        "import ray.serve\nfrom serve_app import jobs\nfrom .prompts import x\n"
-        "def f():\n    from training.tiny import y\n"
-    )
-    assert imported_modules(source, "serve_app") == {
-        "ray.serve",
-        "serve_app",
-        "serve_app.prompts",
-        "training.tiny",
+def project_modules(package: str) -> dict[str, set[str]]:
+    """module name -> the modules it imports, for every module of ``package``."""
+    return {
+        module_name(path): imported_modules(
+            path.read_text(), module_name(path), is_package=path.name == "__init__.py"
+        )
+        for path in (ROOT / package).rglob("*.py")
     }
 
 
+def layer_of(module: str) -> str:
+    """The serve_app layer of ``module`` (serve_app.edge.jobs -> edge, serve_app.config -> config)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "app"
+
+
+def test_the_checker_resolves_every_kind_of_import():
+    source = (
+        "import ray.serve\nfrom serve_app.edge import jobs\nfrom .prompts import x\n"
+        "from ..config import AppConfig\nfrom . import trace\n"
+        "def f():\n    from harness.paths import ROOT\n"
+    )
+    assert imported_modules(source, "serve_app.core.cascade") == {
+        "ray.serve",
+        "serve_app.edge",
+        "serve_app.core.prompts",
+        "serve_app.config",
+        "serve_app.core.trace",
+        "harness.paths",
+    }
+    assert layer_of("serve_app.edge.jobs") == "edge"
+    assert layer_of("serve_app.config") == "config"
+
+
 @pytest.mark.parametrize("package", sorted(MAY_IMPORT))
-def test_imports_run_one_way(package):
+def test_imports_run_one_way_between_packages(package):
     allowed = MAY_IMPORT[package] | {package}
     wrong = {
-        f"{package}/{module}.py imports {name}"
-        for module, names in modules_of(package).items()
+        f"{module} imports {name}"
+        for module, names in project_modules(package).items()
         for name in names
         if name.split(".")[0] in MAY_IMPORT and name.split(".")[0] not in allowed
     }
     assert not wrong, sorted(wrong)
 
 
-def test_the_mai_core_imports_no_framework():
-    graph = modules_of("serve_app")
-    seen, todo = set(), list(CORE)
-    while todo:
-        module = todo.pop()
-        if module in seen:
+def test_serve_app_layers_import_only_downwards():
+    wrong = []
+    for module, names in project_modules("serve_app").items():
+        if module == "serve_app":
             continue
-        seen.add(module)
-        for name in graph[module]:
-            if name.startswith("serve_app."):
-                todo.append(name.split(".")[1])
-            assert name.split(".")[0] not in FRAMEWORKS, (
-                f"serve_app/{module}.py (used by the core) imports {name}"
-            )
-            assert not name.startswith("deployments"), (
-                f"serve_app/{module}.py (used by the core) imports {name}"
-            )
-    assert set(CORE) <= seen
+        rank = SERVE_APP_LAYERS.index(layer_of(module))
+        for name in names:
+            if name.startswith("serve_app.") and SERVE_APP_LAYERS.index(layer_of(name)) < rank:
+                wrong.append(f"{module} ({layer_of(module)}) imports {name} ({layer_of(name)})")
+    assert not wrong, wrong
+
+
+def test_serve_app_has_no_module_outside_its_layers():
+    top = {module.split(".")[1] for module in project_modules("serve_app") if module != "serve_app"}
+    assert top == set(SERVE_APP_LAYERS)
+
+
+def test_the_mai_core_imports_no_framework_and_nothing_above_it():
+    wrong = [
+        f"{module} imports {name}"
+        for module, names in project_modules("serve_app/core").items()
+        for name in names
+        if name.split(".")[0] in FRAMEWORKS | {"deployments", "harness"}
+        or (name.startswith("serve_app.") and not name.startswith("serve_app.core"))
+    ]
+    assert not wrong, wrong

@@ -2,8 +2,8 @@
 
 import pytest
 
-from serve_app.metrics import METRICS, measure
-from serve_app.trace import CascadeResult, StageRecord, Trace
+from serve_app.core.trace import CascadeResult, StageRecord, Trace
+from serve_app.edge.metrics import METRICS, measure
 
 
 def result(route, stages, policy="cascade", latency=1.5):

@@ -1,6 +1,6 @@
 import pytest
 
-from serve_app.prompts import (
+from serve_app.core.prompts import (
     TEMPLATES,
     TRANSFER_TEMPLATES,
     PromptKind,

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from serve_app.config import AppConfig, Limits, Security
-from serve_app.errors import RequestError
-from serve_app.jobs import job_from_chat
-from serve_app.remote_images import RemoteImagePolicy, address_is_public, fetch_image, host_allowed
-from serve_app.security import check_api_key, load_api_keys, presented_key, read_body
+from serve_app.edge.errors import RequestError
+from serve_app.edge.jobs import job_from_chat
+from serve_app.edge.remote_images import RemoteImagePolicy, address_is_public, fetch_image, host_allowed
+from serve_app.edge.security import check_api_key, load_api_keys, presented_key, read_body
 
 from ..images import chat_body, image_bytes
 

@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deployments.attention import runs, select_by_mass
-from serve_app.cascade import Cascade
-from serve_app.contracts import Question, Selection
-from serve_app.options import CascadeOptions
-from serve_app.prompts import PromptKind
-from serve_app.transfer_selectors import GAP, budget_select
+from serve_app.core.cascade import Cascade
+from serve_app.core.contracts import Question, Selection
+from serve_app.core.options import CascadeOptions
+from serve_app.core.prompts import PromptKind
+from serve_app.core.transfer_selectors import GAP, budget_select
 
 from ..images import data_url
 from .fakes import ScriptedVLM

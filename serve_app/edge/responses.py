@@ -10,11 +10,11 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .contracts import TokenLogprob
+from ..core.contracts import TokenLogprob
+from ..core.trace import CascadeResult
 from .errors import RequestError
 from .jobs import Job
 from .protocol import MODELS
-from .trace import CascadeResult
 
 
 def usage_of(result: CascadeResult) -> dict[str, int]:

@@ -13,8 +13,8 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
-from .config import Limits
-from .contracts import input_error_code
+from ..config import Limits
+from ..core.contracts import input_error_code
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
 

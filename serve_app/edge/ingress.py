@@ -19,9 +19,11 @@ from fastapi.responses import JSONResponse
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .cascade import Cascade, InputRejectedByModelError, ModelUnavailableError
-from .client import LLMServerClient
-from .config import AppConfig, Security
+from ..config import AppConfig, Security
+from ..core.cascade import Cascade, InputRejectedByModelError, ModelUnavailableError
+from ..core.trace import CascadeResult
+from ..core.transfer_selectors import UnknownSelectorError, attention_selector, budget_selector
+from ..engines.client import LLMServerClient
 from .errors import RequestError
 from .images import check_image_bytes_under
 from .jobs import Job, PassthroughJob, job_from_answer, job_from_chat, parse_json, remote_image_policy
@@ -31,8 +33,6 @@ from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, error_reply, models_list
 from .security import check_api_key, load_api_keys, read_body
-from .trace import CascadeResult
-from .transfer_selectors import UnknownSelectorError, attention_selector, budget_selector
 
 logger = logging.getLogger("ray.serve")
 
@@ -99,7 +99,7 @@ class MAIIngress:
             LLMServerClient(large, config.large.model_id, logprobs=config.answer_logprobs),
             selectors=selectors,
         )
-        # Requests for a model id go to that model's LLMServer unchanged (serve_app/passthrough.py).
+        # Requests for a model id go to that model's LLMServer unchanged (serve_app/edge/passthrough.py).
         self.model_handles = {config.small.model_id: small, config.large.model_id: large}
         self.metrics = IngressMetrics()
         self.api_keys = load_api_keys(config.security)

@@ -73,7 +73,7 @@ def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool
                 code="remote_image_disabled",
             )
         raise ValueError(
-            "a remote image is downloaded first (serve_app.remote_images), then checked as bytes"
+            "a remote image is downloaded first (serve_app.edge.remote_images), then checked as bytes"
         )
     if lowered.startswith("file:"):
         raise RequestError(

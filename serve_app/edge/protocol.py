@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
-from .options import Policy
-from .prompts import TransferForm
+from ..core.options import Policy
+from ..core.prompts import TransferForm
 
 # OpenAI model name -> cascade policy.
 MODELS: dict[str, Policy] = {

@@ -4,7 +4,7 @@ Each line: {"id", "image" (a data URL), "question", "choices"?, "answer", "answe
 - easy-vqa: the `easy-vqa` package's real images, questions and answers (shapes, colours, yes/no);
 - charts: synthetic bar charts drawn here with known values (ChartQA-style numeric answers).
 
-    python -m evaluation.datasets          # writes bench/data/easy-vqa.jsonl and charts.jsonl
+    python -m harness.datasets          # writes bench/data/easy-vqa.jsonl and charts.jsonl
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.demo_data import QA, BalancedYesNo, display_question, facts_by_image, held_out_images
-
+from .easy_vqa import QA, BalancedYesNo, display_question, facts_by_image, held_out_images
 from .jsonl import write_jsonl
 from .paths import DATASETS
 

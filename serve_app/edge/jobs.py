@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .answers import split_choices
-from .config import AppConfig, Limits
-from .contracts import Question
+from ..config import AppConfig, Limits
+from ..core.answers import split_choices
+from ..core.contracts import Question
+from ..core.options import CascadeOptions, Policy
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
-from .options import CascadeOptions, Policy
 from .protocol import (
     MODEL_OF_POLICY,
     MODELS,
@@ -214,7 +214,7 @@ def _question(
 
 def check_prompt_size(config: AppConfig, texts: list[str], param: str) -> None:
     """The question and system messages must fit the engines' context after the largest stage's
-    needs (``limits.max_prompt_bytes``, learnt from the models: serve_app/model_limits.py)."""
+    needs (``limits.max_prompt_bytes``, learnt from the models: serve_app/engines/model_limits.py)."""
     limit = config.limits.max_prompt_bytes
     size = sum(len(text.encode()) for text in texts)
     if limit is not None and size > limit:

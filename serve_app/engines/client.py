@@ -9,8 +9,8 @@ from typing import Any
 
 from deployments.engine_ids import EngineRequestId
 
-from .contracts import Completion, EngineCall, InputRejectedError, TokenLogprob, input_error_code
-from .options import GREEDY, Decoding
+from ..core.contracts import Completion, EngineCall, InputRejectedError, TokenLogprob, input_error_code
+from ..core.options import GREEDY, Decoding
 
 _call_numbers = itertools.count()
 

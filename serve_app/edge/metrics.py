@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .trace import CascadeResult, Route
+from ..core.trace import CascadeResult, Route
 
 # Seconds; requests run from tens of milliseconds (agreeing short answers) to minutes (long reasoning).
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)

@@ -13,7 +13,7 @@ refuses it first with a 400 that says why (instead of an engine error in some st
   that would fit, never admits one that would not).
 
 A limit set in the config is kept; a model whose processor cannot be read (a hub id without network)
-leaves its limit unset, and the engine's own refusal is still a 400 (serve_app/client.py).
+leaves its limit unset, and the engine's own refusal is still a 400 (serve_app/engines/client.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from deployments.settings import local_folder
 
-from .config import AppConfig, ModelDeployment
+from ..config import AppConfig, ModelDeployment
 
 logger = logging.getLogger("ray.serve")
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-from .config import Security
+from ..config import Security
 from .errors import RequestError
 
 
