@@ -11,9 +11,11 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
 4. Otherwise the large model answers once more with the small model's reasoning in its prompt
    (``transfer``): prefill instead of decode.
 
-A model that fails or times out degrades the route (or fails the request with 503); a model that
-refuses the request's content (``InputRejectedError``: its processor, its context length) fails the
-whole request as the client's error, whichever stage met it.
+A model that fails or times out (the clients' declared ``EngineError`` family, or a stage's timeout)
+degrades the route, or fails the request with ``ModelUnavailableError`` when the answer depends on
+it; a model that refuses the request's content (``InputRejectedError``: its processor, its context
+length) fails the whole request as the client's error, whichever stage met it. Any other exception
+is a bug: it is never taken for a failed model, and fails the request.
 
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
 async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
@@ -34,6 +36,7 @@ from .answers import agree, extract_answer
 from .confidence import answer_confidence
 from .contracts import (
     EngineCall,
+    EngineError,
     InputRejectedError,
     Question,
     Selection,
@@ -53,15 +56,6 @@ class ModelUnavailableError(RuntimeError):
     def __init__(self, model: str, stage: StageRecord, trace: Trace):
         super().__init__(f"the {model} model failed in stage {stage.name!r}: {stage.error or stage.status}")
         self.model, self.stage, self.trace = model, stage, trace
-
-
-class InputRejectedByModelError(RuntimeError):
-    """A model refused the request's content in some stage: the whole request is the client's error
-    (a 4xx), never a degraded route that hides it."""
-
-    def __init__(self, model: str, stage: StageRecord, trace: Trace, code: str):
-        super().__init__(f"the {model} model cannot take this input (stage {stage.name!r}): {stage.error}")
-        self.model, self.stage, self.trace, self.code = model, stage, trace, code
 
 
 class Cascade:
@@ -242,9 +236,7 @@ class _Run:
         started = time.monotonic()
         try:
             selected = await self.cascade.selectors[name](reasoning, self.question)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except EngineError as exc:  # the scorer's model failed; a bug in a selector fails the request
             record.error = f"{type(exc).__name__}: {exc}; the full reasoning was sent"
             selected = reasoning
         if not isinstance(selected, Selection):
@@ -301,8 +293,9 @@ class _Run:
         except InputRejectedError as exc:  # the input, not the model: the request fails as a 4xx
             stage.status, stage.error = "rejected", str(exc)
             stage.latency_s = time.monotonic() - started
-            raise InputRejectedByModelError(model, stage, self.trace, exc.code) from None
-        except Exception as exc:  # any client failure degrades the route; it never crashes it
+            exc.model, exc.stage = model, name
+            raise
+        except EngineError as exc:  # a failed model degrades the route; it never crashes it
             stage.status, stage.error = "error", f"{type(exc).__name__}: {exc}"
             stage.latency_s = time.monotonic() - started
         else:

@@ -65,31 +65,37 @@ class Completion:
     cached_tokens: int | None = None
 
 
-class InputRejectedError(Exception):
+class EngineError(Exception):
+    """A model call failed for a reason outside MAI Serve's code: the one family a ``VLMClient``
+    raises. The cascade degrades a route only on these (or a stage's timeout); anything else a client
+    raises is a bug, and fails the request."""
+
+
+class EngineUnavailableError(EngineError):
+    """The engine or the way to it failed: a replica that died, refused the call under load, or
+    answered with a server error or with nothing usable."""
+
+
+class EngineTimeoutError(EngineError, TimeoutError):
+    """The engine did not answer within the client's own deadline."""
+
+
+class InputRejectedError(EngineError):
     """A model refused the request's content (an image its processor cannot take, a prompt over its
-    context length): the client's input, not the model's health. ``code`` names the kind."""
+    context length): the client's input, not the model's health. ``code`` names the kind. The cascade
+    fails the whole request with it (a 4xx) and names the model and stage that refused."""
 
-    def __init__(self, message: str, code: str = "invalid_request"):
+    def __init__(self, message: str, code: str = "invalid_request", status: int = 400):
         super().__init__(message)
-        self.code = code
-
-
-_CONTEXT = ("context length", "maximum context", "too long", "max_model_len", "exceeds the model")
-_IMAGE = ("processor", "image", "aspect ratio", "pixel", "height", "width")
-
-
-def input_error_code(message: str) -> str:
-    """The kind of input a model's 4xx message refuses: ``context_length_exceeded``, ``invalid_image``,
-    else ``invalid_request``."""
-    text = message.lower()
-    if any(words in text for words in _CONTEXT):
-        return "context_length_exceeded"
-    if any(words in text for words in _IMAGE):
-        return "invalid_image"
-    return "invalid_request"
+        self.code, self.status = code, status
+        self.model: str | None = None
+        self.stage: str | None = None
 
 
 class VLMClient(Protocol):
+    """How the cascade reaches a model. ``complete`` raises only the ``EngineError`` family for a call
+    that failed outside our code; anything else it raises fails the request as a bug."""
+
     async def complete(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
     ) -> Completion: ...

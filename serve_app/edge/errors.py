@@ -1,8 +1,24 @@
-"""Errors a client can act on, as OpenAI-style JSON bodies."""
+"""Errors a client can act on, as OpenAI-style JSON bodies, and the one place exceptions become them:
+``install_error_handlers`` (FastAPI exception handlers for what the server expects, and a middleware
+that answers any other exception, a bug, with a 500 and an error id)."""
 
 from __future__ import annotations
 
+import logging
+import uuid
+from collections.abc import Callable
 from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..core.cascade import ModelUnavailableError
+from ..core.contracts import EngineError, InputRejectedError
+from ..core.transfer_selectors import UnknownSelectorError
+
+logger = logging.getLogger("ray.serve")
 
 _TYPES = {
     400: "invalid_request_error",
@@ -10,6 +26,7 @@ _TYPES = {
     404: "not_found_error",
     413: "invalid_request_error",
     422: "invalid_request_error",
+    500: "internal_error",
     503: "service_unavailable",
     504: "timeout",
 }
@@ -56,3 +73,98 @@ def describe_validation_error(exc: Any) -> tuple[str, str | None]:
         message = f"{path}: {message}"
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     return message + more, path or None
+
+
+# -- exceptions -> HTTP bodies: the one place --------------------------------------------------------
+
+RETRY_AFTER_S = 5  # what a 503 asks a client to wait before it retries
+
+
+def unavailable(message: str) -> RequestError:
+    """A 503 "retry later" for a model that failed or is overloaded, with the one ``Retry-After``."""
+    return RequestError(
+        f"{message}; retry later",
+        code="model_unavailable",
+        status=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def request_error_of(exc: Exception) -> RequestError:
+    """The client-facing error of an exception the server expects: a refused input, a failed model,
+    an unknown selector, an HTTP error of the framework. ``TypeError`` for anything else: that is a
+    bug, answered by ``InternalErrors``."""
+    if isinstance(exc, RequestError):
+        return exc
+    if isinstance(exc, InputRejectedError):
+        where = f"the {exc.model} model cannot take this input (stage {exc.stage!r}): " if exc.stage else ""
+        return RequestError(f"{where}{exc}", param="messages", code=exc.code, status=exc.status)
+    if isinstance(exc, ModelUnavailableError | EngineError):
+        return unavailable(str(exc))
+    if isinstance(exc, UnknownSelectorError):
+        return RequestError(str(exc), param="options.transfer_selector", code="invalid_options")
+    if isinstance(exc, StarletteHTTPException):
+        code = "not_found" if exc.status_code == 404 else "http_error"
+        return RequestError(str(exc.detail), code=code, status=exc.status_code)
+    raise TypeError(f"no client error for {type(exc).__name__}")
+
+
+EXPECTED = (RequestError, InputRejectedError, ModelUnavailableError, EngineError, UnknownSelectorError)
+
+
+def install_error_handlers(api: FastAPI, record: Callable[[int, str], None]) -> None:
+    """Every expected exception a route raises becomes its JSON error body (``record``-ed by status and
+    code); anything else becomes a 500 with an error id and a logged traceback."""
+
+    async def expected(request: Request, exc: Exception) -> Response:
+        error = request_error_of(exc)
+        if error.status >= 500:
+            logger.warning("MAI request failed: %s", error.message)
+        record(error.status, error.code)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+    for kind in (*EXPECTED, StarletteHTTPException):
+        api.add_exception_handler(kind, expected)
+    api.add_middleware(InternalErrors, record=record)
+
+
+class InternalErrors:
+    """ASGI middleware: an exception no handler expects is a bug in MAI Serve. The client gets a 500
+    naming an error id (never a 503 "retry later"), the log gets the traceback under the same id, and
+    the replica keeps serving."""
+
+    def __init__(self, app: ASGIApp, record: Callable[[int, str], None]):
+        self.app, self.record = app, record
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except Exception:
+            error_id = uuid.uuid4().hex
+            logger.exception(
+                "MAI internal error %s on %s %s", error_id, scope.get("method"), scope.get("path")
+            )
+            if started:  # a stream already under way: nothing more can be said to the client
+                raise
+            self.record(500, "internal_error")
+            body = {
+                "error": {
+                    "message": f"internal server error (error id {error_id}); the request was not at "
+                    "fault: please report it with this id",
+                    "type": "internal_error",
+                    "param": None,
+                    "code": "internal_error",
+                    "error_id": error_id,
+                }
+            }
+            await JSONResponse(body, status_code=500)(scope, receive, send)

@@ -8,35 +8,31 @@ config: CORS is part of it from the start, and the route handlers only wire the 
 # No ``from __future__ import annotations`` here: the replica gets this class by value (cloudpickle),
 # and FastAPI must see the handlers' parameter types (``Request``) as objects, not as names to look up.
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from ray import serve
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import AppConfig, Security
-from ..core.cascade import Cascade, InputRejectedByModelError, ModelUnavailableError
+from ..core.cascade import Cascade
 from ..core.trace import CascadeResult
-from ..core.transfer_selectors import UnknownSelectorError, attention_selector, budget_selector
-from ..engines.client import LLMServerClient
-from .errors import RequestError
+from ..core.transfer_selectors import attention_selector, budget_selector
+from ..engines.client import LLMServerClient, attention_scorer
+from .errors import RequestError, install_error_handlers
 from .images import check_image_bytes_under
-from .jobs import Job, PassthroughJob, job_from_answer, job_from_chat, parse_json, remote_image_policy
+from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
 from .passthrough import chat_request, check_has_text, checked_images, forward
 from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .remote_images import fetch_image
-from .responses import answer_reply, chat_reply, error_reply, models_list
+from .responses import answer_reply, chat_reply, models_list
+from .routing import Passthrough, route
 from .security import check_api_key, load_api_keys, read_body
 
 logger = logging.getLogger("ray.serve")
-
-RETRY_AFTER_S = "5"
 
 
 def _request_id(request: Request) -> str | None:
@@ -47,19 +43,12 @@ def _request_id(request: Request) -> str | None:
     return request.headers.get("x-request-id") or _get_serve_request_context().request_id or None
 
 
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    error = RequestError(
-        str(exc.detail), code="not_found" if exc.status_code == 404 else "http_error", status=exc.status_code
-    )
-    return JSONResponse(error.body(), status_code=exc.status_code)
-
-
 def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
     """The HTTP API of one ingress replica: its routes, error bodies and CORS policy."""
     api = FastAPI(
         title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0"
     )
-    api.add_exception_handler(StarletteHTTPException, _http_error)
+    install_error_handlers(api, ingress.metrics.record_error)
     if security.cors_allow_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -92,7 +81,7 @@ class MAIIngress:
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
         if scorer is not None:
             selectors["attention"] = attention_selector(
-                lambda *args: scorer.select.remote(*args), selection.delta, selection.layer
+                attention_scorer(scorer), selection.delta, selection.layer
             )
         self.cascade = Cascade(
             LLMServerClient(small, config.small.model_id, logprobs=config.answer_logprobs),
@@ -115,31 +104,20 @@ class MAIIngress:
         return {"status": "ok"}
 
     async def models(self, request: Request):
-        try:
-            check_api_key(request.headers, self.api_keys)
-        except RequestError as error:
-            return self._error(error)
+        check_api_key(request.headers, self.api_keys)
         return models_list(tuple(self.model_handles))
 
     async def chat_completions(self, request: Request):
-        try:
-            payload = await self._payload(request)
-            model = payload.get("model") if isinstance(payload, dict) else None
-            if isinstance(model, str) and model in self.model_handles:
-                return await self._passthrough(payload, model)
-            job = job_from_chat(self.config, payload, _request_id(request))
-            if isinstance(job, PassthroughJob):
-                return await self._passthrough(payload, job.model_id, reason=job.reason)
-            return await self._answer(job, chat_reply)
-        except RequestError as error:
-            return self._error(error)
+        decision = route(await self._payload(request), self.config)
+        if isinstance(decision, Passthrough):
+            return await self._passthrough(decision)
+        job = await job_from_chat(self.config, decision.request, _request_id(request), self._fetch_image)
+        return await self._answer(job, chat_reply)
 
     async def answer(self, request: Request):
-        try:
-            job = job_from_answer(self.config, await self._payload(request), _request_id(request))
-            return await self._answer(job, answer_reply)
-        except RequestError as error:
-            return self._error(error)
+        payload = await self._payload(request)
+        job = await job_from_answer(self.config, payload, _request_id(request), self._fetch_image)
+        return await self._answer(job, answer_reply)
 
     # -------------------------------------------------------------------------------------------
 
@@ -150,20 +128,18 @@ class MAIIngress:
         return parse_json(body, self.config.limits)
 
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
-        if job.image_to_download is not None:
-            job = await self._download_image(job)
         result = await self._run(job)
         self.metrics.record(job.options.policy.value, result)
         return reply(job, result)
 
-    async def _passthrough(self, payload: dict[str, Any], model_id: str, *, reason: str | None = None):
-        """The request to the model ``model_id`` unchanged, after the same image checks as the cascade's.
-        ``reason``: why ``mai`` sent it here (in the reply's ``mai`` object and ``x-mai-route-reason``)."""
+    async def _passthrough(self, decision: Passthrough):
+        """The request to the model it names, unchanged, after the same image checks as the cascade's.
+        ``decision.reason``: why ``mai`` sent it there (in the reply's ``mai`` object and
+        ``x-mai-route-reason``)."""
         started = time.monotonic()
-        payload = {key: value for key, value in payload.items() if key != "mai"}
-        check_has_text(payload)
-        payload = await checked_images(payload, self.config.limits, self._fetch_image)
-        request = chat_request(payload, model_id)
+        model_id, reason = decision.model_id, decision.reason
+        check_has_text(decision.payload)
+        payload = await checked_images(decision.payload, self.config.limits, self._fetch_image)
         headers = {"x-mai-route": "passthrough"}
         extra = None
         if reason is not None:
@@ -171,7 +147,7 @@ class MAIIngress:
             extra = {"mai": {"route": "passthrough", "reason": reason, "model": model_id}}
         reply = await forward(
             self.model_handles[model_id],
-            request,
+            chat_request(payload, model_id),
             model_id,
             headers,
             extra=extra,
@@ -182,18 +158,8 @@ class MAIIngress:
 
     async def _fetch_image(self, url: str, param: str) -> str:
         """An allowed remote image, downloaded and checked like an inline one, as a data URL."""
-        limits = self.config.limits
         data = await fetch_image(url, remote_image_policy(self.config), param=param)
-        return check_image_bytes_under(limits, data, param=param)
-
-    def _error(self, error: RequestError) -> JSONResponse:
-        self.metrics.record_error(error.status, error.code)
-        return error_reply(error)
-
-    async def _download_image(self, job: Job) -> Job:
-        """Fetch the allowed remote image, then check its bytes like an inline one."""
-        data_url = await self._fetch_image(job.image_to_download, "image")
-        return dataclasses.replace(job, question=dataclasses.replace(job.question, image_url=data_url))
+        return check_image_bytes_under(self.config.limits, data, param=param)
 
     async def _run(self, job: Job) -> CascadeResult:
         timeout_s = self.config.request_timeout_s
@@ -201,18 +167,6 @@ class MAIIngress:
             return await asyncio.wait_for(
                 self.cascade.run(job.question, job.options, request_id=job.request_id), timeout_s
             )
-        except UnknownSelectorError as exc:
-            raise RequestError(str(exc), param="options.transfer_selector", code="invalid_options") from None
-        except InputRejectedByModelError as exc:
-            raise RequestError(str(exc), param="messages", code=exc.code) from None
-        except ModelUnavailableError as exc:
-            logger.warning("MAI request failed: %s", exc)
-            raise RequestError(
-                f"{exc}; retry later",
-                code="model_unavailable",
-                status=503,
-                headers={"Retry-After": RETRY_AFTER_S},
-            ) from None
         except TimeoutError:
             raise RequestError(
                 f"no answer within the request timeout of {timeout_s:g} s", code="timeout", status=504

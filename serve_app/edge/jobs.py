@@ -1,6 +1,7 @@
 """A request turned into one cascade job: every check a request must pass before any model runs.
 
-Everything here is pure: it raises ``RequestError`` (a 4xx naming the problem) for bad input.
+Pure but for the one injected call that downloads an allowed remote image (``ImageFetcher``), so a
+job leaves here complete. Raises ``RequestError`` (a 4xx naming the problem) for bad input.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ import dataclasses
 import json
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ..config import AppConfig, Limits
 from ..core.answers import split_choices
@@ -29,16 +31,10 @@ from .protocol import (
     MAIExtra,
     RequestOptions,
 )
-from .remote_images import RemoteImagePolicy, check_remote_url
-from .routing import passthrough_reason, unhonoured_parameters
+from .remote_images import RemoteImagePolicy
+from .routing import unhonoured_parameters, validated
 
-
-@dataclass(frozen=True)
-class PassthroughJob:
-    """A ``mai`` request MAI does not fit: the large model answers it unchanged."""
-
-    model_id: str
-    reason: str
+ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> the checked image, a data URL
 
 
 @dataclass(frozen=True)
@@ -51,12 +47,6 @@ class Job:
     stream: bool = False
     include_usage_in_stream: bool = False
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def image_to_download(self) -> str | None:
-        """The remote image URL the ingress still has to fetch, if any."""
-        url = self.question.image_url
-        return url if url is not None and is_remote(url) else None
 
 
 def parse_json(body: bytes, limits: Limits | None = None) -> Any:
@@ -119,16 +109,6 @@ def _nesting_depth(body: bytes) -> int:
     return deepest
 
 
-def _validate(model: type[BaseModel], payload: Any) -> Any:
-    if not isinstance(payload, dict):
-        raise RequestError("the request body must be a JSON object", code="invalid_json")
-    try:
-        return model.model_validate(payload)
-    except ValidationError as exc:
-        message, param = describe_validation_error(exc)
-        raise RequestError(message, param=param, code="invalid_request") from None
-
-
 def _options(
     config: AppConfig,
     policy: Policy,
@@ -169,8 +149,9 @@ def _options(
         raise RequestError(message, param=field, code="invalid_options") from None
 
 
-def _question(
+async def _question(
     config: AppConfig,
+    fetch_image: ImageFetcher,
     text: str,
     image_url: str,
     choices: list[str] | None,
@@ -191,10 +172,7 @@ def _question(
         )
     limits = config.limits
     if is_remote(image_url.strip()) and limits.allow_remote_images:
-        check_remote_url(
-            image_url.strip(), remote_image_policy(config), param=image_param
-        )  # downloaded by the ingress
-        image_data_url = image_url.strip()
+        image_data_url = await fetch_image(image_url.strip(), image_param)
     else:
         image_data_url = check_image_under(limits, image_url, param=image_param)
     if choices is None:
@@ -252,26 +230,11 @@ def request_id_of(header: str | None) -> str:
     return header
 
 
-def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None) -> Job | PassthroughJob:
-    request: ChatRequest = _validate(ChatRequest, payload)
-    if request.model not in MODELS:
-        models = (*MODELS, config.small.model_id, config.large.model_id)
-        raise RequestError(
-            f"unknown model {request.model!r}; choose one of {', '.join(models)}",
-            param="model",
-            code="model_not_found",
-            status=404,
-        )
-    extra = request.mai or MAIExtra()
-    route = (extra.route or config.mai_route) if request.model == "mai" else "cascade"
-    if route == "passthrough":
-        forced = "the request's mai.route" if extra.route else "the server's mai_route"
-        return PassthroughJob(config.large.model_id, f"{forced} is passthrough")
-    if route == "auto":
-        reason = passthrough_reason(request, payload)
-        if reason is not None:
-            return PassthroughJob(config.large.model_id, reason)
-    unhonoured = unhonoured_parameters(payload)
+async def job_from_chat(
+    config: AppConfig, request: ChatRequest, request_id: str | None, fetch_image: ImageFetcher
+) -> Job:
+    """The cascade job of a chat request ``routing.route`` sent to the cascade."""
+    unhonoured = unhonoured_parameters(request)
     if unhonoured:
         raise RequestError(
             f"{unhonoured[0]} is not honoured by the cascade policy {request.model!r}; send the request to "
@@ -279,6 +242,7 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
             param=unhonoured[0],
             code="unsupported_parameter",
         )
+    extra = request.mai or MAIExtra()
     system = [_text_of(m.content) for m in request.messages if m.role in ("system", "developer")]
     users = [message for message in request.messages if message.role == "user"]
     if not users:
@@ -313,8 +277,9 @@ def job_from_chat(config: AppConfig, payload: Any, request_id: str | None = None
         request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     )
     param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
-    question = _question(
+    question = await _question(
         config,
+        fetch_image,
         "\n".join(texts),
         images[0].image_url.url,
         extra.choices,
@@ -342,10 +307,13 @@ def _text_of(content: str | list[ContentPart] | None) -> str:
     return "\n".join(part.text for part in content or [] if part.type == "text" and part.text)
 
 
-def job_from_answer(config: AppConfig, payload: Any, request_id: str | None = None) -> Job:
-    request: AnswerRequest = _validate(AnswerRequest, payload)
-    question = _question(
+async def job_from_answer(
+    config: AppConfig, payload: Any, request_id: str | None, fetch_image: ImageFetcher
+) -> Job:
+    request: AnswerRequest = validated(AnswerRequest, payload)
+    question = await _question(
         config,
+        fetch_image,
         request.question,
         request.image,
         request.choices,

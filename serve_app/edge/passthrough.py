@@ -1,7 +1,8 @@
 """The models themselves, through the ingress: an OpenAI chat request for a configured model id goes to
 that model's LLMServer unchanged (ray.serve.llm's request type and validation, its token stream, usage,
 logprobs, n, tools, response_format, vLLM's extra sampling fields), behind the ingress's API keys, body
-limit, image checks and metrics. An engine's 4xx reaches the client as that 4xx.
+limit, image checks and metrics. An engine's failures are sorted as the cascade's are
+(``engines.failures``): its 4xx reaches the client as that 4xx, anything else as the model unavailable.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from ..config import Limits
-from ..core.contracts import input_error_code
+from ..engines.failures import engine_call, error_response_failure
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
 
@@ -113,21 +114,6 @@ def chat_request(payload: dict[str, Any], model_id: str) -> Any:
         raise RequestError(message, param=param, code="invalid_request") from None
 
 
-def _engine_error(error: Any, model_id: str) -> RequestError:
-    """An ErrorResponse of the engine: its 4xx as that 4xx, anything else as the model being unavailable."""
-    detail = getattr(error, "error", error)
-    code = int(getattr(detail, "code", 500) or 500)
-    message = getattr(detail, "message", None) or str(detail)
-    if 400 <= code < 500:
-        return RequestError(f"{model_id}: {message}", code=input_error_code(message), status=code)
-    return RequestError(
-        f"{model_id} failed: {message}; retry later",
-        code="model_unavailable",
-        status=503,
-        headers={"Retry-After": "5"},
-    )
-
-
 async def forward(
     handle: Any,
     request: Any,
@@ -138,31 +124,25 @@ async def forward(
     timeout_s: float | None = None,
 ) -> JSONResponse | StreamingResponse:
     """Send ``request`` to the LLMServer behind ``handle``; a JSON reply (with ``extra`` added), or the
-    engine's token stream as server-sent events. Raises ``RequestError`` for an engine error that arrives
-    before any token, and a 504 when nothing arrives within ``timeout_s``."""
+    engine's token stream as server-sent events. Raises the ``EngineError`` family for an engine error
+    that arrives before any token, and a 504 when nothing arrives within ``timeout_s``."""
     from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper, _peek_at_generator
     from ray.serve.llm.openai_api_models import ErrorResponse
 
-    response = handle.options(stream=True).chat.remote(request)
-    try:
-        first, stream = await asyncio.wait_for(_peek_at_generator(response), timeout_s)
-    except TimeoutError:
-        response.cancel()
-        raise RequestError(
-            f"{model_id} sent nothing within the request timeout of {timeout_s:g} s",
-            code="timeout",
-            status=504,
-        ) from None
-    except Exception as exc:  # the replica died or refused the call: the model is unavailable
-        raise RequestError(
-            f"{model_id} is unavailable ({type(exc).__name__}); retry later",
-            code="model_unavailable",
-            status=503,
-            headers={"Retry-After": "5"},
-        ) from None
+    with engine_call(model_id):
+        response = handle.options(stream=True).chat.remote(request)
+        try:
+            first, stream = await asyncio.wait_for(_peek_at_generator(response), timeout_s)
+        except TimeoutError:
+            response.cancel()
+            raise RequestError(
+                f"{model_id} sent nothing within the request timeout of {timeout_s:g} s",
+                code="timeout",
+                status=504,
+            ) from None
     head = first[0] if isinstance(first, list) else first
     if isinstance(head, ErrorResponse):
-        raise _engine_error(head, model_id)
+        raise error_response_failure(head, model_id)
     if not request.stream:
         return JSONResponse(head.model_dump(mode="json", exclude_none=True) | (extra or {}), headers=headers)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from deployments.engine_ids import EngineRequestId
 
-from ..core.contracts import Completion, EngineCall, InputRejectedError, TokenLogprob, input_error_code
+from ..core.contracts import Completion, EngineCall, EngineUnavailableError, TokenLogprob
 from ..core.options import GREEDY, Decoding
+from .failures import engine_call, error_response_failure
 
 _call_numbers = itertools.count()
 
@@ -21,25 +23,14 @@ def engine_request_id(call: EngineCall) -> str:
     return str(EngineRequestId(call.request_id, call.stage, call.prompt_kind.value, next(_call_numbers)))
 
 
-class EngineError(RuntimeError):
-    """The engine answered with an error instead of a completion."""
-
-
-class EngineInputError(EngineError, InputRejectedError):
-    """The engine refused the request's content with a 4xx (its processor, its context length)."""
-
-    def __init__(self, message: str, code: str):
-        EngineError.__init__(self, message)
-        self.code = code
-
-
 class LLMServerClient:
     """Sends OpenAI ChatCompletionRequests to one LLMServer deployment, decoded as each call's
     ``Decoding`` says (greedy by default), asking for the generated tokens' logprobs (the answers'
     confidences) unless ``logprobs`` is off and the call does not ask for them.
 
     Cancelling ``complete`` cancels the handle's response, which aborts the request in vLLM:
-    cancelling only the task that iterates a streaming handle does not reach the engine."""
+    cancelling only the task that iterates a streaming handle does not reach the engine. A failed call
+    raises the ``EngineError`` family (``failures.py``), nothing else."""
 
     def __init__(self, handle: Any, model_id: str, *, logprobs: bool = True):
         # Imports vLLM's protocol: pay for it when the replica starts, not inside a stage's timeout.
@@ -62,14 +53,15 @@ class LLMServerClient:
             **self._sampling(decoding),
         )
         started = time.monotonic()
-        response = self._handle.chat.remote(request)
-        try:
-            item = await response.__anext__()  # a non-streaming request yields exactly one item
-        except asyncio.CancelledError:
-            response.cancel()
-            raise
-        except StopAsyncIteration:
-            raise EngineError(f"{self.model_id} returned no response") from None
+        with engine_call(self.model_id):
+            response = self._handle.chat.remote(request)
+            try:
+                item = await response.__anext__()  # a non-streaming request yields exactly one item
+            except asyncio.CancelledError:
+                response.cancel()
+                raise
+            except StopAsyncIteration:
+                raise EngineUnavailableError(f"{self.model_id} returned no response") from None
         return _completion_of(item, self.model_id, time.monotonic() - started)
 
     def _sampling(self, decoding: Decoding) -> dict[str, Any]:
@@ -88,15 +80,12 @@ class LLMServerClient:
 def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
     error = getattr(item, "error", None)
     if error is not None and not hasattr(item, "choices"):
-        message = getattr(error, "message", None) or str(error)
-        if 400 <= int(getattr(error, "code", 500) or 500) < 500:
-            raise EngineInputError(f"{model_id}: {message}", input_error_code(message))
-        raise EngineError(f"{model_id}: {message}")
+        raise error_response_failure(error, model_id)
     if isinstance(item, list | str):
-        raise EngineError(f"{model_id} streamed a response to a non-streaming request")
+        raise EngineUnavailableError(f"{model_id} streamed a response to a non-streaming request")
     choices = getattr(item, "choices", None) or []
     if not choices:
-        raise EngineError(f"{model_id} returned a response with no choices")
+        raise EngineUnavailableError(f"{model_id} returned a response with no choices")
     text = choices[0].message.content or ""
     usage = getattr(item, "usage", None)
     return Completion(
@@ -131,3 +120,14 @@ def _token_logprobs(choice: Any) -> tuple[TokenLogprob, ...] | None:
         )
         for item in content
     )
+
+
+def attention_scorer(handle: Any) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """The AttentionScorer deployment's ``select`` as the attention selector's ``score``: its failures
+    are the ``EngineError`` family, like a model's."""
+
+    async def score(*args: Any) -> dict[str, Any]:
+        with engine_call("the attention scorer"):
+            return await handle.select.remote(*args)
+
+    return score

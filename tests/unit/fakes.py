@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from serve_app.core.answers import answer_span
-from serve_app.core.contracts import Completion, EngineCall, TokenLogprob
+from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, TokenLogprob
 from serve_app.core.options import GREEDY, Decoding
 from serve_app.core.prompts import PromptKind
 
@@ -56,7 +56,8 @@ class ScriptedVLM:
             call.cancelled = True
             raise
         call.finished_at = loop.time()
-        reply = self.replies[kind]
+        # A stage the script does not answer is a model that failed, as an engine reports it.
+        reply = self.replies.get(kind, EngineUnavailableError(f"no scripted reply for {kind}"))
         if isinstance(reply, BaseException):
             raise reply
         prompt_words = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[-1]["content"])

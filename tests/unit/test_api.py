@@ -6,9 +6,11 @@ import pytest
 
 from serve_app.config import AppConfig
 from serve_app.edge.errors import RequestError
-from serve_app.edge.jobs import PassthroughJob, job_from_answer, job_from_chat, parse_json
+from serve_app.edge.jobs import parse_json
+from serve_app.edge.routing import Passthrough
 
 from ..images import chat_body, data_url, image_bytes, png_bomb
+from .build import answer_job, chat_job
 
 CONFIG = AppConfig.model_validate(
     {
@@ -21,12 +23,12 @@ CONFIG = AppConfig.model_validate(
 
 def chat_error(payload) -> RequestError:
     with pytest.raises(RequestError) as error:
-        job_from_chat(CONFIG, payload)
+        chat_job(CONFIG, payload)
     return error.value
 
 
 def test_a_good_chat_request_becomes_a_job():
-    job = job_from_chat(
+    job = chat_job(
         CONFIG, chat_body("What is the size of real GDP?\nA. 500\nB. 450\nC. 400", model="mai-transfer")
     )
     assert job.options.policy == "transfer"
@@ -40,7 +42,7 @@ def test_explicit_choices_answer_type_options_and_max_tokens():
     body = chat_body(
         "Which?", max_tokens=5, mai={"choices": ["x", "y"], "options": {"eager_reasoning": True}}
     )
-    job = job_from_chat(CONFIG, body)
+    job = chat_job(CONFIG, body)
     assert job.question.choices == ("x", "y") and job.options.eager_reasoning
     assert job.options.max_tokens.simple == 5 and job.options.max_tokens.transfer == 5
     assert job.options.max_tokens.reasoning == CONFIG.cascade.max_tokens.reasoning
@@ -48,14 +50,12 @@ def test_explicit_choices_answer_type_options_and_max_tokens():
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "GIF"])
 def test_every_accepted_image_format(fmt):
-    job = job_from_chat(CONFIG, chat_body(image=data_url(fmt)))
+    job = chat_job(CONFIG, chat_body(image=data_url(fmt)))
     assert job.question.image_url.startswith(f"data:image/{fmt.lower()};base64,")
 
 
 def test_bare_base64_image_is_accepted_on_the_native_route():
-    job = job_from_answer(
-        CONFIG, {"image": base64.b64encode(image_bytes()).decode(), "question": "Is it red?"}
-    )
+    job = answer_job(CONFIG, {"image": base64.b64encode(image_bytes()).decode(), "question": "Is it red?"})
     assert job.question.kind == "yes_no" and job.model == "mai"
 
 
@@ -152,7 +152,7 @@ def test_corrupt_png_is_rejected():
 )
 def test_bad_native_requests(payload, needle):
     with pytest.raises(RequestError) as error:
-        job_from_answer(CONFIG, payload)
+        answer_job(CONFIG, payload)
     assert error.value.status == 400 and needle in error.value.message
 
 
@@ -166,11 +166,11 @@ def test_malformed_json(body, needle):
 
 
 def test_request_ids_come_from_the_client_when_valid():
-    assert job_from_chat(CONFIG, chat_body(), "client-42.a:b_c").request_id == "client-42.a:b_c"
-    assert len(job_from_answer(CONFIG, {"image": data_url(), "question": "Q?"}).request_id) == 32
+    assert chat_job(CONFIG, chat_body(), "client-42.a:b_c").request_id == "client-42.a:b_c"
+    assert len(answer_job(CONFIG, {"image": data_url(), "question": "Q?"}).request_id) == 32
     for bad in ("", "has space", "x" * 129, "semi;colon"):
         with pytest.raises(RequestError) as error:
-            job_from_chat(CONFIG, chat_body(), bad)
+            chat_job(CONFIG, chat_body(), bad)
         assert error.value.code == "invalid_request_id"
 
 
@@ -207,21 +207,19 @@ def test_config_rejects_unknown_keys_by_name():
 @pytest.mark.parametrize("option", ["min_confidence", "confident_large"])
 def test_confidence_options_out_of_range_or_not_numbers_are_400s_naming_them(option, value):
     with pytest.raises(RequestError) as error:
-        job_from_chat(CONFIG, chat_body(mai={"options": {option: value}}))
+        chat_job(CONFIG, chat_body(mai={"options": {option: value}}))
     assert error.value.status == 400 and option in error.value.param and option in error.value.message
 
 
 def test_confidence_options_reach_the_job():
-    job = job_from_chat(CONFIG, chat_body(mai={"options": {"min_confidence": 0.8, "confident_large": 1}}))
+    job = chat_job(CONFIG, chat_body(mai={"options": {"min_confidence": 0.8, "confident_large": 1}}))
     assert (job.options.min_confidence, job.options.confident_large) == (0.8, 1.0)
-    assert job_from_chat(CONFIG, chat_body()).options.min_confidence == 0  # the paper's rule by default
+    assert chat_job(CONFIG, chat_body()).options.min_confidence == 0  # the paper's rule by default
     calibrated = CONFIG.model_copy(
         update={"cascade": CONFIG.cascade.model_copy(update={"confident_large": 0.9})}
     )
-    assert job_from_chat(calibrated, chat_body()).options.confident_large == 0.9
-    paper = job_from_chat(
-        calibrated, chat_body(mai={"options": {"min_confidence": 0, "confident_large": None}})
-    )
+    assert chat_job(calibrated, chat_body()).options.confident_large == 0.9
+    paper = chat_job(calibrated, chat_body(mai={"options": {"min_confidence": 0, "confident_large": None}}))
     assert (paper.options.min_confidence, paper.options.confident_large) == (0, None)
 
 
@@ -239,30 +237,30 @@ def test_confidence_options_reach_the_job():
     ],
 )
 def test_mai_sends_what_it_does_not_fit_to_the_large_model(body, reason):
-    job = job_from_chat(CONFIG, body)
-    assert isinstance(job, PassthroughJob) and job.model_id == "l" and reason in job.reason
+    job = chat_job(CONFIG, body)
+    assert isinstance(job, Passthrough) and job.model_id == "l" and reason in job.reason
 
 
 def test_mai_runs_the_cascade_where_it_fits_whatever_the_cap():
     body = chat_body("Is the shape red?", max_tokens=1024, temperature=0, n=1, user="u1")
     body["messages"].insert(0, {"role": "system", "content": "Answer in French."})
-    job = job_from_chat(CONFIG, body)
-    assert not isinstance(job, PassthroughJob) and job.question.system == ("Answer in French.",)
+    job = chat_job(CONFIG, body)
+    assert not isinstance(job, Passthrough) and job.question.system == ("Answer in French.",)
     budgets = CONFIG.cascade.max_tokens
     assert job.options.max_tokens == budgets  # 1024 caps nothing: every stage keeps its budget
-    assert job_from_chat(CONFIG, chat_body(max_tokens=5)).options.max_tokens.simple == 5
-    forced = job_from_chat(CONFIG, chat_body("Describe it.", mai={"route": "cascade"}))
-    assert not isinstance(forced, PassthroughJob)
+    assert chat_job(CONFIG, chat_body(max_tokens=5)).options.max_tokens.simple == 5
+    forced = chat_job(CONFIG, chat_body("Describe it.", mai={"route": "cascade"}))
+    assert not isinstance(forced, Passthrough)
 
 
 def test_sampling_and_logprobs_become_every_stages_decoding():
     body = chat_body(temperature=0.7, top_p=0.9, seed=3, logprobs=True, top_logprobs=2)
-    job = job_from_chat(CONFIG, body)
-    assert not isinstance(job, PassthroughJob)
+    job = chat_job(CONFIG, body)
+    assert not isinstance(job, Passthrough)
     decoding = job.options.decoding
     assert (decoding.temperature, decoding.top_p, decoding.seed) == (0.7, 0.9, 3)
     assert (decoding.logprobs, decoding.top_logprobs) == (True, 2)
-    greedy = job_from_chat(CONFIG, chat_body(model="mai-large-reason")).options.decoding
+    greedy = chat_job(CONFIG, chat_body(model="mai-large-reason")).options.decoding
     assert (greedy.temperature, greedy.top_p, greedy.seed, greedy.logprobs) == (0, 1, None, False)
 
 
@@ -305,4 +303,4 @@ def test_cascade_policies_refuse_a_conversation_and_read_every_system_message():
         {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
         {"role": "developer", "content": "Answer in French."},
     ]
-    assert job_from_chat(CONFIG, body).question.system == ("Be brief.", "Answer in French.")
+    assert chat_job(CONFIG, body).question.system == ("Be brief.", "Answer in French.")

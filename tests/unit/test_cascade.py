@@ -4,7 +4,7 @@ import math
 import pytest
 
 from serve_app.core.cascade import Cascade, ModelUnavailableError
-from serve_app.core.contracts import Question
+from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, Question
 from serve_app.core.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
 from serve_app.core.prompts import PromptKind
 
@@ -158,7 +158,7 @@ async def test_full_transfer_policy_always_transfers():
 
 
 async def test_small_failure_in_stage_one_returns_the_large_answer():
-    small, large = models({S: RuntimeError("engine died")}, {S: "[[Yes]]"})
+    small, large = models({S: EngineUnavailableError("engine died")}, {S: "[[Yes]]"})
     result = await run(small, large)
     assert result.route == "degraded_large_only" and result.answer == "Yes"
     assert result.trace.stages[0].status == "error" and "engine died" in result.trace.stages[0].error
@@ -173,7 +173,7 @@ async def test_small_timeout_in_stage_one_returns_the_large_answer_and_cancels_t
 
 
 async def test_small_failure_while_reasoning_returns_the_large_answer():
-    small, large = models({S: "[[No]]", R: ConnectionError("gone")}, {S: "[[Yes]]"})
+    small, large = models({S: "[[No]]", R: EngineUnavailableError("gone")}, {S: "[[Yes]]"})
     result = await run(small, large)
     assert result.route == "degraded_no_reasoning" and result.answer == "Yes"
 
@@ -186,7 +186,7 @@ async def test_reasoning_timeout_degrades_and_cancels_the_reasoning():
 
 
 async def test_large_failure_is_a_typed_error_by_default():
-    small, large = models({S: "[[No]]"}, {S: RuntimeError("oom")})
+    small, large = models({S: "[[No]]"}, {S: EngineUnavailableError("oom")})
     with pytest.raises(ModelUnavailableError) as error:
         await run(small, large)
     assert error.value.model == "large"
@@ -194,32 +194,32 @@ async def test_large_failure_is_a_typed_error_by_default():
 
 
 async def test_large_failure_can_fall_back_to_the_small_answer():
-    small, large = models({S: "[[No]]"}, {S: RuntimeError("oom")})
+    small, large = models({S: "[[No]]"}, {S: EngineUnavailableError("oom")})
     result = await run(small, large, on_large_failure="small")
     assert result.route == "degraded_small_only" and result.answer == "No"
 
 
 async def test_both_failing_is_an_error_even_with_small_fallback():
-    small, large = models({S: RuntimeError("a")}, {S: RuntimeError("b")})
+    small, large = models({S: EngineUnavailableError("a")}, {S: EngineUnavailableError("b")})
     with pytest.raises(ModelUnavailableError):
         await run(small, large, on_large_failure="small")
 
 
 async def test_large_failure_in_transfer_keeps_the_large_short_answer():
-    small, large = models({S: "[[A]]", R: "hmm [[D]]"}, {S: "[[B]]", T: RuntimeError("oom")})
+    small, large = models({S: "[[A]]", R: "hmm [[D]]"}, {S: "[[B]]", T: EngineUnavailableError("oom")})
     result = await run(small, large, question=CHOICE)
     assert result.route == "degraded_no_transfer" and result.answer == "B"
 
 
 async def test_single_policy_failure_is_a_typed_error():
-    small, large = models({S: RuntimeError("x")}, {})
+    small, large = models({S: EngineUnavailableError("x")}, {})
     with pytest.raises(ModelUnavailableError) as error:
         await run(small, large, policy="small")
     assert error.value.model == "small"
 
 
 async def test_failed_stage2_falls_back_to_the_inline_answer():
-    small, large = models({R: "thinking [[Yes]]", S2: RuntimeError("x")}, {})
+    small, large = models({R: "thinking [[Yes]]", S2: EngineUnavailableError("x")}, {})
     result = await run(small, large, policy="small-reason")
     assert result.answer == "Yes"
     assert [s.status for s in result.trace.stages] == ["ok", "error"]
@@ -473,3 +473,38 @@ def test_confidence_options_validate():
     ):
         with pytest.raises(ValueError):
             CascadeOptions(**bad)
+
+
+class ClientWithoutDecoding:
+    """A client written to an old contract: ``complete`` without the ``decoding`` keyword."""
+
+    async def complete(self, messages, *, max_tokens, call: EngineCall) -> Completion:
+        return Completion("[[yes]]", 1, 1, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("policy", "broken"),
+    [
+        (Policy.CASCADE, "small"),
+        (Policy.CASCADE, "large"),
+        (Policy.LARGE, "large"),
+        (Policy.TRANSFER, "small"),
+    ],
+)
+async def test_a_bug_in_a_client_fails_the_request_and_is_never_a_degraded_route(policy, broken):
+    """The contract's old form (no ``decoding``) is a TypeError in our process: the request fails with
+    it (the server's 500), never a degraded route or a "model unavailable"."""
+    small, large = models({S: "[[Yes]]", R: "x [[Yes]]"}, {S: "[[Yes]]", T: "[[Yes]]"})
+    pair = (ClientWithoutDecoding(), large) if broken == "small" else (small, ClientWithoutDecoding())
+    with pytest.raises(TypeError, match="decoding"):
+        await Cascade(*pair).run(Question("Is it red?"), CascadeOptions(policy=policy))
+
+
+async def test_a_bug_in_a_selector_fails_the_request():
+    async def broken(reasoning, question):
+        raise KeyError("a bug")
+
+    small, large = models({S: "[[A]]", R: "hmm [[D]]"}, {S: "[[B]]", T: "[[C]]"})
+    options = CascadeOptions(transfer_selector="broken")
+    with pytest.raises(KeyError):
+        await Cascade(small, large, selectors={"broken": broken}).run(CHOICE, options)

@@ -6,7 +6,8 @@ from types import SimpleNamespace as Obj
 import pytest
 
 from serve_app.config import AppConfig
-from serve_app.engines.client import EngineError, _completion_of
+from serve_app.core.contracts import EngineUnavailableError
+from serve_app.engines.client import _completion_of
 
 
 def response(content: str, logprobs=None):
@@ -44,7 +45,7 @@ def test_an_engine_without_logprobs_gives_none():
 
 
 def test_an_error_response_is_an_engine_error():
-    with pytest.raises(EngineError, match="m: boom"):
+    with pytest.raises(EngineUnavailableError, match="m failed: boom"):
         _completion_of(Obj(error=Obj(message="boom")), "m", 0.1)
 
 

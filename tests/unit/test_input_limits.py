@@ -8,17 +8,18 @@ import json
 import pytest
 
 from serve_app.config import AppConfig, Limits
-from serve_app.core.cascade import Cascade, InputRejectedByModelError
-from serve_app.core.contracts import InputRejectedError, Question, input_error_code
+from serve_app.core.cascade import Cascade
+from serve_app.core.contracts import EngineUnavailableError, InputRejectedError, Question
 from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.errors import RequestError
-from serve_app.edge.jobs import job_from_answer, job_from_chat, parse_json
-from serve_app.edge.passthrough import _engine_error
-from serve_app.engines.client import EngineError, EngineInputError, _completion_of
+from serve_app.edge.errors import RequestError, request_error_of
+from serve_app.edge.jobs import parse_json
+from serve_app.engines.client import _completion_of
+from serve_app.engines.failures import error_response_failure, input_error_code
 from serve_app.engines.model_limits import geometry, prompt_bytes_left, with_model_limits
 
 from ..images import chat_body, data_url
+from .build import answer_job, chat_job
 from .fakes import ScriptedVLM
 
 S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
@@ -67,23 +68,23 @@ LIMITED = AppConfig.model_validate(
     ("size", "needle"), [((2, 600), "aspect ratio of 300"), ((4000, 16), "250"), ((1, 1), "at least 2")]
 )
 def test_an_image_the_processor_refuses_is_a_400_before_any_model(size, needle):
-    error = refused(job_from_chat, LIMITED, chat_body(image=data_url(size=size)))
+    error = refused(chat_job, LIMITED, chat_body(image=data_url(size=size)))
     assert (error.status, error.code, error.param) == (
         400,
         "invalid_image",
         "messages",
     ) and needle in error.message
-    job_from_chat(LIMITED, chat_body(image=data_url(size=(2, 400))))  # a ratio of exactly 200 is taken
+    chat_job(LIMITED, chat_body(image=data_url(size=(2, 400))))  # a ratio of exactly 200 is taken
 
 
 def test_a_prompt_that_cannot_fit_the_context_is_a_400_before_any_model():
-    error = refused(job_from_chat, LIMITED, chat_body("Is it red? " + "word " * 20))
+    error = refused(chat_job, LIMITED, chat_body("Is it red? " + "word " * 20))
     assert (error.status, error.code) == (400, "context_length_exceeded") and "at most 100" in error.message
     system = chat_body("Is it red?")
     system["messages"].insert(0, {"role": "system", "content": "é" * 50})  # 100 bytes of system message
-    assert refused(job_from_chat, LIMITED, system).code == "context_length_exceeded"
+    assert refused(chat_job, LIMITED, system).code == "context_length_exceeded"
     native = {"image": data_url(), "question": "Is it red? " * 10}
-    assert refused(job_from_answer, LIMITED, native).param == "question"
+    assert refused(answer_job, LIMITED, native).param == "question"
 
 
 def test_the_limits_are_learnt_from_the_served_models_processor_and_context():
@@ -136,14 +137,16 @@ def test_an_engines_4xx_names_the_kind_of_input(message, code):
     assert input_error_code(message) == code
     from types import SimpleNamespace as Obj
 
-    with pytest.raises(EngineInputError) as error:
+    with pytest.raises(InputRejectedError) as error:
         _completion_of(Obj(error=Obj(message=message, code=400)), "m", 0.1)
-    assert error.value.code == code and isinstance(error.value, InputRejectedError)
-    with pytest.raises(EngineError) as failure:
+    assert error.value.code == code
+    with pytest.raises(EngineUnavailableError):
         _completion_of(Obj(error=Obj(message=message, code=500)), "m", 0.1)
-    assert not isinstance(failure.value, InputRejectedError)
-    passed = _engine_error(Obj(error=Obj(message=message, code=400)), "m")
-    assert (passed.status, passed.code) == (400, code) and "Retry-After" not in passed.headers
+    # The passthrough sorts an engine's error response the same way, and the edge answers it once.
+    passed = request_error_of(error_response_failure(Obj(error=Obj(message=message, code=413)), "m"))
+    assert (passed.status, passed.code) == (413, code) and "Retry-After" not in passed.headers
+    failed = request_error_of(error_response_failure(Obj(error=Obj(message=message, code=500)), "m"))
+    assert failed.status == 503 and failed.headers["Retry-After"]
 
 
 @pytest.mark.parametrize(
@@ -168,22 +171,23 @@ def test_an_engines_4xx_names_the_kind_of_input(message, code):
 )
 async def test_a_refused_input_fails_the_request_whichever_stage_met_it(small, large, stage):
     small_model, large_model = ScriptedVLM(small), ScriptedVLM(large)
-    with pytest.raises(InputRejectedByModelError) as error:
+    with pytest.raises(InputRejectedError) as error:
         await Cascade(small_model, large_model).run(
             Question("Is it red?", image_url="data:,"), CascadeOptions()
         )
     rejected = error.value
-    assert rejected.stage.name == stage and rejected.stage.status == "rejected"
     [refusal] = [v for v in (*small.values(), *large.values()) if isinstance(v, InputRejectedError)]
-    assert rejected.code == refusal.code
-    assert rejected.trace.route is None  # no degraded route hides it
+    assert rejected is refusal and rejected.stage == stage  # no degraded route hides it
+    assert rejected.model == stage.rsplit("_", 1)[1]
+    reply = request_error_of(rejected)
+    assert reply.status == 400 and reply.code == refusal.code and repr(stage) in reply.message
 
 
 async def test_a_refusal_in_stage_one_cancels_the_other_models_call():
     small = ScriptedVLM({S: "[[Yes]]"}, delays={S: 5.0})
     large = ScriptedVLM({S: InputRejectedError("l: Failed to apply processor", "invalid_image")})
     started = asyncio.get_running_loop().time()
-    with pytest.raises(InputRejectedByModelError):
+    with pytest.raises(InputRejectedError):
         await Cascade(small, large).run(
             Question("Is it red?", image_url="data:,"), CascadeOptions(policy=Policy.CASCADE)
         )

@@ -9,11 +9,11 @@ import pytest
 
 from serve_app.config import AppConfig, Limits, Security
 from serve_app.edge.errors import RequestError
-from serve_app.edge.jobs import job_from_chat
 from serve_app.edge.remote_images import RemoteImagePolicy, address_is_public, fetch_image, host_allowed
 from serve_app.edge.security import check_api_key, load_api_keys, presented_key, read_body
 
-from ..images import chat_body, image_bytes
+from ..images import chat_body, data_url, image_bytes
+from .build import chat_job
 
 # ---------------------------------------------------------------- API keys
 
@@ -138,19 +138,38 @@ def config(**limits):
 def test_a_remote_url_is_checked_before_any_download():
     off = config()
     with pytest.raises(RequestError, match="remote image URLs are disabled"):
-        job_from_chat(off, chat_body(image="https://images.example.com/a.png"))
+        chat_job(off, chat_body(image="https://images.example.com/a.png"))
     on = config(allow_remote_images=True, remote_image_hosts=["images.example.com"])
-    job = job_from_chat(on, chat_body(image="https://images.example.com/a.png"))
-    assert job.image_to_download == "https://images.example.com/a.png"
-    for url, message in [
+    fetched = []
+
+    async def fetch(url: str, param: str) -> str:
+        fetched.append((url, param))
+        return data_url()
+
+    job = chat_job(on, chat_body(image="https://images.example.com/a.png"), fetch=fetch)
+    assert fetched == [("https://images.example.com/a.png", "messages")]
+    assert job.question.image_url == data_url()  # the job leaves complete, with the image inline
+    assert chat_job(on, chat_body(), fetch=fetch).question.image_url.startswith("data:")
+    assert len(fetched) == 1  # inline images stay inline
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
         ("https://evil.example.net/a.png", "not on this server's allowlist"),
         ("https://user:pw@images.example.com/a.png", "credentials"),
         ("https://images.example.com:99999/a.png", "malformed"),
-    ]:
-        with pytest.raises(RequestError, match=message) as caught:
-            job_from_chat(on, chat_body(image=url))
-        assert caught.value.status == 400
-    assert job_from_chat(on, chat_body()).image_to_download is None  # inline images stay inline
+    ],
+)
+async def test_a_remote_url_off_the_policy_is_refused_before_any_connection(url, message):
+    policy = RemoteImagePolicy(allowed_hosts=("images.example.com",), max_bytes=1000, timeout_s=1)
+
+    async def resolver(host: str, port: int) -> list[str]:
+        raise AssertionError("no name lookup for a refused URL")
+
+    with pytest.raises(RequestError, match=message) as caught:
+        await fetch_image(url, policy, param="image", resolver=resolver)
+    assert caught.value.status == 400
 
 
 # ---------------------------------------------------------------- remote image URLs: downloads

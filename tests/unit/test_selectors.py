@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from deployments.attention import runs, select_by_mass
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import Question, Selection
+from serve_app.core.contracts import EngineUnavailableError, Question, Selection
 from serve_app.core.options import CascadeOptions
 from serve_app.core.prompts import PromptKind
 from serve_app.core.transfer_selectors import GAP, budget_select
@@ -96,7 +96,7 @@ async def _budget(reasoning, question):
 
 async def test_a_failing_selector_sends_the_full_reasoning_and_says_so():
     async def broken(reasoning, question):
-        raise ConnectionError("scorer gone")
+        raise EngineUnavailableError("scorer gone")
 
     small = ScriptedVLM({PromptKind.SIMPLE: "[[No]]", PromptKind.REASONING: "a b c [[No]]"})
     large = ScriptedVLM(

@@ -1,0 +1,55 @@
+"""The engines' failures, sorted once: what Ray Serve or an LLMServer reports, as the cascade's declared
+``EngineError`` family (``core.contracts``). The VLM client, the passthrough and the attention scorer's
+calls all go through here; nothing else of ours names a Ray exception."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..core.contracts import EngineError, EngineUnavailableError, InputRejectedError
+
+_CONTEXT = ("context length", "maximum context", "too long", "max_model_len", "exceeds the model")
+_IMAGE = ("processor", "image", "aspect ratio", "pixel", "height", "width")
+
+
+def input_error_code(message: str) -> str:
+    """The kind of input a model's 4xx message refuses: ``context_length_exceeded``, ``invalid_image``,
+    else ``invalid_request``."""
+    text = message.lower()
+    if any(words in text for words in _CONTEXT):
+        return "context_length_exceeded"
+    if any(words in text for words in _IMAGE):
+        return "invalid_image"
+    return "invalid_request"
+
+
+def error_response_failure(error: Any, model_id: str) -> EngineError:
+    """An engine's ``ErrorResponse`` (or its ``error`` field): a 4xx refuses the input
+    (``InputRejectedError``, with the status kept), anything else is the engine failing."""
+    detail = getattr(error, "error", error)
+    status = int(getattr(detail, "code", 500) or 500)
+    message = getattr(detail, "message", None) or str(detail)
+    if 400 <= status < 500:
+        return InputRejectedError(f"{model_id}: {message}", input_error_code(message), status)
+    return EngineUnavailableError(f"{model_id} failed: {message}")
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a deployment handle raises when the replica behind it cannot answer: it died,
+    was unreachable, refused the call under load (``BackPressureError``), or raised inside."""
+    from ray.exceptions import RayError
+    from ray.serve.exceptions import RayServeException
+
+    return (RayError, RayServeException)
+
+
+@contextmanager
+def engine_call(model_id: str) -> Iterator[None]:
+    """Inside: a transport failure of a call to ``model_id`` becomes ``EngineUnavailableError``.
+    Anything else (a bug of ours) passes unchanged."""
+    try:
+        yield
+    except transport_errors() as exc:
+        raise EngineUnavailableError(f"{model_id} is unavailable ({type(exc).__name__}: {exc})") from exc

@@ -1,0 +1,30 @@
+"""Requests routed and turned into jobs as the ingress does it (``routing.route``, then the job
+builders), synchronously, for the tests of the HTTP edge's pure parts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from serve_app.config import AppConfig
+from serve_app.edge.jobs import ImageFetcher, Job, job_from_answer, job_from_chat
+from serve_app.edge.routing import Passthrough, route
+
+
+async def no_download(url: str, param: str) -> str:
+    raise AssertionError(f"no image download expected ({url} for {param})")
+
+
+def chat_job(
+    config: AppConfig, payload: Any, request_id: str | None = None, fetch: ImageFetcher = no_download
+) -> Job | Passthrough:
+    decision = route(payload, config)
+    if isinstance(decision, Passthrough):
+        return decision
+    return asyncio.run(job_from_chat(config, decision.request, request_id, fetch))
+
+
+def answer_job(
+    config: AppConfig, payload: Any, request_id: str | None = None, fetch: ImageFetcher = no_download
+) -> Job:
+    return asyncio.run(job_from_answer(config, payload, request_id, fetch))
