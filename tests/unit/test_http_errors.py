@@ -1,0 +1,117 @@
+"""The ingress's HTTP API (its real route handlers and error handling, ``edge.ingress.build_api``) in
+process, without Ray: the replica's attributes are set by hand and the cascade's clients are
+scripted. What reaches the client for a bug, a failed model and a refused input."""
+
+import logging
+
+import pytest
+from fastapi.testclient import TestClient
+
+from serve_app.config import AppConfig
+from serve_app.core.cascade import Cascade
+from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, InputRejectedError
+from serve_app.core.prompts import PromptKind
+from serve_app.edge.ingress import MAIIngress, build_api
+
+from ..images import chat_body
+from .fakes import ScriptedVLM
+
+S = PromptKind.SIMPLE
+CONFIG = AppConfig.model_validate(
+    {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
+)
+
+
+class ClientWithoutDecoding:
+    """The client a user writes from an outdated example: ``complete`` without ``decoding``."""
+
+    async def complete(self, messages, *, max_tokens, call: EngineCall) -> Completion:
+        return Completion("[[yes]]", 1, 1, 0.0)
+
+
+class RecordedErrors:
+    def __init__(self):
+        self.errors: list[tuple[int, str]] = []
+
+    def record_error(self, status: int, code: str) -> None:
+        self.errors.append((status, code))
+
+    def record(self, policy, result) -> None:
+        pass
+
+
+def api_with(small, large) -> tuple[TestClient, RecordedErrors]:
+    ingress = object.__new__(MAIIngress.func_or_class)
+    ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, (), {}
+    ingress.metrics = RecordedErrors()
+    ingress.cascade = Cascade(small, large)
+    return TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False), ingress.metrics
+
+
+class Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_bug_is_a_500_with_an_error_id_and_a_logged_traceback_never_a_503():
+    client, metrics = api_with(ClientWithoutDecoding(), ClientWithoutDecoding())
+    log, kept = logging.getLogger("ray.serve"), Kept()
+    log.addHandler(kept)
+    try:
+        reply = client.post("/v1/chat/completions", json=chat_body())
+    finally:
+        log.removeHandler(kept)
+    assert reply.status_code == 500 and "retry-after" not in reply.headers
+    error = reply.json()["error"]
+    assert error["code"] == "internal_error" and error["error_id"] in error["message"]
+    [record] = [r for r in kept.records if error["error_id"] in r.getMessage()]
+    assert record.exc_info and record.exc_info[0] is TypeError  # the traceback is in the log
+    assert metrics.errors == [(500, "internal_error")]
+    # The replica keeps serving: the next request is answered (here, by the same bug, as a 500 again).
+    assert (
+        client.post(
+            "/v1/mai/answer",
+            json={
+                "image": chat_body()["messages"][0]["content"][0]["image_url"]["url"],
+                "question": "Is it red?",
+            },
+        ).status_code
+        == 500
+    )
+
+
+def test_a_failed_model_is_a_503_with_retry_after():
+    failing = ScriptedVLM({S: EngineUnavailableError("l is unavailable (ActorDiedError)")})
+    client, metrics = api_with(ScriptedVLM({S: "[[Yes]]"}), failing)
+    reply = client.post("/v1/chat/completions", json=chat_body())
+    assert reply.status_code == 503 and reply.headers["retry-after"] == "5"
+    assert reply.json()["error"]["code"] == "model_unavailable" and metrics.errors == [
+        (503, "model_unavailable")
+    ]
+
+
+def test_a_refused_input_is_the_engines_4xx_naming_the_model_and_stage():
+    refusing = ScriptedVLM({S: InputRejectedError("l: Failed to apply processor", "invalid_image")})
+    client, _ = api_with(ScriptedVLM({S: "[[Yes]]"}), refusing)
+    reply = client.post("/v1/chat/completions", json=chat_body())
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert (
+        error["code"] == "invalid_image"
+        and "large model" in error["message"]
+        and "short_large" in error["message"]
+    )
+
+
+@pytest.mark.parametrize(
+    "body", [b"{", b"[]", b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}']
+)
+def test_bad_input_is_a_4xx_through_the_same_handlers(body):
+    client, metrics = api_with(ScriptedVLM({}), ScriptedVLM({}))
+    reply = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert 400 <= reply.status_code < 500 and reply.json()["error"]["message"]
+    assert metrics.errors and 400 <= metrics.errors[0][0] < 500
