@@ -17,13 +17,13 @@ PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
 PASSTHROUGH = "passthrough"  # a request sent to the model itself: an open answer, Explain-long
 
 
-def parse_call_id(request_id: str | None) -> tuple[str, str]:
-    """(request key, prompt kind) of a call; a call without a MAI engine request id is a passthrough
-    (a request for the model itself)."""
+def parse_call_id(request_id: str | None) -> tuple[str, str, str]:
+    """(request key, prompt kind, answer kind) of a call; a call without a MAI engine request id is a
+    passthrough (a request for the model itself)."""
     call = parse_engine_request_id(request_id)
     if call is not None and call.prompt_kind in PROMPT_KINDS:
-        return call.request_id, call.prompt_kind
-    return request_id or uuid.uuid4().hex, PASSTHROUGH
+        return call.request_id, call.prompt_kind, call.answer_kind
+    return request_id or uuid.uuid4().hex, PASSTHROUGH, "text"
 
 
 def _unit(*parts: object) -> float:
@@ -42,15 +42,20 @@ def route_of(request: str, dataset: str, seed: int) -> str:
     return "transfer"
 
 
-def scripted_answer(route: str, role: str, prompt_kind: str) -> str:
-    """The option letter a model answers with: the large model always says A; the small one agrees
-    in stage 1 only on ``agree_short`` and after reasoning only on ``agree_reasoned``. Letters
-    compare correctly under every answer kind's matcher."""
+# Per answer kind, two valid answers that differ: what agreeing and disagreeing models say.
+_ANSWERS = {"yes_no": ("yes", "no"), "number": ("1", "2"), "choice": ("A", "B"), "text": ("A", "B")}
+
+
+def scripted_answer(route: str, role: str, prompt_kind: str, answer_kind: str = "text") -> str:
+    """What a model answers, valid for ``answer_kind``: the large model always gives the first
+    answer; the small one agrees with it in stage 1 only on ``agree_short`` and after reasoning only
+    on ``agree_reasoned``."""
+    agreeing, disagreeing = _ANSWERS.get(answer_kind, _ANSWERS["text"])
     if role == "large":
-        return "A"
+        return agreeing
     if prompt_kind == "simple":
-        return "A" if route == "agree_short" else "B"
-    return "C" if route == "transfer" else "A"
+        return agreeing if route == "agree_short" else disagreeing
+    return disagreeing if route == "transfer" else agreeing
 
 
 def completion_tokens(

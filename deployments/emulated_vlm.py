@@ -81,7 +81,7 @@ class EmulatedVLM:
 
     async def chat(self, request: Any, raw_request_info: Any = None):
         settings = self.settings
-        key, prompt_kind = parse_call_id(getattr(request, "request_id", None))
+        key, prompt_kind, answer_kind = parse_call_id(getattr(request, "request_id", None))
         self._stats["calls"][prompt_kind] += 1
         messages = [dict(message) for message in request.messages]
         prompt_tokens = estimate_prompt_tokens(messages, settings.image_tokens)
@@ -92,7 +92,9 @@ class EmulatedVLM:
                 yield item
             return
         route = route_of(key, settings.dataset, settings.seed)
-        pieces = reply_pieces(scripted_answer(route, self.role, prompt_kind), prompt_kind, tokens)
+        pieces = reply_pieces(
+            scripted_answer(route, self.role, prompt_kind, answer_kind), prompt_kind, tokens
+        )
         async for _ in self._decoding(prompt_tokens, tokens):
             pass
         logprobs = None

@@ -1,10 +1,11 @@
 """The engine request id of a MAI model call, and its parser: one format for the ingress that makes
 it and every engine that reads it (vLLM logs it; the emulated engine keys its script on it).
 
-    mai-<request id>-<stage>-<prompt kind>-<n>       e.g. mai-3f2a…-transfer_large-transfer-17
+    mai-<request id>-<stage>-<prompt kind>-<answer kind>-<n>
+    e.g. mai-3f2a…-transfer_large-transfer-yes_no-17
 
-``n`` numbers the calls of one ingress replica, so every id is unique. Stage names and prompt kinds
-hold no ``-``; the request id may (clients choose it, within ``[A-Za-z0-9._:-]``).
+``n`` numbers the calls of one ingress replica, so every id is unique. Stage names, prompt kinds and
+answer kinds hold no ``-``; the request id may (clients choose it, within ``[A-Za-z0-9._:-]``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_ENGINE_REQUEST_ID = re.compile(r"^mai-(?P<request>.+)-(?P<stage>[a-z0-9_]+)-(?P<kind>[a-z0-9]+)-(?P<n>\d+)$")
+_ENGINE_REQUEST_ID = re.compile(
+    r"^mai-(?P<request>.+)-(?P<stage>[a-z0-9_]+)-(?P<kind>[a-z0-9]+)-(?P<answer>[a-z_]+)-(?P<n>\d+)$"
+)
 
 
 @dataclass(frozen=True)
@@ -20,10 +23,11 @@ class EngineRequestId:
     request_id: str  # the MAI request the call serves
     stage: str  # e.g. short_small, reason_small, transfer_large
     prompt_kind: str  # simple, explain, reasoning, stage2, transfer
+    answer_kind: str  # the kind of answer the question wants: choice, yes_no, number, text
     number: int
 
     def __str__(self) -> str:
-        return f"mai-{self.request_id}-{self.stage}-{self.prompt_kind}-{self.number}"
+        return f"mai-{self.request_id}-{self.stage}-{self.prompt_kind}-{self.answer_kind}-{self.number}"
 
 
 def parse_engine_request_id(text: str | None) -> EngineRequestId | None:
@@ -31,4 +35,4 @@ def parse_engine_request_id(text: str | None) -> EngineRequestId | None:
     match = _ENGINE_REQUEST_ID.match(text or "")
     if match is None:
         return None
-    return EngineRequestId(match["request"], match["stage"], match["kind"], int(match["n"]))
+    return EngineRequestId(match["request"], match["stage"], match["kind"], match["answer"], int(match["n"]))

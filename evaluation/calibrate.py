@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serve_app.core.answers import agree, split_choices
+from serve_app.core.answers import agree, is_valid, split_choices
 
 from .records import EvalRecord
 from .scoring import bootstrap_interval
@@ -151,7 +151,8 @@ def replay(q: QuestionPaths, rule: Rule, *, anls_threshold: float = 0.5, rel_tol
     if agreed(q.small_short, q.large_short, q.short_match):
         return Replay("agree_short", q.score_large, small, large, latency)
     confidence = q.large_short.confidence
-    if rule.confident_large is not None and q.large_short.answer is not None and confidence is not None:
+    valid = is_valid(q.large_short.answer, q.kind, choices=q.choices)
+    if rule.confident_large is not None and valid and confidence is not None:
         if confidence >= rule.confident_large:
             return Replay("confident_large", q.score_large, small, large, latency)
     small += q.reasoning.completion_tokens

@@ -302,6 +302,23 @@ def normalize(answer: object, kind: str, *, choices: Sequence[str] | None = None
     return _clean(raw).casefold()
 
 
+def is_valid(answer: object, kind: str, *, choices: Sequence[str] | None = None) -> bool:
+    """Whether ``answer`` answers a question of ``kind`` at all: yes or no for ``yes_no``; one of the
+    options (by letter or text) for ``choice``; a number for ``number``; any text for ``text``.
+    "maybe" to a yes/no question, "E" among two options, "unknown" for a number are not."""
+    text = _as_text(answer)
+    if text is None or not _clean(text):
+        return False
+    if kind == "yes_no":
+        return yes_no(text) is not None
+    if kind == "choice":
+        letter = option_letter(text, choices)
+        return letter is not None and (not choices or ord(letter) - ord("A") < len(choices))
+    if kind == "number":
+        return parse_number(text) is not None
+    return True
+
+
 def agree(
     a: object,
     b: object,
@@ -311,10 +328,13 @@ def agree(
     anls_threshold: float = 0.5,
     rel_tol: float = 0.05,
 ) -> bool:
-    """Whether two answers say the same thing, by the matcher of their kind. Symmetric; ``None``
-    or empty answers never agree; never raises."""
+    """Whether two answers say the same thing, by the matcher of their kind. Symmetric; an answer not
+    valid for the kind (``is_valid``: ``None``, empty, "maybe" to a yes/no question, a letter that is
+    no option) never agrees, not even with itself; never raises."""
     a_text, b_text = _as_text(a), _as_text(b)
     if a_text is None or b_text is None:
+        return False
+    if not (is_valid(a_text, kind, choices=choices) and is_valid(b_text, kind, choices=choices)):
         return False
     a_norm, b_norm = normalize(a_text, kind, choices=choices), normalize(b_text, kind, choices=choices)
     if not a_norm or not b_norm:
@@ -323,7 +343,7 @@ def agree(
         a_num, b_num = parse_number(a_text), parse_number(b_text)
         if a_num is not None and b_num is not None:
             return _numbers_match(a_num, b_num, rel_tol) or _numbers_match(b_num, a_num, rel_tol)
-        return a_norm == b_norm
+        return False
     if kind in ("choice", "yes_no"):
         return a_norm == b_norm
     score = anls(a_norm, b_norm)

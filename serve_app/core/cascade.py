@@ -5,7 +5,8 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
 1. The small and the large model answer with the Simple prompt, in parallel.
 2. Their answers agree -> done (``agree_short``). Agreement is the answer kind's matcher and, with
    ``min_confidence``, both answers at least that confident; with ``confident_large``, a confident
-   large answer settles a disagreement (``confident_large``).
+   large answer settles a disagreement (``confident_large``). An answer that is not valid for the
+   kind (not yes/no, not an option, no number) settles nothing: the cascade goes on.
 3. Otherwise the small model reasons; its reasoned answer agrees with the large short answer ->
    done (``agree_reasoned``).
 4. Otherwise the large model answers once more with the small model's reasoning in its prompt
@@ -32,7 +33,7 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .answers import agree, extract_answer
+from .answers import agree, extract_answer, is_valid
 from .confidence import answer_confidence
 from .contracts import (
     EngineCall,
@@ -279,7 +280,7 @@ class _Run:
                 self.cascade.clients[model].complete(
                     messages,
                     max_tokens=max_tokens,
-                    call=EngineCall(self.request_id, name, prompt_kind),
+                    call=EngineCall(self.request_id, name, prompt_kind, self.kind),
                     decoding=self.options.decoding,
                 ),
                 timeout_s,
@@ -317,11 +318,12 @@ class _Run:
     def _verified(self, name: str, first: StageRecord, second: StageRecord) -> bool:
         """The verification: the two answers agree and, under ``min_confidence``, both are confident."""
         threshold = self.options.min_confidence
-        matched = self._agree(first.answer, second.answer)
+        answers = (first.answer, second.answer)
+        matched = self._agree(*answers)  # an answer not valid for the kind never matches
         confidences = (first.confidence, second.confidence)
         confident = threshold == 0 or all(c is not None and c >= threshold for c in confidences)
         check = AgreementCheck(
-            name, (first.answer, second.answer), confidences, matched, threshold, matched and confident
+            name, answers, self._valid(*answers), confidences, matched, threshold, matched and confident
         )
         self.trace.checks.append(check)
         return check.accepted
@@ -331,14 +333,16 @@ class _Run:
         threshold = self.options.confident_large
         if threshold is None:
             return False
-        confident = (
-            large.answer is not None and large.confidence is not None and large.confidence >= threshold
-        )
+        valid = self._valid(large.answer)
+        confident = valid[0] and large.confidence is not None and large.confidence >= threshold
         check = AgreementCheck(
-            "confident_large", (large.answer,), (large.confidence,), True, threshold, confident
+            "confident_large", (large.answer,), valid, (large.confidence,), True, threshold, confident
         )
         self.trace.checks.append(check)
         return confident
+
+    def _valid(self, *answers: str | None) -> tuple[bool, ...]:
+        return tuple(is_valid(answer, self.kind, choices=self.question.choices) for answer in answers)
 
     def _agree(self, a: str | None, b: str | None) -> bool:
         return agree(

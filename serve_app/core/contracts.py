@@ -35,11 +35,13 @@ class Question:
 
 @dataclass(frozen=True)
 class EngineCall:
-    """Who is calling a model: the MAI request, the cascade stage and the prompt kind it sends."""
+    """Who is calling a model: the MAI request, the cascade stage, the prompt kind it sends and the
+    kind of answer the question wants."""
 
     request_id: str
     stage: str
     prompt_kind: PromptKind
+    answer_kind: str = "text"
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,9 @@ class AgreementCheck:
     stage: str  # short: both short answers; reasoned: the small model's reasoned answer vs the large
     #             short one; confident_large: the large short answer alone against confident_large
     answers: tuple[str | None, ...]
+    valid: tuple[
+        bool, ...
+    ]  # each answer is one of its kind (answers.is_valid); an invalid one settles nothing
     confidences: tuple[float | None, ...]
     matched: bool  # the answers agree under the answer kind's matcher (always true for confident_large)
     min_confidence: float

@@ -20,7 +20,11 @@ _call_numbers = itertools.count()
 def engine_request_id(call: EngineCall) -> str:
     """The engine's request id of ``call``: unique per engine call, and it ties vLLM's logs (and the
     emulated engine's script) to the MAI request, stage and prompt kind."""
-    return str(EngineRequestId(call.request_id, call.stage, call.prompt_kind.value, next(_call_numbers)))
+    return str(
+        EngineRequestId(
+            call.request_id, call.stage, call.prompt_kind.value, call.answer_kind, next(_call_numbers)
+        )
+    )
 
 
 class LLMServerClient:

@@ -1,7 +1,7 @@
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.core.answers import (
@@ -10,6 +10,7 @@ from serve_app.core.answers import (
     anls,
     extract_answer,
     infer_kind,
+    is_valid,
     normalize,
     option_letter,
     parse_number,
@@ -166,7 +167,7 @@ def test_number_agreement_tolerance_edges():
     assert agree("12%", "12", "number")
     assert not agree("12%", "13", "number")
     assert agree("$1,234", "1234 dollars", "number")
-    assert agree("unknown", "Unknown", "number")  # not numbers: compared as text
+    assert not agree("unknown", "Unknown", "number")  # no number: not an answer to a number question
 
 
 # ---------------------------------------------------------------- ANLS
@@ -222,9 +223,19 @@ def test_agree_is_symmetric(a, b, kind, choices):
 
 @settings(max_examples=300, deadline=None)
 @given(a=answers, kind=st.sampled_from(KINDS), choices=choices_st)
-def test_agree_is_reflexive_for_usable_answers(a, kind, choices):
-    assume(normalize(a, kind, choices=choices) != "")
-    assert agree(a, a, kind, choices=choices)
+def test_agree_is_reflexive_for_valid_answers_and_never_holds_for_invalid_ones(a, kind, choices):
+    assert agree(a, a, kind, choices=choices) == is_valid(a, kind, choices=choices)
+
+
+def test_answers_that_answer_nothing_are_not_valid_and_never_agree():
+    assert not agree("maybe", "maybe", "yes_no") and not is_valid("maybe", "yes_no")
+    assert not agree("E", "E", "choice", choices=["a", "b"]) and not is_valid(
+        "E", "choice", choices=["a", "b"]
+    )
+    assert is_valid("[[B]]", "choice", choices=["a", "b"]) and is_valid("b", "choice", choices=["a", "b"])
+    assert not is_valid("rectangle", "yes_no") and is_valid("Yes.", "yes_no")
+    assert not is_valid("unknown", "number") and is_valid("$1,234", "number")
+    assert not is_valid("", "text") and not is_valid(None, "text") and is_valid("a fan", "text")
 
 
 @settings(max_examples=300, deadline=None)

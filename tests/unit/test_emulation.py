@@ -36,14 +36,16 @@ def test_ttft_interpolates_table_3():
 
 
 def test_call_ids():
-    assert parse_call_id("mai-abc123-reason_small-reasoning-7") == ("abc123", "reasoning")
-    assert parse_call_id("mai-chartqa-12-stage2_small-stage2-3") == (
+    assert parse_call_id("mai-abc123-reason_small-reasoning-yes_no-7") == ("abc123", "reasoning", "yes_no")
+    assert parse_call_id("mai-chartqa-12-stage2_small-stage2-number-3") == (
         "chartqa-12",
         "stage2",
+        "number",
     )  # a client's x-request-id
-    assert parse_call_id("mai-abc123-short_small-chat-7") == (
-        "mai-abc123-short_small-chat-7",
+    assert parse_call_id("mai-abc123-short_small-chat-text-7") == (
+        "mai-abc123-short_small-chat-text-7",
         "passthrough",
+        "text",
     )
     assert parse_call_id("anything")[1] == "passthrough"
     assert parse_call_id(None)[1] == "passthrough"
@@ -62,10 +64,10 @@ def test_scripted_answers_lead_the_cascade_to_its_route(route):
     """What the cascade's matcher concludes from the scripted answers is the scripted route."""
     for kind in ("choice", "yes_no", "number", "text"):
         small_short, large_short = (
-            scripted_answer(route, "small", "simple"),
-            scripted_answer(route, "large", "simple"),
+            scripted_answer(route, "small", "simple", kind),
+            scripted_answer(route, "large", "simple", kind),
         )
-        reasoned = scripted_answer(route, "small", "reasoning")
+        reasoned = scripted_answer(route, "small", "reasoning", kind)
         if agree(small_short, large_short, kind):
             reached = "agree_short"
         elif agree(reasoned, large_short, kind):

@@ -40,8 +40,13 @@ class RecordedErrors:
         pass
 
 
+class Replica(MAIIngress.func_or_class):
+    def __del__(self):  # Serve's wrapper shuts its ASGI app down here; this one never started
+        pass
+
+
 def api_with(small, large) -> tuple[TestClient, RecordedErrors]:
-    ingress = object.__new__(MAIIngress.func_or_class)
+    ingress = object.__new__(Replica)
     ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, (), {}
     ingress.metrics = RecordedErrors()
     ingress.cascade = Cascade(small, large)
