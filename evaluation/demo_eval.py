@@ -1,4 +1,4 @@
-"""The demo models on the CPU stack: every policy on easy-vqa's test split, the README's demo table.
+"""The demo models on the CPU stack: every policy on easy-vqa's test split, the model card's table.
 
     python -m evaluation.demo_eval                       # make eval-demo: serves configs/mai-cpu.yaml itself
     python -m evaluation.demo_eval --url http://127.0.0.1:8000   # against a server already running it

@@ -787,10 +787,9 @@ def main(argv: list[str] | None = None) -> int:
             path = RESULTS / f"{RESULT_FILES[name]}.json"
             path.write_text(json.dumps(result, indent=2) + "\n")
             print(f"  wrote {path}", file=sys.stderr)
-    from loadtest.bench_report import write_readme, write_report
+    from loadtest.bench_report import write_report
 
     write_report()
-    write_readme()
     return 0
 
 

@@ -1,4 +1,7 @@
-"""bench/RESULTS.md from the result files in bench/results/ (each figure names its command)."""
+"""bench/RESULTS.md from the result files in bench/results/ (each figure names its command).
+
+`make bench` writes its tables here and nowhere else: the docs link to bench/RESULTS.md instead of
+copying its tables."""
 
 from __future__ import annotations
 
@@ -7,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments import paper_profile
-from harness.paths import RESULTS, RESULTS_SUMMARY, ROOT
-
-README = ROOT / "README.md"
+from harness.paths import RESULTS, RESULTS_SUMMARY
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -17,16 +18,19 @@ def _load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _meta(result: dict[str, Any]) -> str:
+def _meta(result: dict[str, Any], name: str) -> str:
     meta = result["meta"]
     made_with = ""
     if meta.get("commit"):
         changed = " with uncommitted changes" if meta.get("uncommitted_changes") else ""
-        checkpoints = ", ".join(f"{role} {name}" for role, name in meta.get("checkpoints", {}).items())
+        checkpoints = ", ".join(f"{role} {ckpt}" for role, ckpt in meta.get("checkpoints", {}).items())
         made_with = f" Commit {meta['commit'][:10]}{changed}, `{meta['config']}` ({checkpoints})."
+    elif meta.get("config"):
+        made_with = f" `{meta['config']}`."
+    cpus = f", {meta['machine']['cpus']} CPUs" if meta.get("machine") else ""
     return (
-        f"Command: `{meta['command']}` — run {meta['started']}, {meta['duration_s']} s, "
-        f"{meta['machine']['cpus']} CPUs.{made_with} Raw figures: `bench/results/`."
+        f"Source: `bench/results/{name}.json`. Command: `{meta['command']}` — run {meta['started']}, "
+        f"{meta['duration_s']} s{cpus}.{made_with}"
     )
 
 
@@ -331,10 +335,72 @@ def prefix_cache_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _rendered(table, result: dict[str, Any]) -> list[str] | None:
+FAULTS = {
+    "kill_small": "small-model replica killed",
+    "kill_large": "large-model replica killed",
+    "kill_ingress": "ingress replica killed",
+}
+
+
+def faults_table(result: dict[str, Any]) -> list[str]:
+    settings = result["settings"]
+    stages = ", ".join(f"{stage} {seconds} s" for stage, seconds in settings["stage_timeouts_s"].items())
+    lines = [
+        f"Per fault, a fresh deployment of the emulated config with {settings['replicas_per_deployment']} "
+        f"replicas of every deployment (stage timeouts {stages}; request timeout "
+        f"{settings['request_timeout_s']} s), {settings['users']} locust VQA users for "
+        f"{settings['run_time_s']} s, the fault injected {settings['fault_at_s']} s in. Hung: no answer "
+        "within the request timeout + 30 s; mislabelled: a route that contradicts its trace; recovered: "
+        "after the load, 20 requests in a row answered on a normal route with no restart by hand.",
+        "",
+        "| fault | sent | answered | answered degraded | 503 + Retry-After | failed otherwise | hung | "
+        "mislabelled | recovered | replicas gone / new |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for fault in result["faults"]:
+        statuses = fault.get("failed_statuses") or {}
+        failed = str(fault["failed"]) + (
+            f" (HTTP {', '.join(f'{status}: {count}' for status, count in statuses.items())})"
+            if statuses
+            else ""
+        )
+        gone = sum(len(ids) for ids in (fault.get("replicas_gone") or {}).values())
+        new = sum(len(ids) for ids in (fault.get("replicas_new") or {}).values())
+        lines.append(
+            f"| {FAULTS.get(fault['fault'], fault['what'])} | {fault['sent']} | {fault['answered']} | "
+            f"{fault['degraded']} | {fault['rejected_503']} | {failed} | {fault['hung']} | "
+            f"{fault['mislabelled']} | {'yes' if fault['recovered'] else 'no'} | {gone} / {new} |"
+        )
+    return lines
+
+
+def fuzz_table(result: dict[str, Any]) -> list[str]:
+    rows = result["rows"]
+    restarted = "some replica died or was replaced" if result["replicas_restarted"] else "none died"
+    lines = [
+        f"{sum(row['count'] for row in rows)} requests, {result['examples_per_operation_and_mode']} "
+        f"examples per operation and input mode; {len(result['violations'])} violations, "
+        f"{len(result.get('server_errors') or [])} server errors; replicas: {restarted}. Checked: "
+        + "; ".join(result["checked"])
+        + ".",
+        "",
+        "| operation | input | status | error code | answers | example input |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        example = row["example"] if len(row["example"]) <= 70 else row["example"][:67] + "..."
+        example = example.replace("|", "\\|").replace("`", "'")
+        lines.append(
+            f"| `{row['operation']}` | {row['mode']} | {row['status']} | {row['code'] or '–'} | "
+            f"{row['count']} | `{example}` |"
+        )
+    return lines
+
+
+def _rendered(table, result: dict[str, Any], name: str) -> list[str] | None:
     """The table and its provenance line; None for a result file written in an older format."""
     try:
-        return table(result) + ["", _meta(result)]
+        return table(result) + ["", _meta(result, name)]
     except (KeyError, TypeError):
         return None
 
@@ -350,63 +416,54 @@ SECTIONS = (
     ("passthrough", "The models themselves through the ingress (passthrough)", passthrough_table),
     ("prefix_cache", "Prefix cache on the CPU stack", prefix_cache_table),
 )
+# Written by their own commands (not `make bench`), rendered here beside the benchmarks.
+DRILLS = (
+    ("faults", "Faults under load", faults_table, "python -m loadtest.faults"),
+    ("fuzz", "Fuzzing the emulated app", fuzz_table, "python -m loadtest.fuzz --local --examples 150"),
+    (
+        "fuzz-cpu",
+        "Fuzzing the CPU stack",
+        fuzz_table,
+        "python -m loadtest.fuzz --local --config mai-cpu.yaml --examples 40 "
+        "--out bench/results/fuzz-cpu.json",
+    ),
+)
 
 
-def write_report() -> Path:
+def _section(name: str, title: str, table, rerun: str) -> list[str]:
+    result = _load(name)
+    lines = [f"## {title}", ""]
+    if not result:
+        lines.append(f"Not run yet: `{rerun}`.")
+    else:
+        lines += _rendered(table, result, name) or [
+            f"`bench/results/{name}.json` predates this report's format: rerun `{rerun}`."
+        ]
+    return lines + [""]
+
+
+def render_report() -> str:
+    """bench/RESULTS.md as the committed result files give it."""
     lines = [
         "# Benchmark results",
         "",
-        "Written by `make bench` (`python -m loadtest.bench`) from `bench/results/*.json`.",
+        "Written by `make bench` (`python -m loadtest.bench`) from `bench/results/*.json`; the fault "
+        "drills and fuzzing at the end by their own commands. How to read it: `docs/benchmarks.md`.",
         "",
     ]
     for name, title, table in SECTIONS:
-        result = _load(name)
-        lines += [f"## {title}", ""]
-        rerun = f"`python -m loadtest.bench --only {name.replace('real-stack', 'real')}`"
-        if not result:
-            lines.append(f"Not run yet: {rerun}.")
-        else:
-            rendered = _rendered(table, result)
-            lines += rendered or [
-                f"`bench/results/{name}.json` predates this report's format: rerun {rerun}."
-            ]
-        lines.append("")
-    path = RESULTS_SUMMARY
-    path.write_text("\n".join(lines))
-    return path
+        lines += _section(
+            name, title, table, f"python -m loadtest.bench --only {name.replace('real-stack', 'real')}"
+        )
+    for name, title, table, rerun in DRILLS:
+        lines += _section(name, title, table, rerun)
+    return "\n".join(lines)
 
 
-# The README's tables that `make bench` writes: between <!-- figures:NAME --> and <!-- /figures:NAME -->.
-README_TABLES = {"real-stack": real_stack_table, "paper": paper_table}
-
-
-def readme_blocks() -> dict[str, str]:
-    """name -> the README block rendered from bench/results/<name>.json (with where it comes from)."""
-    blocks = {}
-    for name, table in README_TABLES.items():
-        result = _load(name)
-        lines = _rendered(table, result) if result is not None else None
-        if lines is not None:
-            blocks[name] = "\n".join(lines[:-1] + [f"Source: `bench/results/{name}.json`. {lines[-1]}"])
-    return blocks
-
-
-def replace_blocks(text: str, blocks: dict[str, str]) -> str:
-    """``text`` with each marked block's body replaced; a block the text does not mark is left out."""
-    for name, body in blocks.items():
-        start, end = f"<!-- figures:{name} -->", f"<!-- /figures:{name} -->"
-        if start in text and end in text:
-            head, rest = text.split(start, 1)
-            _, tail = rest.split(end, 1)
-            text = f"{head}{start}\n{body}\n{end}{tail}"
-    return text
-
-
-def write_readme() -> Path:
-    README.write_text(replace_blocks(README.read_text(), readme_blocks()))
-    return README
+def write_report() -> Path:
+    RESULTS_SUMMARY.write_text(render_report())
+    return RESULTS_SUMMARY
 
 
 if __name__ == "__main__":
     print(write_report())
-    print(write_readme())

@@ -17,7 +17,7 @@ def sha256_prefix(path: Path, length: int = 16) -> str:
 
 
 def git_commit(root: Path = ROOT) -> dict[str, Any]:
-    """HEAD and whether tracked files other than results and README differ from it; ``None`` outside
+    """HEAD and whether tracked files other than the results differ from it; ``None`` outside
     a git checkout."""
 
     def git(*args: str) -> str | None:
@@ -28,8 +28,8 @@ def git_commit(root: Path = ROOT) -> dict[str, Any]:
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    # What a run writes (results, RESULTS.md, the README's tables) is not what it measured.
-    changes = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench", ":!README.md")
+    # What a run writes (bench/results, bench/RESULTS.md) is not what it measured.
+    changes = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench")
     return {"commit": commit, "uncommitted_changes": bool(changes) if changes is not None else None}
 
 
