@@ -1,6 +1,7 @@
 # Set-up and everyday commands. Everything installs into .venv at the repository root.
 #   make serve        install the CPU stack, serve configs/mai-cpu.yaml (the trained demo models) on 127.0.0.1:8000
-#   make test         install the CPU stack, build the random-weight tiny models, run ruff, then the whole test suite
+#   make test         install the CPU stack, build the random-weight tiny models, run ruff and mypy, then the whole test suite
+#   make test-unit    the unit tests alone (pytest -m unit), about a minute
 #   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa side by side, about 40 min
 #   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
 #   make calibrate-demo  the verification thresholds on easy-vqa's validation split: bench/results/demo-calibration
@@ -40,6 +41,7 @@ serve: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test: models lint
 	$(PY) -m pytest tests

@@ -72,7 +72,7 @@ class ReasoningScorer:
             Qwen3VLForConditionalGeneration.from_pretrained(
                 source, attn_implementation="eager", dtype=getattr(torch, dtype)
             )
-            .to(device)
+            .to(device)  # type: ignore[arg-type]  # transformers' stub types .to as the model's own call
             .eval()
         )
         self.layers = self.model.config.text_config.num_hidden_layers

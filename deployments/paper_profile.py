@@ -9,8 +9,12 @@
 
 from __future__ import annotations
 
-MODELS = ("2b", "4b", "8b")
-DATASETS = ("pope", "mmmu", "mmbench", "chartqa", "infovqa", "realworldqa")
+from typing import Literal, get_args
+
+ModelSize = Literal["2b", "4b", "8b"]
+Dataset = Literal["pope", "mmmu", "mmbench", "chartqa", "infovqa", "realworldqa"]
+MODELS: tuple[str, ...] = get_args(ModelSize)
+DATASETS: tuple[str, ...] = get_args(Dataset)
 
 # Table 3: (total tokens, TTFT ms). Total 320 was profiled twice (256² image + 256 query tokens,
 # 512² image + 64 query tokens); both points are kept and averaged by the interpolation.

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .paper_profile import DATASETS, MODELS
+from .paper_profile import Dataset, ModelSize
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,8 +46,8 @@ class Autoscaling(Strict):
 class EmulationSettings(Strict):
     """The emulated engine (deployments/emulated_vlm.py): the paper's H100 profile of one model size."""
 
-    profile: Literal[MODELS] = Field(..., description="which Qwen3-VL size to emulate: 2b, 4b or 8b")
-    dataset: Literal[DATASETS] = Field("chartqa", description="whose token counts and route shares to replay")
+    profile: ModelSize = Field(..., description="which Qwen3-VL size to emulate: 2b, 4b or 8b")
+    dataset: Dataset = Field("chartqa", description="whose token counts and route shares to replay")
     seed: int = 0
     max_num_seqs: int = Field(64, ge=1, description="sequences decoded at once; the rest wait")
     batch_slowdown: float = Field(0.02, ge=0, description="per-token time x (1 + this x (batch - 1))")

@@ -87,9 +87,9 @@ def build_emulated_deployment(spec: ModelDeployment, role: str):
     options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus or 0}
     if spec.pin_resources:
         options["placement_group_bundles"] = [{"CPU": 0, **spec.pin_resources}]
-    return EmulatedVLM.options(name=f"{role}:{spec.model_id}", **options).bind(
-        spec.emulation, role, spec.model_id
-    )
+    return EmulatedVLM.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
+        name=f"{role}:{spec.model_id}", **options
+    ).bind(spec.emulation, role, spec.model_id)
 
 
 def build_scorer_deployment(settings: ScorerSettings, source: str):
@@ -97,7 +97,7 @@ def build_scorer_deployment(settings: ScorerSettings, source: str):
     checkpoint at ``source``."""
     from .scorer import AttentionScorer
 
-    return AttentionScorer.options(
+    return AttentionScorer.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         autoscaling_config=settings.autoscaling.to_serve(),
         ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
     ).bind(settings, source)

@@ -122,11 +122,16 @@ def check_image(url: str, *, max_bytes: int, max_pixels: int, allow_remote: bool
 class ImageLimits(Protocol):
     """The limits an image is checked under (``config.Limits`` has them)."""
 
-    max_image_bytes: int
-    max_image_pixels: int
-    allow_remote_images: bool
-    max_image_aspect_ratio: float | None
-    min_image_side: int
+    @property
+    def max_image_bytes(self) -> int: ...
+    @property
+    def max_image_pixels(self) -> int: ...
+    @property
+    def allow_remote_images(self) -> bool: ...
+    @property
+    def max_image_aspect_ratio(self) -> float | None: ...
+    @property
+    def min_image_side(self) -> int: ...
 
 
 def check_image_under(limits: ImageLimits, url: str, *, param: str) -> str:

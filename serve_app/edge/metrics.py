@@ -8,6 +8,7 @@ the prefix ``ray_`` (``ray_mai_requests_total``, ...), tagged also with the Serv
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.trace import CascadeResult, Route
 
@@ -82,15 +83,17 @@ def measure(policy: str, result: CascadeResult) -> Measurements:
                     )
                 )
     if policy == "cascade":
-        short = {
+        short_agreed: dict[str, str] = {
             Route.AGREE_SHORT: "true",
             Route.CONFIDENT_LARGE: "false",
             Route.AGREE_REASONED: "false",
             Route.TRANSFER: "false",
-        }.get(route)
+        }
+        short = short_agreed.get(route)
         if short is not None:
             out.counters.append(("mai_verifications", {"stage": "short", "agreed": short}, 1))
-        reasoned = {Route.AGREE_REASONED: "true", Route.TRANSFER: "false"}.get(route)
+        reasoned_agreed: dict[str, str] = {Route.AGREE_REASONED: "true", Route.TRANSFER: "false"}
+        reasoned = reasoned_agreed.get(route)
         if reasoned is not None:
             out.counters.append(("mai_verifications", {"stage": "reasoned", "agreed": reasoned}, 1))
     if route.startswith("degraded_"):
@@ -104,13 +107,17 @@ class IngressMetrics:
     def __init__(self) -> None:
         from ray.serve import metrics
 
-        self._metrics = {}
+        # Ray annotates tag_keys as a 1-tuple (tuple[str]); any tuple of names is what it takes.
+        self._metrics: dict[str, Any] = {}
         for name, (kind, description, tags) in METRICS.items():
             if kind == "counter":
-                self._metrics[name] = metrics.Counter(name, description=description, tag_keys=tags)
+                self._metrics[name] = metrics.Counter(name, description=description, tag_keys=tags)  # type: ignore[arg-type]
             else:
                 self._metrics[name] = metrics.Histogram(
-                    name, description=description, boundaries=list(LATENCY_BUCKETS_S), tag_keys=tags
+                    name,
+                    description=description,
+                    boundaries=list(LATENCY_BUCKETS_S),
+                    tag_keys=tags,  # type: ignore[arg-type]
                 )
 
     def record(self, policy: str, result: CascadeResult) -> None:

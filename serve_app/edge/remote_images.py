@@ -56,7 +56,7 @@ def address_is_public(address: str) -> bool:
 
 async def resolve(host: str, port: int) -> list[str]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({info[4][0] for info in infos})
+    return sorted({str(info[4][0]) for info in infos})
 
 
 def check_remote_url(url: str, policy: RemoteImagePolicy, *, param: str) -> None:

@@ -17,7 +17,7 @@ from .jobs import Job
 from .protocol import MODELS
 
 
-def usage_of(result: CascadeResult) -> dict[str, int]:
+def usage_of(result: CascadeResult) -> dict[str, Any]:
     tokens = result.trace.tokens()
     prompt = sum(model["prompt_tokens"] for model in tokens.values())
     completion = sum(model["completion_tokens"] for model in tokens.values())

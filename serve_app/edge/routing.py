@@ -84,7 +84,7 @@ def validated(model: type[BaseModel], payload: Any) -> Any:
         raise RequestError(message, param=param, code="invalid_request") from None
 
 
-# The chat request fields a cascade policy honours (see README, "Parameters").
+# The chat request fields a cascade policy honours (docs/api.md, "Parameters").
 HONOURED = frozenset(
     {
         "model",

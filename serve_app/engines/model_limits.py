@@ -126,7 +126,12 @@ def prompt_bytes_left(config: AppConfig, processors: list[Any | None]) -> int | 
         (_pixel_bounds(p)[1] // _patch_factor(p) ** 2 for p in processors if p),
         default=0,
     )
-    left = min(int(length) for length in lengths) - stage_needs - image_tokens - TEMPLATE_TOKENS
+    left = (
+        min(int(length) for length in lengths if length is not None)
+        - stage_needs
+        - image_tokens
+        - TEMPLATE_TOKENS
+    )
     if left < 64:
         logger.warning(
             "the engines' context (%s tokens) leaves %s for the question after the stage budgets and the "
