@@ -185,8 +185,13 @@ def test_a_request_shaped_like_lmms_evals_openai_backend_is_answered(http, calls
         },
     )
     assert response.status_code == 200, response.text
-    assert response.json()["mai"]["trace"]["kind"] == "choice"
-    assert [c["max_tokens"] for c in calls("small") + calls("large")] == [32, 32]
+    trace = response.json()["mai"]["trace"]
+    assert trace["kind"] == "choice"
+    short = [c["max_tokens"] for c in calls("small") + calls("large") if "-short_" in c["request_id"]]
+    assert short == [32, 32]
+    # The scripted models answer "Yes", which is no option: they agree on nothing, so the cascade goes on.
+    assert trace["checks"][0]["valid"] == [False, False] and not trace["checks"][0]["accepted"]
+    assert response.json()["mai"]["route"] != "agree_short"
 
 
 def test_max_tokens_reaches_the_engines(http, calls):
@@ -227,9 +232,9 @@ def test_request_id_is_taken_from_the_client_and_stamped_on_engine_calls(http, c
     assert response.json()["id"] == "chatcmpl-client-42"
     engine_ids = sorted(call["request_id"] for call in calls("small") + calls("large"))
     assert [engine_id.rsplit("-", 1)[0] for engine_id in engine_ids] == [
-        "mai-client-42-reason_small-reasoning",
-        "mai-client-42-short_large-simple",
-        "mai-client-42-short_small-simple",
+        "mai-client-42-reason_small-reasoning-yes_no",
+        "mai-client-42-short_large-simple-yes_no",
+        "mai-client-42-short_small-simple-yes_no",
     ]
     assert len(set(engine_ids)) == 3  # unique per engine call
     bad = http.post("/v1/chat/completions", json=chat_body(), headers={"x-request-id": "no spaces please"})
