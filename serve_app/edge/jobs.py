@@ -1,7 +1,8 @@
 """A request turned into one cascade job: every check a request must pass before any model runs.
 
-Pure but for the one injected call that downloads an allowed remote image (``ImageFetcher``), so a
-job leaves here complete. Raises ``RequestError`` (a 4xx naming the problem) for bad input.
+Pure but for the one injected call that downloads an allowed remote image (``ImageFetcher``), made
+last, once every other check has passed, so a job leaves here complete. Raises ``RequestError`` (a 4xx
+naming the problem) for bad input.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .protocol import (
     MAIExtra,
     RequestOptions,
 )
-from .remote_images import RemoteImagePolicy
+from .remote_images import RemoteImagePolicy, check_remote_url
 from .routing import unhonoured_parameters, validated
 
 ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> the checked image, a data URL
@@ -149,9 +150,8 @@ def _options(
         raise RequestError(message, param=field, code="invalid_options") from None
 
 
-async def _question(
+def _question(
     config: AppConfig,
-    fetch_image: ImageFetcher,
     text: str,
     image_url: str,
     choices: list[str] | None,
@@ -172,7 +172,8 @@ async def _question(
         )
     limits = config.limits
     if is_remote(image_url.strip()) and limits.allow_remote_images:
-        image_data_url = await fetch_image(image_url.strip(), image_param)
+        check_remote_url(image_url.strip(), remote_image_policy(config), param=image_param)
+        image_data_url = image_url.strip()  # downloaded by ``_with_image`` once every check has passed
     else:
         image_data_url = check_image_under(limits, image_url, param=image_param)
     if choices is None:
@@ -188,6 +189,14 @@ async def _question(
             code="missing_choices",
         )
     return Question(question=text, image_url=image_data_url, choices=tuple(choices), kind=kind)
+
+
+async def _with_image(question: Question, fetch_image: ImageFetcher, param: str) -> Question:
+    """``question`` with its allowed remote image downloaded and checked, as a data URL."""
+    url = question.image_url
+    if url is None or not is_remote(url):
+        return question
+    return dataclasses.replace(question, image_url=await fetch_image(url, param))
 
 
 def check_prompt_size(config: AppConfig, texts: list[str], param: str) -> None:
@@ -277,9 +286,8 @@ async def job_from_chat(
         request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     )
     param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
-    question = await _question(
+    question = _question(
         config,
-        fetch_image,
         "\n".join(texts),
         images[0].image_url.url,
         extra.choices,
@@ -291,13 +299,14 @@ async def job_from_chat(
     check_prompt_size(config, [question.question, *system], "messages")
     options = _options(config, MODELS[request.model], extra.options, max_tokens, param, request.decoding())
     include_usage = bool((request.stream_options or {}).get("include_usage"))
+    job_id = request_id_of(request_id)
     return Job(
-        question,
+        await _with_image(question, fetch_image, "messages"),
         options,
         request.model,
         stream=request.stream,
         include_usage_in_stream=include_usage,
-        request_id=request_id_of(request_id),
+        request_id=job_id,
     )
 
 
@@ -311,9 +320,8 @@ async def job_from_answer(
     config: AppConfig, payload: Any, request_id: str | None, fetch_image: ImageFetcher
 ) -> Job:
     request: AnswerRequest = validated(AnswerRequest, payload)
-    question = await _question(
+    question = _question(
         config,
-        fetch_image,
         request.question,
         request.image,
         request.choices,
@@ -323,4 +331,6 @@ async def job_from_answer(
     )
     check_prompt_size(config, [question.question], "question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
-    return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=request_id_of(request_id))
+    job_id = request_id_of(request_id)
+    question = await _with_image(question, fetch_image, "image")
+    return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=job_id)

@@ -13,7 +13,7 @@ from serve_app.edge.remote_images import RemoteImagePolicy, address_is_public, f
 from serve_app.edge.security import check_api_key, load_api_keys, presented_key, read_body
 
 from ..images import chat_body, data_url, image_bytes
-from .build import chat_job
+from .build import answer_job, chat_job
 
 # ---------------------------------------------------------------- API keys
 
@@ -151,6 +151,21 @@ def test_a_remote_url_is_checked_before_any_download():
     assert job.question.image_url == data_url()  # the job leaves complete, with the image inline
     assert chat_job(on, chat_body(), fetch=fetch).question.image_url.startswith("data:")
     assert len(fetched) == 1  # inline images stay inline
+    # Every other check comes first: a URL off the policy, or any other bad field, downloads nothing.
+    remote = "https://images.example.com/a.png"
+    for url, message in [
+        ("https://evil.example.net/a.png", "not on this server's allowlist"),
+        ("https://user:pw@images.example.com/a.png", "credentials"),
+    ]:
+        with pytest.raises(RequestError, match=message):
+            chat_job(on, chat_body(image=url), fetch=fetch)
+    with pytest.raises(RequestError, match="min_confidence"):
+        chat_job(on, chat_body(image=remote, mai={"options": {"min_confidence": 2.0}}), fetch=fetch)
+    with pytest.raises(RequestError, match="x-request-id"):
+        chat_job(on, chat_body(image=remote), "no spaces", fetch=fetch)
+    with pytest.raises(RequestError, match="max_tokens"):
+        answer_job(on, {"image": remote, "question": "Is it red?", "max_tokens": 0}, fetch=fetch)
+    assert len(fetched) == 1
 
 
 @pytest.mark.parametrize(
