@@ -104,7 +104,14 @@ def chat_request(payload: dict[str, Any], model_id: str) -> Any:
             code="unsupported_parameter",
         )
     try:
-        return ChatCompletionRequest.model_validate({**payload, "model": model_id})
+        request = ChatCompletionRequest.model_validate({**payload, "model": model_id})
+        # vLLM types some messages' content as an Iterable, which pydantic validates lazily: a
+        # ValidatorIterator, unpicklable on the way to the replica. Validated here, as a list.
+        for message in request.messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if content is not None and not isinstance(content, str | list):
+                message["content"] = list(content)
+        return request
     except ValidationError as exc:
         message, param = describe_validation_error(exc)
         raise RequestError(message, param=param, code="invalid_request") from None

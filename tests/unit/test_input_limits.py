@@ -192,3 +192,23 @@ async def test_a_refusal_in_stage_one_cancels_the_other_models_call():
             Question("Is it red?", image_url="data:,"), CascadeOptions(policy=Policy.CASCADE)
         )
     assert asyncio.get_running_loop().time() - started < 1 and small.cancelled() == [S]
+
+
+# ---------------------------------------------------------------- the passthrough's request to the engine
+
+
+def test_the_passthrough_request_is_fully_validated_and_travels_to_the_replica():
+    """vLLM types a system message's content as an Iterable, which pydantic validates lazily into an
+    object Ray cannot send (found by the fuzzer as a 500): it arrives as a list, its parts checked."""
+    import pickle
+
+    from serve_app.edge.passthrough import chat_request
+
+    system = {"role": "system", "content": [{"type": "text", "text": "Be brief."}]}
+    request = chat_request({"messages": [system, {"role": "user", "content": "hi"}]}, "l")
+    assert request.messages[0]["content"] == [{"type": "text", "text": "Be brief."}]
+    assert pickle.loads(pickle.dumps(request)).messages[0]["content"] == request.messages[0]["content"]
+    broken = {"role": "system", "content": [{"type": "text"}]}
+    with pytest.raises(RequestError) as error:
+        chat_request({"messages": [broken, {"role": "user", "content": "hi"}]}, "l")
+    assert error.value.status == 400 and "text" in error.value.message
