@@ -107,7 +107,8 @@ def chat_request(payload: dict[str, Any], model_id: str) -> Any:
         request = ChatCompletionRequest.model_validate({**payload, "model": model_id})
         # vLLM types some messages' content as an Iterable, which pydantic validates lazily: a
         # ValidatorIterator, unpicklable on the way to the replica. Validated here, as a list.
-        for message in request.messages:
+        messages: list[Any] = request.messages  # TypedDicts of vLLM's: plain dicts here
+        for message in messages:
             content = message.get("content") if isinstance(message, dict) else None
             if content is not None and not isinstance(content, str | list):
                 message["content"] = list(content)
