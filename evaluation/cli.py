@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.provenance import git_commit
+
 from .records import DatasetError, load_records
 from .report import add_speedups, summarize_policy, write_report
 from .run import (
@@ -198,7 +200,7 @@ def command_run(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         transfer_selector=args.transfer_selector,
     )
-    meta = {
+    meta = git_commit() | {  # the checkout that asked and scored; the server's own is its business
         "dataset": str(args.data),
         "url": args.url,
         "concurrency": args.concurrency,

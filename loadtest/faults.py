@@ -37,6 +37,7 @@ from harness.local_server import (
     replica_ids,
 )
 from harness.paths import RESULTS
+from harness.provenance import git_commit
 from loadtest.outcomes import OUTCOMES
 
 SMALL, LARGE, INGRESS = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b", "MAIIngress"
@@ -231,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     # Client timeout = the app's request timeout + 30 s: a request still open then is "hung".
     result = {
-        "meta": {
+        "meta": git_commit()
+        | {
             "command": (
                 "python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:])
             ).strip(),

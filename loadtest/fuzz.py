@@ -33,7 +33,8 @@ from typing import Any
 
 import httpx
 
-from loadtest.provenance import git_commit, provenance
+from harness.provenance import git_commit
+from loadtest.provenance import provenance
 
 MODES = ("positive", "negative", "near-valid", "shapes")
 CHECKED = (

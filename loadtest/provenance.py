@@ -3,34 +3,17 @@ and the checkpoints it serves, each by a content hash, so a figure can be traced
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from evaluation.run import file_sha256
 from harness.local_server import config_args
 from harness.paths import CONFIGS, ROOT
+from harness.provenance import git_commit
 
 
 def sha256_prefix(path: Path, length: int = 16) -> str:
     return file_sha256(path)[:length]
-
-
-def git_commit(root: Path = ROOT) -> dict[str, Any]:
-    """HEAD and whether tracked files other than the results differ from it; ``None`` outside
-    a git checkout."""
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    # What a run writes (bench/results, bench/RESULTS.md) is not what it measured.
-    changes = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench")
-    return {"commit": commit, "uncommitted_changes": bool(changes) if changes is not None else None}
 
 
 def checkpoints(config: str) -> dict[str, str]:
