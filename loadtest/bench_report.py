@@ -24,7 +24,8 @@ def _meta(result: dict[str, Any], name: str) -> str:
     if meta.get("commit"):
         changed = " with uncommitted changes" if meta.get("uncommitted_changes") else ""
         checkpoints = ", ".join(f"{role} {ckpt}" for role, ckpt in meta.get("checkpoints", {}).items())
-        made_with = f" Commit {meta['commit'][:10]}{changed}, `{meta['config']}` ({checkpoints})."
+        served = f", `{meta['config']}` ({checkpoints})" if meta.get("config") else ""
+        made_with = f" Commit {meta['commit'][:10]}{changed}{served}."
     elif meta.get("config"):
         made_with = f" `{meta['config']}`."
     cpus = f", {meta['machine']['cpus']} CPUs" if meta.get("machine") else ""

@@ -37,19 +37,20 @@ from harness.local_server import (
     replica_ids,
 )
 from harness.paths import RESULTS
-from harness.provenance import git_commit
 from loadtest.outcomes import OUTCOMES
+from loadtest.provenance import provenance
 
 SMALL, LARGE, INGRESS = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b", "MAIIngress"
 FAULTS = ("kill_small", "kill_large", "kill_ingress", "slow_large")
 RECOVERY_REQUESTS = 20
 TWO = {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 16}
+CONFIG = "mai-emulated.yaml"  # the drills' base config, with the overrides of ``app_args``
 
 
 def app_args(request_timeout_s: float) -> dict[str, Any]:
     model = {"emulation": {"dataset": "chartqa", "time_scale": 0.2}, "autoscaling": TWO}
     return config_args(
-        "mai-emulated.yaml",
+        CONFIG,
         {
             "small": model,
             "large": model,
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     # Client timeout = the app's request timeout + 30 s: a request still open then is "hung".
     result = {
-        "meta": git_commit()
+        "meta": provenance(CONFIG)
         | {
             "command": (
                 "python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:])

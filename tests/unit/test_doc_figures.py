@@ -145,11 +145,11 @@ def test_every_figure_in_the_docs_says_what_its_source_says(path):
 
 
 @pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
-def test_every_result_file_names_the_command_that_wrote_it(path):
-    result = json.loads(path.read_text())
-    # Fuzz reports written before they had a meta keep the command at the top.
-    command = result.get("meta", {}).get("command") or result.get("command")
+def test_every_result_file_names_the_command_and_commit_that_wrote_it(path):
+    meta = json.loads(path.read_text()).get("meta", {})
+    command = meta.get("command")
     assert command and command.startswith("python -m loadtest."), f"{path.name} names no command"
+    assert meta.get("commit") and isinstance(meta.get("uncommitted_changes"), bool), f"{path.name}: commit"
 
 
 def test_benchmark_results_name_the_commit_config_and_checkpoints_they_ran():
