@@ -5,6 +5,7 @@
 #   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa side by side, about 40 min
 #   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
 #   make calibrate-demo  the verification thresholds on easy-vqa's validation split: bench/results/demo-calibration
+#   make lmms-eval    lmms-eval 0.7.3 in its own environment (.venv-lmms), to run the field's harness against a server
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -16,7 +17,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # replicas, no extra thread hops); `make serve` and the tests run Serve's default mode, because in
 # throughput mode `serve run` took 33 s to exit on Ctrl-C here (the controller's 30 s shutdown timeout).
 
-.PHONY: install models demo-models serve lint test test-unit bench eval-demo calibrate-demo clean
+.PHONY: install models demo-models serve lint test test-unit bench eval-demo calibrate-demo lmms-eval clean
 
 install: $(VENV)/.installed
 
@@ -55,8 +56,24 @@ eval-demo: install
 calibrate-demo: install
 	$(PY) -m evaluation.demo_eval --calibrate
 
+# lmms-eval pins other versions than the serving stack, so it lives in its own environment: the CPU
+# torch first and kept by a constraint, then lmms-eval; PyPI's torchvision does not import beside a
+# CPU torch and lmms-eval's OpenAI backend does not need it.
+LMMS_VENV := .venv-lmms
+LMMS_PIP  := $(LMMS_VENV)/bin/python -m pip --quiet --disable-pip-version-check
+
+lmms-eval: $(LMMS_VENV)/.installed
+
+$(LMMS_VENV)/.installed: requirements/lmms-eval.txt
+	$(PYTHON) -m venv $(LMMS_VENV)
+	$(LMMS_PIP) install --upgrade pip
+	$(LMMS_PIP) install torch==2.14.1
+	$(LMMS_PIP) install -c requirements/lmms-eval.txt -r requirements/lmms-eval.txt
+	$(LMMS_PIP) uninstall --yes torchvision
+	touch $@
+
 test-unit: models
 	$(PY) -m pytest -m unit
 
 clean:
-	rm -rf $(VENV) models/tiny-* .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LMMS_VENV) models/tiny-* .pytest_cache .hypothesis

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serve_app.core.answers import agree, is_valid, split_choices
+from serve_app.core.answers import agree, is_valid
+from serve_app.core.listed_choices import split_choices
 
 from .records import EvalRecord
 from .scoring import bootstrap_interval

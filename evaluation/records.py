@@ -70,7 +70,7 @@ class EvalRecord(BaseModel):
 
 
 def _lists_options(question: str) -> bool:
-    from serve_app.core.answers import split_choices
+    from serve_app.core.listed_choices import split_choices
 
     return bool(split_choices(question)[1])
 

@@ -15,6 +15,8 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from .listed_choices import split_choices
+
 KINDS = ("choice", "yes_no", "number", "text")
 
 _BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
@@ -350,7 +352,6 @@ def agree(
     return score > 0 and score >= anls_threshold
 
 
-_CHOICE_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.+?)\s*$")
 _YES_NO_START = re.compile(
     r"^(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have|had|am|may|might|must)\b",
     re.IGNORECASE,
@@ -362,27 +363,6 @@ _NUMBER_CUES = re.compile(
     r"rate|count|amount|year)|in\s+which\s+year|what\s+year)\b",
     re.IGNORECASE,
 )
-
-
-def split_choices(question: str) -> tuple[str, tuple[str, ...]]:
-    """Split a question that lists lettered options ("A. cat", "B. dog", ... one a line) into the
-    question text and the options. Options must run A, B, C, ... without gaps and be the last
-    lettered lines; lines after them (an instruction such as "Answer with the option's letter",
-    as lmms-eval's MMBench and RealWorldQA prompts add) stay in the question text. Otherwise the
-    question is returned whole with no options."""
-    lines = question.rstrip().splitlines()
-    end = len(lines)
-    while end and not _CHOICE_LINE.match(lines[end - 1]):
-        end -= 1
-    start = end
-    while start and _CHOICE_LINE.match(lines[start - 1]):
-        start -= 1
-    matches = [_CHOICE_LINE.match(line) for line in lines[start:end]]
-    letters = [match.group(1) for match in matches if match]
-    if len(letters) < 2 or letters != [chr(ord("A") + i) for i in range(len(letters))]:
-        return question.strip(), ()
-    text = "\n".join(line for line in [*lines[:start], *lines[end:]] if line.strip())
-    return text.strip(), tuple(match.group(2) for match in matches if match)
 
 
 def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:

@@ -18,6 +18,10 @@ it; a model that refuses the request's content (``InputRejectedError``: its proc
 length) fails the whole request as the client's error, whichever stage met it. Any other exception
 is a bug: it is never taken for a failed model, and fails the request.
 
+The question arrives bare (``question_parsing``): a client's answer-format instruction was taken out of
+its text, each stage adds the paper's own (Appendix C), and the reply follows the client's
+(``format_instructions.reply_in_format``).
+
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
 async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
 every stage decodes as ``options.decoding`` says. The options are in ``options.py``, the trace records
@@ -45,6 +49,7 @@ from .contracts import (
     TransferSelector,
     VLMClient,
 )
+from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
 from .prompts import PromptKind, build_messages
 from .trace import LARGE, SMALL, AgreementCheck, CascadeResult, Route, StageRecord, Trace, TransferRecord
@@ -98,7 +103,12 @@ class _Run:
     def __init__(self, cascade: Cascade, question: Question, options: CascadeOptions, request_id: str):
         self.cascade, self.question, self.options, self.request_id = cascade, question, options, request_id
         self.kind: str = question.kind or "text"
-        self.trace = Trace(policy=options.policy.value, kind=self.kind)
+        self.trace = Trace(
+            policy=options.policy.value,
+            kind=self.kind,
+            format_instruction=question.instruction,
+            choices_from_text=list(question.choices_from_text),
+        )
         self._tasks: list[asyncio.Task] = []
         # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
         self._token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
@@ -363,6 +373,7 @@ class _Run:
         self.trace.route = route.value
         self.trace.answer_parsed = stage.answer is not None
         answer = stage.answer if stage.answer is not None else stage.output.strip()
+        answer = reply_in_format(answer, self.question.instruction, self.kind, self.question.choices)
         logprobs = self._token_logprobs.get(stage.name) if self.options.decoding.logprobs else None
         return CascadeResult(answer=answer, route=route.value, trace=self.trace, logprobs=logprobs)
 

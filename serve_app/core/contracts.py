@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .answers import KINDS, infer_kind
+from .format_instructions import Instruction
 from .options import GREEDY, Decoding
 from .prompts import PromptKind
 
@@ -23,10 +24,15 @@ class Question:
     choices: tuple[str, ...] = ()
     kind: str | None = None  # choice | yes_no | number | text; None: inferred from the question
     system: tuple[str, ...] = ()  # the client's system messages: every stage's prompt starts with them
+    # The client's answer-format instruction, taken out of the question text: the reply follows it
+    # (question_parsing.parse_question). None: none was recognised, the text is as sent.
+    instruction: Instruction | None = None
+    choices_from_text: tuple[str, ...] = ()  # the options read from the client's text, () if none
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", tuple(self.choices))
         object.__setattr__(self, "system", tuple(self.system))
+        object.__setattr__(self, "choices_from_text", tuple(self.choices_from_text))
         if self.kind is None:
             object.__setattr__(self, "kind", infer_kind(self.question, self.choices))
         elif self.kind not in KINDS:

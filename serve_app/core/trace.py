@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from .contracts import TokenLogprob
+from .format_instructions import Instruction
 
 SMALL, LARGE = "small", "large"
 
@@ -76,6 +77,10 @@ class AgreementCheck:
 class Trace:
     policy: str
     kind: str
+    # What was read from the client's text: its answer-format instruction (None: none recognised, the
+    # question went to the models as sent) and the options written in it ([] when none).
+    format_instruction: Instruction | None = None
+    choices_from_text: list[str] = field(default_factory=list)
     route: str | None = None
     answer_parsed: bool = False
     latency_s: float = 0.0

@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import AppConfig, Limits
-from ..core.answers import split_choices
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
+from ..core.question_parsing import QuestionFormatError, parse_question
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
 from .protocol import (
@@ -158,6 +158,7 @@ def _question(
     kind: str | None,
     image_param: str,
     question_param: str,
+    choices_param: str,
 ) -> Question:
     text = text.strip()
     if not text:
@@ -176,19 +177,27 @@ def _question(
         image_data_url = image_url.strip()  # downloaded by ``_with_image`` once every check has passed
     else:
         image_data_url = check_image_under(limits, image_url, param=image_param)
-    if choices is None:
-        text, listed = split_choices(text)
-        choices = list(listed) or None
-    choices = [choice.strip() for choice in choices] if choices else []
-    if any(not choice for choice in choices):
-        raise RequestError("choices must not be empty strings", param="choices", code="invalid_choices")
-    if kind == "choice" and not choices:
+    if choices is not None and any(not choice.strip() for choice in choices):
+        raise RequestError("choices must not be empty strings", param=choices_param, code="invalid_choices")
+    try:
+        parsed = parse_question(text, choices, kind)
+    except QuestionFormatError as exc:
+        param = choices_param if exc.code == "conflicting_choices" else question_param
+        raise RequestError(str(exc), param=param, code=exc.code) from None
+    if parsed.kind == "choice" and not parsed.choices:
         raise RequestError(
             "answer_type 'choice' needs options: list them in the question (A. ..., B. ...) or send choices",
             param="answer_type",
             code="missing_choices",
         )
-    return Question(question=text, image_url=image_data_url, choices=tuple(choices), kind=kind)
+    return Question(
+        question=parsed.text,
+        image_url=image_data_url,
+        choices=parsed.choices,
+        kind=parsed.kind,
+        instruction=parsed.instruction,
+        choices_from_text=parsed.choices_from_text,
+    )
 
 
 async def _with_image(question: Question, fetch_image: ImageFetcher, param: str) -> Question:
@@ -294,6 +303,7 @@ async def job_from_chat(
         extra.answer_type,
         image_param="messages",
         question_param="messages",
+        choices_param="mai.choices",
     )
     question = dataclasses.replace(question, system=tuple(system))
     check_prompt_size(config, [question.question, *system], "messages")
@@ -328,6 +338,7 @@ async def job_from_answer(
         request.answer_type,
         image_param="image",
         question_param="question",
+        choices_param="choices",
     )
     check_prompt_size(config, [question.question], "question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")

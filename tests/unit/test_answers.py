@@ -15,8 +15,8 @@ from serve_app.core.answers import (
     option_letter,
     parse_number,
     relaxed_match,
-    split_choices,
 )
+from serve_app.core.listed_choices import split_choices
 
 # ---------------------------------------------------------------- extract_answer
 
@@ -304,7 +304,7 @@ def test_split_choices_keeps_a_trailing_instruction_in_the_question():
         "Answer with the option's letter from the given choices directly."
     )
     assert split_choices(mmbench) == (
-        "Which animal? Options:\nAnswer with the option's letter from the given choices directly.",
+        "Which animal?\nAnswer with the option's letter from the given choices directly.",
         ("cat", "dog"),
     )
     assert infer_kind(mmbench) == "choice"

@@ -116,12 +116,25 @@ def test_bare_base64_image_is_accepted_on_the_native_route():
         ),
         (chat_body(mai={"answer_type": "poem"}), 400, "invalid_request", "mai.answer_type"),
         (chat_body(mai={"answer_type": "choice"}), 400, "missing_choices", "needs options"),
+        (
+            chat_body(question="Answer the question using a single word or phrase."),
+            400,
+            "missing_question",
+            "only an answer-format instruction ('Answer the question using a single word or phrase.')",
+        ),
+        (
+            chat_body(question="Which?\nA. cat\nB. dog", mai={"choices": ["cat", "cow"]}),
+            400,
+            "conflicting_choices",
+            "the options written in the question (A. cat, B. dog) differ from the request's choices "
+            "(A. cat, B. cow)",
+        ),
         ([1, 2], 400, "invalid_json", "JSON object"),
     ],
 )
 def test_bad_chat_requests(payload, status, code, needle):
     error = chat_error(payload)
-    assert (error.status, error.code) == (status, code)
+    assert (error.status, error.code) == (status, code), error.message
     assert needle in error.message
     assert error.body()["error"]["message"] == error.message
 
