@@ -131,15 +131,23 @@ def option_letter(answer: object, choices: Sequence[str] | None = None) -> str |
     bare = text.strip("()[] ").rstrip(_TRAILING_PUNCT).strip("()[] ")
     if len(bare) == 1 and bare.isascii() and bare.isalpha():
         return bare.upper()
+    # An option's own text before any letter pattern: "C. elegans" is that option, not option C.
+    letter = _letter_of_text(text, choices)
+    if letter is not None:
+        return letter
     for pattern in (_PAREN_LETTER, _UPPER_LETTER_MARK, _LOWER_LETTER_MARK):
         match = pattern.match(text)
         if match:
             return match.group(1).upper()
-    if choices:
-        wanted = _clean(text).casefold()
-        for index, choice in enumerate(choices[:26]):
-            if wanted and wanted == _clean(str(choice)).casefold():
-                return chr(ord("A") + index)
+    return None
+
+
+def _letter_of_text(text: str, choices: Sequence[str] | None) -> str | None:
+    """The letter of the option whose text ``text`` is, if any."""
+    wanted = _clean(text).casefold()
+    for index, choice in enumerate((choices or ())[:26]):
+        if wanted and wanted == _clean(str(choice)).casefold():
+            return chr(ord("A") + index)
     return None
 
 

@@ -372,8 +372,12 @@ class _Run:
     def _finish(self, route: Route, stage: StageRecord) -> CascadeResult:
         self.trace.route = route.value
         self.trace.answer_parsed = stage.answer is not None
-        answer = stage.answer if stage.answer is not None else stage.output.strip()
-        answer = reply_in_format(answer, self.question.instruction, self.kind, self.question.choices)
+        if stage.answer is None:  # nothing could be read: the text as the model wrote it
+            answer = stage.output.strip()
+        else:
+            answer = reply_in_format(
+                stage.answer, self.question.instruction, self.kind, self.question.choices
+            )
         logprobs = self._token_logprobs.get(stage.name) if self.options.decoding.logprobs else None
         return CascadeResult(answer=answer, route=route.value, trace=self.trace, logprobs=logprobs)
 

@@ -66,7 +66,9 @@ def _read(text: str, given: tuple[str, ...], kind: str | None, *, take_instructi
     instruction = None
     if take_instruction:
         body, instruction = trailing_instruction(body)
-    body, listed = split_choices(body)
+    # With the request's own choices, only options that end the text can be the same options written
+    # out; lettered lines followed by more text (statements, a dialogue) are part of the question.
+    body, listed = split_choices(body, trailing=bool(given))
     if take_instruction and instruction is None:
         body, instruction = trailing_instruction(body)
     if take_instruction and instruction is not None and not listed:
@@ -95,7 +97,8 @@ def _applies(instruction: Instruction, choices: tuple[str, ...]) -> bool:
 
 
 def _folded(choices: Sequence[str]) -> tuple[str, ...]:
-    return tuple(" ".join(choice.split()).casefold() for choice in choices)
+    """Options as compared: any case, any spacing, no final full stop."""
+    return tuple(" ".join(choice.split()).casefold().rstrip(".") for choice in choices)
 
 
 def _letters(choices: Sequence[str]) -> str:

@@ -310,3 +310,13 @@ def test_split_choices_keeps_a_trailing_instruction_in_the_question():
     assert infer_kind(mmbench) == "choice"
     # Lettered lines that do not start at A, or an option list interrupted by text, are not options.
     assert split_choices("Q\nA. x\nnote\nB. y")[1] == ()
+
+
+def test_an_options_own_text_wins_over_a_letter_pattern():
+    bacteria = ["C. elegans", "E. coli", "B. subtilis"]
+    assert option_letter("C. elegans", bacteria) == "A"
+    assert option_letter("E. coli", bacteria[:2]) == "B" and is_valid(
+        "E. coli", "choice", choices=bacteria[:2]
+    )
+    assert option_letter("A", ["B", "A"]) == "A"  # a bare letter is a letter
+    assert option_letter("C. 400", ["500", "450", "400"]) == "C"

@@ -1,6 +1,8 @@
 """Reading a client's question: its answer-format instruction, its options, and the reply in the format
 it asked for (core/question_parsing.py, core/format_instructions.py, core/listed_choices.py)."""
 
+import asyncio
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -192,3 +194,48 @@ def test_the_reply_follows_the_instruction(answer, kind, choices, expected):
 def test_without_an_instruction_the_answer_is_unchanged():
     assert reply_in_format("yes.", None, "yes_no") == "yes."
     assert reply_in_format("(B)", None, "choice", ("cat", "dog")) == "(B)"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Given P(A) = 0.3 and P(B) = 0.5, what is P(A and B)?",
+        "If f(A) = 2 and f(B) = 3, what is f(C)?",
+        "Which panel, (A) or (B), shows the higher peak?",
+        "The shapes (A) circle (B) square",  # marks in the middle of a sentence
+    ],
+)
+def test_letters_in_brackets_inside_a_sentence_are_no_options(text):
+    assert split_choices(text) == (text, ())
+    assert parse_question(text).kind != "choice"
+
+
+def test_with_the_requests_choices_lettered_lines_before_the_question_stay_in_it():
+    text = "Statements:\nA. The cell divides.\nB. The cell grows.\nWhich statements are true?"
+    parsed = parse_question(text, choices=["A only", "B only", "Both", "Neither"])
+    assert (parsed.text, parsed.choices_from_text) == (text, ())
+    assert parsed.choices == ("A only", "B only", "Both", "Neither")
+
+
+def test_options_compare_without_their_final_full_stop():
+    parsed = parse_question("Which?\nA. cat.\nB. dog.", choices=["cat", "dog"])
+    assert (parsed.text, parsed.choices) == ("Which?", ("cat", "dog"))
+
+
+def test_an_option_line_with_a_long_run_of_spaces_is_read_whole():
+    assert split_choices("Which?\nA. x" + " " * 8000 + "y\nB. z") == ("Which?", ("x" + " " * 8000 + "y", "z"))
+
+
+def test_a_reply_nothing_could_be_read_from_is_never_formatted():
+    from serve_app.core.cascade import Cascade
+    from serve_app.core.contracts import Question
+    from serve_app.core.options import CascadeOptions
+    from serve_app.core.prompts import PromptKind
+
+    from .fakes import ScriptedVLM
+
+    unread = "Not sure, the image is too dark to tell whether there is a dog or a cat in it"
+    question = Question("Is there a dog?", image_url="data:,", kind="yes_no", instruction=SHORT)
+    small, large = ScriptedVLM({}), ScriptedVLM({PromptKind.SIMPLE: unread})
+    result = asyncio.run(Cascade(small, large).run(question, CascadeOptions(policy="large")))
+    assert result.answer == unread and not result.trace.answer_parsed
