@@ -1,0 +1,362 @@
+"""lmms-eval, unmodified, against the server: easy-vqa test questions asked the way its tasks ask.
+
+Three tasks, each with lmms-eval's own prompt builders and only the dataset swapped for easy-vqa's test
+split (a seeded sample):
+- ``easyvqa_pope``: lmms-eval's POPE task (its YAML and utils) on yes/no questions, and
+  ``easyvqa_pope_bare``: the same with its post_prompt set to "" (the bare question);
+- ``easyvqa_mmbench``: shape questions in MMBench's form (options as "A. ..." lines, MMBench's
+  instruction), scored as the exact letter, and ``easyvqa_shape``: the same questions in short-answer
+  form with POPE's instruction, scored as the exact shape.
+
+Every policy runs every task, interleaved; the result (accuracy, 95 % interval, the replies) goes to
+``bench/results/lmms-eval/easy-vqa.json`` and the per-question replies to ``predictions.jsonl`` beside it.
+Needs lmms-eval's environment (``make lmms-eval``). Without ``--url`` it serves configs/mai-cpu.yaml
+here (the one server stack on this machine).
+
+    python -m evaluation.lmms_eval_bench [--url http://127.0.0.1:8000] [--pope 500] [--shapes 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.jsonl import write_jsonl
+from harness.paths import DATASETS, RESULTS, ROOT
+from harness.provenance import git_commit
+
+COMMAND = "python -m evaluation.lmms_eval_bench"
+LMMS_VENV = ROOT / ".venv-lmms"
+OUT = RESULTS / "lmms-eval"
+TASKS_DIR = DATASETS / "lmms-eval"
+UTILS = Path(__file__).resolve().parent / "lmms_eval_tasks" / "utils.py"
+POLICIES = ("mai", "mai-large", "mai-transfer")
+SHAPES = ("circle", "rectangle", "triangle")
+TASKS = ("easyvqa_pope", "easyvqa_pope_bare", "easyvqa_mmbench", "easyvqa_shape")
+# The reply in the task's own format: lmms-eval's POPE compares the lower-cased reply to "yes"/"no",
+# the MMBench form wants the letter alone, the shape form the shape.
+IN_FORMAT = {
+    "easyvqa_pope": lambda reply: reply.lower().strip() in ("yes", "no"),
+    "easyvqa_pope_bare": lambda reply: reply.lower().strip() in ("yes", "no"),
+    "easyvqa_mmbench": lambda reply: reply.strip() in ("A", "B", "C"),
+    "easyvqa_shape": lambda reply: reply.lower().strip().rstrip(".") in SHAPES,
+}
+METRIC = {
+    "easyvqa_pope": "pope_accuracy",
+    "easyvqa_pope_bare": "pope_accuracy",
+    "easyvqa_mmbench": "exact_letter",
+    "easyvqa_shape": "exact_match",
+}
+
+
+def wilson(correct: int, total: int, z: float = 1.959964) -> list[float]:
+    """The 95 % Wilson score interval of a proportion."""
+    if total == 0:
+        return [0.0, 1.0]
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
+# ---------------------------------------------------------------- the datasets
+
+
+def pope_records(count: int, seed: int = 0) -> list[dict[str, str]]:
+    """``count`` seeded easy-vqa test yes/no questions as POPE documents."""
+    from harness.datasets import easy_vqa_records
+
+    records = [r for r in easy_vqa_records("test", None, seed=seed) if r["answer_type"] == "yes_no"]
+    return [
+        {"question_id": r["id"], "question": r["question"], "answer": r["answer"], "image": r["image"]}
+        for r in records[:count]
+    ]
+
+
+def shape_records(count: int, seed: int = 0) -> list[dict[str, str]]:
+    """``count`` seeded easy-vqa test shape questions, each with the three shapes as options in a
+    seeded order: the fields of MMBench's documents, ``answer`` the gold letter and ``shape`` the shape."""
+    from harness.datasets import easy_vqa_records
+
+    rng = random.Random(seed)
+    records = [r for r in easy_vqa_records("test", None, seed=seed) if r["answer"] in SHAPES][:count]
+    documents = []
+    for index, record in enumerate(records):
+        options = list(SHAPES)
+        rng.shuffle(options)
+        documents.append(
+            {
+                "index": str(index),
+                "question_id": record["id"],
+                "question": record["question"],
+                "hint": "nan",
+                **{letter: option for letter, option in zip("ABC", options, strict=True)},
+                "answer": "ABC"[options.index(record["answer"])],
+                "shape": record["answer"],
+                "category": "shape",
+                "L2-category": "shape",
+                "source": "easy-vqa",
+                "split": "test",
+                "image": record["image"],
+            }
+        )
+    return documents
+
+
+# ---------------------------------------------------------------- the tasks
+
+
+def lmms_task_file(relative: str) -> str:
+    """A file of the installed lmms-eval's tasks."""
+    [site] = (LMMS_VENV / "lib").glob("python3*/site-packages")
+    return (site / "lmms_eval" / "tasks" / relative).read_text()
+
+
+def _without_functions(text: str) -> dict[str, Any]:
+    return yaml.safe_load("".join(line for line in text.splitlines(True) if "!function" not in line))
+
+
+def _data(parquet: Path) -> str:
+    return f"dataset_path: parquet\ndataset_kwargs:\n  data_files:\n    test: {parquet}\n"
+
+
+def pope_yaml(task: str, parquet: Path, *, bare: bool) -> str:
+    """lmms-eval's pope.yaml with only the dataset and the name swapped (and, ``bare``, no post_prompt)."""
+    text = lmms_task_file("pope/pope.yaml")
+    text = re.sub(r"dataset_path: .*\ndataset_kwargs:\n  token: True\n", _data(parquet), text)
+    text = text.replace('task: "pope"', f'task: "{task}"')
+    if bare:
+        post = '    post_prompt: "\\nAnswer the question using a single word or phrase."'
+        assert post in text, "lmms-eval's pope.yaml changed: its default post_prompt is not where it was"
+        text = text.replace(post, '    post_prompt: ""', 1)
+    return text
+
+
+def mmbench_yaml(task: str, parquet: Path) -> str:
+    """MMBench's prompt (its doc_to_text, its lmms_eval_specific_kwargs and generation settings from
+    the installed YAML files), the exact letter as the metric."""
+    template = _without_functions(lmms_task_file("mmbench/_default_template_mmbench_en_yaml"))
+    settings = {
+        "task": task,
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_target": "answer",
+        "generation_kwargs": template["generation_kwargs"],
+        "lmms_eval_specific_kwargs": template["lmms_eval_specific_kwargs"],
+        "metric_list": [{"metric": "exact_letter", "aggregation": "mean", "higher_is_better": True}],
+    }
+    return (
+        _data(parquet)
+        + "doc_to_visual: !function utils.mmbench_doc_to_visual\n"
+        + "doc_to_text: !function utils.mmbench_doc_to_text\n"
+        + "process_results: !function utils.letter_process_results\n"
+        + yaml.safe_dump(settings, sort_keys=False)
+    )
+
+
+def shape_yaml(task: str, parquet: Path) -> str:
+    """The shape questions in short-answer form: POPE's prompt builder and settings, the shape as the
+    target, exact match as the metric."""
+    pope = _without_functions(lmms_task_file("pope/pope.yaml"))
+    settings = {
+        "task": task,
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_target": "shape",
+        "generation_kwargs": pope["generation_kwargs"],
+        "lmms_eval_specific_kwargs": {"default": pope["lmms_eval_specific_kwargs"]["default"]},
+        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}],
+    }
+    return (
+        _data(parquet)
+        + "doc_to_visual: !function utils.pope_doc_to_visual\n"
+        + "doc_to_text: !function utils.pope_doc_to_text\n"
+        + "process_results: !function utils.shape_process_results\n"
+        + yaml.safe_dump(settings, sort_keys=False)
+    )
+
+
+def write_tasks(folder: Path, pope: Sequence[Mapping[str, str]], shapes: Sequence[Mapping[str, str]]) -> None:
+    """The four tasks' YAML files, their utils.py and their parquet files in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    parquets = {}
+    for name, rows in (("pope", pope), ("shapes", shapes)):
+        jsonl = folder / f"{name}.jsonl"
+        write_jsonl(rows, jsonl)
+        parquets[name] = folder / f"{name}.parquet"
+        converter = [str(LMMS_VENV / "bin" / "python"), str(Path(__file__).with_name("lmms_eval_parquet.py"))]
+        subprocess.run([*converter, str(jsonl), str(parquets[name])], check=True)
+    shutil.copy(UTILS, folder / "utils.py")
+    files = {
+        "easyvqa_pope": pope_yaml("easyvqa_pope", parquets["pope"], bare=False),
+        "easyvqa_pope_bare": pope_yaml("easyvqa_pope_bare", parquets["pope"], bare=True),
+        "easyvqa_mmbench": mmbench_yaml("easyvqa_mmbench", parquets["shapes"]),
+        "easyvqa_shape": shape_yaml("easyvqa_shape", parquets["shapes"]),
+    }
+    for task, text in files.items():
+        (folder / f"{task}.yaml").write_text(text)
+
+
+# ---------------------------------------------------------------- running lmms-eval
+
+
+def run_lmms_eval(url: str, policy: str, task: str, out: Path, concurrency: int) -> Path:
+    """One lmms-eval run of ``task`` against ``policy``; the samples file it wrote."""
+    target = out / f"{task}--{policy}"
+    shutil.rmtree(target, ignore_errors=True)
+    model_args = (
+        f"model_version={policy},base_url={url}/v1,api_key=none,num_concurrent={concurrency},timeout=300"
+    )
+    command = [
+        str(LMMS_VENV / "bin" / "python"),
+        "-m",
+        "lmms_eval",
+        "--model",
+        "openai",
+        "--force_simple",
+        "--model_args",
+        model_args,
+        "--tasks",
+        task,
+        "--include_path",
+        str(TASKS_DIR),
+        "--output_path",
+        str(target),
+        "--log_samples",
+        "--verbosity",
+        "WARNING",
+    ]
+    env = os.environ | {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "none"}
+    started = time.monotonic()
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    print(f"  {task} / {policy}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    [samples] = target.rglob(f"*_samples_{task}.jsonl")
+    return samples
+
+
+def score(
+    task: str, samples: Iterable[Mapping[str, Any]], documents: Sequence[Mapping[str, str]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The summary of one run and its per-question replies, as lmms-eval scored them; ``documents``
+    are the task's documents in order (a sample names its document by index)."""
+    rows = []
+    for sample in samples:
+        metric = sample[METRIC[task]]
+        correct = metric["score"] if isinstance(metric, dict) else metric
+        reply = sample["filtered_resps"]
+        reply = reply[0] if isinstance(reply, list) else reply
+        question_id = documents[sample["doc_id"]]["question_id"]
+        rows.append({"id": question_id, "reply": reply, "correct": bool(correct)})
+    rows.sort(key=lambda row: row["id"])
+    correct = sum(row["correct"] for row in rows)
+    replies = Counter(row["reply"].strip().lower() for row in rows)
+    summary = {
+        "questions": len(rows),
+        "correct": correct,
+        "accuracy": round(correct / len(rows), 4) if rows else None,
+        "ci95": wilson(correct, len(rows)),
+        "in_format": round(sum(IN_FORMAT[task](row["reply"]) for row in rows) / len(rows), 4)
+        if rows
+        else None,
+        "replies": dict(replies.most_common(6)),
+    }
+    return summary, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a running server (default: serve configs/mai-cpu.yaml here)")
+    parser.add_argument("--pope", type=int, default=500, help="yes/no questions (default 500)")
+    parser.add_argument("--shapes", type=int, default=300, help="shape questions (default 300)")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--rescore", action="store_true", help="score the runs already made again, without running lmms-eval"
+    )
+    parser.add_argument(
+        "--server-commit", help="with --url: the commit the server runs, when it is not this checkout's"
+    )
+    args = parser.parse_args(argv)
+    if not (LMMS_VENV / ".installed").exists():
+        parser.error("lmms-eval is not installed: run `make lmms-eval` first")
+    policies = args.policies.split(",")
+    pope, shapes = pope_records(args.pope), shape_records(args.shapes)
+    write_tasks(TASKS_DIR, pope, shapes)
+    documents = {task: shapes if "pope" not in task else pope for task in TASKS}
+    raw = DATASETS / "lmms-eval-runs"  # lmms-eval's own output: its samples, not committed
+    if args.out.resolve() != OUT:
+        raw = raw / args.out.resolve().relative_to(OUT)
+
+    def evaluate(url: str) -> int:
+        summaries: dict[str, dict[str, Any]] = {task: {} for task in TASKS}
+        predictions = []
+        for task in TASKS:  # every policy on a task before the next task: the runs interleave
+            for policy in policies:
+                samples = (
+                    next((raw / f"{task}--{policy}").rglob(f"*_samples_{task}.jsonl"))
+                    if args.rescore
+                    else run_lmms_eval(url, policy, task, raw, args.concurrency)
+                )
+                lines = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
+                summaries[task][policy], rows = score(task, lines, documents[task])
+                predictions += [{"task": task, "policy": policy, **row} for row in rows]
+        meta = {
+            "command": COMMAND
+            + (f" --pope {args.pope}" if args.pope != 500 else "")
+            + (f" --shapes {args.shapes}" if args.shapes != 300 else ""),
+            "commit": git_commit(),
+            "config": "configs/mai-cpu.yaml" if not args.url else args.url,
+            "server_commit": args.server_commit or git_commit().get("commit"),
+            "lmms_eval": "0.7.3",
+            "lmms_eval_args": "--model openai --force_simple --model_args model_version=<policy>,"
+            f"num_concurrent={args.concurrency}",
+            "questions": {"pope": args.pope, "shapes": args.shapes, "split": "easy-vqa test (seed 0)"},
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        if args.rescore:  # the runs' own provenance, and the commit that scored them again
+            meta = json.loads((args.out / "easy-vqa.json").read_text())["meta"] | {"rescored": git_commit()}
+        result = {"meta": meta, "tasks": summaries, "differences": differences(summaries)}
+        (args.out / "easy-vqa.json").write_text(json.dumps(result, indent=2) + "\n")
+        write_jsonl(predictions, args.out / "predictions.jsonl")
+        print(json.dumps(result["tasks"], indent=1))
+        return 0
+
+    from evaluation.demo_eval import _with_server
+
+    return evaluate(args.url or "") if args.rescore else _with_server(args.url, evaluate)
+
+
+def differences(summaries: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per policy, in points: POPE with its instruction minus the bare question, and the short-answer
+    form of the shape questions minus MMBench's form."""
+    pairs = {
+        "pope_minus_bare": ("easyvqa_pope", "easyvqa_pope_bare"),
+        "short_minus_mmbench": ("easyvqa_shape", "easyvqa_mmbench"),
+    }
+    return {
+        policy: {
+            name: round(100 * (summaries[a][policy]["accuracy"] - summaries[b][policy]["accuracy"]), 1)
+            for name, (a, b) in pairs.items()
+            if policy in summaries[a] and policy in summaries[b]
+        }
+        for policy in summaries["easyvqa_pope"]
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
