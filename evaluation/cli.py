@@ -140,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("out", type=Path)
     report.add_argument("--baseline", default=None)
 
+    stats = commands.add_parser("stats", help="a running server's audit statistics (GET /v1/mai/stats)")
+    stats.add_argument("--url", default="http://127.0.0.1:8000")
+    stats.add_argument(
+        "--api-key",
+        default=os.environ.get("MAI_API_KEY"),
+        help="when the server requires one (env MAI_API_KEY)",
+    )
+    stats.add_argument("--json", action="store_true", help="the body as the server sent it")
+
     convert = commands.add_parser("convert", help="write a dataset in mai-eval's JSONL format")
     convert.add_argument("source", choices=["easy-vqa", "easy-vqa-balanced", "charts", "lmms-eval"])
     convert.add_argument(
@@ -361,6 +370,23 @@ def command_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_stats(args: argparse.Namespace) -> int:
+    import httpx
+
+    from evaluation.live_stats import stats_table
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    try:
+        reply = httpx.get(f"{args.url.rstrip('/')}/v1/mai/stats", headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        raise ConnectionError(f"cannot reach {args.url}: {exc}") from None
+    if reply.status_code != 200:
+        print(f"mai-eval: {args.url} answered {reply.status_code}: {reply.text}", file=sys.stderr)
+        return 2
+    print(json.dumps(reply.json(), indent=2) if args.json else stats_table(reply.json()))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -370,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
             return command_report(args)
         if args.command == "calibrate":
             return command_calibrate(args)
+        if args.command == "stats":
+            return command_stats(args)
         return command_convert(args)
     except (DatasetError, OutputMismatchError, ConnectionError) as exc:
         print(f"mai-eval: {exc}", file=sys.stderr)

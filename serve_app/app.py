@@ -2,7 +2,8 @@
 
 small VLM (LLMServer) ─┐
                        ├─► MAIIngress (FastAPI) ◄── HTTP
-large VLM (LLMServer) ─┘
+large VLM (LLMServer) ─┘        │
+                        MAIStats (the audit statistics of every ingress replica)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ray.serve import Application
 from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
+from .edge.audit_stats import AuditStatsHolder
 from .edge.ingress import MAIIngress
 from .engines.model_limits import with_model_limits
 
@@ -24,12 +26,13 @@ def build_ingress(
     """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
     for sparse reasoning transfer, the attention scorer."""
     ingress = config.ingress
+    stats = AuditStatsHolder.bind(config.cascade.audit)  # type: ignore[attr-defined]  # a Deployment
     return MAIIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         autoscaling_config=ingress.autoscaling.to_serve(),
         max_ongoing_requests=ingress.max_ongoing_requests,
         max_queued_requests=ingress.max_queued_requests,
         ray_actor_options={"num_cpus": ingress.num_cpus},
-    ).bind(small, large, config, scorer)
+    ).bind(small, large, config, scorer, stats)
 
 
 def build_scorer(config: AppConfig) -> Application | None:

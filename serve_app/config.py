@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, Strict, local_folder
 
+from .core.audit import AuditSettings
 from .core.options import CascadeOptions
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
 
@@ -91,10 +92,21 @@ class TransferSelection(Strict):
         return ("full", "budget", "attention") if self.attention else ("full", "budget")
 
 
+class CascadeConfig(CascadeOptions):
+    """The server's cascade defaults (a request may override some, ``CascadeOptions``), and what only
+    the server sets: audits of early-exit answers (serve_app/core/audit.py; 0 = off)."""
+
+    audit: AuditSettings = AuditSettings()
+
+    def request_defaults(self) -> dict[str, Any]:
+        """The defaults a request's options start from."""
+        return self.model_dump(exclude={"audit"})
+
+
 class AppConfig(Strict):
     small: ModelDeployment
     large: ModelDeployment
-    cascade: CascadeOptions = CascadeOptions()
+    cascade: CascadeConfig = CascadeConfig()
     ingress: IngressDeployment = IngressDeployment()
     limits: Limits = Limits()
     security: Security = Security()

@@ -10,6 +10,7 @@ config: CORS is part of it from the start, and the route handlers only wire the 
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,9 @@ from ..core.cascade import Cascade
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
 from ..engines.client import LLMServerClient, attention_scorer
-from .errors import RequestError, install_error_handlers
+from ..engines.failures import transport_errors
+from .audits import Auditor, InFlight
+from .errors import RETRY_AFTER_S, RequestError, install_error_handlers
 from .images import check_image_bytes_under
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
@@ -69,13 +72,14 @@ def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
     api.add_api_route(
         "/v1/mai/answer", ingress.answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest)
     )
+    api.add_api_route("/v1/mai/stats", ingress.stats, methods=["GET"])
     return api
 
 
 @serve.deployment(name="MAIIngress")
 @serve.ingress()
 class MAIIngress:
-    def __init__(self, small: Any, large: Any, config: AppConfig, scorer: Any = None):
+    def __init__(self, small: Any, large: Any, config: AppConfig, scorer: Any = None, stats: Any = None):
         self.config = config
         selection = config.transfer_selection
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
@@ -83,14 +87,30 @@ class MAIIngress:
             selectors["attention"] = attention_selector(
                 attention_scorer(scorer), selection.delta, selection.layer
             )
+        # The large model's calls in flight from this replica: the load audits give way to.
+        self.large_calls = InFlight(
+            LLMServerClient(large, config.large.model_id, logprobs=config.answer_logprobs)
+        )
         self.cascade = Cascade(
             LLMServerClient(small, config.small.model_id, logprobs=config.answer_logprobs),
-            LLMServerClient(large, config.large.model_id, logprobs=config.answer_logprobs),
+            self.large_calls,
             selectors=selectors,
         )
         # Requests for a model id go to that model's LLMServer unchanged (serve_app/edge/passthrough.py).
         self.model_handles = {config.small.model_id: small, config.large.model_id: large}
         self.metrics = IngressMetrics()
+        audit = config.cascade.audit
+        self.auditor = Auditor(
+            self.cascade,
+            audit,
+            lambda: self.large_calls.count,
+            self.metrics,
+            timeout_s=config.request_timeout_s,
+        )
+        # The statistics' one view across replicas (serve_app/edge/audit_stats.py), and this replica's
+        # name there.
+        self.stats_holder, self.replica = stats, uuid.uuid4().hex
+        self._reporter: asyncio.Task | None = None
         self.api_keys = load_api_keys(config.security)
         logger.info(
             "MAI ingress: API keys %s",
@@ -127,10 +147,48 @@ class MAIIngress:
         body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
         return parse_json(body, self.config.limits)
 
+    async def stats(self, request: Request):
+        """The audit statistics of every replica, merged (docs/api.md, "Audits")."""
+        check_api_key(request.headers, self.api_keys)
+        if self.stats_holder is None:
+            return self.auditor.book.snapshot(self.config.cascade.audit)
+        try:
+            await self._report()
+            return await self.stats_holder.snapshot.remote()
+        except transport_errors() as exc:  # the holder is being replaced; the replicas report again
+            raise RequestError(
+                f"the statistics holder is restarting ({type(exc).__name__}); retry later",
+                code="stats_unavailable",
+                status=503,
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            ) from None
+
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
+        self._start_reporting()
+        self.auditor.before_serving()
         result = await self._run(job)
         self.metrics.record(job.options.policy.value, result)
-        return reply(job, result)
+        response = reply(job, result)
+        self.auditor.served(job, result)  # the reply exists: an audit can neither delay nor change it
+        return response
+
+    def _start_reporting(self) -> None:
+        if self._reporter is None and self.stats_holder is not None:
+            self._reporter = asyncio.get_running_loop().create_task(self._report_every_interval())
+
+    async def _report_every_interval(self) -> None:
+        interval = self.config.cascade.audit.report_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._report()
+            except transport_errors():  # the holder restarting: the next report carries everything again
+                logger.warning("MAI audit statistics not reported; retrying in %s s", interval, exc_info=True)
+            except Exception:  # a bug: logged with its traceback; the loop, and serving, go on
+                logger.exception("MAI audit statistics report failed")
+
+    async def _report(self) -> None:
+        await self.stats_holder.report.remote(self.replica, self.auditor.book.state())
 
     async def _passthrough(self, decision: Passthrough):
         """The request to the model it names, unchanged, after the same image checks as the cascade's.

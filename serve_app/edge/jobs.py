@@ -48,6 +48,7 @@ class Job:
     stream: bool = False
     include_usage_in_stream: bool = False
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    task: str | None = None  # the client's task tag: the question's class is its kind refined by it
 
 
 def parse_json(body: bytes, limits: Limits | None = None) -> Any:
@@ -144,7 +145,7 @@ def _options(
             }
         )
     try:
-        return CascadeOptions.model_validate(config.cascade.model_dump() | update)
+        return CascadeOptions.model_validate(config.cascade.request_defaults() | update)
     except ValidationError as exc:
         message, field = describe_validation_error(exc)
         raise RequestError(message, param=field, code="invalid_options") from None
@@ -317,6 +318,7 @@ async def job_from_chat(
         stream=request.stream,
         include_usage_in_stream=include_usage,
         request_id=job_id,
+        task=extra.task,
     )
 
 
@@ -344,4 +346,4 @@ async def job_from_answer(
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     job_id = request_id_of(request_id)
     question = await _with_image(question, fetch_image, "image")
-    return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=job_id)
+    return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=job_id, task=request.task)

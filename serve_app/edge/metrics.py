@@ -43,6 +43,21 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Answers given without a model or stage that failed, by route",
         ("route",),
     ),
+    "mai_audits": (
+        "counter",
+        "Early-exit answers audited against the reference policy, by question class and route",
+        ("class", "route"),
+    ),
+    "mai_audit_disagreements": (
+        "counter",
+        "Audited answers the reference policy disagreed with, by question class and route",
+        ("class", "route"),
+    ),
+    "mai_audits_not_run": (
+        "counter",
+        "Audits sampled but not run to the end: shed, cancelled, failed or error",
+        ("reason",),
+    ),
     "mai_request_errors": (
         "counter",
         "Requests answered with an error, by HTTP status and error code",
@@ -132,6 +147,14 @@ class IngressMetrics:
         tags = {"policy": model_id, "route": "passthrough"}
         self._metrics["mai_requests"].inc(1, tags=tags)
         self._metrics["mai_request_latency_s"].observe(latency_s, tags=tags)
+
+    def record_audit(self, cls: str, route: str, disagreed: bool) -> None:
+        self._metrics["mai_audits"].inc(1, tags={"class": cls, "route": route})
+        if disagreed:
+            self._metrics["mai_audit_disagreements"].inc(1, tags={"class": cls, "route": route})
+
+    def record_audit_not_run(self, reason: str) -> None:
+        self._metrics["mai_audits_not_run"].inc(1, tags={"reason": reason})
 
     def record_error(self, status: int, code: str) -> None:
         self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})

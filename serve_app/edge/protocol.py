@@ -27,6 +27,12 @@ MODELS: dict[str, Policy] = {
 MODEL_OF_POLICY = {policy: name for name, policy in MODELS.items()}
 
 AnswerKind = Literal["choice", "yes_no", "number", "text"]
+# A client's task tag (``mai.task``): refines the question class the server's statistics count under.
+TASK_TAG = Field(
+    None,
+    pattern=r"^[a-z0-9][a-z0-9_.-]{0,31}$",
+    description="a task tag such as chartqa: 1 to 32 lower-case letters, digits or . _ -",
+)
 
 
 class RequestOptions(BaseModel):
@@ -69,6 +75,7 @@ class MAIExtra(BaseModel):
     options: RequestOptions | None = None
     # mai only: auto (the cascade when MAI fits the request, else the large model unchanged), or forced.
     route: Literal["auto", "cascade", "passthrough"] | None = None
+    task: str | None = TASK_TAG
 
 
 class ChatRequest(BaseModel):
@@ -109,6 +116,7 @@ class AnswerRequest(BaseModel):
     policy: Policy = Policy.CASCADE
     options: RequestOptions | None = None
     max_tokens: int | None = None
+    task: str | None = TASK_TAG
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:

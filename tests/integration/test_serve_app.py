@@ -766,3 +766,73 @@ def test_mai_passes_what_it_does_not_fit_to_the_large_model_and_says_why(http, c
     )
     cascade = http.post("/v1/chat/completions", json=chat_body("Is the shape red? [agree]", max_tokens=1024))
     assert cascade.headers["x-mai-route"] == "agree_short"
+
+
+# ---------------------------------------------------------------- audits across ingress replicas
+
+
+@pytest.fixture(scope="module")
+def audited(server):
+    """A third app on /audited: every early exit audited, two ingress replicas reporting every 0.5 s."""
+    client, _, _ = server
+    config = AppConfig.model_validate(
+        CONFIG
+        | {
+            "cascade": CONFIG["cascade"] | {"audit": {"rate": 1.0, "report_interval_s": 0.5}},
+            "ingress": {"autoscaling": {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 8}},
+        }
+    )
+    small = ScriptedLLMServer.options(name="small:fake").bind("small")
+    large = ScriptedLLMServer.options(name="large:fake").bind("large")
+    serve.run(build_ingress(config, small, large), name="audited", route_prefix="/audited")
+    handles = {role: deployment_handle(f"{role}:fake", name="audited") for role in ("small", "large")}
+    yield client, handles
+    serve.delete("audited")
+
+
+def _stats_when(client, ready, timeout_s=30.0) -> dict:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = client.get("/audited/v1/mai/stats").json()
+        if ready(stats) or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.5)
+
+
+def test_audits_run_after_the_reply_and_every_replica_counts_in_one_view(audited):
+    import ray
+
+    from harness.local_server import replica_actors
+
+    client, handles = audited
+    for index in range(12):
+        body = chat_body("Is the shape red? [agree]", mai={"task": "pope"})
+        reply = client.post(
+            "/audited/v1/chat/completions", json=body, headers={"x-request-id": f"aud-{index}"}
+        )
+        assert reply.status_code == 200 and reply.json()["mai"]["route"] == "agree_short"
+
+    def complete(stats):
+        audit = stats.get("classes", {}).get("yes_no/pope", {}).get("audit", {})
+        return audit.get("audited") == 12
+
+    stats = _stats_when(client, complete)
+    entry = stats["classes"]["yes_no/pope"]
+    assert entry["requests"] == 12 and entry["routes"] == {"agree_short": 12}  # both replicas, one view
+    assert entry["audit"]["audited"] == 12 and entry["audit"]["by_route"]["agree_short"]["audited"] == 12
+    assert stats["audit"]["extra_token_share"] > 0
+    # The audits' engine calls carry the audit request id; the served calls do not.
+    engine_ids = [
+        call["request_id"] for role in ("small", "large") for call in handles[role].calls.remote().result()
+    ]
+    audit_ids = {engine_id for engine_id in engine_ids if engine_id.startswith("mai-audit-aud-")}
+    assert {engine_id.split("-")[3] for engine_id in audit_ids} == {str(index) for index in range(12)}
+    assert any("-transfer_large-transfer-" in engine_id for engine_id in audit_ids)
+
+    # The stats holder dies: Serve replaces it, and the replicas' next reports restore the whole view.
+    [holder] = [name for name in replica_actors("MAIStats") if "audited" in name]
+    ray.kill(ray.get_actor(holder, namespace="serve"), no_restart=True)
+    restored = _stats_when(client, complete, timeout_s=60.0)
+    assert restored["classes"]["yes_no/pope"]["requests"] == 12

@@ -11,6 +11,7 @@ from serve_app.config import AppConfig
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, InputRejectedError
 from serve_app.core.prompts import PromptKind
+from serve_app.edge.audits import Auditor
 from serve_app.edge.ingress import MAIIngress, build_api
 
 from ..images import chat_body
@@ -50,6 +51,8 @@ def api_with(small, large) -> tuple[TestClient, RecordedErrors]:
     ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, (), {}
     ingress.metrics = RecordedErrors()
     ingress.cascade = Cascade(small, large)
+    ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: 0)
+    ingress.stats_holder, ingress._reporter = None, None
     return TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False), ingress.metrics
 
 

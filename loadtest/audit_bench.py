@@ -1,0 +1,166 @@
+"""What audits cost served traffic, and how they give way under load.
+
+- ``cost`` (the real CPU stack, configs/mai-cpu.yaml): ``mai`` at concurrency 8 with audits off
+  (rate 0) and at rate 0.1, interleaved and repeated; only the ingress is redeployed between them (the
+  engines stay). p50, p99 and throughput per run, with the audits run and not run.
+- ``shed`` (the emulated tier, configs/mai-emulated.yaml, one replica per model): concurrency far past
+  the large model's capacity, audits off and at rate 0.5, interleaved: served errors and latency, and
+  the audits started, shed and cancelled.
+
+Writes ``bench/results/audit/audit-cost.json`` and ``audit-shed.json``.
+
+    python -m loadtest.audit_bench [--only cost,shed] [--repetitions 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from harness.datasets import easy_vqa_records
+from harness.local_server import config_args, deploy, local_ray, replica_ids
+from harness.paths import RESULTS
+from loadtest.bench import bodies, emulated_args, run_load, summarize
+from loadtest.provenance import provenance
+
+OUT = RESULTS / "audit"
+
+
+def _stats(url: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/v1/mai/stats", timeout=60).json()
+
+
+def _audit_counts(stats: dict[str, Any]) -> dict[str, Any]:
+    audited = sum(entry["audit"]["audited"] for entry in stats["classes"].values())
+    return {"audited": audited, "not_run": stats["audit"]["not_run"]}
+
+
+def _run(url: str, args: dict[str, Any], payloads: list[dict], concurrency: int, ids: str) -> dict[str, Any]:
+    deploy(args)  # a changed audit setting redeploys the ingress only: the engines stay
+    outcomes, wall_s = run_load(url, "/v1/mai/answer", payloads, concurrency, request_ids=ids)
+    time.sleep(2 * args["cascade"]["audit"].get("report_interval_s", 5.0) + 1)  # the audits finish
+    return summarize(outcomes, wall_s) | _audit_counts(_stats(url))
+
+
+def bench_cost(url: str, repetitions: int, requests: int) -> dict[str, Any]:
+    records = list(easy_vqa_records("test", requests))
+    payloads = bodies(records, requests)
+    runs: dict[str, list[dict[str, Any]]] = {"0": [], "0.1": []}
+    engines = None
+    for repetition in range(repetitions):
+        for rate in runs:
+            args = config_args(
+                "mai-cpu.yaml", {"cascade": {"audit": {"rate": float(rate), "report_interval_s": 1.0}}}
+            )
+            result = _run(url, args, payloads, 8, f"cost{repetition}-{rate}-")
+            current = {
+                name: ids for name, ids in replica_ids().items() if name.startswith(("small", "large"))
+            }
+            result["engines_kept"] = engines is None or current == engines
+            engines = current
+            runs[rate].append(result)
+            print(
+                f"  rate {rate}, repetition {repetition}: p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
+                f"audited {result['audited']}",
+                file=sys.stderr,
+            )
+    return {
+        "concurrency": 8,
+        "requests_per_run": requests,
+        "runs": runs,
+        "summary": _compare(runs, "0", "0.1"),
+    }
+
+
+def bench_shed(url: str, repetitions: int, requests: int) -> dict[str, Any]:
+    from harness.jsonl import read_jsonl
+    from loadtest.bench import ensure_datasets
+
+    records = [record for path in ensure_datasets().values() for record in read_jsonl(path)]
+    payloads = bodies(records, requests)
+    runs: dict[str, list[dict[str, Any]]] = {"0": [], "0.5": []}
+    for repetition in range(repetitions):
+        for rate in runs:
+            audit = {"rate": float(rate), "report_interval_s": 1.0}
+            args = emulated_args("chartqa", 1.0, cascade={"audit": audit})
+            result = _run(url, args, payloads, 256, f"shed{repetition}-{rate}-")
+            runs[rate].append(result)
+            print(
+                f"  rate {rate}, repetition {repetition}: errors {result['errors']}, "
+                f"p99 {result['p99_s']} s, audited {result['audited']}, not run {result['not_run']}",
+                file=sys.stderr,
+            )
+    return {
+        "concurrency": 256,
+        "requests_per_run": requests,
+        "runs": runs,
+        "summary": _compare(runs, "0", "0.5"),
+    }
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _compare(runs: dict[str, list[dict[str, Any]]], off: str, on: str) -> dict[str, Any]:
+    """Medians over the repetitions with their spread (min, max), and on/off ratios of the medians."""
+    summary: dict[str, Any] = {}
+    for rate, results in runs.items():
+        summary[rate] = {
+            metric: {
+                "median": round(_median([r[metric] for r in results]), 4),
+                "min": min(r[metric] for r in results),
+                "max": max(r[metric] for r in results),
+            }
+            for metric in ("p50_s", "p99_s", "requests_per_s", "errors")
+        }
+    summary["ratios"] = {
+        metric: round(summary[on][metric]["median"] / summary[off][metric]["median"], 3)
+        for metric in ("p50_s", "p99_s", "requests_per_s")
+        if summary[off][metric]["median"]
+    }
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", default="cost,shed")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--cost-requests", type=int, default=150)
+    parser.add_argument("--shed-requests", type=int, default=1500)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in args.only.split(","):
+        with local_ray(num_cpus=2, metrics_push_interval_s=1.0) as url:
+            logging.getLogger("httpx").setLevel(logging.WARNING)
+            started = time.time()
+            if name == "cost":
+                result = bench_cost(url, args.repetitions, args.cost_requests)
+                config = "mai-cpu.yaml"
+            else:
+                result = bench_shed(url, args.repetitions, args.shed_requests)
+                config = "mai-emulated.yaml"
+            result["meta"] = provenance(config) | {
+                "command": f"python -m loadtest.audit_bench --only {name}",
+                "duration_s": round(time.time() - started, 1),
+            }
+        path = OUT / f"audit-{name}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,219 @@
+"""Audits: a seeded share of the answers the cascade gave at an early exit, checked against what a
+reference policy (the paper's Full RT by default) answers to the same question, and the running count
+of how often the two disagree, per question class and route.
+
+An audit measures disagreement with the reference, not error against the truth: where the reference
+is the weaker answerer (on the demo pair the small model's own reasoning beats Full RT), a
+disagreement may be the early exit being right.
+
+Pure: which request is audited, the statistics and their merging. The edge runs the audits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .options import Policy
+
+# The routes that stop before the cascade's last stage: the answers an audit checks.
+EARLY_EXITS = frozenset({"agree_short", "confident_large", "agree_reasoned"})
+
+
+class AuditSettings(BaseModel):
+    """``cascade.audit`` in the server config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="share of early exits audited")
+    reference: Policy = Field(Policy.TRANSFER, description="the policy an audited answer is compared with")
+    max_disagreement: float = Field(0.05, gt=0, le=1, allow_inf_nan=False)
+    window: int = Field(1000, ge=1, description="the last audits per class the rate is read over")
+    max_large_queue: int = Field(
+        8, ge=0, description="no audit starts while the large model has more requests queued"
+    )
+    seed: int = 0
+    report_interval_s: float = Field(
+        5.0, gt=0, description="how often each ingress replica reports its statistics to the holder"
+    )
+
+
+def is_sampled(request_id: str, settings: AuditSettings) -> bool:
+    """Whether ``request_id`` falls in the audited share: a seeded hash, so a rerun with the same ids
+    audits the same requests."""
+    if settings.rate <= 0:
+        return False
+    digest = hashlib.sha256(f"{settings.seed}:{request_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < settings.rate
+
+
+def class_of(kind: str, task: str | None = None) -> str:
+    """A question's class: its answer kind, refined by the client's task tag."""
+    return kind if not task else f"{kind}/{task}"
+
+
+def wilson_interval(disagreed: int, audited: int, z: float = 1.959964) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a disagreement rate; (0, 1) before any audit."""
+    if audited == 0:
+        return 0.0, 1.0
+    p = disagreed / audited
+    centre = (p + z * z / (2 * audited)) / (1 + z * z / audited)
+    half = z * math.sqrt(p * (1 - p) / audited + z * z / (4 * audited * audited)) / (1 + z * z / audited)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class _Class:
+    requests: int = 0
+    routes: Counter = field(default_factory=Counter)
+    audited: int = 0
+    disagreed: int = 0
+    by_route: dict[str, list[int]] = field(default_factory=dict)  # route -> [audited, disagreed]
+    recent: deque = field(default_factory=deque)  # the last ``window`` audits: (at, disagreed)
+
+
+class AuditBook:
+    """The statistics of one ingress replica, or of all merged: requests per class and route, audits
+    and disagreements since start and over the last ``window`` audits of each class, audits not run
+    (shed, cancelled, failed), and what audits cost in tokens against served work.
+
+    A replica reports its whole ``state()`` (cumulative, plain data) and the stats holder keeps the
+    latest state of each replica and merges them (``merged``): a replica's death loses what it counted
+    since its last report, the holder's death nothing the replicas still hold."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.classes: dict[str, _Class] = {}
+        self.served_tokens = 0
+        self.audit_tokens = 0
+        self.not_run: Counter = Counter()  # reason -> audits sampled but not run to the end
+
+    def record_request(self, cls: str, route: str, tokens: int) -> None:
+        entry = self._class(cls)
+        entry.requests += 1
+        entry.routes[route] += 1
+        self.served_tokens += tokens
+
+    def record_audit(self, cls: str, route: str, disagreed: bool, tokens: int, at: float) -> None:
+        entry = self._class(cls)
+        entry.audited += 1
+        entry.disagreed += disagreed
+        counts = entry.by_route.setdefault(route, [0, 0])
+        counts[0] += 1
+        counts[1] += disagreed
+        entry.recent.append((at, disagreed))
+        self.audit_tokens += tokens
+
+    def record_not_run(self, reason: str, tokens: int = 0) -> None:
+        """An audit sampled but not run to the end: ``shed`` (the large model was busy), ``cancelled``
+        (a served request needed the model), ``failed`` (the reference policy failed)."""
+        self.not_run[reason] += 1
+        self.audit_tokens += tokens
+
+    def _class(self, cls: str) -> _Class:
+        if cls not in self.classes:
+            self.classes[cls] = _Class(recent=deque(maxlen=self.window))
+        return self.classes[cls]
+
+    def state(self) -> dict[str, Any]:
+        """Everything counted, as plain data (what a replica reports)."""
+        return {
+            "classes": {
+                cls: {
+                    "requests": entry.requests,
+                    "routes": dict(entry.routes),
+                    "audited": entry.audited,
+                    "disagreed": entry.disagreed,
+                    "by_route": {route: list(counts) for route, counts in entry.by_route.items()},
+                    "recent": [list(item) for item in entry.recent],
+                }
+                for cls, entry in self.classes.items()
+            },
+            "served_tokens": self.served_tokens,
+            "audit_tokens": self.audit_tokens,
+            "not_run": dict(self.not_run),
+        }
+
+    @classmethod
+    def merged(cls, states: Iterable[Mapping[str, Any]], window: int) -> AuditBook:
+        """One book from several replicas' states: counts summed, each class's window the latest
+        ``window`` audits of all replicas by time."""
+        book = cls(window)
+        recent: dict[str, list[tuple[float, bool]]] = {}
+        for state in states:
+            for name, entry in state["classes"].items():
+                merged = book._class(name)
+                merged.requests += entry["requests"]
+                merged.routes.update(entry["routes"])
+                merged.audited += entry["audited"]
+                merged.disagreed += entry["disagreed"]
+                for route, (audited, disagreed) in entry["by_route"].items():
+                    counts = merged.by_route.setdefault(route, [0, 0])
+                    counts[0] += audited
+                    counts[1] += disagreed
+                recent.setdefault(name, []).extend((at, bool(d)) for at, d in entry["recent"])
+            book.served_tokens += state["served_tokens"]
+            book.audit_tokens += state["audit_tokens"]
+            book.not_run.update(state["not_run"])
+        for name, outcomes in recent.items():
+            book.classes[name].recent.extend(sorted(outcomes, key=lambda item: item[0]))
+        return book
+
+    def snapshot(self, settings: AuditSettings) -> dict[str, Any]:
+        """The ``GET /v1/mai/stats`` body."""
+        classes = {}
+        for cls, entry in sorted(self.classes.items()):
+            recent = len(entry.recent)
+            disagreed_recent = sum(disagreed for _, disagreed in entry.recent)
+            upper = wilson_interval(disagreed_recent, recent)[1]
+            classes[cls] = {
+                "requests": entry.requests,
+                "routes": dict(sorted(entry.routes.items())),
+                "audit": {
+                    "audited": entry.audited,
+                    "disagreed": entry.disagreed,
+                    "window": {"audited": recent, "disagreed": disagreed_recent},
+                    "rate": round(disagreed_recent / recent, 4) if recent else None,
+                    "upper_95": round(upper, 4),
+                    "alert": bool(recent) and upper > settings.max_disagreement,
+                    "by_route": {
+                        route: {"audited": audited, "disagreed": disagreed}
+                        for route, (audited, disagreed) in sorted(entry.by_route.items())
+                    },
+                },
+            }
+        share = self.audit_tokens / self.served_tokens if self.served_tokens else 0.0
+        return {
+            "classes": classes,
+            "audit": {
+                "rate": settings.rate,
+                "reference": settings.reference.value,
+                "max_disagreement": settings.max_disagreement,
+                "window": settings.window,
+                "extra_token_share": round(share, 4),
+                "not_run": dict(sorted(self.not_run.items())),
+                "measures": "disagreement with the reference policy, not error against the truth",
+            },
+        }
+
+
+def alerts(snapshot: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
+    """``(class, line)`` for each class whose disagreement bound is over the configured maximum."""
+    limit = snapshot["audit"]["max_disagreement"]
+    for cls, entry in snapshot["classes"].items():
+        audit = entry["audit"]
+        if audit["alert"]:
+            window, reference = audit["window"], snapshot["audit"]["reference"]
+            yield (
+                cls,
+                (
+                    f"class {cls}: early exits disagreed with the {reference} policy on "
+                    f"{window['disagreed']} of the last {window['audited']} audits (rate {audit['rate']}, "
+                    f"95 % upper bound {audit['upper_95']} > max_disagreement {limit})"
+                ),
+            )

@@ -1,0 +1,137 @@
+"""Audits in the ingress: a sampled answer given at an early exit is answered again by the reference
+policy, in the background, after its reply has been built; the two answers are compared with the
+answer kind's matcher and counted (serve_app/core/audit.py).
+
+An audit never delays, changes or fails the reply it audits: it starts once the reply exists, its
+failures are counted, never raised. Audits are the first load shed: none starts while the large
+model has more than ``max_large_queue`` calls of this replica in flight, and the running ones are
+cancelled when a served request arrives to find it that busy. Their model calls carry the request id
+``audit-<id>`` (so the engines' ids read ``mai-audit-<id>-...``) and their tokens are counted apart
+from served work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.answers import agree
+from ..core.audit import EARLY_EXITS, AuditBook, AuditSettings, class_of, is_sampled
+from ..core.cascade import Cascade, ModelUnavailableError
+from ..core.contracts import Completion, EngineCall, EngineError, VLMClient
+from ..core.options import GREEDY, Decoding, Policy
+from ..core.trace import CascadeResult
+from .jobs import Job
+
+logger = logging.getLogger("ray.serve")
+
+AUDIT_PREFIX = "audit-"
+
+
+class InFlight:
+    """A model client that counts its calls in flight: the model's queue as this replica sees it."""
+
+    def __init__(self, client: VLMClient):
+        self.client = client
+        self.count = 0
+
+    async def complete(
+        self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
+    ) -> Completion:
+        self.count += 1
+        try:
+            return await self.client.complete(messages, max_tokens=max_tokens, call=call, decoding=decoding)
+        finally:
+            self.count -= 1
+
+    def __getattr__(self, name: str) -> Any:  # the client's other methods, unchanged
+        return getattr(self.client, name)
+
+
+def tokens_of(result: CascadeResult) -> int:
+    return sum(
+        model["prompt_tokens"] + model["completion_tokens"] for model in result.trace.tokens().values()
+    )
+
+
+class Auditor:
+    """Counts every cascade request per class and route, and audits the sampled early exits."""
+
+    def __init__(
+        self,
+        cascade: Cascade,
+        settings: AuditSettings,
+        large_in_flight: Callable[[], int],
+        metrics: Any = None,
+        *,
+        timeout_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.cascade, self.settings, self.large_in_flight = cascade, settings, large_in_flight
+        self.metrics, self.timeout_s, self.clock = metrics, timeout_s, clock
+        self.book = AuditBook(settings.window)
+        self.running: set[asyncio.Task] = set()
+
+    def before_serving(self) -> None:
+        """A served request is about to call the models: cancel the running audits when the large
+        model is already at its bound, so the request never waits behind them."""
+        if self.running and self.large_in_flight() >= self.settings.max_large_queue:
+            for task in list(self.running):
+                task.cancel()
+
+    def served(self, job: Job, result: CascadeResult) -> None:
+        """A cascade request was answered: count it, and start its audit when it is sampled."""
+        if job.options.policy is not Policy.CASCADE:
+            return
+        cls = class_of(result.trace.kind, job.task)
+        self.book.record_request(cls, result.route, tokens_of(result))
+        if result.route not in EARLY_EXITS or not is_sampled(job.request_id, self.settings):
+            return
+        if self.large_in_flight() > self.settings.max_large_queue:
+            self._not_run("shed")
+            return
+        task = asyncio.get_running_loop().create_task(self._audit(job, result, cls))
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
+    async def _audit(self, job: Job, served: CascadeResult, cls: str) -> None:
+        options = job.options.model_copy(update={"policy": self.settings.reference})
+        run = self.cascade.run(job.question, options, request_id=AUDIT_PREFIX + job.request_id)
+        try:
+            reference = await asyncio.wait_for(run, self.timeout_s)
+        except asyncio.CancelledError:
+            self._not_run("cancelled")
+            return
+        except (EngineError, ModelUnavailableError, TimeoutError) as exc:
+            logger.info("audit of request %s not run to the end: %s", job.request_id, exc)
+            self._not_run("failed")
+            return
+        except Exception:  # a bug; the reply it audits is long gone, so it is logged and counted
+            logger.exception("audit of request %s failed", job.request_id)
+            self._not_run("error")
+            return
+        question, options = job.question, job.options
+        disagreed = not agree(
+            served.answer,
+            reference.answer,
+            served.trace.kind,
+            choices=question.choices,
+            anls_threshold=options.anls_threshold,
+            rel_tol=options.rel_tol,
+        )
+        self.book.record_audit(cls, served.route, disagreed, tokens_of(reference), at=self.clock())
+        if self.metrics is not None:
+            self.metrics.record_audit(cls, served.route, disagreed)
+
+    def _not_run(self, reason: str) -> None:
+        self.book.record_not_run(reason)
+        if self.metrics is not None:
+            self.metrics.record_audit_not_run(reason)
+
+    async def close(self) -> None:
+        for task in list(self.running):
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)

@@ -1,0 +1,173 @@
+"""Audit sampling and its statistics (serve_app/core/audit.py), without Ray."""
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from serve_app.core.audit import AuditBook, AuditSettings, alerts, class_of, is_sampled, wilson_interval
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"rate": 1.5}, "rate"),
+        ({"rate": -0.1}, "rate"),
+        ({"reference": "oracle"}, "reference"),
+        ({"window": -1}, "window"),
+        ({"window": 0}, "window"),
+        ({"max_disagreement": 0}, "max_disagreement"),
+        ({"rate": 0.1, "extra": 1}, "extra"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_key(settings, key):
+    with pytest.raises(ValidationError) as error:
+        AuditSettings.model_validate(settings)
+    assert error.value.errors()[0]["loc"][0] == key
+
+
+def test_sampling_is_a_seeded_share_of_request_ids():
+    ids = [f"request-{i}" for i in range(20_000)]
+    settings = AuditSettings(rate=0.3)
+    sampled = [i for i in ids if is_sampled(i, settings)]
+    assert abs(len(sampled) / len(ids) - 0.3) < 0.015
+    assert sampled == [i for i in ids if is_sampled(i, settings)]  # the same ids every time
+    reseeded = [i for i in ids if is_sampled(i, AuditSettings(rate=0.3, seed=1))]
+    assert reseeded != sampled
+    assert not any(is_sampled(i, AuditSettings(rate=0.0)) for i in ids[:1000])
+    assert all(is_sampled(i, AuditSettings(rate=1.0)) for i in ids[:1000])
+
+
+def test_wilson_interval():
+    low, high = wilson_interval(5, 10)
+    assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
+    assert round(wilson_interval(0, 10)[1], 4) == 0.2775
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_the_snapshot_counts_per_class_and_route_over_the_window():
+    settings = AuditSettings(rate=1.0, window=4, max_disagreement=0.05)
+    book = AuditBook(settings.window)
+    for route in ("agree_short", "agree_short", "transfer"):
+        book.record_request(class_of("yes_no"), route, tokens=100)
+    book.record_request(class_of("text", "chartqa"), "agree_short", tokens=100)
+    for disagreed in (True, True, False, False, False, False):  # the first two fall out of the window
+        book.record_audit("yes_no", "agree_short", disagreed, tokens=50, at=len(book.classes))
+    snapshot = book.snapshot(settings)
+
+    yes_no = snapshot["classes"]["yes_no"]
+    assert yes_no["requests"] == 3 and yes_no["routes"] == {"agree_short": 2, "transfer": 1}
+    audit = yes_no["audit"]
+    assert (audit["audited"], audit["disagreed"]) == (6, 2)
+    assert audit["window"] == {"audited": 4, "disagreed": 0} and audit["rate"] == 0.0
+    assert audit["upper_95"] == round(wilson_interval(0, 4)[1], 4) and audit["alert"]  # 4 audits bound little
+    assert audit["by_route"] == {"agree_short": {"audited": 6, "disagreed": 2}}
+    assert snapshot["classes"]["text/chartqa"]["audit"]["rate"] is None
+    assert not snapshot["classes"]["text/chartqa"]["audit"]["alert"]
+    assert snapshot["audit"]["extra_token_share"] == round(300 / 400, 4)
+    assert snapshot["audit"]["reference"] == "transfer"
+    [(cls, line)] = alerts(snapshot)
+    assert cls == "yes_no"
+    assert "class yes_no" in line and "0 of the last 4 audits" in line and "max_disagreement 0.05" in line
+
+
+def test_a_class_well_within_its_bound_raises_no_alert():
+    settings = AuditSettings(rate=1.0, window=1000, max_disagreement=0.05)
+    book = AuditBook(settings.window)
+    for index in range(1000):
+        book.record_audit("choice", "agree_short", index % 100 == 0, tokens=1, at=index)
+    audit = book.snapshot(settings)["classes"]["choice"]["audit"]
+    assert audit["rate"] == 0.01 and audit["upper_95"] < 0.05 and not audit["alert"]
+    assert list(alerts(book.snapshot(settings))) == []
+
+
+EVENTS = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # the replica
+        st.sampled_from(["yes_no", "choice", "text/chartqa"]),
+        st.sampled_from(["agree_short", "agree_reasoned", "transfer"]),
+        st.booleans(),  # an audit (True) or a served request
+        st.booleans(),  # disagreed
+        st.booleans(),  # the replica reports after this event
+    ),
+    max_size=60,
+)
+
+
+@given(EVENTS, st.integers(1, 8))
+def test_the_holder_merging_replicas_reports_gives_one_books_statistics(events, window):
+    """Every replica reports its whole state: merged, the reports give what one book that saw every
+    event gives, windows included. A replica's death loses what it counted after its last report."""
+    settings = AuditSettings(rate=1.0, window=window)
+    replicas = [AuditBook(window) for _ in range(3)]
+    reports: dict[int, dict] = {}
+    whole = AuditBook(window)
+    for at, (replica, cls, route, is_audit, disagreed, report) in enumerate(events):
+        for book in (replicas[replica], whole):
+            if is_audit:
+                book.record_audit(cls, route, disagreed, tokens=3, at=at)
+            else:
+                book.record_request(cls, route, tokens=10)
+        if report:
+            reports[replica] = replicas[replica].state()
+    final = {index: replica.state() for index, replica in enumerate(replicas)}
+    assert AuditBook.merged(final.values(), window).snapshot(settings) == whole.snapshot(settings)
+
+    # Replica 0 dies: the holder keeps its last report; what it counted after that is lost.
+    last_report = max((at for at, event in enumerate(events) if event[0] == 0 and event[5]), default=-1)
+    unreported = sum(1 for at, e in enumerate(events) if e[0] == 0 and not e[3] and at > last_report)
+    empty = AuditBook(window).state()
+    after_death = AuditBook.merged([reports.get(0, empty), final[1], final[2]], window).snapshot(settings)
+    served = sum(entry["requests"] for entry in after_death["classes"].values())
+    assert served == sum(1 for event in events if not event[3]) - unreported
+
+
+def test_the_state_is_plain_data():
+    book = AuditBook(5)
+    book.record_request("yes_no", "agree_short", 10)
+    book.record_audit("yes_no", "agree_short", True, 5, at=1.5)
+    book.record_not_run("shed")
+    state = json.loads(json.dumps(book.state()))
+    merged = AuditBook.merged([state], 5).snapshot(AuditSettings())
+    assert merged == book.snapshot(AuditSettings()) and merged["audit"]["not_run"] == {"shed": 1}
+
+
+@pytest.mark.parametrize(
+    ("audit", "key"),
+    [({"rate": 2}, "rate"), ({"reference": "oracle"}, "reference"), ({"window": -5}, "window")],
+)
+def test_the_server_config_refuses_bad_audit_settings_naming_the_key(audit, key):
+    from serve_app.config import load_app_config
+
+    models = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
+    with pytest.raises(ValidationError) as error:
+        load_app_config(models | {"cascade": {"audit": audit}})
+    assert error.value.errors()[0]["loc"] == ("cascade", "audit", key)
+
+
+def test_mai_eval_stats_prints_the_servers_statistics_as_a_table(monkeypatch, capsys):
+    import httpx
+
+    from evaluation.cli import main
+
+    book = AuditBook(10)
+    book.record_request("yes_no/pope", "agree_short", 10)
+    book.record_audit("yes_no/pope", "agree_short", True, 5, at=1.0)
+    book.record_not_run("shed")
+    seen = {}
+
+    def get(url, headers, timeout):
+        seen["url"], seen["headers"] = url, headers
+        return httpx.Response(200, json=book.snapshot(AuditSettings(rate=0.05)))
+
+    monkeypatch.setattr(httpx, "get", get)
+    assert main(["stats", "--url", "http://host:8000/", "--api-key", "k1"]) == 0
+    out = capsys.readouterr().out
+    assert seen == {"url": "http://host:8000/v1/mai/stats", "headers": {"Authorization": "Bearer k1"}}
+    assert "| yes_no/pope | all | 1 | 1 | 1 | 100.0 % |" in out and "ALERT" in out
+    assert "not error against the truth" in out and "audits not run: shed 1" in out
+
+    monkeypatch.setattr(httpx, "get", lambda url, headers, timeout: httpx.Response(401, text="no key"))
+    assert main(["stats", "--url", "http://host:8000"]) == 2

@@ -1,0 +1,203 @@
+"""Audits in the ingress (serve_app/edge/audits.py) over scripted models, without Ray: what is audited,
+what an audit compares, how audits give way to served work, and the stats holder's merge and alert."""
+
+import asyncio
+import logging
+
+import pytest
+
+from serve_app.core.audit import AuditSettings
+from serve_app.core.cascade import Cascade
+from serve_app.core.contracts import EngineUnavailableError, Question
+from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.prompts import PromptKind
+from serve_app.edge.audit_stats import AuditStats
+from serve_app.edge.audits import AUDIT_PREFIX, Auditor, InFlight
+from serve_app.edge.jobs import Job
+
+from .fakes import ScriptedVLM
+
+S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
+QUESTION = Question("Is there a dog?", image_url="data:,", kind="yes_no")
+
+
+class Counted:
+    def __init__(self):
+        self.audits: list[tuple[str, str, bool]] = []
+        self.not_run: list[str] = []
+
+    def record_audit(self, cls, route, disagreed):
+        self.audits.append((cls, route, disagreed))
+
+    def record_audit_not_run(self, reason):
+        self.not_run.append(reason)
+
+
+def setup(small_replies, large_replies, *, rate=1.0, max_large_queue=8, large_delays=None):
+    small = ScriptedVLM(small_replies)
+    large = InFlight(ScriptedVLM(large_replies, large_delays or {}))
+    cascade = Cascade(small, large)
+    settings = AuditSettings(rate=rate, max_large_queue=max_large_queue)
+    metrics = Counted()
+    auditor = Auditor(cascade, settings, lambda: large.count, metrics, clock=lambda: 1.0)
+    return cascade, auditor, small, large.client, metrics
+
+
+async def serve(cascade, auditor, *, request_id="r1", task=None, question=QUESTION):
+    job = Job(question, CascadeOptions(), "mai", request_id=request_id, task=task)
+    auditor.before_serving()
+    result = await cascade.run(job.question, job.options, request_id=job.request_id)
+    auditor.served(job, result)
+    return result
+
+
+async def test_a_sampled_early_exit_is_answered_again_by_the_reference_and_compared():
+    # Stage 1 agrees on "yes"; Full RT (the reference) says "no": a disagreement.
+    cascade, auditor, small, large, metrics = setup(
+        {S: "[[yes]]", R: "It is a cat. [[no]]"}, {S: "[[yes]]", T: "[[no]]"}
+    )
+    result = await serve(cascade, auditor, task="pope")
+    assert (result.route, result.answer) == ("agree_short", "yes")  # the reply is the early exit's
+    await asyncio.gather(*auditor.running)
+
+    audit_calls = [
+        call for call in small.calls + large.calls if call.engine_call.request_id.startswith("audit")
+    ]
+    assert {call.engine_call.request_id for call in audit_calls} == {AUDIT_PREFIX + "r1"}
+    assert sorted(call.prompt_kind for call in audit_calls) == [R, T]
+    assert metrics.audits == [("yes_no/pope", "agree_short", True)]
+    stats = auditor.book.snapshot(auditor.settings)["classes"]["yes_no/pope"]
+    assert stats["requests"] == 1 and stats["audit"]["by_route"] == {
+        "agree_short": {"audited": 1, "disagreed": 1}
+    }
+    assert auditor.book.audit_tokens > 0 and auditor.book.served_tokens > 0
+
+
+async def test_an_agreeing_reference_counts_an_audit_without_disagreement():
+    cascade, auditor, *_, metrics = setup({S: "[[yes]]", R: "A dog. [[yes]]"}, {S: "[[Yes.]]", T: "[[yes]]"})
+    await serve(cascade, auditor)
+    await asyncio.gather(*auditor.running)
+    assert metrics.audits == [("yes_no", "agree_short", False)]
+
+
+async def test_the_last_stage_and_unsampled_requests_are_counted_never_audited():
+    cascade, auditor, small, large, metrics = setup(
+        {S: "[[yes]]", R: "[[no]]"}, {S: "[[no]]", T: "[[no]]"}, rate=1.0
+    )
+    result = await serve(cascade, auditor)
+    assert result.route == "agree_reasoned" and len(auditor.running) == 1  # an early exit: audited
+    await auditor.close()
+    cascade, auditor, small, large, metrics = setup({S: "[[yes]]", R: "[[yes]]"}, {S: "[[no]]", T: "[[no]]"})
+    result = await serve(cascade, auditor)
+    assert result.route == "transfer" and not auditor.running  # the reference path itself: no audit
+    cascade, auditor, small, large, metrics = setup({S: "[[yes]]"}, {S: "[[yes]]"}, rate=0.0)
+    await serve(cascade, auditor)
+    assert (
+        not auditor.running and auditor.book.snapshot(auditor.settings)["classes"]["yes_no"]["requests"] == 1
+    )
+
+
+async def test_other_policies_are_not_counted():
+    cascade, auditor, *_ = setup({S: "[[yes]]"}, {S: "[[yes]]"})
+    job = Job(QUESTION, CascadeOptions(policy=Policy.LARGE), "mai-large", request_id="r")
+    auditor.served(job, await cascade.run(job.question, job.options))
+    assert auditor.book.classes == {} and not auditor.running
+
+
+async def test_no_audit_starts_while_the_large_model_is_past_its_bound():
+    cascade, auditor, small, large, metrics = setup({S: "[[yes]]"}, {S: "[[yes]]"}, max_large_queue=0)
+    auditor.large_in_flight = lambda: 1
+    await serve(cascade, auditor)
+    assert not auditor.running and metrics.not_run == ["shed"]
+    assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"shed": 1}
+
+
+async def test_running_audits_are_cancelled_when_a_served_request_finds_the_large_model_busy():
+    cascade, auditor, small, large, metrics = setup(
+        {S: "[[yes]]", R: "[[no]]"}, {S: "[[yes]]", T: "[[no]]"}, max_large_queue=1, large_delays={T: 30.0}
+    )
+    await serve(cascade, auditor, request_id="first")
+    [audit] = list(auditor.running)
+    while not any(call.prompt_kind is T for call in large.calls):  # the audit reaches the large model
+        await asyncio.sleep(0.01)
+    result = await serve(cascade, auditor, request_id="second")  # arrives while the audit holds it
+    assert result.route == "agree_short"
+    assert audit.cancelled() or audit.done()
+    assert metrics.not_run[0] == "cancelled" and metrics.audits == []
+    await auditor.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"), [(EngineUnavailableError("down"), "failed"), (RuntimeError("a bug"), "error")]
+)
+async def test_a_failing_audit_is_counted_and_never_raised(reply, reason, caplog):
+    cascade, auditor, small, large, metrics = setup({S: "[[yes]]", R: "[[no]]"}, {S: "[[yes]]", T: reply})
+    log, records = logging.getLogger("ray.serve"), []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log.addHandler(handler)
+    try:
+        result = await serve(cascade, auditor)
+        await asyncio.gather(*auditor.running)
+    finally:
+        log.removeHandler(handler)
+    assert result.answer == "yes" and metrics.not_run == [reason]
+    if reason == "error":  # a bug in an audit is logged with its traceback
+        assert any(record.exc_info and record.exc_info[0] is RuntimeError for record in records)
+
+
+def test_the_holder_merges_replicas_and_warns_once_when_a_class_goes_over_its_bound():
+    from serve_app.core.audit import AuditBook
+
+    settings = AuditSettings(rate=1.0, window=100, max_disagreement=0.05)
+    holder = AuditStats(settings)
+    log, records = logging.getLogger("ray.serve"), []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log.addHandler(handler)
+    try:
+        books = [AuditBook(100), AuditBook(100)]
+        for index in range(30):
+            books[index % 2].record_audit("yes_no", "agree_short", index % 3 == 0, 1, at=index)
+            holder.report(f"replica-{index % 2}", books[index % 2].state())
+    finally:
+        log.removeHandler(handler)
+    snapshot = holder.snapshot()
+    assert snapshot["classes"]["yes_no"]["audit"]["audited"] == 30
+    assert snapshot["classes"]["yes_no"]["audit"]["disagreed"] == 10
+    warnings = [record.getMessage() for record in records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "class yes_no" in warnings[0]
+
+
+def test_the_stats_endpoint_answers_the_schema_behind_the_api_key():
+    import hashlib
+
+    from fastapi.testclient import TestClient
+
+    from serve_app.edge.ingress import build_api
+
+    from ..images import chat_body
+    from .test_http_errors import CONFIG, RecordedErrors, Replica
+
+    def api(keys):
+        ingress = object.__new__(Replica)
+        ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, keys, {}
+        ingress.metrics = RecordedErrors()
+        ingress.cascade = Cascade(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}))
+        ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: 0)
+        ingress.stats_holder, ingress._reporter = None, None
+        return TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False)
+
+    client = api(())
+    assert client.post("/v1/chat/completions", json=chat_body()).status_code == 200
+    body = client.get("/v1/mai/stats").json()
+    assert body["classes"]["yes_no"]["requests"] == 1
+    assert body["classes"]["yes_no"]["routes"] == {"agree_short": 1}
+    assert set(body["classes"]["yes_no"]["audit"]) >= {"audited", "disagreed", "rate", "upper_95", "alert"}
+    assert body["audit"]["reference"] == "transfer" and body["audit"]["rate"] == 0.0
+    assert "not error against the truth" in body["audit"]["measures"]
+
+    keyed = api((hashlib.sha256(b"k1").digest(),))
+    assert keyed.get("/v1/mai/stats").status_code == 401
+    assert keyed.get("/v1/mai/stats", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert keyed.get("/v1/mai/stats", headers={"Authorization": "Bearer k1"}).status_code == 200
