@@ -115,6 +115,8 @@ def test_bare_base64_image_is_accepted_on_the_native_route():
             "unknown field 'mai.options.policy'",
         ),
         (chat_body(mai={"answer_type": "poem"}), 400, "invalid_request", "mai.answer_type"),
+        (chat_body(mai={"task": "Chart QA!"}), 400, "invalid_request", "mai.task"),
+        (chat_body(mai={"task": "x" * 33}), 400, "invalid_request", "mai.task"),
         (chat_body(mai={"answer_type": "choice"}), 400, "missing_choices", "needs options"),
         (
             chat_body(question="Answer the question using a single word or phrase."),
