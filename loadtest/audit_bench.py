@@ -1,8 +1,8 @@
 """What audits cost served traffic, and how they give way under load.
 
 - ``cost`` (the real CPU stack, configs/mai-cpu.yaml): ``mai`` at concurrency 8 with audits off
-  (rate 0) and at rate 0.1, interleaved and repeated; only the ingress is redeployed between them (the
-  engines stay). p50, p99 and throughput per run, with the audits run and not run.
+  (rate 0) and at rate 0.1, interleaved and repeated, each run on a fresh deployment and ended once its
+  audits have: p50, p99 and throughput per run, with the audits run and not run.
 - ``shed`` (the emulated tier, configs/mai-emulated.yaml, one replica per model): concurrency far past
   the large model's capacity, audits off and at rate 0.5, interleaved: served errors and latency, and
   the audits started, shed and cancelled.
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from harness.datasets import easy_vqa_records
-from harness.local_server import config_args, deploy, local_ray, replica_ids
+from harness.local_server import config_args, deploy, local_ray
 from harness.paths import RESULTS
 from loadtest.bench import bodies, emulated_args, run_load, summarize
 from loadtest.provenance import provenance
@@ -37,38 +37,54 @@ def _stats(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/v1/mai/stats", timeout=60).json()
 
 
-def _audit_counts(stats: dict[str, Any]) -> dict[str, Any]:
-    audited = sum(entry["audit"]["audited"] for entry in stats["classes"].values())
-    return {"audited": audited, "not_run": stats["audit"]["not_run"]}
+def _audit_counts(stats: dict[str, Any]) -> dict[str, int]:
+    counts = {"audited": sum(entry["audit"]["audited"] for entry in stats["classes"].values())}
+    return counts | {f"not_run_{reason}": count for reason, count in stats["audit"]["not_run"].items()}
+
+
+def _settled(url: str, timeout_s: float = 120.0) -> dict[str, int]:
+    """The audit counts once they stop changing (the run's audits finished and were reported)."""
+    previous, deadline = None, time.monotonic() + timeout_s
+    while True:
+        counts = _audit_counts(_stats(url))
+        if counts == previous or time.monotonic() > deadline:
+            return counts
+        previous = counts
+        time.sleep(3)
+
+
+def _counts_text(result: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{key} {value}" for key, value in result.items() if key.startswith(("audited", "not_run"))
+    )
 
 
 def _run(url: str, args: dict[str, Any], payloads: list[dict], concurrency: int, ids: str) -> dict[str, Any]:
-    deploy(args)  # a changed audit setting redeploys the ingress only: the engines stay
+    """One run on a fresh deployment: the audits it started counted as the change in the statistics
+    (a replaced replica may still report its last counts to the new holder), and none still running
+    when it ends."""
+    deploy(args)  # every deployment is replaced, the engines too
+    before = _settled(url)
     outcomes, wall_s = run_load(url, "/v1/mai/answer", payloads, concurrency, request_ids=ids)
-    time.sleep(2 * args["cascade"]["audit"].get("report_interval_s", 5.0) + 1)  # the audits finish
-    return summarize(outcomes, wall_s) | _audit_counts(_stats(url))
+    after = _settled(url)
+    counts = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    return summarize(outcomes, wall_s) | counts
 
 
 def bench_cost(url: str, repetitions: int, requests: int) -> dict[str, Any]:
     records = list(easy_vqa_records("test", requests))
     payloads = bodies(records, requests)
     runs: dict[str, list[dict[str, Any]]] = {"0": [], "0.1": []}
-    engines = None
     for repetition in range(repetitions):
         for rate in runs:
             args = config_args(
                 "mai-cpu.yaml", {"cascade": {"audit": {"rate": float(rate), "report_interval_s": 1.0}}}
             )
             result = _run(url, args, payloads, 8, f"cost{repetition}-{rate}-")
-            current = {
-                name: ids for name, ids in replica_ids().items() if name.startswith(("small", "large"))
-            }
-            result["engines_kept"] = engines is None or current == engines
-            engines = current
             runs[rate].append(result)
             print(
                 f"  rate {rate}, repetition {repetition}: p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
-                f"audited {result['audited']}",
+                f"audits {_counts_text(result)}",
                 file=sys.stderr,
             )
     return {
@@ -80,8 +96,8 @@ def bench_cost(url: str, repetitions: int, requests: int) -> dict[str, Any]:
 
 
 def bench_shed(url: str, repetitions: int, requests: int) -> dict[str, Any]:
+    from harness.datasets import ensure_datasets
     from harness.jsonl import read_jsonl
-    from loadtest.bench import ensure_datasets
 
     records = [record for path in ensure_datasets().values() for record in read_jsonl(path)]
     payloads = bodies(records, requests)
@@ -94,7 +110,7 @@ def bench_shed(url: str, repetitions: int, requests: int) -> dict[str, Any]:
             runs[rate].append(result)
             print(
                 f"  rate {rate}, repetition {repetition}: errors {result['errors']}, "
-                f"p99 {result['p99_s']} s, audited {result['audited']}, not run {result['not_run']}",
+                f"p99 {result['p99_s']} s, audits {_counts_text(result)}",
                 file=sys.stderr,
             )
     return {
