@@ -35,7 +35,10 @@ class AuditSettings(BaseModel):
     max_disagreement: float = Field(0.05, gt=0, le=1, allow_inf_nan=False)
     window: int = Field(1000, ge=1, description="the last audits per class the rate is read over")
     max_large_queue: int = Field(
-        8, ge=0, description="no audit starts while the large model has more requests queued"
+        8, ge=0, description="no audit starts while the large model has more calls in flight"
+    )
+    max_small_queue: int = Field(
+        8, ge=0, description="no audit starts while the small model has more calls in flight"
     )
     seed: int = 0
     report_interval_s: float = Field(

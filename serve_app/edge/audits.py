@@ -3,11 +3,12 @@ policy, in the background, after its reply has been built; the two answers are c
 answer kind's matcher and counted (serve_app/core/audit.py).
 
 An audit never delays, changes or fails the reply it audits: it starts once the reply exists, its
-failures are counted, never raised. Audits are the first load shed: none starts while the large
-model has more than ``max_large_queue`` calls of this replica in flight, and the running ones are
-cancelled when a served request arrives to find it that busy. Their model calls carry the request id
-``audit-<id>`` (so the engines' ids read ``mai-audit-<id>-...``) and their tokens are counted apart
-from served work.
+failures are counted, never raised. Audits are the first load shed: none starts while the large or
+the small model has more than ``max_large_queue`` / ``max_small_queue`` calls of this replica in
+flight (a Full RT audit loads both: the small model reasons, the large one answers), and the running
+ones are cancelled when a served request arrives to find either model that busy. Their model calls
+carry the request id ``audit-<id>`` (so the engines' ids read ``mai-audit-<id>-...``) and their
+tokens are counted apart from served work.
 """
 
 from __future__ import annotations
@@ -64,21 +65,27 @@ class Auditor:
         self,
         cascade: Cascade,
         settings: AuditSettings,
-        large_in_flight: Callable[[], int],
+        in_flight: Callable[[], tuple[int, int]],
         metrics: Any = None,
         *,
         timeout_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ):
-        self.cascade, self.settings, self.large_in_flight = cascade, settings, large_in_flight
+        self.cascade, self.settings, self.in_flight = cascade, settings, in_flight
         self.metrics, self.timeout_s, self.clock = metrics, timeout_s, clock
         self.book = AuditBook(settings.window)
         self.running: set[asyncio.Task] = set()
 
+    def busy(self, margin: int = 0) -> bool:
+        """Whether a model has more than its bound (less ``margin``) of this replica's calls in flight."""
+        small, large = self.in_flight()
+        settings = self.settings
+        return small > settings.max_small_queue - margin or large > settings.max_large_queue - margin
+
     def before_serving(self) -> None:
-        """A served request is about to call the models: cancel the running audits when the large
-        model is already at its bound, so the request never waits behind them."""
-        if self.running and self.large_in_flight() >= self.settings.max_large_queue:
+        """A served request is about to call the models: cancel the running audits when a model is
+        already at its bound, so the request never waits behind them."""
+        if self.running and self.busy(margin=1):
             for task in list(self.running):
                 task.cancel()
 
@@ -90,7 +97,7 @@ class Auditor:
         self.book.record_request(cls, result.route, tokens_of(result))
         if result.route not in EARLY_EXITS or not is_sampled(job.request_id, self.settings):
             return
-        if self.large_in_flight() > self.settings.max_large_queue:
+        if self.busy():
             self._not_run("shed")
             return
         task = asyncio.get_running_loop().create_task(self._audit(job, result, cls))

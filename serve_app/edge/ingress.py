@@ -87,15 +87,11 @@ class MAIIngress:
             selectors["attention"] = attention_selector(
                 attention_scorer(scorer), selection.delta, selection.layer
             )
-        # The large model's calls in flight from this replica: the load audits give way to.
-        self.large_calls = InFlight(
-            LLMServerClient(large, config.large.model_id, logprobs=config.answer_logprobs)
-        )
-        self.cascade = Cascade(
-            LLMServerClient(small, config.small.model_id, logprobs=config.answer_logprobs),
-            self.large_calls,
-            selectors=selectors,
-        )
+        # Each model's calls in flight from this replica: the load audits give way to.
+        logprobs = config.answer_logprobs
+        self.small_calls = InFlight(LLMServerClient(small, config.small.model_id, logprobs=logprobs))
+        self.large_calls = InFlight(LLMServerClient(large, config.large.model_id, logprobs=logprobs))
+        self.cascade = Cascade(self.small_calls, self.large_calls, selectors=selectors)
         # Requests for a model id go to that model's LLMServer unchanged (serve_app/edge/passthrough.py).
         self.model_handles = {config.small.model_id: small, config.large.model_id: large}
         self.metrics = IngressMetrics()
@@ -103,7 +99,7 @@ class MAIIngress:
         self.auditor = Auditor(
             self.cascade,
             audit,
-            lambda: self.large_calls.count,
+            lambda: (self.small_calls.count, self.large_calls.count),
             self.metrics,
             timeout_s=config.request_timeout_s,
         )

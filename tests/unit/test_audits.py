@@ -33,14 +33,14 @@ class Counted:
         self.not_run.append(reason)
 
 
-def setup(small_replies, large_replies, *, rate=1.0, max_large_queue=8, large_delays=None):
-    small = ScriptedVLM(small_replies)
+def setup(small_replies, large_replies, *, rate=1.0, max_large_queue=8, max_small_queue=8, large_delays=None):
+    small = InFlight(ScriptedVLM(small_replies))
     large = InFlight(ScriptedVLM(large_replies, large_delays or {}))
-    cascade = Cascade(small, large)
-    settings = AuditSettings(rate=rate, max_large_queue=max_large_queue)
+    settings = AuditSettings(rate=rate, max_large_queue=max_large_queue, max_small_queue=max_small_queue)
     metrics = Counted()
-    auditor = Auditor(cascade, settings, lambda: large.count, metrics, clock=lambda: 1.0)
-    return cascade, auditor, small, large.client, metrics
+    cascade = Cascade(small, large)
+    auditor = Auditor(cascade, settings, lambda: (small.count, large.count), metrics, clock=lambda: 1.0)
+    return cascade, auditor, small.client, large.client, metrics
 
 
 async def serve(cascade, auditor, *, request_id="r1", task=None, question=QUESTION):
@@ -104,9 +104,12 @@ async def test_other_policies_are_not_counted():
     assert auditor.book.classes == {} and not auditor.running
 
 
-async def test_no_audit_starts_while_the_large_model_is_past_its_bound():
-    cascade, auditor, small, large, metrics = setup({S: "[[yes]]"}, {S: "[[yes]]"}, max_large_queue=0)
-    auditor.large_in_flight = lambda: 1
+@pytest.mark.parametrize(
+    ("busy", "bounds"), [((0, 1), {"max_large_queue": 0}), ((1, 0), {"max_small_queue": 0})]
+)
+async def test_no_audit_starts_while_either_model_is_past_its_bound(busy, bounds):
+    cascade, auditor, small, large, metrics = setup({S: "[[yes]]"}, {S: "[[yes]]"}, **bounds)
+    auditor.in_flight = lambda: busy
     await serve(cascade, auditor)
     assert not auditor.running and metrics.not_run == ["shed"]
     assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"shed": 1}
@@ -184,7 +187,7 @@ def test_the_stats_endpoint_answers_the_schema_behind_the_api_key():
         ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, keys, {}
         ingress.metrics = RecordedErrors()
         ingress.cascade = Cascade(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}))
-        ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: 0)
+        ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: (0, 0))
         ingress.stats_holder, ingress._reporter = None, None
         return TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False)
 

@@ -51,7 +51,7 @@ def api_with(small, large) -> tuple[TestClient, RecordedErrors]:
     ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, (), {}
     ingress.metrics = RecordedErrors()
     ingress.cascade = Cascade(small, large)
-    ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: 0)
+    ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: (0, 0))
     ingress.stats_holder, ingress._reporter = None, None
     return TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False), ingress.metrics
 
