@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import re
@@ -38,6 +37,7 @@ import yaml
 from harness.jsonl import write_jsonl
 from harness.paths import DATASETS, RESULTS, ROOT
 from harness.provenance import git_commit
+from serve_app.core.audit import wilson_interval
 
 COMMAND = "python -m evaluation.lmms_eval_bench"
 LMMS_VENV = ROOT / ".venv-lmms"
@@ -61,16 +61,6 @@ METRIC = {
     "easyvqa_mmbench": "exact_letter",
     "easyvqa_shape": "exact_match",
 }
-
-
-def wilson(correct: int, total: int, z: float = 1.959964) -> list[float]:
-    """The 95 % Wilson score interval of a proportion."""
-    if total == 0:
-        return [0.0, 1.0]
-    p = correct / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
 # ---------------------------------------------------------------- the datasets
@@ -146,25 +136,49 @@ def pope_yaml(task: str, parquet: Path, *, bare: bool) -> str:
     return text
 
 
+def own_task_yaml(
+    task: str,
+    parquet: Path,
+    *,
+    prompt: str,
+    process_results: str,
+    metric: str,
+    target: str,
+    settings: dict[str, Any],
+) -> str:
+    """A task on ``parquet`` with lmms-eval's ``prompt`` builders (``utils.<prompt>_doc_to_visual``,
+    ``_doc_to_text``), its ``settings`` (generation and prompt kwargs) and our scoring
+    (``utils.<process_results>``, reported as ``metric``)."""
+    fields = {
+        "task": task,
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_target": target,
+        **settings,
+        "metric_list": [{"metric": metric, "aggregation": "mean", "higher_is_better": True}],
+    }
+    return (
+        _data(parquet)
+        + f"doc_to_visual: !function utils.{prompt}_doc_to_visual\n"
+        + f"doc_to_text: !function utils.{prompt}_doc_to_text\n"
+        + f"process_results: !function utils.{process_results}\n"
+        + yaml.safe_dump(fields, sort_keys=False)
+    )
+
+
 def mmbench_yaml(task: str, parquet: Path) -> str:
     """MMBench's prompt (its doc_to_text, its lmms_eval_specific_kwargs and generation settings from
     the installed YAML files), the exact letter as the metric."""
     template = _without_functions(lmms_task_file("mmbench/_default_template_mmbench_en_yaml"))
-    settings = {
-        "task": task,
-        "test_split": "test",
-        "output_type": "generate_until",
-        "doc_to_target": "answer",
-        "generation_kwargs": template["generation_kwargs"],
-        "lmms_eval_specific_kwargs": template["lmms_eval_specific_kwargs"],
-        "metric_list": [{"metric": "exact_letter", "aggregation": "mean", "higher_is_better": True}],
-    }
-    return (
-        _data(parquet)
-        + "doc_to_visual: !function utils.mmbench_doc_to_visual\n"
-        + "doc_to_text: !function utils.mmbench_doc_to_text\n"
-        + "process_results: !function utils.letter_process_results\n"
-        + yaml.safe_dump(settings, sort_keys=False)
+    settings = {key: template[key] for key in ("generation_kwargs", "lmms_eval_specific_kwargs")}
+    return own_task_yaml(
+        task,
+        parquet,
+        prompt="mmbench",
+        process_results="letter_process_results",
+        metric="exact_letter",
+        target="answer",
+        settings=settings,
     )
 
 
@@ -173,20 +187,17 @@ def shape_yaml(task: str, parquet: Path) -> str:
     target, exact match as the metric."""
     pope = _without_functions(lmms_task_file("pope/pope.yaml"))
     settings = {
-        "task": task,
-        "test_split": "test",
-        "output_type": "generate_until",
-        "doc_to_target": "shape",
         "generation_kwargs": pope["generation_kwargs"],
         "lmms_eval_specific_kwargs": {"default": pope["lmms_eval_specific_kwargs"]["default"]},
-        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}],
     }
-    return (
-        _data(parquet)
-        + "doc_to_visual: !function utils.pope_doc_to_visual\n"
-        + "doc_to_text: !function utils.pope_doc_to_text\n"
-        + "process_results: !function utils.shape_process_results\n"
-        + yaml.safe_dump(settings, sort_keys=False)
+    return own_task_yaml(
+        task,
+        parquet,
+        prompt="pope",
+        process_results="shape_process_results",
+        metric="exact_match",
+        target="shape",
+        settings=settings,
     )
 
 
@@ -268,7 +279,7 @@ def score(
         "questions": len(rows),
         "correct": correct,
         "accuracy": round(correct / len(rows), 4) if rows else None,
-        "ci95": wilson(correct, len(rows)),
+        "ci95": [round(bound, 4) for bound in wilson_interval(correct, len(rows))],
         "in_format": round(sum(IN_FORMAT[task](row["reply"]) for row in rows) / len(rows), 4)
         if rows
         else None,
