@@ -18,8 +18,10 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -71,28 +73,42 @@ def _run(url: str, args: dict[str, Any], payloads: list[dict], concurrency: int,
     return summarize(outcomes, wall_s) | counts
 
 
-def bench_cost(url: str, repetitions: int, requests: int) -> dict[str, Any]:
-    records = list(easy_vqa_records("test", requests))
-    payloads = bodies(records, requests)
-    runs: dict[str, list[dict[str, Any]]] = {"0": [], "0.1": []}
+def _interleaved(
+    url: str,
+    rates: tuple[str, str],
+    args_of: Callable[[float], dict[str, Any]],
+    payloads: list[dict],
+    concurrency: int,
+    repetitions: int,
+    name: str,
+) -> dict[str, Any]:
+    """Audits off and on (``rates``), alternating, ``repetitions`` runs each; ``args_of(rate)`` is the
+    application's arguments at a rate."""
+    runs: dict[str, list[dict[str, Any]]] = {rate: [] for rate in rates}
     for repetition in range(repetitions):
-        for rate in runs:
-            args = config_args(
-                "mai-cpu.yaml", {"cascade": {"audit": {"rate": float(rate), "report_interval_s": 1.0}}}
-            )
-            result = _run(url, args, payloads, 8, f"cost{repetition}-{rate}-")
+        for rate in rates:
+            result = _run(url, args_of(float(rate)), payloads, concurrency, f"{name}{repetition}-{rate}-")
             runs[rate].append(result)
             print(
-                f"  rate {rate}, repetition {repetition}: p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
-                f"audits {_counts_text(result)}",
+                f"  rate {rate}, repetition {repetition}: errors {result['errors']}, "
+                f"p50 {result['p50_s']} s, p99 {result['p99_s']} s, audits {_counts_text(result)}",
                 file=sys.stderr,
             )
     return {
-        "concurrency": 8,
-        "requests_per_run": requests,
+        "concurrency": concurrency,
+        "requests_per_run": len(payloads),
         "runs": runs,
-        "summary": _compare(runs, "0", "0.1"),
+        "summary": _compare(runs, *rates),
     }
+
+
+def bench_cost(url: str, repetitions: int, requests: int) -> dict[str, Any]:
+    payloads = bodies(list(easy_vqa_records("test", requests)), requests)
+
+    def args_of(rate: float) -> dict[str, Any]:
+        return config_args("mai-cpu.yaml", {"cascade": {"audit": {"rate": rate, "report_interval_s": 1.0}}})
+
+    return _interleaved(url, ("0", "0.1"), args_of, payloads, 8, repetitions, "cost")
 
 
 def bench_shed(url: str, repetitions: int, requests: int) -> dict[str, Any]:
@@ -100,31 +116,11 @@ def bench_shed(url: str, repetitions: int, requests: int) -> dict[str, Any]:
     from harness.jsonl import read_jsonl
 
     records = [record for path in ensure_datasets().values() for record in read_jsonl(path)]
-    payloads = bodies(records, requests)
-    runs: dict[str, list[dict[str, Any]]] = {"0": [], "0.5": []}
-    for repetition in range(repetitions):
-        for rate in runs:
-            audit = {"rate": float(rate), "report_interval_s": 1.0}
-            args = emulated_args("chartqa", 1.0, cascade={"audit": audit})
-            result = _run(url, args, payloads, 256, f"shed{repetition}-{rate}-")
-            runs[rate].append(result)
-            print(
-                f"  rate {rate}, repetition {repetition}: errors {result['errors']}, "
-                f"p99 {result['p99_s']} s, audits {_counts_text(result)}",
-                file=sys.stderr,
-            )
-    return {
-        "concurrency": 256,
-        "requests_per_run": requests,
-        "runs": runs,
-        "summary": _compare(runs, "0", "0.5"),
-    }
 
+    def args_of(rate: float) -> dict[str, Any]:
+        return emulated_args("chartqa", 1.0, cascade={"audit": {"rate": rate, "report_interval_s": 1.0}})
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return _interleaved(url, ("0", "0.5"), args_of, bodies(records, requests), 256, repetitions, "shed")
 
 
 def _compare(runs: dict[str, list[dict[str, Any]]], off: str, on: str) -> dict[str, Any]:
@@ -133,7 +129,7 @@ def _compare(runs: dict[str, list[dict[str, Any]]], off: str, on: str) -> dict[s
     for rate, results in runs.items():
         summary[rate] = {
             metric: {
-                "median": round(_median([r[metric] for r in results]), 4),
+                "median": round(statistics.median(r[metric] for r in results), 4),
                 "min": min(r[metric] for r in results),
                 "max": max(r[metric] for r in results),
             }
