@@ -27,6 +27,7 @@ import httpx
 
 from harness.paths import RESULTS
 from harness.provenance import git_commit
+from serve_app.core.audit import EARLY_EXITS
 
 COMMAND = "python -m evaluation.audit_truth"
 OUT = RESULTS / "audit" / "audit-truth.json"
@@ -34,7 +35,6 @@ RULES: dict[str, dict[str, Any]] = {
     "paper": {"min_confidence": 0.0, "confident_large": None},  # the paper's rule
     "calibrated": {},  # the config's calibrated thresholds
 }
-EARLY_EXITS = ("agree_short", "confident_large", "agree_reasoned")
 
 
 async def answers(url: str, records: Sequence[Mapping[str, Any]], body_of, concurrency: int) -> list[dict]:

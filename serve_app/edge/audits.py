@@ -26,6 +26,7 @@ from ..core.contracts import Completion, EngineCall, EngineError, VLMClient
 from ..core.options import GREEDY, Decoding, Policy
 from ..core.trace import CascadeResult
 from .jobs import Job
+from .responses import usage_of
 
 logger = logging.getLogger("ray.serve")
 
@@ -48,14 +49,9 @@ class InFlight:
         finally:
             self.count -= 1
 
-    def __getattr__(self, name: str) -> Any:  # the client's other methods, unchanged
-        return getattr(self.client, name)
-
 
 def tokens_of(result: CascadeResult) -> int:
-    return sum(
-        model["prompt_tokens"] + model["completion_tokens"] for model in result.trace.tokens().values()
-    )
+    return usage_of(result)["total_tokens"]
 
 
 class Auditor:

@@ -80,11 +80,12 @@ def describe_validation_error(exc: Any) -> tuple[str, str | None]:
 RETRY_AFTER_S = 5  # what a 503 asks a client to wait before it retries
 
 
-def unavailable(message: str) -> RequestError:
-    """A 503 "retry later" for a model that failed or is overloaded, with the one ``Retry-After``."""
+def unavailable(message: str, code: str = "model_unavailable") -> RequestError:
+    """A 503 "retry later" for a model (or the statistics holder) that failed or is overloaded, with
+    the one ``Retry-After``."""
     return RequestError(
         f"{message}; retry later",
-        code="model_unavailable",
+        code=code,
         status=503,
         headers={"Retry-After": str(RETRY_AFTER_S)},
     )

@@ -24,7 +24,7 @@ from ..core.transfer_selectors import attention_selector, budget_selector
 from ..engines.client import LLMServerClient, attention_scorer
 from ..engines.failures import transport_errors
 from .audits import Auditor, InFlight
-from .errors import RETRY_AFTER_S, RequestError, install_error_handlers
+from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
@@ -152,11 +152,8 @@ class MAIIngress:
             await self._report()
             return await self.stats_holder.snapshot.remote()
         except transport_errors() as exc:  # the holder is being replaced; the replicas report again
-            raise RequestError(
-                f"the statistics holder is restarting ({type(exc).__name__}); retry later",
-                code="stats_unavailable",
-                status=503,
-                headers={"Retry-After": str(RETRY_AFTER_S)},
+            raise unavailable(
+                f"the statistics holder is restarting ({type(exc).__name__})", code="stats_unavailable"
             ) from None
 
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):

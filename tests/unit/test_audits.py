@@ -204,3 +204,61 @@ def test_the_stats_endpoint_answers_the_schema_behind_the_api_key():
     assert keyed.get("/v1/mai/stats").status_code == 401
     assert keyed.get("/v1/mai/stats", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert keyed.get("/v1/mai/stats", headers={"Authorization": "Bearer k1"}).status_code == 200
+
+
+class _Remote:
+    """A deployment method as a handle shows it: ``.remote(...)`` returns something to await."""
+
+    def __init__(self, method):
+        self.method = method
+
+    def remote(self, *args):
+        async def call():
+            return self.method(*args)
+
+        return call()
+
+
+def _handle(report, snapshot):
+    return type("Holder", (), {"report": _Remote(report), "snapshot": _Remote(snapshot)})
+
+
+def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts():
+
+    from fastapi.testclient import TestClient
+    from ray.exceptions import ActorDiedError
+
+    from serve_app.edge.ingress import build_api
+
+    from ..images import chat_body
+    from .test_http_errors import CONFIG, RecordedErrors, Replica
+
+    holder = AuditStats(CONFIG.cascade.audit)
+    ingress = object.__new__(Replica)
+    ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, (), {}
+    ingress.metrics = RecordedErrors()
+    ingress.cascade = Cascade(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}))
+    ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: (0, 0))
+    ingress.replica, ingress._reporter = "replica-a", None
+    ingress.stats_holder = type(
+        "Holder", (), {"report": _Remote(holder.report), "snapshot": _Remote(holder.snapshot)}
+    )
+    holder.report("replica-gone", ingress.auditor.book.state() | {"served_tokens": 7})  # a replica that died
+    client = TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False)
+    assert client.post("/v1/chat/completions", json=chat_body()).status_code == 200
+    body = client.get("/v1/mai/stats").json()
+    assert body["classes"]["yes_no"]["requests"] == 1 and set(holder.states) == {"replica-gone", "replica-a"}
+
+    def restarting(*args):
+        raise ActorDiedError()
+
+    ingress.stats_holder = type(
+        "Holder", (), {"report": _Remote(restarting), "snapshot": _Remote(restarting)}
+    )
+    reply = client.get("/v1/mai/stats")
+    assert reply.status_code == 503 and reply.headers["retry-after"] == "5"
+    assert reply.json()["error"]["code"] == "stats_unavailable"
+    assert (
+        "the statistics holder is restarting (ActorDiedError); retry later"
+        in reply.json()["error"]["message"]
+    )
