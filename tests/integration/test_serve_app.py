@@ -27,6 +27,14 @@ CONFIG = {
 }
 
 
+def run_app(config: AppConfig, name: str, route_prefix: str) -> dict:
+    """The ingress of ``config`` over two scripted engines as the app ``name``; the engines' handles."""
+    small = ScriptedLLMServer.options(name="small:fake").bind("small")
+    large = ScriptedLLMServer.options(name="large:fake").bind("large")
+    serve.run(build_ingress(config, small, large), name=name, route_prefix=route_prefix)
+    return {role: deployment_handle(f"{role}:fake", name=name) for role in ("small", "large")}
+
+
 @pytest.fixture(scope="module")
 def server():
     port, metrics_port = free_port(), free_port()
@@ -41,10 +49,7 @@ def server():
     )
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     config = AppConfig.model_validate(CONFIG)
-    small = ScriptedLLMServer.options(name="small:fake").bind("small")
-    large = ScriptedLLMServer.options(name="large:fake").bind("large")
-    serve.run(build_ingress(config, small, large), name="mai", route_prefix="/")
-    handles = {role: deployment_handle(f"{role}:fake") for role in ("small", "large")}
+    handles = run_app(config, "mai", "/")
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         yield client, handles, f"http://127.0.0.1:{metrics_port}/metrics"
     serve.shutdown()
@@ -478,9 +483,7 @@ def secure(server, tmp_path_factory):
             },
         }
     )
-    small = ScriptedLLMServer.options(name="small:fake").bind("small")
-    large = ScriptedLLMServer.options(name="large:fake").bind("large")
-    serve.run(build_ingress(config, small, large), name="secure", route_prefix="/secure")
+    run_app(config, "secure", "/secure")
     yield client
     serve.delete("secure")
 
@@ -574,9 +577,7 @@ def hurried(server):
             "request_timeout_s": 1.0,
         }
     )
-    small = ScriptedLLMServer.options(name="small:fake").bind("small")
-    large = ScriptedLLMServer.options(name="large:fake").bind("large")
-    serve.run(build_ingress(config, small, large), name="hurried", route_prefix="/hurried")
+    run_app(config, "hurried", "/hurried")
     yield client
     serve.delete("hurried")
 
@@ -782,10 +783,7 @@ def audited(server):
             "ingress": {"autoscaling": {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 8}},
         }
     )
-    small = ScriptedLLMServer.options(name="small:fake").bind("small")
-    large = ScriptedLLMServer.options(name="large:fake").bind("large")
-    serve.run(build_ingress(config, small, large), name="audited", route_prefix="/audited")
-    handles = {role: deployment_handle(f"{role}:fake", name="audited") for role in ("small", "large")}
+    handles = run_app(config, "audited", "/audited")
     yield client, handles
     serve.delete("audited")
 
