@@ -26,7 +26,7 @@ def build_ingress(
     """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
     for sparse reasoning transfer, the attention scorer."""
     ingress = config.ingress
-    stats = AuditStatsHolder.bind(config.cascade.audit)  # type: ignore[attr-defined]  # a Deployment
+    stats = AuditStatsHolder.bind(config.cascade.audit, config.cascade.adaptive)  # type: ignore[attr-defined]  # a Deployment
     return MAIIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         autoscaling_config=ingress.autoscaling.to_serve(),
         max_ongoing_requests=ingress.max_ongoing_requests,

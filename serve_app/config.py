@@ -13,6 +13,7 @@ from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, S
 
 from .core.audit import AuditSettings
 from .core.options import CascadeOptions
+from .core.plan_choice import AdaptiveSettings
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
 
 
@@ -94,13 +95,30 @@ class TransferSelection(Strict):
 
 class CascadeConfig(CascadeOptions):
     """The server's cascade defaults (a request may override some, ``CascadeOptions``), and what only
-    the server sets: audits of early-exit answers (serve_app/core/audit.py; 0 = off)."""
+    the server sets: audits of early-exit answers (serve_app/core/audit.py; 0 = off) and the choice of
+    plan per question class (serve_app/core/plan_choice.py; off by default)."""
 
     audit: AuditSettings = AuditSettings()
+    adaptive: AdaptiveSettings = AdaptiveSettings()
+
+    @model_validator(mode="after")
+    def _one_place_for_the_plan(self) -> CascadeConfig:
+        if self.plan is not None:
+            raise ValueError(
+                "cascade.plan is a request option; the server's plan is cascade.adaptive.default "
+                "(with cascade.adaptive.mode: off, every request runs it)"
+            )
+        if self.eager_reasoning and self.adaptive.mode != "off":
+            raise ValueError(
+                "cascade.eager_reasoning is for cascade.adaptive.mode: off; with the controller on, "
+                "list eager in cascade.adaptive.plans (or make it cascade.adaptive.default)"
+            )
+        return self
 
     def request_defaults(self) -> dict[str, Any]:
-        """The defaults a request's options start from."""
-        return self.model_dump(exclude={"audit"})
+        """The defaults a request's options start from; its plan is the ingress's to set, unless the
+        request forces one."""
+        return self.model_dump(exclude={"audit", "adaptive"})
 
 
 class AppConfig(Strict):

@@ -77,7 +77,8 @@ class _Class:
     audited: int = 0
     disagreed: int = 0
     by_route: dict[str, list[int]] = field(default_factory=dict)  # route -> [audited, disagreed]
-    recent: deque = field(default_factory=deque)  # the last ``window`` audits: (at, disagreed)
+    recent: deque = field(default_factory=deque)  # the last ``window`` audits: (at, disagreed, route)
+    plans: Counter = field(default_factory=Counter)  # the cascade plans its requests ran
 
 
 class AuditBook:
@@ -96,10 +97,12 @@ class AuditBook:
         self.audit_tokens = 0
         self.not_run: Counter = Counter()  # reason -> audits sampled but not run to the end
 
-    def record_request(self, cls: str, route: str, tokens: int) -> None:
+    def record_request(self, cls: str, route: str, tokens: int, plan: str | None = None) -> None:
         entry = self._class(cls)
         entry.requests += 1
         entry.routes[route] += 1
+        if plan is not None:
+            entry.plans[plan] += 1
         self.served_tokens += tokens
 
     def record_audit(self, cls: str, route: str, disagreed: bool, tokens: int, at: float) -> None:
@@ -109,7 +112,7 @@ class AuditBook:
         counts = entry.by_route.setdefault(route, [0, 0])
         counts[0] += 1
         counts[1] += disagreed
-        entry.recent.append((at, disagreed))
+        entry.recent.append((at, disagreed, route))
         self.audit_tokens += tokens
 
     def record_not_run(self, reason: str, tokens: int = 0) -> None:
@@ -130,6 +133,7 @@ class AuditBook:
                 cls: {
                     "requests": entry.requests,
                     "routes": dict(entry.routes),
+                    "plans": dict(entry.plans),
                     "audited": entry.audited,
                     "disagreed": entry.disagreed,
                     "by_route": {route: list(counts) for route, counts in entry.by_route.items()},
@@ -147,19 +151,20 @@ class AuditBook:
         """One book from several replicas' states: counts summed, each class's window the latest
         ``window`` audits of all replicas by time."""
         book = cls(window)
-        recent: dict[str, list[tuple[float, bool]]] = {}
+        recent: dict[str, list[tuple[float, bool, str]]] = {}
         for state in states:
             for name, entry in state["classes"].items():
                 merged = book._class(name)
                 merged.requests += entry["requests"]
                 merged.routes.update(entry["routes"])
+                merged.plans.update(entry.get("plans", {}))
                 merged.audited += entry["audited"]
                 merged.disagreed += entry["disagreed"]
                 for route, (audited, disagreed) in entry["by_route"].items():
                     counts = merged.by_route.setdefault(route, [0, 0])
                     counts[0] += audited
                     counts[1] += disagreed
-                recent.setdefault(name, []).extend((at, bool(d)) for at, d in entry["recent"])
+                recent.setdefault(name, []).extend((at, bool(d), route) for at, d, route in entry["recent"])
             book.served_tokens += state["served_tokens"]
             book.audit_tokens += state["audit_tokens"]
             book.not_run.update(state["not_run"])
@@ -167,16 +172,28 @@ class AuditBook:
             book.classes[name].recent.extend(sorted(outcomes, key=lambda item: item[0]))
         return book
 
+    def exit_bounds(self, cls: str) -> dict[str, float]:
+        """Per early-exit route of ``cls``: the 95 % upper bound of its audits' disagreement over the
+        class's window (a route with no audit in the window is absent)."""
+        entry = self.classes.get(cls)
+        counts: dict[str, list[int]] = {}
+        for _, disagreed, route in entry.recent if entry is not None else ():
+            pair = counts.setdefault(route, [0, 0])
+            pair[0] += 1
+            pair[1] += disagreed
+        return {route: wilson_interval(d, n)[1] for route, (n, d) in counts.items()}
+
     def snapshot(self, settings: AuditSettings) -> dict[str, Any]:
         """The ``GET /v1/mai/stats`` body."""
         classes = {}
         for cls, entry in sorted(self.classes.items()):
             recent = len(entry.recent)
-            disagreed_recent = sum(disagreed for _, disagreed in entry.recent)
+            disagreed_recent = sum(disagreed for _, disagreed, _ in entry.recent)
             upper = wilson_interval(disagreed_recent, recent)[1]
             classes[cls] = {
                 "requests": entry.requests,
                 "routes": dict(sorted(entry.routes.items())),
+                "plans": dict(sorted(entry.plans.items())),
                 "audit": {
                     "audited": entry.audited,
                     "disagreed": entry.disagreed,

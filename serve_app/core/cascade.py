@@ -12,6 +12,12 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
 4. Otherwise the large model answers once more with the small model's reasoning in its prompt
    (``transfer``): prefill instead of decode.
 
+That order is the ``sequential`` plan. A request may run another of MAI's plans (``plans.py``,
+``options.plan``): ``eager`` starts step 3 with step 1 and cancels it when step 1 settles the question
+(the same answers); ``reason-first`` skips the small short answer, running the large short answer and
+the small model's reasoning together, then steps 3-4 (``_reason_first``); ``transfer`` is the paper's
+Full RT (``_full_transfer``).
+
 A model that fails or times out (the clients' declared ``EngineError`` family, or a stage's timeout)
 degrades the route, or fails the request with ``ModelUnavailableError`` when the answer depends on
 it; a model that refuses the request's content (``InputRejectedError``: its processor, its context
@@ -51,6 +57,7 @@ from .contracts import (
 )
 from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
+from .plans import Plan
 from .prompts import PromptKind, build_messages
 from .trace import LARGE, SMALL, AgreementCheck, CascadeResult, Route, StageRecord, Trace, TransferRecord
 from .transfer_selectors import DEFAULT_SELECTORS, check_transfer_selector, count_words
@@ -103,8 +110,10 @@ class _Run:
     def __init__(self, cascade: Cascade, question: Question, options: CascadeOptions, request_id: str):
         self.cascade, self.question, self.options, self.request_id = cascade, question, options, request_id
         self.kind: str = question.kind or "text"
+        self.plan = options.resolved_plan()
         self.trace = Trace(
             policy=options.policy.value,
+            plan=self.plan.value if options.policy is Policy.CASCADE else None,
             kind=self.kind,
             format_instruction=question.instruction,
             choices_from_text=list(question.choices_from_text),
@@ -115,8 +124,14 @@ class _Run:
 
     async def execute(self) -> CascadeResult:
         started = time.monotonic()
+        plans = {
+            Plan.SEQUENTIAL: self._cascade,
+            Plan.EAGER: self._cascade,
+            Plan.REASON_FIRST: self._reason_first,
+            Plan.TRANSFER: self._full_transfer,
+        }
         policies = {
-            Policy.CASCADE: self._cascade,
+            Policy.CASCADE: plans[self.plan],
             Policy.SMALL: lambda: self._single(SMALL, self._short(SMALL)),
             Policy.LARGE: lambda: self._single(LARGE, self._short(LARGE)),
             Policy.SMALL_EXPLAIN: lambda: self._single(SMALL, self._explain(SMALL)),
@@ -134,7 +149,7 @@ class _Run:
     # -- policies ---------------------------------------------------------------------------
 
     async def _cascade(self) -> CascadeResult:
-        eager = self._spawn(self._reason(SMALL)) if self.options.eager_reasoning else None
+        eager = self._spawn(self._reason(SMALL)) if self.plan is Plan.EAGER else None
         # Spawned, so that when one stage finds the input refused the other is cancelled with it.
         small_short, large_short = await asyncio.gather(
             self._spawn(self._short(SMALL)), self._spawn(self._short(LARGE))
@@ -149,6 +164,24 @@ class _Run:
             return self._finish(Route.CONFIDENT_LARGE, large_short)
 
         reasoned = await (eager if eager is not None else self._reason(SMALL))
+        if reasoned is None:
+            return self._finish(Route.DEGRADED_NO_REASONING, large_short)
+        if self._verified("reasoned", reasoned.answer_stage, large_short):
+            return self._finish(Route.AGREE_REASONED, large_short)
+
+        transfer = await self._transfer(reasoned.reasoning.output)
+        if not transfer.ok:
+            return self._finish(Route.DEGRADED_NO_TRANSFER, large_short)
+        return self._finish(Route.TRANSFER, transfer)
+
+    async def _reason_first(self) -> CascadeResult:
+        large_short, reasoned = await asyncio.gather(
+            self._spawn(self._short(LARGE)), self._spawn(self._reason(SMALL))
+        )
+        if not large_short.ok:
+            return self._large_failed(
+                large_short, fallback=reasoned.answer_stage if reasoned else large_short
+            )
         if reasoned is None:
             return self._finish(Route.DEGRADED_NO_REASONING, large_short)
         if self._verified("reasoned", reasoned.answer_stage, large_short):

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .plans import Plan
 from .prompts import TransferForm
 
 
@@ -70,6 +71,10 @@ class CascadeOptions(BaseModel):
     stage2_answer: Literal["inline", "two_stage"] | None = None
     # Start the small model's reasoning together with stage 1; cancel it when stage 1 agrees.
     eager_reasoning: bool = False
+    # The order of the cascade's stages (serve_app/core/plans.py). None: ``eager`` when
+    # ``eager_reasoning``, else the paper's ``sequential``. The ingress's controller sets it per request
+    # under ``cascade.adaptive``; a request may force it.
+    plan: Plan | None = None
     # Reasoning-transfer prompt; None: the paper's choice per answer kind.
     transfer_form: TransferForm | None = None
     transfer_selector: str = "full"
@@ -86,6 +91,11 @@ class CascadeOptions(BaseModel):
     # A stage-1 disagreement is settled by the large model's short answer, without reasoning, when
     # that answer is at least this confident (route confident_large). None: off, the paper's rule.
     confident_large: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+
+    def resolved_plan(self) -> Plan:
+        if self.plan is not None:
+            return self.plan
+        return Plan.EAGER if self.eager_reasoning else Plan.SEQUENTIAL
 
     def resolved_stage2_answer(self) -> str:
         if self.stage2_answer is not None:

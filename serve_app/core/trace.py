@@ -81,6 +81,10 @@ class Trace:
     # question went to the models as sent) and the options written in it ([] when none).
     format_instruction: Instruction | None = None
     choices_from_text: list[str] = field(default_factory=list)
+    # The cascade's plan (serve_app/core/plans.py) and why it ran (the adaptive controller's reason);
+    # None for a policy that is not the cascade.
+    plan: str | None = None
+    plan_reason: str | None = None
     route: str | None = None
     answer_parsed: bool = False
     latency_s: float = 0.0

@@ -90,7 +90,7 @@ class Auditor:
         if job.options.policy is not Policy.CASCADE:
             return
         cls = class_of(result.trace.kind, job.task)
-        self.book.record_request(cls, result.route, tokens_of(result))
+        self.book.record_request(cls, result.route, tokens_of(result), result.trace.plan)
         if result.route not in EARLY_EXITS or not is_sampled(job.request_id, self.settings):
             return
         if self.busy():

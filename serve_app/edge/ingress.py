@@ -18,17 +18,20 @@ from fastapi import FastAPI, Request
 from ray import serve
 
 from ..config import AppConfig, Security
+from ..core.audit import class_of
 from ..core.cascade import Cascade
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
 from ..engines.client import LLMServerClient, attention_scorer
 from ..engines.failures import transport_errors
+from .audit_stats import stats_body
 from .audits import Auditor, InFlight
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
 from .passthrough import chat_request, check_has_text, checked_images, forward
+from .plan_controller import PlanController
 from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, models_list
@@ -106,6 +109,10 @@ class MAIIngress:
         # The statistics' one view across replicas (serve_app/edge/audit_stats.py), and this replica's
         # name there.
         self.stats_holder, self.replica = stats, uuid.uuid4().hex
+        # Each cascade request's plan, learnt per question class (serve_app/edge/plan_controller.py).
+        self.plans = PlanController(
+            config.cascade.adaptive, audit, self.auditor.book, shared=stats is not None
+        )
         self._reporter: asyncio.Task | None = None
         self.api_keys = load_api_keys(config.security)
         logger.info(
@@ -146,12 +153,14 @@ class MAIIngress:
     async def stats(self, request: Request):
         """The audit statistics of every replica, merged (docs/api.md, "Audits")."""
         check_api_key(request.headers, self.api_keys)
+        cascade = self.config.cascade
         if self.stats_holder is None:
-            return self.auditor.book.snapshot(self.config.cascade.audit)
+            return stats_body(self.auditor.book, self.plans.book, cascade.audit, cascade.adaptive)
         try:
             await self._report()
             return await self.stats_holder.snapshot.remote()
         except transport_errors() as exc:  # the holder is being replaced; the replicas report again
+            self.plans.holder_failed(type(exc).__name__)
             raise unavailable(
                 f"the statistics holder is restarting ({type(exc).__name__})", code="stats_unavailable"
             ) from None
@@ -159,8 +168,14 @@ class MAIIngress:
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
         self._start_reporting()
         self.auditor.before_serving()
+        cls = class_of(job.question.kind or "text", job.task)
+        job, plan_reason = self.plans.plan(job, cls)
         result = await self._run(job)
+        result.trace.plan_reason = plan_reason
+        self.plans.observed(cls, result)
         self.metrics.record(job.options.policy.value, result)
+        if result.trace.plan is not None:
+            self.metrics.record_plan(cls, result.trace.plan)
         response = reply(job, result)
         self.auditor.served(job, result)  # the reply exists: an audit can neither delay nor change it
         return response
@@ -175,13 +190,17 @@ class MAIIngress:
             await asyncio.sleep(interval)
             try:
                 await self._report()
-            except transport_errors():  # the holder restarting: the next report carries everything again
+            except transport_errors() as exc:  # the holder restarting: the next report carries everything
+                self.plans.holder_failed(type(exc).__name__)
                 logger.warning("MAI audit statistics not reported; retrying in %s s", interval, exc_info=True)
             except Exception:  # a bug: logged with its traceback; the loop, and serving, go on
                 logger.exception("MAI audit statistics report failed")
 
     async def _report(self) -> None:
-        await self.stats_holder.report.remote(self.replica, self.auditor.book.state())
+        view = await self.stats_holder.report.remote(
+            self.replica, self.auditor.book.state(), self.plans.state()
+        )
+        self.plans.update(view)
 
     async def _passthrough(self, decision: Passthrough):
         """The request to the model it names, unchanged, after the same image checks as the cascade's.

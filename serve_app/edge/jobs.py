@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from ..config import AppConfig, Limits
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
+from ..core.plans import Plan
 from ..core.question_parsing import QuestionFormatError, parse_question
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
@@ -128,6 +129,16 @@ def _options(
         update["decoding"] = config.cascade.decoding.model_dump() | decoding
     if overrides is not None:
         update |= overrides.model_dump(exclude_none=True)
+        if overrides.plan is not None and policy is not Policy.CASCADE:
+            raise RequestError(
+                f"options.plan orders the stages of the cascade (model mai); policy {policy.value!r} "
+                "has none to order",
+                param="options.plan",
+                code="unsupported_parameter",
+            )
+        if overrides.plan is None and overrides.eager_reasoning is not None:
+            # The request chose the stages' order itself: the plan it names, forced.
+            update["plan"] = Plan.EAGER if overrides.eager_reasoning else Plan.SEQUENTIAL
         if "confident_large" in overrides.model_fields_set and overrides.confident_large is None:
             update["confident_large"] = None  # an explicit null turns the server's default off
     if max_tokens is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.trace import CascadeResult, Route
+from ..core.trace import CascadeResult
 
 # Seconds; requests run from tens of milliseconds (agreeing short answers) to minutes (long reasoning).
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
@@ -58,6 +58,11 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Audits sampled but not run to the end: shed, cancelled, failed or error",
         ("reason",),
     ),
+    "mai_plans": (
+        "counter",
+        "Cascade requests by question class and the plan they ran (cascade.adaptive)",
+        ("class", "plan"),
+    ),
     "mai_request_errors": (
         "counter",
         "Requests answered with an error, by HTTP status and error code",
@@ -97,20 +102,10 @@ def measure(policy: str, result: CascadeResult) -> Measurements:
                         tokens,
                     )
                 )
-    if policy == "cascade":
-        short_agreed: dict[str, str] = {
-            Route.AGREE_SHORT: "true",
-            Route.CONFIDENT_LARGE: "false",
-            Route.AGREE_REASONED: "false",
-            Route.TRANSFER: "false",
-        }
-        short = short_agreed.get(route)
-        if short is not None:
-            out.counters.append(("mai_verifications", {"stage": "short", "agreed": short}, 1))
-        reasoned_agreed: dict[str, str] = {Route.AGREE_REASONED: "true", Route.TRANSFER: "false"}
-        reasoned = reasoned_agreed.get(route)
-        if reasoned is not None:
-            out.counters.append(("mai_verifications", {"stage": "reasoned", "agreed": reasoned}, 1))
+    for check in trace.checks:  # the verifications the request's plan ran
+        if check.stage in ("short", "reasoned"):
+            agreed = "true" if check.accepted else "false"
+            out.counters.append(("mai_verifications", {"stage": check.stage, "agreed": agreed}, 1))
     if route.startswith("degraded_"):
         out.counters.append(("mai_degraded_answers", {"route": route}, 1))
     return out
@@ -155,6 +150,9 @@ class IngressMetrics:
 
     def record_audit_not_run(self, reason: str) -> None:
         self._metrics["mai_audits_not_run"].inc(1, tags={"reason": reason})
+
+    def record_plan(self, cls: str, plan: str) -> None:
+        self._metrics["mai_plans"].inc(1, tags={"class": cls, "plan": plan})
 
     def record_error(self, status: int, code: str) -> None:
         self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
 from ..core.options import Policy
+from ..core.plans import Plan
 from ..core.prompts import TransferForm
 
 # OpenAI model name -> cascade policy.
@@ -41,6 +42,7 @@ class RequestOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     stage2_answer: Literal["inline", "two_stage"] | None = None
     eager_reasoning: bool | None = None
+    plan: Plan | None = None
     transfer_form: TransferForm | None = None
     transfer_selector: str | None = None
     on_large_failure: Literal["error", "small"] | None = None

@@ -175,21 +175,11 @@ def test_the_holder_merges_replicas_and_warns_once_when_a_class_goes_over_its_bo
 def test_the_stats_endpoint_answers_the_schema_behind_the_api_key():
     import hashlib
 
-    from fastapi.testclient import TestClient
-
-    from serve_app.edge.ingress import build_api
-
     from ..images import chat_body
-    from .test_http_errors import CONFIG, RecordedErrors, Replica
+    from .ingress_replica import client_of, replica
 
     def api(keys):
-        ingress = object.__new__(Replica)
-        ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, keys, {}
-        ingress.metrics = RecordedErrors()
-        ingress.cascade = Cascade(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}))
-        ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: (0, 0))
-        ingress.stats_holder, ingress._reporter = None, None
-        return TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False)
+        return client_of(replica(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}), api_keys=keys))
 
     client = api(())
     assert client.post("/v1/chat/completions", json=chat_body()).status_code == 200
@@ -224,27 +214,19 @@ def _handle(report, snapshot):
 
 
 def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts():
-
-    from fastapi.testclient import TestClient
     from ray.exceptions import ActorDiedError
 
-    from serve_app.edge.ingress import build_api
-
     from ..images import chat_body
-    from .test_http_errors import CONFIG, RecordedErrors, Replica
+    from .ingress_replica import CONFIG, client_of, replica
 
     holder = AuditStats(CONFIG.cascade.audit)
-    ingress = object.__new__(Replica)
-    ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, (), {}
-    ingress.metrics = RecordedErrors()
-    ingress.cascade = Cascade(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}))
-    ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: (0, 0))
-    ingress.replica, ingress._reporter = "replica-a", None
-    ingress.stats_holder = type(
-        "Holder", (), {"report": _Remote(holder.report), "snapshot": _Remote(holder.snapshot)}
+    ingress = replica(
+        ScriptedVLM({S: "[[yes]]"}),
+        ScriptedVLM({S: "[[yes]]"}),
+        stats=_handle(holder.report, holder.snapshot),
     )
     holder.report("replica-gone", ingress.auditor.book.state() | {"served_tokens": 7})  # a replica that died
-    client = TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False)
+    client = client_of(ingress)
     assert client.post("/v1/chat/completions", json=chat_body()).status_code == 200
     body = client.get("/v1/mai/stats").json()
     assert body["classes"]["yes_no"]["requests"] == 1 and set(holder.states) == {"replica-gone", "replica-a"}

@@ -7,20 +7,14 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
-from serve_app.config import AppConfig
-from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, InputRejectedError
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.audits import Auditor
-from serve_app.edge.ingress import MAIIngress, build_api
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
+from .ingress_replica import RecordedMetrics, client_of, replica
 
 S = PromptKind.SIMPLE
-CONFIG = AppConfig.model_validate(
-    {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
-)
 
 
 class ClientWithoutDecoding:
@@ -30,30 +24,9 @@ class ClientWithoutDecoding:
         return Completion("[[yes]]", 1, 1, 0.0)
 
 
-class RecordedErrors:
-    def __init__(self):
-        self.errors: list[tuple[int, str]] = []
-
-    def record_error(self, status: int, code: str) -> None:
-        self.errors.append((status, code))
-
-    def record(self, policy, result) -> None:
-        pass
-
-
-class Replica(MAIIngress.func_or_class):
-    def __del__(self):  # Serve's wrapper shuts its ASGI app down here; this one never started
-        pass
-
-
-def api_with(small, large) -> tuple[TestClient, RecordedErrors]:
-    ingress = object.__new__(Replica)
-    ingress.config, ingress.api_keys, ingress.model_handles = CONFIG, (), {}
-    ingress.metrics = RecordedErrors()
-    ingress.cascade = Cascade(small, large)
-    ingress.auditor = Auditor(ingress.cascade, CONFIG.cascade.audit, lambda: (0, 0))
-    ingress.stats_holder, ingress._reporter = None, None
-    return TestClient(build_api(ingress, CONFIG.security), raise_server_exceptions=False), ingress.metrics
+def api_with(small, large) -> tuple[TestClient, RecordedMetrics]:
+    ingress = replica(small, large)
+    return client_of(ingress), ingress.metrics
 
 
 class Kept(logging.Handler):

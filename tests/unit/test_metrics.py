@@ -2,12 +2,20 @@
 
 import pytest
 
-from serve_app.core.trace import CascadeResult, StageRecord, Trace
+from serve_app.core.cascade import Cascade
+from serve_app.core.contracts import Question
+from serve_app.core.options import CascadeOptions
+from serve_app.core.plans import Plan
+from serve_app.core.prompts import PromptKind
+from serve_app.core.trace import AgreementCheck, CascadeResult, StageRecord, Trace
 from serve_app.edge.metrics import METRICS, measure
 
+from .fakes import ScriptedVLM
 
-def result(route, stages, policy="cascade", latency=1.5):
+
+def result(route, stages, policy="cascade", latency=1.5, checks=()):
     trace = Trace(policy=policy, kind="yes_no", route=route, latency_s=latency, stages=stages)
+    trace.checks = list(checks)
     return CascadeResult(answer="yes", route=route, trace=trace)
 
 
@@ -34,7 +42,11 @@ def test_a_transfer_counts_its_route_stages_tokens_and_both_disagreements():
         stage("small", "reasoning", 310, 200, latency=4.0),
         stage("large", "transfer", 520, 2),
     ]
-    m = measure("cascade", result("transfer", stages))
+    disagreed = [
+        AgreementCheck(name, ("no", "yes"), (True, True), (None, None), False, 0.0, False)
+        for name in ("short", "reasoned")
+    ]
+    m = measure("cascade", result("transfer", stages, checks=disagreed))
     assert counters(m, "mai_requests") == [({"policy": "cascade", "route": "transfer"}, 1)]
     assert ("mai_request_latency_s", {"policy": "cascade", "route": "transfer"}, 1.5) in m.histograms
     assert (
@@ -55,15 +67,20 @@ def test_a_transfer_counts_its_route_stages_tokens_and_both_disagreements():
 
 
 @pytest.mark.parametrize(
-    ("route", "verifications"),
+    ("plan", "small_short", "verifications"),
     [
-        ("agree_short", [("short", "true")]),
-        ("agree_reasoned", [("short", "false"), ("reasoned", "true")]),
-        ("degraded_large_only", []),
+        (Plan.SEQUENTIAL, "[[yes]]", [("short", "true")]),
+        (Plan.SEQUENTIAL, "[[no]]", [("short", "false"), ("reasoned", "true")]),
+        (Plan.REASON_FIRST, "[[no]]", [("reasoned", "true")]),  # no stage 1: no short verification
+        (Plan.TRANSFER, "[[no]]", []),
     ],
 )
-def test_agreement_checks_follow_the_route(route, verifications):
-    m = measure("cascade", result(route, [stage("small", "simple", 10, 1), stage("large", "simple", 10, 1)]))
+async def test_verifications_counted_are_those_the_plan_ran(plan, small_short, verifications):
+    small = ScriptedVLM({PromptKind.SIMPLE: small_short, PromptKind.REASONING: "A dog. [[yes]]"})
+    large = ScriptedVLM({PromptKind.SIMPLE: "[[yes]]", PromptKind.TRANSFER: "[[yes]]"})
+    question = Question("Is there a dog?", image_url="data:,", kind="yes_no")
+    answered = await Cascade(small, large).run(question, CascadeOptions(plan=plan))
+    m = measure("cascade", answered)
     assert [(t["stage"], t["agreed"]) for t, _ in counters(m, "mai_verifications")] == verifications
 
 

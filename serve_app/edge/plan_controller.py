@@ -1,0 +1,112 @@
+"""The plan controller in the ingress: it picks each cascade request's plan (serve_app/core/plan_choice.py)
+from the class's estimates (serve_app/core/plan_stats.py), and learns from every answered request.
+
+Its estimates pool this replica's observations with those of the other replicas, which the stats
+holder returns each time this replica reports (serve_app/edge/audit_stats.py); so do the audit's
+bounds that let a plan change answers. Without a holder (one replica, tests) it reads its own book and
+the auditor's. When the holder is down (the last report failed), every request runs the default plan
+and its trace says why: no request waits for, or fails with, the statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..core.audit import AuditBook, AuditSettings
+from ..core.options import Policy
+from ..core.plan_choice import (
+    AdaptiveSettings,
+    PlanChoice,
+    allowed_plans,
+    choose_plan,
+    explore_draw,
+    reference_plan,
+)
+from ..core.plan_stats import PlanBook, estimates_of, observe
+from ..core.plans import Plan, PlanEstimates
+from ..core.trace import CascadeResult
+from .jobs import Job
+
+FORCED = "forced by the request (mai.options.plan or eager_reasoning)"
+
+
+class PlanController:
+    def __init__(
+        self,
+        settings: AdaptiveSettings,
+        audit: AuditSettings,
+        audit_book: AuditBook,
+        *,
+        shared: bool = False,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.settings, self.audit, self.audit_book, self.clock = settings, audit, audit_book, clock
+        self.book = PlanBook(settings.window)
+        # What the other replicas observed, and the audit's bounds over all replicas: from the holder.
+        self.others = PlanBook(settings.window)
+        self.shared_bounds: dict[str, dict[str, float]] = {}
+        self.shared = shared
+        self.holder_down: str | None = None  # why the last report failed; None: it did not
+        self.reference = reference_plan(audit.reference)
+
+    def plan(self, job: Job, cls: str) -> tuple[Job, str | None]:
+        """``job`` with the plan it runs, and why (None for a policy that is not the cascade)."""
+        options = job.options
+        if options.policy is not Policy.CASCADE:
+            return job, None
+        if options.plan is not None:
+            return job, FORCED
+        choice = self.choose(cls, job.request_id)
+        return dataclasses.replace(
+            job, options=options.model_copy(update={"plan": choice.plan})
+        ), choice.reason
+
+    def choose(self, cls: str, request_id: str) -> PlanChoice:
+        settings = self.settings
+        if settings.mode == "learn" and self.holder_down is not None:
+            return PlanChoice(
+                settings.default,
+                f"the statistics holder is unavailable ({self.holder_down}); the default plan",
+            )
+        return choose_plan(
+            settings,
+            cls,
+            self.estimates(cls),
+            list(self.allowed(cls)),
+            draw=explore_draw(request_id, settings.seed),
+        )
+
+    def allowed(self, cls: str) -> dict[Plan, str]:
+        bounds = self.shared_bounds.get(cls, {}) if self.shared else self.audit_book.exit_bounds(cls)
+        return allowed_plans(
+            self.settings,
+            cls,
+            reference=self.reference,
+            exit_bounds=bounds,
+            max_disagreement=self.audit.max_disagreement,
+        )
+
+    def estimates(self, cls: str) -> PlanEstimates:
+        mine, theirs = self.book.classes.get(cls, ()), self.others.classes.get(cls, ())
+        latest = sorted([*mine, *theirs], key=lambda o: o.at)[-self.settings.window :]
+        return estimates_of(latest)
+
+    def observed(self, cls: str, result: CascadeResult) -> None:
+        observation = observe(result.trace, self.clock())
+        if observation is not None:
+            self.book.record(cls, observation)
+
+    def state(self) -> dict[str, Any]:
+        return self.book.state()
+
+    def update(self, view: Mapping[str, Any]) -> None:
+        """The holder's reply to this replica's report: the others' observations, all audit bounds."""
+        self.others = PlanBook.merged([view["plans"]], self.settings.window)
+        self.shared_bounds = dict(view["exit_bounds"])
+        self.holder_down = None
+
+    def holder_failed(self, why: str) -> None:
+        self.holder_down = why

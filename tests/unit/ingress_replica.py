@@ -1,0 +1,66 @@
+"""An ingress replica in process, without Ray: its real route handlers (``edge.ingress.build_api``) over
+scripted model clients, the attributes a replica's ``__init__`` sets put in by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from serve_app.config import AppConfig
+from serve_app.core.cascade import Cascade
+from serve_app.edge.audits import Auditor
+from serve_app.edge.ingress import MAIIngress, build_api
+from serve_app.edge.plan_controller import PlanController
+
+CONFIG = AppConfig.model_validate(
+    {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
+)
+
+
+class RecordedMetrics:
+    """The metrics a replica records, kept for the test to read."""
+
+    def __init__(self):
+        self.errors: list[tuple[int, str]] = []
+        self.plans: list[tuple[str, str]] = []
+
+    def record_error(self, status: int, code: str) -> None:
+        self.errors.append((status, code))
+
+    def record(self, policy, result) -> None:
+        pass
+
+    def record_plan(self, cls: str, plan: str) -> None:
+        self.plans.append((cls, plan))
+
+
+class Replica(MAIIngress.func_or_class):
+    def __del__(self):  # Serve's wrapper shuts its ASGI app down here; this one never started
+        pass
+
+
+def replica(
+    small: Any,
+    large: Any,
+    config: AppConfig = CONFIG,
+    *,
+    api_keys: tuple = (),
+    stats: Any = None,
+    name: str = "replica-a",
+) -> Replica:
+    ingress = object.__new__(Replica)
+    ingress.config, ingress.api_keys, ingress.model_handles = config, api_keys, {}
+    ingress.metrics = RecordedMetrics()
+    ingress.cascade = Cascade(small, large)
+    audit = config.cascade.audit
+    ingress.auditor = Auditor(ingress.cascade, audit, lambda: (0, 0))
+    ingress.plans = PlanController(
+        config.cascade.adaptive, audit, ingress.auditor.book, shared=stats is not None
+    )
+    ingress.stats_holder, ingress.replica, ingress._reporter = stats, name, None
+    return ingress
+
+
+def client_of(ingress: Replica) -> TestClient:
+    return TestClient(build_api(ingress, ingress.config.security), raise_server_exceptions=False)

@@ -1,0 +1,144 @@
+"""The plan each request runs (serve_app/core/plan_choice.py): the modes, which plans are allowed, the
+default before a class is measured, exploration, and the settings refused at start."""
+
+import dataclasses
+
+import pytest
+from pydantic import ValidationError
+
+from serve_app.config import load_app_config
+from serve_app.core.options import Policy
+from serve_app.core.plan_choice import (
+    AdaptiveSettings,
+    allowed_plans,
+    choose_plan,
+    explore_draw,
+    plan_summary,
+    reference_plan,
+)
+from serve_app.core.plans import Plan, PlanEstimates
+
+# A yes/no class as the demo pair serves it: stage 1 almost never settles, reasoning is long.
+YES_NO = PlanEstimates(
+    requests=480,
+    stage1_runs=480,
+    p1=0.04,
+    p2=0.5,
+    q=0.52,
+    stage1_s=0.3,
+    large_short_s=0.25,
+    reasoning_s=0.6,
+    transfer_s=0.3,
+    large_short_tokens=110,
+    transfer_tokens=300,
+)
+# A colour class: stage 1 settles nearly everything.
+COLOUR = PlanEstimates(
+    requests=480,
+    stage1_runs=480,
+    p1=0.97,
+    p2=0.5,
+    q=0.98,
+    stage1_s=0.3,
+    large_short_s=0.25,
+    reasoning_s=0.6,
+    transfer_s=0.3,
+    large_short_tokens=110,
+    transfer_tokens=300,
+)
+LEARN = AdaptiveSettings(mode="learn", explore=0.0)
+EVERY = list(Plan)
+
+
+def allowed(settings=LEARN, cls="yes_no", bounds=None, reference=Plan.TRANSFER, max_disagreement=0.05):
+    return allowed_plans(
+        settings, cls, reference=reference, exit_bounds=bounds or {}, max_disagreement=max_disagreement
+    )
+
+
+def test_answer_identical_plans_and_the_reference_are_always_allowed_others_only_when_audited():
+    assert list(allowed()) == [Plan.SEQUENTIAL, Plan.EAGER, Plan.TRANSFER]
+    assert Plan.TRANSFER not in allowed(reference=None)  # the audit compares against another policy
+    assert Plan.REASON_FIRST not in allowed(bounds={"agree_reasoned": 0.051})
+    why = allowed(bounds={"agree_reasoned": 0.031, "agree_short": 0.4})[Plan.REASON_FIRST]
+    assert "agree_reasoned 0.031" in why  # bounded by its own exit: agree_short's bound is not its
+    table = AdaptiveSettings(mode="learn", table={"yes_no": Plan.REASON_FIRST})
+    assert allowed(table, cls="yes_no/pope")[Plan.REASON_FIRST] == "the calibrated table"
+    only = AdaptiveSettings(mode="learn", plans=(Plan.SEQUENTIAL,))
+    assert list(allowed(only, bounds={"agree_reasoned": 0.0})) == [Plan.SEQUENTIAL]
+    assert reference_plan(Policy.TRANSFER) is Plan.TRANSFER and reference_plan(Policy.LARGE_REASON) is None
+
+
+def test_learn_picks_the_least_expected_latency_and_says_why():
+    choice = choose_plan(LEARN, "yes_no", YES_NO, EVERY, draw=0.5)
+    costs = {plan: round(cost, 4) for plan, cost in choice.expected.items()}
+    assert choice.plan is min(costs, key=costs.get) and choice.plan is not Plan.SEQUENTIAL
+    assert choice.reason.startswith("yes_no: stage-1 accept 0.04 over 480 requests; ")
+    assert "over sequential" in choice.reason
+    assert choose_plan(LEARN, "color", COLOUR, EVERY, draw=0.5).plan in (Plan.SEQUENTIAL, Plan.EAGER)
+    # On the large model's tokens: 110 + 0.96 x 0.5 x 300 < 300, so stage 1 pays; where reasoning
+    # rarely settles either (p2 0.1: 110 + 0.96 x 0.9 x 300 > 300), Full RT saves the short call.
+    tokens = AdaptiveSettings(mode="learn", explore=0.0, objective="large_tokens")
+    assert choose_plan(tokens, "yes_no", YES_NO, EVERY, draw=0.5).plan is Plan.SEQUENTIAL
+    hard = dataclasses.replace(YES_NO, p2=0.1, q=0.1)
+    assert choose_plan(tokens, "yes_no", hard, EVERY, draw=0.5).plan is Plan.TRANSFER
+
+
+def test_a_class_runs_the_default_until_measured_and_explores_a_share_of_its_requests():
+    young = PlanEstimates(requests=49)
+    choice = choose_plan(AdaptiveSettings(mode="learn", default=Plan.EAGER), "yes_no", young, EVERY, draw=0.9)
+    assert choice.plan is Plan.EAGER and "49 of 50 observations" in choice.reason
+    explore = AdaptiveSettings(mode="learn", explore=0.1)
+    draws = [explore_draw(f"r{i}") for i in range(4000)]
+    plans = [
+        choose_plan(explore, "yes_no", YES_NO, [Plan.SEQUENTIAL, Plan.TRANSFER], draw=d).plan for d in draws
+    ]
+    assert plans.count(Plan.SEQUENTIAL) / len(plans) == pytest.approx(0.1, abs=0.015)
+    assert explore_draw("r1") == explore_draw("r1") != explore_draw("r1", seed=1)
+
+
+def test_off_and_table_modes_are_fixed():
+    assert choose_plan(AdaptiveSettings(), "yes_no", YES_NO, EVERY, draw=0.5).plan is Plan.SEQUENTIAL
+    table = AdaptiveSettings(mode="table", table={"yes_no": Plan.TRANSFER, "text/chartqa": Plan.EAGER})
+    assert choose_plan(table, "yes_no/pope", YES_NO, EVERY, draw=0.0).plan is Plan.TRANSFER
+    assert choose_plan(table, "text/chartqa", COLOUR, EVERY, draw=0.0).plan is Plan.EAGER
+    assert choose_plan(table, "text", COLOUR, EVERY, draw=0.0).plan is Plan.SEQUENTIAL
+
+
+def test_the_stats_summary_shows_the_estimates_costs_and_current_plan():
+    summary = plan_summary(LEARN, "yes_no", YES_NO, allowed())
+    assert summary["plan"] == choose_plan(LEARN, "yes_no", YES_NO, list(allowed()), draw=1.0).plan.value
+    assert summary["estimates"]["p1"] == 0.04 and summary["estimates"]["requests"] == 480
+    assert set(summary["allowed"]) == {"sequential", "eager", "transfer"}
+    assert summary["allowed"]["transfer"] == {"why": "the audit's reference", "expected": 0.9}
+
+
+CONFIG = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
+
+
+@pytest.mark.parametrize(
+    ("adaptive", "named"),
+    [
+        ({"mode": "sometimes"}, "mode"),
+        ({"objective": "cheapest"}, "objective"),
+        ({"plans": ["sequential", "speculative"]}, "plans"),
+        ({"explore": 1.5}, "explore"),
+        ({"explore": -0.1}, "explore"),
+        ({"default": "transfer", "plans": ["sequential", "eager"]}, "default 'transfer'"),
+        ({"table": {"yes_no": "reason-first"}, "plans": ["sequential"]}, "table names plans"),
+        ({"mode": "table"}, "needs a table"),
+        ({"window": 0}, "window"),
+        ({"shape": 1}, "shape"),
+    ],
+)
+def test_bad_adaptive_settings_are_refused_at_start_naming_the_key(adaptive, named):
+    with pytest.raises(ValidationError) as refused:
+        load_app_config(CONFIG | {"cascade": {"adaptive": adaptive}})
+    assert "adaptive" in str(refused.value) and named in str(refused.value)
+
+
+def test_the_plan_has_one_place_in_the_server_config():
+    with pytest.raises(ValidationError, match="cascade.adaptive.default"):
+        load_app_config(CONFIG | {"cascade": {"plan": "eager"}})
+    with pytest.raises(ValidationError, match="eager_reasoning"):
+        load_app_config(CONFIG | {"cascade": {"eager_reasoning": True, "adaptive": {"mode": "learn"}}})

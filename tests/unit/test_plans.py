@@ -1,0 +1,141 @@
+"""The plans' expected costs (serve_app/core/plans.py) against a brute-force simulation of the plans,
+and the estimates read from observed traces (serve_app/core/plan_stats.py)."""
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from serve_app.core.plan_stats import REASON_FIRST_PRIOR_WEIGHT, Observation, PlanBook, estimates_of
+from serve_app.core.plans import Plan, PlanEstimates, expected_cost
+
+share = st.floats(0, 1, allow_nan=False)
+seconds = st.floats(0.001, 30, allow_nan=False)
+tokens = st.floats(1, 5000, allow_nan=False)
+
+
+def simulate(plan, accept1, accept2, accept_first, e):
+    """One request walked stage by stage on a clock: (seconds until the answer, large-model tokens).
+    Stages that start together run side by side; a stage a settled question no longer needs is
+    cancelled when it is settled."""
+    if plan is Plan.TRANSFER:
+        return e.reasoning_s + e.transfer_s, e.transfer_tokens
+    if plan is Plan.REASON_FIRST:
+        clock = max(e.large_short_s, e.reasoning_s)  # both start at 0; the check needs both
+        if accept_first:
+            return clock, e.large_short_tokens
+        return clock + e.transfer_s, e.large_short_tokens + e.transfer_tokens
+    eager = plan is Plan.EAGER
+    reasoning_done = e.reasoning_s if eager else None  # eager: the reasoning started at 0
+    clock = e.stage1_s
+    if accept1:
+        return clock, e.large_short_tokens  # an eager reasoning is cancelled here
+    clock = max(clock, reasoning_done) if eager else clock + e.reasoning_s
+    if accept2:
+        return clock, e.large_short_tokens
+    return clock + e.transfer_s, e.large_short_tokens + e.transfer_tokens
+
+
+def brute_force(plan, e, objective):
+    """The expectation over every outcome of the plan's verifications, each walked by ``simulate``."""
+    total = 0.0
+    for accept1, accept2, accept_first in itertools.product((True, False), repeat=3):
+        probability = (
+            (e.p1 if accept1 else 1 - e.p1)
+            * (e.p2 if accept2 else 1 - e.p2)
+            * (e.q if accept_first else 1 - e.q)
+        )
+        latency, large = simulate(plan, accept1, accept2, accept_first, e)
+        total += probability * (latency if objective == "latency" else large)
+    return total
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    p1=share,
+    p2=share,
+    q=share,
+    s1=seconds,
+    ls=seconds,
+    r=seconds,
+    t=seconds,
+    lst=tokens,
+    tt=tokens,
+    plan=st.sampled_from(list(Plan)),
+    objective=st.sampled_from(["latency", "large_tokens"]),
+)
+def test_expected_costs_equal_the_simulated_plans(p1, p2, q, s1, ls, r, t, lst, tt, plan, objective):
+    e = PlanEstimates(
+        p1=p1,
+        p2=p2,
+        q=q,
+        stage1_s=max(s1, ls),
+        large_short_s=ls,
+        reasoning_s=r,
+        transfer_s=t,
+        large_short_tokens=lst,
+        transfer_tokens=tt,
+    )
+    assert math.isclose(expected_cost(plan, e, objective), brute_force(plan, e, objective), rel_tol=1e-9)
+
+
+@given(p1=share, p2=share, s1=seconds, r=seconds, t=seconds)
+def test_eager_never_expects_more_latency_than_sequential(p1, p2, s1, r, t):
+    e = PlanEstimates(p1=p1, p2=p2, stage1_s=s1, reasoning_s=r, transfer_s=t)
+    assert expected_cost(Plan.EAGER, e) <= expected_cost(Plan.SEQUENTIAL, e) + 1e-9
+
+
+def test_an_unmeasured_stage_costs_nothing_where_it_is_never_reached_and_is_unknown_where_it_is():
+    settled_at_stage1 = PlanEstimates(p1=1.0, stage1_s=0.2, large_short_tokens=100)
+    assert expected_cost(Plan.SEQUENTIAL, settled_at_stage1) == 0.2
+    assert expected_cost(Plan.SEQUENTIAL, settled_at_stage1, "large_tokens") == 100
+    assert expected_cost(Plan.TRANSFER, settled_at_stage1) is None  # never reasoned: unknown
+    assert expected_cost(Plan.SEQUENTIAL, PlanEstimates(p1=0.5, stage1_s=0.2)) is None
+
+
+def observation(at, plan, route, **stages):
+    return Observation(at, plan, route, **stages)
+
+
+def test_estimates_read_each_rate_from_the_plans_that_measure_it():
+    rows = (
+        [observation(i, "sequential", "agree_short", stage1_s=0.2, large_short_s=0.2) for i in range(6)]
+        + [observation(10 + i, "eager", "agree_reasoned", stage1_s=0.2, reasoning_s=1.0) for i in range(3)]
+        + [observation(20, "sequential", "transfer", stage1_s=0.2, reasoning_s=1.0, transfer_s=0.5)]
+        + [observation(30 + i, "transfer", "transfer", reasoning_s=2.0, transfer_s=0.5) for i in range(5)]
+    )
+    e = estimates_of(rows)
+    assert (e.requests, e.stage1_runs, e.reason_first_runs) == (15, 10, 0)
+    assert e.p1 == 0.6 and e.p2 == 0.75  # transfer runs say nothing of stage 1's agreement
+    assert e.q == pytest.approx(0.6 + 0.4 * 0.75)  # reason-first never ran: the derived prior
+    assert e.reasoning_s == pytest.approx((3 * 1.0 + 1.0 + 5 * 2.0) / 9)
+    ran = [
+        observation(40 + i, "reason-first", "transfer", large_short_s=0.2, reasoning_s=1.0) for i in range(30)
+    ]
+    e = estimates_of(rows + ran)
+    assert e.reason_first_runs == 30
+    assert e.q == pytest.approx(REASON_FIRST_PRIOR_WEIGHT * 0.9 / (30 + REASON_FIRST_PRIOR_WEIGHT))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from(["yes_no", "text"]), st.sampled_from(list(Plan))),
+        max_size=60,
+    ),
+    st.integers(1, 20),
+)
+def test_merged_replica_books_hold_the_latest_window_of_all_observations(events, window):
+    books = [PlanBook(window) for _ in range(3)]
+    one = PlanBook(window)
+    for at, (replica, cls, plan) in enumerate(events):
+        row = observation(float(at), plan.value, "transfer", reasoning_s=float(at))
+        books[replica].record(cls, row)
+        one.record(cls, row)
+    merged = PlanBook.merged([book.state() for book in books], window)
+    for cls in ("yes_no", "text"):
+        # each replica keeps its own latest window, so the latest window of all is among them
+        assert list(merged.classes.get(cls, ())) == list(one.classes.get(cls, ()))
+        assert merged.estimates(cls) == one.estimates(cls)
