@@ -305,9 +305,90 @@ def precision_note(n: int, accuracy: float, max_accuracy_loss: float | None) -> 
     )
 
 
-def cascade_yaml(rule: Rule, comment: str) -> str:
+def cascade_yaml(rule: Rule, comment: str, plans: Mapping[str, str] | None = None) -> str:
+    """The ``cascade:`` section of the chosen rule and, when given, the plan table per answer kind
+    (``cascade.adaptive.table``: applied as it is with ``mode: table``, allowed to the controller with
+    ``mode: learn``)."""
     lines = [f"# {line}" for line in comment.splitlines()]
     lines += ["cascade:", f"  min_confidence: {rule.min_confidence:g}"]
     if rule.confident_large is not None:
         lines.append(f"  confident_large: {rule.confident_large:g}")
+    if plans:
+        table = ", ".join(f"{kind}: {plan}" for kind, plan in sorted(plans.items()))
+        lines += [
+            "  # per answer kind, the fastest plan within the goal's accuracy of Full RT on that kind",
+            f"  adaptive: {{mode: table, table: {{{table}}}}}",
+        ]
     return "\n".join(lines) + "\n"
+
+
+PLANS = ("sequential", "eager", "reason-first", "transfer")  # serve_app/core/plans.py, in its order
+
+
+def replay_plan(
+    q: QuestionPaths, rule: Rule, plan: str, *, anls_threshold: float = 0.5, rel_tol: float = 0.05
+) -> Replay:
+    """``q`` under ``rule`` and one of the cascade's plans, from the same recorded stages.
+
+    ``eager`` takes the sequential route with the reasoning started beside stage 1 (a stage-1 exit
+    cancels it when stage 1 ends: its tokens counted for that share of the reasoning's time);
+    ``reason-first`` settles on the reasoned answer agreeing with the large short one, else transfers;
+    ``transfer`` is Full RT. Latencies add the recorded stage times as the plan orders them, so they
+    leave out what running stages together costs on shared hardware."""
+    matcher = {"anls_threshold": anls_threshold, "rel_tol": rel_tol}
+    if plan == "sequential":
+        return replay(q, rule, **matcher)
+    reasoning, transfer = q.reasoning, q.transfer
+    if plan == "transfer":
+        return Replay(
+            "transfer",
+            q.score_transfer,
+            reasoning.completion_tokens,
+            transfer.completion_tokens,
+            reasoning.latency_s + transfer.latency_s,
+        )
+    if plan == "eager":
+        sequential = replay(q, rule, **matcher)
+        stage_one = max(q.small_short.latency_s, q.large_short.latency_s)
+        if sequential.route in ("agree_short", "confident_large"):
+            share = min(1.0, stage_one / reasoning.latency_s) if reasoning.latency_s > 0 else 1.0
+            small = sequential.small_tokens + round(share * reasoning.completion_tokens)
+            return Replay(sequential.route, sequential.score, small, sequential.large_tokens, stage_one)
+        latency = max(stage_one, reasoning.latency_s)
+        if sequential.route == "transfer":
+            latency += transfer.latency_s
+        return Replay(
+            sequential.route, sequential.score, sequential.small_tokens, sequential.large_tokens, latency
+        )
+    if plan != "reason-first":
+        raise ValueError(f"unknown plan {plan!r}; the plans are {', '.join(PLANS)}")
+    matched = q.reasoned_match
+    if matched is None:
+        matched = agree(reasoning.answer, q.large_short.answer, q.kind, choices=q.choices, **matcher)
+    large = q.large_short.completion_tokens
+    latency = max(q.large_short.latency_s, reasoning.latency_s)
+    if matched and _confident((reasoning, q.large_short), rule.min_confidence):
+        return Replay("agree_reasoned", q.score_large, reasoning.completion_tokens, large, latency)
+    large += transfer.completion_tokens
+    return Replay(
+        "transfer", q.score_transfer, reasoning.completion_tokens, large, latency + transfer.latency_s
+    )
+
+
+def plan_table(
+    paths: Sequence[QuestionPaths], rule: Rule, *, max_accuracy_loss: float = 1.0, **matcher: float
+) -> dict[str, dict[str, Any]]:
+    """Per answer kind, every plan replayed under ``rule``, and the plan the table names: the fastest
+    (by replayed latency) within ``max_accuracy_loss`` points of Full RT's accuracy on that kind."""
+    table: dict[str, dict[str, Any]] = {}
+    for kind in sorted({q.kind for q in paths}):
+        questions = [q for q in paths if q.kind == kind]
+        plans = {
+            plan: summarize(plan, [replay_plan(q, rule, plan, **matcher) for q in questions])
+            for plan in PLANS
+        }
+        floor = plans["transfer"]["accuracy"] - max_accuracy_loss
+        fitting = [plan for plan in PLANS if plans[plan]["accuracy"] >= floor]
+        chosen = min(fitting, key=lambda plan: plans[plan]["latency_s"])
+        table[kind] = {"questions": len(questions), "plan": chosen, "plans": plans}
+    return table

@@ -67,6 +67,21 @@ def render(summary: dict[str, Any]) -> str:
         *header,
     ]
     lines += [_row(result) for result in summary["front"]]
+    if summary.get("plans"):
+        lines += [
+            "",
+            "## Plans per answer kind, under the chosen rule",
+            "",
+            "The table names, per kind, the fastest plan within the goal's accuracy of Full RT on that kind "
+            "(replayed latencies add the recorded stage times as the plan orders them: they leave out what "
+            "running stages together costs on shared hardware).",
+            "",
+            *header,
+        ]
+        for kind, entry in summary["plans"].items():
+            for plan, result in entry["plans"].items():
+                chosen = " (table)" if plan == entry["plan"] else ""
+                lines.append(_row(result | {"name": f"{kind} ({entry['questions']} q): {plan}{chosen}"}))
     return "\n".join(lines) + "\n"
 
 

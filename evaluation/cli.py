@@ -316,8 +316,12 @@ def command_calibrate(args: argparse.Namespace) -> int:
         summary["chosen"] = calibrate.with_interval(paths, chosen) | {
             "difference_vs_full_rt_95ci": calibrate.paired_difference_interval(paths, rule)
         }
+        loss = 1.0 if args.max_accuracy_loss is None else args.max_accuracy_loss
+        summary["plans"] = calibrate.plan_table(paths, rule, max_accuracy_loss=loss)
         yaml_text = calibrate.cascade_yaml(
-            rule, f"mai-eval calibrate on {args.data} ({len(paths)} questions)\n{goal}"
+            rule,
+            f"mai-eval calibrate on {args.data} ({len(paths)} questions)\n{goal}",
+            plans={kind: entry["plan"] for kind, entry in summary["plans"].items()},
         )
     written = calibration_report.write(args.out, summary, rules, yaml_text)
     print((args.out / "calibration.md").read_text())

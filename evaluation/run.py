@@ -135,6 +135,7 @@ def prediction_of(
             "answer": answer,
             "score": score(answer, record.model_dump()),
             "route": mai.get("route"),
+            "plan": trace.get("plan"),
             "kind": trace.get("kind"),
             "stages": [
                 {

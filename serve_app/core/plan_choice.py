@@ -6,7 +6,10 @@
 - ``learn``: the allowed plan of least expected cost (``plans.expected_cost``) under ``objective``,
   from the class's estimates (``plan_stats``). A class with fewer than ``min_samples`` observations
   runs ``default``; a seeded share ``explore`` of each class runs ``sequential`` or ``eager`` (the
-  cheaper) so that stage 1's agreement stays measured while another plan serves the class.
+  cheaper) so that stage 1's agreement stays measured while another plan serves the class. Another
+  plan replaces the default only when it is expected to save at least ``min_saving`` of the default's
+  cost: the per-request cost leaves out the work a plan adds beside the request (eager's cancelled
+  reasoning), and estimates this close are within their own noise.
 
 Allowed, among ``plans``: the answer-identical plans (``sequential``, ``eager``) always; the audit's
 reference plan (``transfer`` unless ``cascade.audit.reference`` says otherwise) always, since the audit
@@ -40,6 +43,13 @@ class AdaptiveSettings(BaseModel):
     explore: float = Field(0.05, ge=0, le=1, allow_inf_nan=False, description="share kept on stage-1 plans")
     min_samples: int = Field(50, ge=1, description="observations a class needs before it leaves the default")
     window: int = Field(500, ge=1, description="the last requests per class the estimates are read over")
+    min_saving: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="the share of the default plan's expected cost another plan must save to replace it",
+    )
     plans: tuple[Plan, ...] = Field(tuple(Plan), min_length=1, description="the plans the controller may run")
     default: Plan = Plan.SEQUENTIAL
     table: dict[str, Plan] = Field(default_factory=dict, description="class -> plan, from mai-eval calibrate")
@@ -140,6 +150,10 @@ def choose_plan(
         return PlanChoice(
             settings.default, f"{cls}: no plan's cost is measured yet; the default plan", expected
         )
+    default_cost = expected.get(settings.default)
+    if default_cost is not None:
+        bar = default_cost * (1 - settings.min_saving)
+        known = [plan for plan in known if plan is settings.default or _order(expected[plan]) <= bar]
     plan = min(known, key=lambda p: _order(expected[p]))  # ties: the order of ``plans``
     return PlanChoice(plan, _why(cls, plan, estimates, expected, objective), expected)
 

@@ -16,15 +16,18 @@ from evaluation.calibrate import (
     choose,
     evaluate_rules,
     pareto_front,
+    plan_table,
     precision_note,
     question_paths,
     replay,
+    replay_plan,
     threshold_grid,
 )
 from evaluation.records import EvalRecord
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions
+from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 
 from .fakes import ScriptedVLM
@@ -74,6 +77,54 @@ def test_the_replay_takes_the_route_the_cascade_takes(
         outcome(small, c_small), outcome(large, c_large), outcome(reasoned, c_reasoned), outcome("yes", 0.9)
     )
     assert replay(q, Rule(minimum, override)).route == result.route
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    ANSWERS,
+    ANSWERS,
+    ANSWERS,
+    CONFIDENCES,
+    CONFIDENCES,
+    st.sampled_from([0.0, 0.8]),
+    st.sampled_from(list(Plan)),
+)
+def test_every_plan_replays_the_route_and_answer_the_cascade_gives(
+    small, large, reasoned, c_large, c_reasoned, minimum, plan
+):
+    small_vlm = ScriptedVLM({S: f"[[{small}]]", R: f"Looked.\n[[{reasoned}]]"})
+    large_vlm = ScriptedVLM({S: f"[[{large}]]", T: "[[no]]"})
+    small_vlm.confidences = {S: 0.9} | ({R: c_reasoned} if c_reasoned is not None else {})
+    large_vlm.confidences = {S: c_large} if c_large is not None else {}
+    import asyncio
+
+    result = asyncio.run(
+        Cascade(small_vlm, large_vlm).run(
+            Question("Is it red?", kind="yes_no"), CascadeOptions(min_confidence=minimum, plan=plan)
+        )
+    )
+    # scores: the large short answer, the transfer's: which one the route gave
+    q = paths(outcome(small, 0.9), outcome(large, c_large), outcome(reasoned, c_reasoned), outcome("no", 0.9))
+    replayed = replay_plan(q, Rule(minimum), plan.value)
+    assert replayed.route == result.route
+    assert replayed.score == (0.0 if result.trace.stages[-1].name == "transfer_large" else 1.0)
+
+
+def test_plan_latencies_follow_each_plans_order_and_the_table_picks_the_fastest_within_the_goal():
+    # stage 1 disagrees, the reasoning agrees with the large model: 0.3 + 1.0 sequential
+    q = paths(
+        outcome("yes", 0.9, 2, 0.1), outcome("no", 0.9, 3, 0.3), outcome("no", 0.9, 40, 1.0), outcome("no")
+    )
+    latency = {plan.value: replay_plan(q, Rule(), plan.value).latency_s for plan in Plan}
+    assert latency == pytest.approx({"sequential": 1.3, "eager": 1.0, "reason-first": 1.0, "transfer": 1.1})
+    agreeing = paths(
+        outcome("no", 0.9, 2, 0.1), outcome("no", 0.9, 3, 0.3), outcome("no", 0.9, 40, 1.0), outcome("no")
+    )
+    eager = replay_plan(agreeing, Rule(), "eager")
+    assert (eager.route, eager.latency_s, eager.small_tokens) == ("agree_short", 0.3, 2 + 12)  # 0.3 of 40
+    table = plan_table([q, agreeing], Rule(), max_accuracy_loss=1.0)
+    assert table["yes_no"]["plan"] == "eager"  # as accurate as Full RT, and the fastest
+    assert set(table["yes_no"]["plans"]) == {plan.value for plan in Plan}
 
 
 def test_costs_add_up_along_the_route():
@@ -187,6 +238,12 @@ def test_the_yaml_is_the_cascade_section():
     text = cascade_yaml(Rule(0.8, None), "fitted on val.jsonl")
     assert yaml.safe_load(text) == {"cascade": {"min_confidence": 0.8}} and text.startswith("# fitted")
     assert yaml.safe_load(cascade_yaml(Rule(0.8, 0.99), "x"))["cascade"]["confident_large"] == 0.99
+    from serve_app.config import load_app_config
+
+    section = yaml.safe_load(cascade_yaml(Rule(0.8), "x", plans={"yes_no": "reason-first", "text": "eager"}))
+    models = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
+    adaptive = load_app_config(models | section).cascade.adaptive  # a section the server accepts
+    assert adaptive.mode == "table" and adaptive.table == {"yes_no": Plan.REASON_FIRST, "text": Plan.EAGER}
 
 
 @pytest.mark.parametrize("value", [-1, 2])
