@@ -209,6 +209,12 @@ class EmulatedVLM:
     async def reset_stats(self) -> None:
         self.reset_stats_now()
 
+    async def replay_dataset(self, dataset: str) -> str:
+        """Capacity tests of a shifting stream: replay another dataset's token counts and route shares
+        from now on. Returns the replica's id."""
+        self.settings = EmulationSettings.model_validate(self.settings.model_dump() | {"dataset": dataset})
+        return serve.get_replica_context().replica_id.unique_id
+
     async def inject_delay(self, seconds: float) -> str:
         """Fault drills: make this replica's calls ``seconds`` slower (0 restores it). Returns the
         replica's id, so a caller can tell when every replica has it."""
