@@ -577,6 +577,40 @@ def test_the_readme_first_request_is_answered_with_a_colour(server):
     assert body["choices"][0]["message"]["content"].strip().lower() in COLOURS
 
 
+def test_cancelled_model_calls_never_stall_the_engines_and_plans_are_learnt(server):
+    """Eager plans cancel the small model's reasoning whenever stage 1 settles: 160 of them at
+    concurrency 8 all answer (with ray.serve.llm's prefix-cache router they stalled the small model
+    for good on Ray 2.60), and the stats show each class's plans and estimates."""
+    import asyncio
+
+    from harness.datasets import easy_vqa_records
+
+    records = list(easy_vqa_records("validation", 160))
+
+    async def ask_all() -> list[int]:
+        limit = asyncio.Semaphore(8)
+        async with httpx.AsyncClient(base_url=BASE, timeout=60) as http:
+
+            async def ask(record: dict) -> int:
+                body = {key: record[key] for key in ("image", "question", "answer_type")}
+                async with limit:
+                    reply = await http.post("/v1/mai/answer", json=body | {"options": {"plan": "eager"}})
+                return reply.status_code
+
+            return await asyncio.gather(*(ask(record) for record in records))
+
+    started = time.monotonic()
+    statuses = asyncio.run(ask_all())
+    assert statuses.count(200) == len(records), (
+        f"{statuses.count(200)} answered in {time.monotonic() - started:.0f} s"
+    )
+    stats = httpx.get(f"{BASE}/v1/mai/stats", timeout=30).json()
+    for cls in ("text", "yes_no"):
+        entry = stats["classes"][cls]
+        assert entry["plans"].get("eager", 0) > 0 and entry["plan"]["estimates"]["requests"] > 0
+    assert stats["adaptive"]["mode"] == "learn"
+
+
 def test_shuts_down_cleanly_on_sigint(server):
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=90) == 0

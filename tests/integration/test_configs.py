@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.vlm import PREFIX_CACHE_ROUTER, llm_config_kwargs
+from deployments.vlm import llm_config_kwargs
 from serve_app.config import load_app_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def test_config_builds_llm_configs(name):
             deployment["autoscaling_config"]["target_ongoing_requests"] <= deployment["max_ongoing_requests"]
         )
         assert deployment["max_queued_requests"] >= 1
-        assert deployment["request_router_config"]["request_router_class"] == PREFIX_CACHE_ROUTER
+        assert "request_router_config" not in deployment  # the default router (see settings.py)
         assert llm.engine_kwargs["enable_prefix_caching"] is True
         assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": 1}
         assert llm.engine_kwargs["max_model_len"] >= config.cascade.max_tokens.reasoning + 1024

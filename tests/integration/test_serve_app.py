@@ -779,7 +779,11 @@ def audited(server):
     config = AppConfig.model_validate(
         CONFIG
         | {
-            "cascade": CONFIG["cascade"] | {"audit": {"rate": 1.0, "report_interval_s": 0.5}},
+            "cascade": CONFIG["cascade"]
+            | {
+                "audit": {"rate": 1.0, "report_interval_s": 0.5},
+                "adaptive": {"mode": "learn", "explore": 0.0},
+            },
             "ingress": {"autoscaling": {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 8}},
         }
     )
@@ -811,6 +815,10 @@ def test_audits_run_after_the_reply_and_every_replica_counts_in_one_view(audited
             "/audited/v1/chat/completions", json=body, headers={"x-request-id": f"aud-{index}"}
         )
         assert reply.status_code == 200 and reply.json()["mai"]["route"] == "agree_short"
+        trace = reply.json()["mai"]["trace"]
+        assert (
+            trace["plan"] == "sequential" and "of 50 observations; the default plan" in trace["plan_reason"]
+        )
 
     def complete(stats):
         audit = stats.get("classes", {}).get("yes_no/pope", {}).get("audit", {})
@@ -821,6 +829,11 @@ def test_audits_run_after_the_reply_and_every_replica_counts_in_one_view(audited
     assert entry["requests"] == 12 and entry["routes"] == {"agree_short": 12}  # both replicas, one view
     assert entry["audit"]["audited"] == 12 and entry["audit"]["by_route"]["agree_short"]["audited"] == 12
     assert stats["audit"]["extra_token_share"] > 0
+    # The plans' observations of both replicas, merged: every request settled at stage 1.
+    assert entry["plans"] == {"sequential": 12}
+    assert entry["plan"]["estimates"]["requests"] == 12 and entry["plan"]["estimates"]["p1"] == 1.0
+    # The audit's reference is always allowed; reason-first is not until audits of its exit bound it.
+    assert set(entry["plan"]["allowed"]) == {"sequential", "eager", "transfer"}
     # The audits' engine calls carry the audit request id; the served calls do not.
     engine_ids = [
         call["request_id"] for role in ("small", "large") for call in handles[role].calls.remote().result()

@@ -1,0 +1,53 @@
+"""The adaptive bench's arithmetic (loadtest/adaptive_bench.py): the goal's verdict from the runs, the
+plan shares per kind, and how many requests a shift took to settle."""
+
+from loadtest.adaptive_bench import (
+    ADAPTIVE,
+    FULL_RT,
+    LARGE_REASON,
+    SEQUENTIAL,
+    plan_shares,
+    settled_after,
+    verdict,
+)
+
+
+def test_the_verdict_compares_medians_of_the_repetitions_with_the_goal():
+    table = {
+        ADAPTIVE: {"accuracy_pct": 86.0},
+        FULL_RT: {"accuracy_pct": 87.0},
+        SEQUENTIAL: {"accuracy_pct": 86.0},
+    }
+    table[LARGE_REASON] = {"accuracy_pct": 50.0}
+    walls = {ADAPTIVE: [70, 75, 200], FULL_RT: [100, 90, 95], SEQUENTIAL: [100, 95, 90], LARGE_REASON: [60]}
+    result = verdict(table, walls)
+    assert result["wall_vs_full_rt"] == round(75 / 95, 3) and result["wall_vs_sequential"] == round(
+        75 / 95, 3
+    )
+    assert result["met"] == {"wall_vs_full_rt": True, "wall_vs_sequential": True, "accuracy": True}
+    slower = verdict(table, walls | {ADAPTIVE: [80, 81, 82]})
+    assert slower["met"]["wall_vs_sequential"] is False and slower["met"]["wall_vs_full_rt"] is False
+    worse = verdict(table | {ADAPTIVE: {"accuracy_pct": 85.4}}, walls)
+    assert worse["accuracy_below_full_rt_points"] == 1.6 and worse["met"]["accuracy"] is False
+
+
+def test_plan_shares_are_per_kind_over_answered_requests():
+    rows = [
+        {"status": 200, "kind": "yes_no", "plan": "eager"},
+        {"status": 200, "kind": "yes_no", "plan": "eager"},
+        {"status": 200, "kind": "yes_no", "plan": "sequential"},
+        {"status": 503, "kind": "yes_no", "plan": None},
+        {"status": 200, "kind": "text", "plan": "sequential"},
+        {"status": 200, "kind": "text", "plan": None},  # a policy that is not the cascade
+    ]
+    assert plan_shares(rows) == {
+        "text": {"sequential": 1.0},
+        "yes_no": {"eager": 0.6667, "sequential": 0.3333},
+    }
+
+
+def test_a_shift_settles_after_the_last_request_that_did_not_run_the_final_plan():
+    plans = [("sequential", False)] * 30 + [("eager", False)] * 5 + [("sequential", False)] * 2
+    plans += [("eager", False)] * 150 + [("sequential", True)] * 3 + [("eager", False)] * 10
+    assert settled_after(plans) == {"plan": "eager", "requests_until_settled": 37, "requests": 200}
+    assert settled_after([("sequential", False)] * 10)["requests_until_settled"] == 0
