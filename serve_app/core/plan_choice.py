@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .options import Policy
 from .plans import ANSWER_IDENTICAL, EARLY_EXITS_OF, Objective, Plan, PlanEstimates, expected_cost
 
-UNITS = {"latency": "s", "large_tokens": " large-model tokens"}
+UNITS = {"latency": "s", "engine_time": " engine-s", "large_tokens": " large-model tokens"}
 
 
 class AdaptiveSettings(BaseModel):

@@ -38,6 +38,7 @@ class Observation:
     transfer_s: float | None = None  # the transfer selector and the large model's call
     large_short_tokens: int | None = None  # prompt + completion
     transfer_tokens: int | None = None
+    small_short_s: float | None = None
 
 
 def observe(trace: Trace, at: float) -> Observation | None:
@@ -61,6 +62,7 @@ def observe(trace: Trace, at: float) -> Observation | None:
         transfer_s=transfer.latency_s + selector_s if transfer else None,
         large_short_tokens=large.prompt_tokens + large.completion_tokens if large else None,
         transfer_tokens=transfer.prompt_tokens + transfer.completion_tokens if transfer else None,
+        small_short_s=small.latency_s if small else None,
     )
 
 
@@ -126,6 +128,7 @@ def estimates_of(observations: Iterable[Observation]) -> PlanEstimates:
         p2=p2,
         q=q,
         stage1_s=_mean(o.stage1_s for o in observations),
+        small_short_s=_mean(o.small_short_s for o in observations),
         large_short_s=_mean(o.large_short_s for o in observations),
         reasoning_s=_mean(o.reasoning_s for o in observations),
         transfer_s=_mean(o.transfer_s for o in observations),

@@ -13,18 +13,23 @@ A plan is an order of MAI's own stages (``cascade._Run``):
 
 The expected cost of a plan, from a class's estimates (``PlanEstimates``): ``p1`` the share stage 1
 settles, ``p2`` the share of the rest the reasoned answer settles, ``q`` the share reason-first's one
-verification settles; ``S1`` stage 1's time (the slower of its two calls), ``LS`` the large short
-call's, ``R`` the reasoning's, ``T`` the transfer's; ``LSt`` and ``Tt`` the large model's tokens (prompt
-and completion) of its short and transfer calls.
+verification settles; ``S1`` stage 1's time (the slower of its two calls), ``SS`` and ``LS`` the small
+and the large short call's, ``R`` the reasoning's, ``T`` the transfer's; ``LSt`` and ``Tt`` the large
+model's tokens (prompt and completion) of its short and transfer calls.
 
-=============  ===========================================  ==========================
-plan           latency                                      large_tokens
-=============  ===========================================  ==========================
-sequential     S1 + (1 - p1) (R + (1 - p2) T)               LSt + (1 - p1)(1 - p2) Tt
-eager          p1 S1 + (1 - p1) (max(S1, R) + (1 - p2) T)   LSt + (1 - p1)(1 - p2) Tt
-reason-first   max(LS, R) + (1 - q) T                       LSt + (1 - q) Tt
-transfer       R + T                                        Tt
-=============  ===========================================  ==========================
+``latency`` is the time until the answer, stages that start together overlapping (the right measure
+when the engines have room); ``engine_time`` is the seconds of model calls a plan makes, overlapping or
+not (the right measure when the engines are busy or share hardware, as the CPU default's do: there a
+request waits for everyone's calls, and the time every plan adds is what sets it); ``large_tokens`` is
+the large model's share (its GPU-seconds).
+
+- sequential: latency S1 + (1 - p1) (R + (1 - p2) T); engine_time SS + LS + (1 - p1) (R + (1 - p2) T);
+  large_tokens LSt + (1 - p1)(1 - p2) Tt.
+- eager: latency p1 S1 + (1 - p1) (max(S1, R) + (1 - p2) T); engine_time sequential's + p1 min(S1, R)
+  (the reasoning cancelled when stage 1 settles); large_tokens sequential's.
+- reason-first: latency max(LS, R) + (1 - q) T; engine_time LS + R + (1 - q) T; large_tokens
+  LSt + (1 - q) Tt.
+- transfer: latency and engine_time R + T; large_tokens Tt.
 
 The times are means measured on this deployment with the plans it runs (on CPU the two engines share
 the cores, on GPUs they do not): a stage's time includes whatever running stages together costs it.
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-Objective = Literal["latency", "large_tokens"]
+Objective = Literal["latency", "engine_time", "large_tokens"]
 
 
 class Plan(StrEnum):
@@ -70,6 +75,7 @@ class PlanEstimates:
     p2: float | None = None  # share of reasoned runs (after a stage-1 disagreement) settled there
     q: float | None = None  # share of reason-first runs settled by their one verification
     stage1_s: float | None = None
+    small_short_s: float | None = None
     large_short_s: float | None = None
     reasoning_s: float | None = None
     transfer_s: float | None = None
@@ -96,6 +102,8 @@ def expected_cost(plan: Plan, e: PlanEstimates, objective: Objective = "latency"
     """The plan's expected cost per request under ``objective`` (the table above); None when a
     quantity it needs has not been measured."""
     p1, p2, q = e.p1, e.p2, e.q
+    if objective == "engine_time":
+        return _engine_time(plan, e)
     if objective == "large_tokens":
         if plan is Plan.TRANSFER:
             return e.transfer_tokens
@@ -116,6 +124,29 @@ def expected_cost(plan: Plan, e: PlanEstimates, objective: Objective = "latency"
         return _total(e.stage1_s, _term(1 - p1, _total(e.reasoning_s, escalated)))
     # eager: settled at stage 1 it took S1; else the reasoning ran beside stage 1
     return _total(_term(p1, e.stage1_s), _term(1 - p1, _total(_max(e.stage1_s, e.reasoning_s), escalated)))
+
+
+def _engine_time(plan: Plan, e: PlanEstimates) -> float | None:
+    """The seconds of model calls a plan makes, summed whether they ran side by side or not; an eager
+    reasoning cancelled when stage 1 settles counts until then."""
+    if plan is Plan.TRANSFER:
+        return _total(e.reasoning_s, e.transfer_s)
+    if plan is Plan.REASON_FIRST:
+        if e.q is None:
+            return None
+        return _total(e.large_short_s, e.reasoning_s, _term(1 - e.q, e.transfer_s))
+    p1, p2 = e.p1, e.p2
+    if p1 is None:
+        return None
+    escalated = _term(1 - p2, e.transfer_s) if p2 is not None else (None if p1 < 1 else 0.0)
+    rest = _term(1 - p1, _total(e.reasoning_s, escalated))
+    stage1 = _total(e.small_short_s, e.large_short_s)
+    if plan is Plan.SEQUENTIAL:
+        return _total(stage1, rest)
+    cancelled = _term(
+        p1, None if e.stage1_s is None or e.reasoning_s is None else min(e.stage1_s, e.reasoning_s)
+    )
+    return _total(stage1, cancelled, rest)
 
 
 def _settled_before_transfer(p1: float | None, p2: float | None) -> float | None:

@@ -87,6 +87,21 @@ def test_learn_picks_the_least_expected_latency_and_says_why():
     assert choose_plan(tokens, "yes_no", hard, EVERY, draw=0.5).plan is Plan.TRANSFER
 
 
+def test_on_busy_shared_engines_the_work_a_plan_adds_decides():
+    # Latency counts eager's reasoning beside stage 1 as free; engine time counts every call.
+    work = AdaptiveSettings(mode="learn", explore=0.0, objective="engine_time")
+    measured = dataclasses.replace(YES_NO, small_short_s=0.3)
+    assert choose_plan(LEARN, "yes_no", measured, EVERY, draw=0.5).plan is Plan.EAGER
+    choice = choose_plan(work, "yes_no", measured, EVERY, draw=0.5)
+    # sequential 0.3 + 0.25 + 0.96 (0.6 + 0.5 x 0.3) = 1.27; reason-first 0.25 + 0.6 + 0.48 x 0.3 = 0.99;
+    # transfer 0.6 + 0.3 = 0.9: Full RT makes the fewest calls where stage 1 settles nothing
+    assert choice.plan is Plan.TRANSFER and "engine-s expected" in choice.reason
+    assert (
+        choose_plan(work, "color", dataclasses.replace(COLOUR, small_short_s=0.3), EVERY, draw=0.5).plan
+        is Plan.SEQUENTIAL
+    )
+
+
 def test_a_class_runs_the_default_until_measured_and_explores_a_share_of_its_requests():
     young = PlanEstimates(requests=49)
     choice = choose_plan(AdaptiveSettings(mode="learn", default=Plan.EAGER), "yes_no", young, EVERY, draw=0.9)

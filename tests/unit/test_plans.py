@@ -17,25 +17,30 @@ tokens = st.floats(1, 5000, allow_nan=False)
 
 
 def simulate(plan, accept1, accept2, accept_first, e):
-    """One request walked stage by stage on a clock: (seconds until the answer, large-model tokens).
-    Stages that start together run side by side; a stage a settled question no longer needs is
-    cancelled when it is settled."""
+    """One request walked stage by stage on a clock: (seconds until the answer, seconds of model calls,
+    large-model tokens). Stages that start together run side by side; a stage a settled question no
+    longer needs is cancelled when it is settled."""
     if plan is Plan.TRANSFER:
-        return e.reasoning_s + e.transfer_s, e.transfer_tokens
+        return e.reasoning_s + e.transfer_s, e.reasoning_s + e.transfer_s, e.transfer_tokens
     if plan is Plan.REASON_FIRST:
         clock = max(e.large_short_s, e.reasoning_s)  # both start at 0; the check needs both
+        calls = e.large_short_s + e.reasoning_s
         if accept_first:
-            return clock, e.large_short_tokens
-        return clock + e.transfer_s, e.large_short_tokens + e.transfer_tokens
+            return clock, calls, e.large_short_tokens
+        return clock + e.transfer_s, calls + e.transfer_s, e.large_short_tokens + e.transfer_tokens
     eager = plan is Plan.EAGER
-    reasoning_done = e.reasoning_s if eager else None  # eager: the reasoning started at 0
     clock = e.stage1_s
-    if accept1:
-        return clock, e.large_short_tokens  # an eager reasoning is cancelled here
-    clock = max(clock, reasoning_done) if eager else clock + e.reasoning_s
+    calls = e.small_short_s + e.large_short_s
+    if accept1:  # an eager reasoning is cancelled here, having run until stage 1 ended
+        return clock, calls + (min(e.stage1_s, e.reasoning_s) if eager else 0.0), e.large_short_tokens
+    clock = max(clock, e.reasoning_s) if eager else clock + e.reasoning_s  # eager: reasoning started at 0
+    calls += e.reasoning_s
     if accept2:
-        return clock, e.large_short_tokens
-    return clock + e.transfer_s, e.large_short_tokens + e.transfer_tokens
+        return clock, calls, e.large_short_tokens
+    return clock + e.transfer_s, calls + e.transfer_s, e.large_short_tokens + e.transfer_tokens
+
+
+OBJECTIVES = ("latency", "engine_time", "large_tokens")
 
 
 def brute_force(plan, e, objective):
@@ -47,8 +52,7 @@ def brute_force(plan, e, objective):
             * (e.p2 if accept2 else 1 - e.p2)
             * (e.q if accept_first else 1 - e.q)
         )
-        latency, large = simulate(plan, accept1, accept2, accept_first, e)
-        total += probability * (latency if objective == "latency" else large)
+        total += probability * simulate(plan, accept1, accept2, accept_first, e)[OBJECTIVES.index(objective)]
     return total
 
 
@@ -57,21 +61,22 @@ def brute_force(plan, e, objective):
     p1=share,
     p2=share,
     q=share,
-    s1=seconds,
+    ss=seconds,
     ls=seconds,
     r=seconds,
     t=seconds,
     lst=tokens,
     tt=tokens,
     plan=st.sampled_from(list(Plan)),
-    objective=st.sampled_from(["latency", "large_tokens"]),
+    objective=st.sampled_from(OBJECTIVES),
 )
-def test_expected_costs_equal_the_simulated_plans(p1, p2, q, s1, ls, r, t, lst, tt, plan, objective):
+def test_expected_costs_equal_the_simulated_plans(p1, p2, q, ss, ls, r, t, lst, tt, plan, objective):
     e = PlanEstimates(
         p1=p1,
         p2=p2,
         q=q,
-        stage1_s=max(s1, ls),
+        stage1_s=max(ss, ls),
+        small_short_s=ss,
         large_short_s=ls,
         reasoning_s=r,
         transfer_s=t,
