@@ -13,7 +13,11 @@
   emulated engines switch profile between phases: the plan of every request in order, and how many
   requests each shift took to reach the plan the phase settles on. Writes ``capacity.json``.
 
-    python -m loadtest.adaptive_bench [--only real,capacity] [--questions 1000] [--repetitions 3]
+- ``shift`` (the real CPU stack): one class whose traffic shifts, colour and shape questions, then
+  yes/no questions sent as open text, then colour and shape again, 600 each at concurrency 8: the plan
+  of every request in order and how many requests each shift took. Writes ``shift-real.json``.
+
+    python -m loadtest.adaptive_bench [--only real,capacity,shift] [--questions 1000] [--repetitions 3]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import statistics
 import sys
 import time
@@ -204,10 +209,20 @@ async def _ask_all(
             "route": data["route"],
             "plan": trace["plan"],
             "explored": "explore" in (trace.get("plan_reason") or ""),
+            "stage1_accept": stage1_accept(trace.get("plan_reason")),
             "done_at": time.perf_counter(),
         }
 
     return await closed_loop(url, list(bodies), send, concurrency=concurrency)
+
+
+_ACCEPT = re.compile(r"stage-1 accept (\d\.\d+) over")
+
+
+def stage1_accept(reason: str | None) -> float | None:
+    """The stage-1 settle share the controller's reason quotes, if it quotes one."""
+    match = _ACCEPT.search(reason or "")
+    return float(match.group(1)) if match else None
 
 
 def _summary(rows: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
@@ -333,17 +348,70 @@ def bench_shift(url: str, records: Sequence[Mapping[str, Any]]) -> dict[str, Any
     }
 
 
+def _phase(rows: Sequence[Mapping[str, Any]], dataset: str, wall: float) -> dict[str, Any]:
+    ordered = sorted((row for row in rows if row["status"] == 200), key=lambda row: row["done_at"])
+    plans = [(row["plan"], row["explored"]) for row in ordered]
+    accepts = [row["stage1_accept"] for row in ordered if row.get("stage1_accept") is not None]
+    letters = {"sequential": "s", "eager": "e", "reason-first": "r", "transfer": "t"}
+    return {
+        "dataset": dataset,
+        **settled_after(plans),
+        "stage1_accept_quoted": {
+            "first": accepts[0] if accepts else None,
+            "last": accepts[-1] if accepts else None,
+        },
+        "wall_s": round(wall, 2),
+        "plans_in_order": "".join(letters[plan] for plan, _ in plans),
+    }
+
+
+REAL_SHIFT_PHASE = 600
+
+
+def bench_real_shift(url: str) -> dict[str, Any]:
+    """One class (``text``) whose traffic shifts on the real stack: colour and shape questions, then
+    yes/no questions sent as open text (the same class, where the demo pair's short answers agree by
+    luck), then colour and shape again; the plan of every request in order."""
+    from harness.datasets import easy_vqa_records
+
+    records = list(easy_vqa_records("test", 4 * REAL_SHIFT_PHASE))
+    shapes = [r for r in records if r["answer_type"] != "yes_no"][: REAL_SHIFT_PHASE * 2]
+    yes_no = [r for r in records if r["answer_type"] == "yes_no"][:REAL_SHIFT_PHASE]
+    deploy(config_args("mai-cpu.yaml"))
+    phases = []
+    streams = (
+        ("colour and shape", shapes[:REAL_SHIFT_PHASE]),
+        ("yes/no as text", yes_no),
+        ("colour and shape", shapes[REAL_SHIFT_PHASE:]),
+    )
+    for number, (name, stream) in enumerate(streams):
+        bodies = [_answer_body(r) | {"answer_type": "text"} for r in stream]
+        rows, wall = asyncio.run(_ask_all(url, bodies, f"rshift{number}-", CONCURRENCY))
+        phases.append(_phase(rows, name, wall))
+        print(
+            f"  real shift {name}: {phases[-1]['plan']} after {phases[-1]['requests_until_settled']}",
+            file=sys.stderr,
+        )
+    return {
+        "phases": phases,
+        "requests_per_phase": REAL_SHIFT_PHASE,
+        "concurrency": CONCURRENCY,
+        "class": "text (every question sent with answer_type text)",
+        "note": "plans_in_order: s sequential, e eager, r reason-first, t transfer, by completion",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.adaptive_bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--only", default="real,capacity")
+    parser.add_argument("--only", default="real,capacity,shift")
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args(argv)
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
-    if set(chosen) - {"real", "capacity"}:
-        parser.error("--only takes real and/or capacity")
+    if set(chosen) - {"real", "capacity", "shift"}:
+        parser.error("--only takes real, capacity and/or shift")
     os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
     OUT.mkdir(parents=True, exist_ok=True)
     with local_ray(num_cpus=2, metrics_push_interval_s=1.0) as url:
@@ -352,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
             started = time.time()
             if name == "real":
                 result = bench_real(url, args.questions, args.repetitions)
+                config = "mai-cpu.yaml"
+            elif name == "shift":
+                result = bench_real_shift(url)
                 config = "mai-cpu.yaml"
             else:
                 from harness.datasets import ensure_datasets
@@ -368,7 +439,10 @@ def main(argv: list[str] | None = None) -> int:
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                 "duration_s": round(time.time() - started, 1),
             }
-            path = OUT / ("real-stack.json" if name == "real" else "capacity.json")
+            path = (
+                OUT
+                / {"real": "real-stack.json", "capacity": "capacity.json", "shift": "shift-real.json"}[name]
+            )
             path.write_text(json.dumps(result, indent=2) + "\n")
             print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ from loadtest.adaptive_bench import (
     SEQUENTIAL,
     plan_shares,
     settled_after,
+    stage1_accept,
     verdict,
 )
 
@@ -51,3 +52,12 @@ def test_a_shift_settles_after_the_last_request_that_did_not_run_the_final_plan(
     plans += [("eager", False)] * 150 + [("sequential", True)] * 3 + [("eager", False)] * 10
     assert settled_after(plans) == {"plan": "eager", "requests_until_settled": 37, "requests": 200}
     assert settled_after([("sequential", False)] * 10)["requests_until_settled"] == 0
+
+
+def test_the_stage1_share_is_read_from_the_reason_the_trace_gives():
+    assert (
+        stage1_accept("text: stage-1 accept 0.12 over 64 requests; transfer 1.09 engine-s expected") == 0.12
+    )
+    assert (
+        stage1_accept("text: 3 of 50 observations; the default plan") is None and stage1_accept(None) is None
+    )
