@@ -164,15 +164,7 @@ class _Run:
             return self._finish(Route.CONFIDENT_LARGE, large_short)
 
         reasoned = await (eager if eager is not None else self._reason(SMALL))
-        if reasoned is None:
-            return self._finish(Route.DEGRADED_NO_REASONING, large_short)
-        if self._verified("reasoned", reasoned.answer_stage, large_short):
-            return self._finish(Route.AGREE_REASONED, large_short)
-
-        transfer = await self._transfer(reasoned.reasoning.output)
-        if not transfer.ok:
-            return self._finish(Route.DEGRADED_NO_TRANSFER, large_short)
-        return self._finish(Route.TRANSFER, transfer)
+        return await self._reasoned_or_transfer(reasoned, large_short)
 
     async def _reason_first(self) -> CascadeResult:
         large_short, reasoned = await asyncio.gather(
@@ -182,6 +174,13 @@ class _Run:
             return self._large_failed(
                 large_short, fallback=reasoned.answer_stage if reasoned else large_short
             )
+        return await self._reasoned_or_transfer(reasoned, large_short)
+
+    async def _reasoned_or_transfer(
+        self, reasoned: _Reasoned | None, large_short: StageRecord
+    ) -> CascadeResult:
+        """Steps 3 and 4: the reasoned answer agrees with the large short one -> done; else the large
+        model answers with the reasoning."""
         if reasoned is None:
             return self._finish(Route.DEGRADED_NO_REASONING, large_short)
         if self._verified("reasoned", reasoned.answer_stage, large_short):
