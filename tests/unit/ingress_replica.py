@@ -62,5 +62,23 @@ def replica(
     return ingress
 
 
+class Remote:
+    """A deployment method as a handle shows it: ``.remote(...)`` returns something to await."""
+
+    def __init__(self, method):
+        self.method = method
+
+    def remote(self, *args):
+        async def call():
+            return self.method(*args)
+
+        return call()
+
+
+def holder_handle(report, snapshot) -> Any:
+    """A handle to the stats holder whose ``report`` and ``snapshot`` are these functions."""
+    return type("Holder", (), {"report": Remote(report), "snapshot": Remote(snapshot)})
+
+
 def client_of(ingress: Replica) -> TestClient:
     return TestClient(build_api(ingress, ingress.config.security), raise_server_exceptions=False)

@@ -16,7 +16,7 @@ from serve_app.edge.audit_stats import AuditStats
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
-from .ingress_replica import client_of, replica
+from .ingress_replica import client_of, holder_handle, replica
 
 S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
 QUESTION = Question("Is there a dog?", image_url="data:,", kind="yes_no")
@@ -121,23 +121,12 @@ def test_a_request_may_force_a_plan_and_an_unknown_one_is_a_400_naming_it():
     assert reply.status_code == 400 and reply.json()["error"]["code"] == "unsupported_parameter"
 
 
-class _Remote:
-    def __init__(self, method):
-        self.method = method
-
-    def remote(self, *args):
-        async def call():
-            return self.method(*args)
-
-        return call()
-
-
 def test_the_replicas_learn_together_and_a_holder_that_is_down_falls_back_to_the_default():
     from ray.exceptions import ActorDiedError
 
     settings = config(mode="learn", min_samples=4, explore=0.0)
     holder = AuditStats(settings.cascade.audit, settings.cascade.adaptive)
-    handle = type("Holder", (), {"report": _Remote(holder.report), "snapshot": _Remote(holder.snapshot)})
+    handle = holder_handle(holder.report, holder.snapshot)
     models = ({S: "[[no]]", R: "A dog. [[yes]]"}, {S: "[[yes]]", T: "[[yes]]"})
     delays = {S: 0.01, R: 0.03}
     a = replica(ScriptedVLM(models[0], delays), ScriptedVLM(models[1]), settings, stats=handle, name="a")
@@ -152,7 +141,7 @@ def test_the_replicas_learn_together_and_a_holder_that_is_down_falls_back_to_the
     def down(*args):
         raise ActorDiedError()
 
-    b.stats_holder = type("Holder", (), {"report": _Remote(down), "snapshot": _Remote(down)})
+    b.stats_holder = holder_handle(down, down)
     assert client_of(b).get("/v1/mai/stats").status_code == 503
     trace = ask(client_of(b))
     assert trace["plan"] == "sequential" and "statistics holder is unavailable" in trace["plan_reason"]

@@ -196,34 +196,17 @@ def test_the_stats_endpoint_answers_the_schema_behind_the_api_key():
     assert keyed.get("/v1/mai/stats", headers={"Authorization": "Bearer k1"}).status_code == 200
 
 
-class _Remote:
-    """A deployment method as a handle shows it: ``.remote(...)`` returns something to await."""
-
-    def __init__(self, method):
-        self.method = method
-
-    def remote(self, *args):
-        async def call():
-            return self.method(*args)
-
-        return call()
-
-
-def _handle(report, snapshot):
-    return type("Holder", (), {"report": _Remote(report), "snapshot": _Remote(snapshot)})
-
-
 def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts():
     from ray.exceptions import ActorDiedError
 
     from ..images import chat_body
-    from .ingress_replica import CONFIG, client_of, replica
+    from .ingress_replica import CONFIG, client_of, holder_handle, replica
 
     holder = AuditStats(CONFIG.cascade.audit)
     ingress = replica(
         ScriptedVLM({S: "[[yes]]"}),
         ScriptedVLM({S: "[[yes]]"}),
-        stats=_handle(holder.report, holder.snapshot),
+        stats=holder_handle(holder.report, holder.snapshot),
     )
     holder.report("replica-gone", ingress.auditor.book.state() | {"served_tokens": 7})  # a replica that died
     client = client_of(ingress)
@@ -234,9 +217,7 @@ def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts()
     def restarting(*args):
         raise ActorDiedError()
 
-    ingress.stats_holder = type(
-        "Holder", (), {"report": _Remote(restarting), "snapshot": _Remote(restarting)}
-    )
+    ingress.stats_holder = holder_handle(restarting, restarting)
     reply = client.get("/v1/mai/stats")
     assert reply.status_code == 503 and reply.headers["retry-after"] == "5"
     assert reply.json()["error"]["code"] == "stats_unavailable"
