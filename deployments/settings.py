@@ -27,6 +27,10 @@ class Autoscaling(Strict):
     upscale_delay_s: float = Field(30.0, ge=0)
     downscale_delay_s: float = Field(600.0, ge=0)
     look_back_period_s: float = Field(30.0, gt=0)
+    # How often replicas and handles report their metrics to the autoscaler. Serve 2.60 reads it
+    # from here (deprecated there, yet its replacement environment variables are not read); None:
+    # Serve's default, 10 s.
+    metrics_interval_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> Autoscaling:
@@ -37,6 +41,8 @@ class Autoscaling(Strict):
             and not self.min_replicas <= self.initial_replicas <= self.max_replicas
         ):
             raise ValueError("initial_replicas must lie between min_replicas and max_replicas")
+        if self.metrics_interval_s is not None and self.metrics_interval_s >= self.look_back_period_s:
+            raise ValueError("metrics_interval_s must be under look_back_period_s (the window it fills)")
         return self
 
     def to_serve(self) -> dict[str, Any]:

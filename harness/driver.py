@@ -60,6 +60,8 @@ class Outcome:
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
     retry_after: str | None = None
     error: str | None = None
+    overload: dict[str, Any] | None = None  # the trace's overload entry (cascade.overload)
+    answer: str | None = None
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -104,6 +106,7 @@ async def drive(
             data = response.json()
             trace = data.get("trace") or data.get("mai", {}).get("trace", {})
             outcome.route, outcome.tokens = trace.get("route"), trace.get("tokens", {})
+            outcome.overload, outcome.answer = trace.get("overload"), data.get("answer")
         else:
             outcome.error = response.text[:300]
         return outcome

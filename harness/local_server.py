@@ -73,13 +73,50 @@ def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None
         ray.shutdown()
 
 
-def deploy(args: dict[str, Any], name: str = "mai") -> None:
-    """(Re)deploy the application with these args and wait until it is running."""
+def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -> None:
+    """(Re)deploy the application with these args and wait until it is running. Deployed as
+    ``serve run`` deploys a config file: the application's ``import_path`` and ``args``, with the
+    application-level ``autoscaling_policy`` when ``args`` ask for ``autoscaling.policy: coupled``."""
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    from serve_app.app import COUPLED_POLICY, check_application
+    from serve_app.config import load_app_config
+    from serve_app.core.scaling import ScalingPolicy
+
+    application: dict[str, Any] = {
+        "name": name,
+        "route_prefix": "/",
+        "import_path": "serve_app.app:build_app",
+        "args": args,
+    }
+    if load_app_config(args).autoscaling.policy is ScalingPolicy.COUPLED:
+        application["autoscaling_policy"] = {"policy_function": COUPLED_POLICY}
+    check_application(application)
+    before = serve.status().applications.get(name)
+    client = _get_global_client()
+    client.deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))
+    wait_running(name, timeout_s, after=before.last_deployed_time_s if before else None)
+
+
+def wait_running(name: str, timeout_s: float, *, after: float | None = None) -> None:
+    """Until the application, deployed later than ``after``, is RUNNING; its deploy error, raised,
+    when it fails."""
+    import time
+
     from ray import serve
 
-    from serve_app.app import build_app
-
-    serve.run(build_app(args), name=name, route_prefix="/")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = serve.status().applications.get(name)
+        fresh = status is not None and (after is None or status.last_deployed_time_s != after)
+        if fresh and status.status == "RUNNING":
+            return
+        if fresh and status.status == "DEPLOY_FAILED":
+            raise RuntimeError(f"application {name!r} failed to deploy: {status.message}")
+        time.sleep(0.5)
+    raise TimeoutError(f"application {name!r} not running after {timeout_s:g} s")
 
 
 def replica_counts(name: str = "mai") -> dict[str, int]:

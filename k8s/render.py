@@ -54,11 +54,11 @@ def pinned_serve_config(serve_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(template: dict[str, Any], serve_config: dict[str, Any]) -> dict[str, Any]:
-    from serve_app.config import load_app_config
+    from serve_app.app import check_application
 
     pinned = pinned_serve_config(serve_config)
     for application in pinned["applications"]:
-        load_app_config(application["args"])  # raises, naming the key, on an invalid application
+        check_application(application)  # raises, naming the key, on an invalid application
     groups = template["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     for role, resource in PINS.items():
         if not any(resource in advertised_resources(group) for group in groups):

@@ -13,7 +13,9 @@ from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, S
 
 from .core.audit import AuditSettings
 from .core.options import CascadeOptions
+from .core.overload import OverloadSettings, check_floors
 from .core.plan_choice import AdaptiveSettings
+from .core.scaling import ScalingPolicy
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
 
 
@@ -95,11 +97,13 @@ class TransferSelection(Strict):
 
 class CascadeConfig(CascadeOptions):
     """The server's cascade defaults (a request may override some, ``CascadeOptions``), and what only
-    the server sets: audits of early-exit answers (serve_app/core/audit.py; 0 = off) and the choice of
-    plan per question class (serve_app/core/plan_choice.py; off by default)."""
+    the server sets: audits of early-exit answers (serve_app/core/audit.py; 0 = off), the choice of
+    plan per question class (serve_app/core/plan_choice.py; off by default) and how the cascade bends
+    when the large model is overloaded (serve_app/core/overload.py; off by default)."""
 
     audit: AuditSettings = AuditSettings()
     adaptive: AdaptiveSettings = AdaptiveSettings()
+    overload: OverloadSettings = OverloadSettings()
 
     @model_validator(mode="after")
     def _one_place_for_the_plan(self) -> CascadeConfig:
@@ -115,10 +119,26 @@ class CascadeConfig(CascadeOptions):
             )
         return self
 
+    @model_validator(mode="after")
+    def _floors_under_thresholds(self) -> CascadeConfig:
+        check_floors(self.overload.relax_to, self)
+        return self
+
     def request_defaults(self) -> dict[str, Any]:
         """The defaults a request's options start from; its plan is the ingress's to set, unless the
         request forces one."""
-        return self.model_dump(exclude={"audit", "adaptive"})
+        return self.model_dump(exclude={"audit", "adaptive", "overload"})
+
+
+class AppAutoscaling(Strict):
+    """How the deployments scale together (serve_app/core/scaling.py). ``coupled`` needs the config's
+    application-level ``autoscaling_policy`` (serve_app.edge.autoscaling_policy:coupled_policy); each
+    deployment's ``autoscaling`` keeps its bounds, target and delays under either policy."""
+
+    policy: ScalingPolicy = ScalingPolicy.PER_DEPLOYMENT
+    tau_s: float = Field(
+        5.0, gt=0, description="time constant of the decayed arrival rate and per-call means"
+    )
 
 
 class AppConfig(Strict):
@@ -129,6 +149,7 @@ class AppConfig(Strict):
     limits: Limits = Limits()
     security: Security = Security()
     transfer_selection: TransferSelection = TransferSelection()
+    autoscaling: AppAutoscaling = AppAutoscaling()
     request_timeout_s: float = Field(300.0, gt=0)
     # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged;
     # serve_app/edge/routing.py says what fits), or always one of them. A request's `mai.route` overrides it.

@@ -91,6 +91,9 @@ class Trace:
     stages: list[StageRecord] = field(default_factory=list)
     checks: list[AgreementCheck] = field(default_factory=list)
     transfer: TransferRecord | None = None
+    # When the large model was overloaded (serve_app/core/overload.py): the level, its queue and the
+    # thresholds this request ran with instead of the configured ones. None: not overloaded.
+    overload: dict[str, Any] | None = None
 
     def tokens(self) -> dict[str, dict[str, int]]:
         """Per model: prompt tokens, of them cached (as far as the engine reported), completion tokens."""

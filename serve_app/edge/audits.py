@@ -31,6 +31,15 @@ from .responses import usage_of
 logger = logging.getLogger("ray.serve")
 
 AUDIT_PREFIX = "audit-"
+RELAXED_PREFIX = "relaxed:"
+
+
+def audited_route(result: CascadeResult) -> str:
+    """The route an audit is counted under: an answer given with thresholds relaxed under overload
+    (serve_app/core/overload.py) counts apart, ``relaxed:<route>``, so the quality it cost is seen
+    apart from the configured exits' (whose bounds the plan controller reads)."""
+    overload = result.trace.overload
+    return RELAXED_PREFIX + result.route if overload and overload.get("relaxed") else result.route
 
 
 class InFlight:
@@ -85,22 +94,27 @@ class Auditor:
             for task in list(self.running):
                 task.cancel()
 
-    def served(self, job: Job, result: CascadeResult) -> None:
-        """A cascade request was answered: count it, and start its audit when it is sampled."""
+    def served(self, job: Job, result: CascadeResult, *, overloaded: bool = False) -> None:
+        """A cascade request was answered: count it, and start its audit when it is sampled. While the
+        large model is ``overloaded`` only relaxed answers are audited (the others' audits are shed)."""
         if job.options.policy is not Policy.CASCADE:
             return
         cls = class_of(result.trace.kind, job.task)
         self.book.record_request(cls, result.route, tokens_of(result), result.trace.plan)
         if result.route not in EARLY_EXITS or not is_sampled(job.request_id, self.settings):
             return
+        route = audited_route(result)
+        if overloaded and not route.startswith(RELAXED_PREFIX):
+            self._not_run("overload")
+            return
         if self.busy():
             self._not_run("shed")
             return
-        task = asyncio.get_running_loop().create_task(self._audit(job, result, cls))
+        task = asyncio.get_running_loop().create_task(self._audit(job, result, cls, route))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
 
-    async def _audit(self, job: Job, served: CascadeResult, cls: str) -> None:
+    async def _audit(self, job: Job, served: CascadeResult, cls: str, route: str) -> None:
         options = job.options.model_copy(update={"policy": self.settings.reference})
         run = self.cascade.run(job.question, options, request_id=AUDIT_PREFIX + job.request_id)
         try:
@@ -125,9 +139,9 @@ class Auditor:
             anls_threshold=options.anls_threshold,
             rel_tol=options.rel_tol,
         )
-        self.book.record_audit(cls, served.route, disagreed, tokens_of(reference), at=self.clock())
+        self.book.record_audit(cls, route, disagreed, tokens_of(reference), at=self.clock())
         if self.metrics is not None:
-            self.metrics.record_audit(cls, served.route, disagreed)
+            self.metrics.record_audit(cls, route, disagreed)
 
     def _not_run(self, reason: str) -> None:
         self.book.record_not_run(reason)

@@ -26,10 +26,12 @@ from ..engines.client import LLMServerClient, attention_scorer
 from ..engines.failures import transport_errors
 from .audit_stats import stats_body
 from .audits import Auditor, InFlight
+from .demand import DemandMeter
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
+from .overload import OverloadGuard
 from .passthrough import chat_request, check_has_text, checked_images, forward
 from .plan_controller import PlanController
 from .protocol import AnswerRequest, ChatRequest, openapi_body
@@ -97,6 +99,7 @@ class MAIIngress:
         self.cascade = Cascade(self.small_calls, self.large_calls, selectors=selectors)
         # Requests for a model id go to that model's LLMServer unchanged (serve_app/edge/passthrough.py).
         self.model_handles = {config.small.model_id: small, config.large.model_id: large}
+        self.model_roles = {config.small.model_id: "small", config.large.model_id: "large"}
         self.metrics = IngressMetrics()
         audit = config.cascade.audit
         self.auditor = Auditor(
@@ -113,6 +116,10 @@ class MAIIngress:
         self.plans = PlanController(
             config.cascade.adaptive, audit, self.auditor.book, shared=stats is not None
         )
+        # The large model's queue bends the cascade (serve_app/edge/overload.py), and what the models
+        # are asked for is measured for coupled autoscaling (serve_app/edge/demand.py).
+        self.overload = OverloadGuard(config.cascade.overload, lambda: self.large_calls.count, self.metrics)
+        self.demand = DemandMeter(config.autoscaling.policy, config.autoscaling.tau_s)
         self._reporter: asyncio.Task | None = None
         self.api_keys = load_api_keys(config.security)
         logger.info(
@@ -122,6 +129,11 @@ class MAIIngress:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_api(self, self.config.security)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Ray Serve's custom autoscaling metrics of this replica: the demand it measured, which the
+        application's coupled policy reads (serve_app/edge/autoscaling_policy.py)."""
+        return self.demand.report()
 
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
@@ -167,17 +179,24 @@ class MAIIngress:
 
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
         self._start_reporting()
+        self.demand.arrived()
         self.auditor.before_serving()
         cls = class_of(job.question.kind or "text", job.task)
         job, plan_reason = self.plans.plan(job, cls)
+        job, overload = self.overload.apply(job)
         result = await self._run(job)
         result.trace.plan_reason = plan_reason
-        self.plans.observed(cls, result)
+        result.trace.overload = overload
+        self.demand.finished(result.trace)
+        if not (overload and overload["relaxed"]):  # relaxed thresholds are not the plan's own costs
+            self.plans.observed(cls, result)
         self.metrics.record(job.options.policy.value, result)
         if result.trace.plan is not None:
             self.metrics.record_plan(cls, result.trace.plan)
+        self.overload.answered(result)
         response = reply(job, result)
-        self.auditor.served(job, result)  # the reply exists: an audit can neither delay nor change it
+        # The reply exists: an audit can neither delay nor change it.
+        self.auditor.served(job, result, overloaded=self.overload.sheds_audits())
         return response
 
     def _start_reporting(self) -> None:
@@ -207,6 +226,7 @@ class MAIIngress:
         ``decision.reason``: why ``mai`` sent it there (in the reply's ``mai`` object and
         ``x-mai-route-reason``)."""
         started = time.monotonic()
+        self.demand.arrived()
         model_id, reason = decision.model_id, decision.reason
         check_has_text(decision.payload)
         payload = await checked_images(decision.payload, self.config.limits, self._fetch_image)
@@ -223,7 +243,9 @@ class MAIIngress:
             extra=extra,
             timeout_s=self.config.request_timeout_s,
         )
-        self.metrics.record_passthrough("mai" if reason is not None else model_id, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        self.metrics.record_passthrough("mai" if reason is not None else model_id, seconds)
+        self.demand.passed_through(self.model_roles[model_id], seconds)
         return reply
 
     async def _fetch_image(self, url: str, param: str) -> str:

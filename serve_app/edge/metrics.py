@@ -63,6 +63,17 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Cascade requests by question class and the plan they ran (cascade.adaptive)",
         ("class", "plan"),
     ),
+    "mai_overload_answers": (
+        "counter",
+        "Cascade requests answered while the large model was overloaded, by level (shed, relax) and "
+        "route: relax answers ran with relaxed thresholds (cascade.overload)",
+        ("level", "route"),
+    ),
+    "mai_overload_level": (
+        "gauge",
+        "This replica's overload level: 0 normal, 1 audits shed, 2 thresholds relaxed",
+        (),
+    ),
     "mai_request_errors": (
         "counter",
         "Requests answered with an error, by HTTP status and error code",
@@ -122,6 +133,8 @@ class IngressMetrics:
         for name, (kind, description, tags) in METRICS.items():
             if kind == "counter":
                 self._metrics[name] = metrics.Counter(name, description=description, tag_keys=tags)  # type: ignore[arg-type]
+            elif kind == "gauge":
+                self._metrics[name] = metrics.Gauge(name, description=description, tag_keys=tags)  # type: ignore[arg-type]
             else:
                 self._metrics[name] = metrics.Histogram(
                     name,
@@ -153,6 +166,12 @@ class IngressMetrics:
 
     def record_plan(self, cls: str, plan: str) -> None:
         self._metrics["mai_plans"].inc(1, tags={"class": cls, "plan": plan})
+
+    def record_overload(self, level: str, route: str) -> None:
+        self._metrics["mai_overload_answers"].inc(1, tags={"level": level, "route": route})
+
+    def set_overload_level(self, level: int) -> None:
+        self._metrics["mai_overload_level"].set(level)
 
     def record_error(self, status: int, code: str) -> None:
         self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})

@@ -110,3 +110,33 @@ def test_engine_kwargs_are_arguments_the_pinned_vllm_knows(name):
     misspelt = config.large.model_copy(update={"engine_kwargs": {"gpu_memory_utilisation": 0.9}})
     with pytest.raises(ValueError, match="gpu_memory_utilisation"):
         VLLMEngineConfig.from_llm_config(LLMConfig(**llm_config_kwargs(misspelt)))
+
+
+@pytest.mark.parametrize(
+    ("name", "policy"),
+    [
+        ("mai.yaml", "coupled"),
+        ("mai-emulated.yaml", "coupled"),
+        ("mai-cpu.yaml", "coupled"),
+        ("mai-1gpu.yaml", "per-deployment"),
+    ],
+)
+def test_each_config_names_the_autoscaling_policy_its_args_ask_for(name, policy):
+    """Ray Serve reads an application-level policy from the config entry, not from the builder: a
+    config asking for coupled scaling must carry it, one asking for per-deployment must not."""
+    from ray.serve.schema import ServeDeploySchema
+
+    from serve_app.app import check_application
+
+    serve_config = yaml.safe_load((ROOT / "configs" / name).read_text())
+    ServeDeploySchema.model_validate(serve_config)  # what `serve run` / `serve deploy` check
+    [application] = serve_config["applications"]
+    assert check_application(application).autoscaling.policy.value == policy
+    if policy == "coupled":
+        without = {key: value for key, value in application.items() if key != "autoscaling_policy"}
+        with pytest.raises(ValueError, match="autoscaling_policy"):
+            check_application(without)
+    else:
+        named = application | {"autoscaling_policy": {"policy_function": "x:y"}}
+        with pytest.raises(ValueError, match="autoscaling.policy"):
+            check_application(named)

@@ -157,7 +157,7 @@ def test_the_grafana_dashboard_queries_only_metrics_that_exist_and_shows_every_m
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     assert exprs and all(panel["targets"] for panel in dashboard["panels"])
     used = set(re.findall(r"\bray_[a-z_]+", " ".join(exprs)))
-    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
     ours = {f"ray_{name}{suffix}" for name, (kind, _, _) in METRICS.items() for suffix in suffixes[kind]}
     vllm = _vllm_metric_names()
     vllm_exported = {name + suffix for name in vllm for suffix in ("", "_total", "_bucket", "_count", "_sum")}

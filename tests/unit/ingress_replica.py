@@ -10,7 +10,9 @@ from fastapi.testclient import TestClient
 from serve_app.config import AppConfig
 from serve_app.core.cascade import Cascade
 from serve_app.edge.audits import Auditor
+from serve_app.edge.demand import DemandMeter
 from serve_app.edge.ingress import MAIIngress, build_api
+from serve_app.edge.overload import OverloadGuard
 from serve_app.edge.plan_controller import PlanController
 
 CONFIG = AppConfig.model_validate(
@@ -24,6 +26,8 @@ class RecordedMetrics:
     def __init__(self):
         self.errors: list[tuple[int, str]] = []
         self.plans: list[tuple[str, str]] = []
+        self.overload: list[tuple[str, str]] = []
+        self.overload_levels: list[int] = []
 
     def record_error(self, status: int, code: str) -> None:
         self.errors.append((status, code))
@@ -33,6 +37,18 @@ class RecordedMetrics:
 
     def record_plan(self, cls: str, plan: str) -> None:
         self.plans.append((cls, plan))
+
+    def record_overload(self, level: str, route: str) -> None:
+        self.overload.append((level, route))
+
+    def set_overload_level(self, level: int) -> None:
+        self.overload_levels.append(level)
+
+    def record_audit(self, cls: str, route: str, disagreed: bool) -> None:
+        pass
+
+    def record_audit_not_run(self, reason: str) -> None:
+        pass
 
 
 class Replica(MAIIngress.func_or_class):
@@ -48,13 +64,20 @@ def replica(
     api_keys: tuple = (),
     stats: Any = None,
     name: str = "replica-a",
+    large_queue: Any = lambda: 0,
+    clock: Any = None,
 ) -> Replica:
+    """``large_queue``: the large model's calls in flight the overload guard reads; ``clock`` its time."""
     ingress = object.__new__(Replica)
     ingress.config, ingress.api_keys, ingress.model_handles = config, api_keys, {}
     ingress.metrics = RecordedMetrics()
     ingress.cascade = Cascade(small, large)
     audit = config.cascade.audit
-    ingress.auditor = Auditor(ingress.cascade, audit, lambda: (0, 0))
+    ingress.auditor = Auditor(ingress.cascade, audit, lambda: (0, 0), ingress.metrics)
+    ingress.overload = OverloadGuard(
+        config.cascade.overload, large_queue, ingress.metrics, **({"clock": clock} if clock else {})
+    )
+    ingress.demand = DemandMeter(config.autoscaling.policy, config.autoscaling.tau_s)
     ingress.plans = PlanController(
         config.cascade.adaptive, audit, ingress.auditor.book, shared=stats is not None
     )

@@ -1,0 +1,88 @@
+"""What this ingress replica asks of each model, measured for coupled autoscaling: the decayed rate of
+requests arriving, and per model the decayed mean of calls per finished request and seconds per call.
+
+Where each input comes from: arrivals are counted as a request reaches the ingress (a cascade
+request, or one passed to a model unchanged); calls and their seconds are the finished request's
+trace (every stage it ran, with its model and latency; an audit's calls are not a served request's
+and are not counted), a passthrough's one call its own. Serve reads them through the ingress's
+``record_autoscaling_stats`` (names in ``METRICS``) and hands them to the application's policy
+(serve_app/edge/autoscaling_policy.py) with every deployment's context.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..core.scaling import ROLES, DecayedMean, DecayedRate, IngressDemand, ScalingPolicy
+from ..core.trace import Trace
+
+PREFIX = "mai_"
+METRICS = (
+    "mai_coupled",
+    "mai_arrivals_per_s",
+    "mai_requests_measured",
+    *(f"mai_{role}_calls_per_request" for role in ROLES),
+    *(f"mai_{role}_call_s" for role in ROLES),
+)
+
+
+class DemandMeter:
+    def __init__(
+        self, policy: ScalingPolicy, tau_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.policy, self.clock = policy, clock
+        self.arrivals = DecayedRate(tau_s)
+        self.calls = {role: DecayedMean(tau_s) for role in ROLES}
+        self.call_s = {role: DecayedMean(tau_s) for role in ROLES}
+
+    def arrived(self) -> None:
+        self.arrivals.add(self.clock())
+
+    def finished(self, trace: Trace) -> None:
+        """A cascade request answered: its calls per model and their seconds."""
+        self._finished({role: [s.latency_s for s in trace.stages if s.model == role] for role in ROLES})
+
+    def passed_through(self, role: str | None, seconds: float) -> None:
+        """A request sent to one model unchanged: one call there (none when the model is not one of
+        the pair's roles)."""
+        self._finished({name: [seconds] if name == role else [] for name in ROLES})
+
+    def _finished(self, seconds_by_role: dict[str, list[float]]) -> None:
+        now = self.clock()
+        for role, seconds in seconds_by_role.items():
+            self.calls[role].add(now, len(seconds))
+            for value in seconds:
+                self.call_s[role].add(now, value)
+
+    def demand(self) -> IngressDemand:
+        now = self.clock()
+        return IngressDemand(
+            rate=self.arrivals.value(now),
+            requests=self.calls["small"].weight(now),
+            calls_per_request={role: self.calls[role].mean() for role in ROLES},
+            call_s={role: self.call_s[role].mean() for role in ROLES},
+        )
+
+    def report(self) -> dict[str, float]:
+        """The custom autoscaling metrics of this replica (Serve's ``record_autoscaling_stats``)."""
+        demand = self.demand()
+        return {
+            "mai_coupled": 1.0 if self.policy is ScalingPolicy.COUPLED else 0.0,
+            "mai_arrivals_per_s": demand.rate,
+            "mai_requests_measured": demand.requests,
+            **{f"mai_{role}_calls_per_request": demand.calls_per_request[role] for role in ROLES},
+            **{f"mai_{role}_call_s": demand.call_s[role] for role in ROLES},
+        }
+
+
+def demand_of(metrics: dict[str, float]) -> IngressDemand | None:
+    """One replica's report read back; None when it lacks an input or is not coupled."""
+    if any(name not in metrics for name in METRICS) or metrics["mai_coupled"] < 0.5:
+        return None
+    return IngressDemand(
+        rate=metrics["mai_arrivals_per_s"],
+        requests=metrics["mai_requests_measured"],
+        calls_per_request={role: metrics[f"mai_{role}_calls_per_request"] for role in ROLES},
+        call_s={role: metrics[f"mai_{role}_call_s"] for role in ROLES},
+    )

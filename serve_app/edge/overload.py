@@ -1,0 +1,58 @@
+"""``cascade.overload`` in the ingress: each cascade request reads the large model's queue as this
+replica sees it (its calls in flight), moves the level (serve_app/core/overload.py), and at ``relax``
+runs with the relaxed thresholds; the trace and the metrics say so for every request answered while
+the model was overloaded."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.options import Policy
+from ..core.overload import Level, OverloadSettings, OverloadState, relaxed_options
+from ..core.trace import CascadeResult
+from .jobs import Job
+
+
+class OverloadGuard:
+    def __init__(
+        self,
+        settings: OverloadSettings,
+        large_queue: Callable[[], int],
+        metrics: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings, self.large_queue, self.metrics, self.clock = settings, large_queue, metrics, clock
+        self.state = OverloadState(settings)
+
+    def level(self) -> Level:
+        """The level now (reading the queue moves it)."""
+        level = self.state.update(self.large_queue(), self.clock())
+        if self.metrics is not None and self.settings.enabled:
+            self.metrics.set_overload_level(int(level))
+        return level
+
+    def apply(self, job: Job) -> tuple[Job, dict[str, Any] | None]:
+        """The cascade job to run and its trace's ``overload`` entry (None when not overloaded)."""
+        if not self.settings.enabled or job.options.policy is not Policy.CASCADE:
+            return job, None
+        queue = self.large_queue()
+        level = self.level()
+        if level is Level.NORMAL:
+            return job, None
+        entry: dict[str, Any] = {"level": level.name.lower(), "large_queue": queue, "relaxed": {}}
+        if level is Level.RELAX:
+            options, changed = relaxed_options(job.options, self.settings.relax_to)
+            entry["relaxed"] = changed
+            job = dataclasses.replace(job, options=options) if changed else job
+        return job, entry
+
+    def answered(self, result: CascadeResult) -> None:
+        overload = result.trace.overload
+        if overload is not None and self.metrics is not None:
+            self.metrics.record_overload(overload["level"], result.route)
+
+    def sheds_audits(self) -> bool:
+        return self.settings.enabled and self.state.level >= Level.SHED
