@@ -8,7 +8,8 @@
 - overhead:    emulated engines with zero latency: what the cascade's agree path adds over one direct
                call to an LLMServer-compatible deployment through the same proxy; peak requests/s.
 - eager:       eager_reasoning on vs off: latency of the escalated requests, extra small-model tokens.
-- autoscaling: replica counts over time while load ramps up and stops.
+- autoscaling: per-deployment against coupled autoscaling: ramps and bursts on two profiles, replica
+               counts over time, p99 and requests past the objective (loadtest/autoscaling_bench.py).
 - logprobs:    the large demo model with and without the generated tokens' logprobs, alternating.
 - passthrough: a request for the large demo model through MAI's ingress against the same request to its
                LLMServer through a thin ingress (same proxy), alternating: added latency, and a streamed
@@ -28,11 +29,9 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import os
 import platform
 import sys
-import threading
 import time
 from collections import Counter
 from typing import Any
@@ -44,7 +43,7 @@ from harness.driver import Outcome, drive, percentile
 from harness.jsonl import read_jsonl
 from harness.local_server import config_args, deploy, local_ray, replica_counts
 from harness.paths import RESULTS
-from loadtest.analytic import analytic_speedups, ongoing_share
+from loadtest.analytic import analytic_speedups
 from loadtest.provenance import provenance
 from loadtest.real_stack import run_order, spread
 
@@ -334,90 +333,11 @@ def _stage1_bound(dataset: str) -> float:
     return round(stage1 / (stage1 + reasoning), 4)
 
 
-AUTOSCALING_PHASES = (
-    ("ramp 8", "cascade", 8, 30),
-    ("ramp 32", "cascade", 32, 45),
-    ("ramp 64", "cascade", 64, 45),
-    ("large-reason 32", "large-reason", 32, 45),
-)
-
-
 def bench_autoscaling(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
-    scaling = {
-        "min_replicas": 1,
-        "max_replicas": 4,
-        "target_ongoing_requests": 4,
-        "upscale_delay_s": 2,
-        "downscale_delay_s": 10,
-        "look_back_period_s": 3,
-    }
-    deploy(emulated_args("chartqa", 1.0, autoscaling=scaling))
-    timeline: list[dict[str, Any]] = []
-    started = time.monotonic()
-    stop = threading.Event()
-    phase = {"name": "idle", "concurrency": 0}
+    """Per-deployment against coupled autoscaling (loadtest/autoscaling_bench.py)."""
+    from loadtest.autoscaling_bench import bench_coupled
 
-    def sample() -> None:
-        while not stop.is_set():
-            counts = replica_counts()
-            timeline.append(
-                {
-                    "t_s": round(time.monotonic() - started, 1),
-                    "phase": phase["name"],
-                    "concurrency": phase["concurrency"],
-                    "small": counts[SMALL],
-                    "large": counts[LARGE],
-                    "ingress": counts["MAIIngress"],
-                }
-            )
-            time.sleep(1)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    phases = []
-    # The cascade ramps, then traffic that needs the large model's long answers: under the cascade the
-    # large deployment holds about a tenth of the ongoing requests (ongoing_share), too few to scale.
-    for name, policy, users, seconds in AUTOSCALING_PHASES:
-        phase.update(name=name, concurrency=users)
-        deadline = time.monotonic() + seconds
-        outcomes, wall = run_load(
-            url,
-            "/v1/mai/answer",
-            bodies(records, 100000, policy=policy),
-            users,
-            until=lambda deadline=deadline: time.monotonic() > deadline,
-        )
-        share = ongoing_share("chartqa")[policy]
-        phases.append(
-            {"phase": name, "policy": policy}
-            | summarize(outcomes, wall)
-            | {
-                # Little's law at batch 1: clients x the share of a request's time spent at each model,
-                # divided by the target: the replicas queue-depth autoscaling should ask for.
-                "expected_ongoing": {model: round(users * share[model], 1) for model in share},
-                "expected_replicas": {
-                    model: min(
-                        scaling["max_replicas"],
-                        max(1, math.ceil(users * share[model] / scaling["target_ongoing_requests"])),
-                    )
-                    for model in share
-                },
-            }
-        )
-    phase.update(name="cool down", concurrency=0)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and (timeline[-1]["small"] > 1 or timeline[-1]["large"] > 1):
-        time.sleep(2)
-    time.sleep(2)
-    stop.set()
-    sampler.join()
-    return {
-        "autoscaling": scaling,
-        "phases": phases,
-        "timeline": timeline,
-        "peak": {"small": max(t["small"] for t in timeline), "large": max(t["large"] for t in timeline)},
-        "final": {"small": timeline[-1]["small"], "large": timeline[-1]["large"]},
-    }
+    return bench_coupled(url, records, repetitions=2)
 
 
 def bench_selector(url: str, records: list[dict], requests: int, concurrency: int) -> dict[str, Any]:
