@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import threading
 import time
@@ -521,6 +522,34 @@ def _stats(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/v1/mai/stats", timeout=30).json()
 
 
+STARTING = re.compile(r"^INFO (\S+ \S+) controller \d+ -- Starting Replica\(id='(\w+)', deployment='([^']+)'")
+STARTED = re.compile(
+    r"^INFO (\S+ \S+) controller \d+ -- Replica\(id='(\w+)', deployment='([^']+)', .*started successfully"
+)
+
+
+def replica_starts(session: Path) -> dict[str, Any]:
+    """From a Ray session's Serve controller log: seconds from "Starting Replica" to "started
+    successfully", per deployment (what any policy waits for after it decides to scale up)."""
+    import datetime
+
+    def at(stamp: str) -> float:
+        return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+    starting: dict[str, float] = {}
+    seconds: dict[str, list[float]] = {}
+    for path in sorted((session / "logs" / "serve").glob("controller_*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if match := STARTING.match(line):
+                starting[match[2]] = at(match[1])
+            elif (match := STARTED.match(line)) and match[2] in starting:
+                seconds.setdefault(match[3], []).append(at(match[1]) - starting.pop(match[2]))
+    return {
+        deployment: spread(values, 1) | {"starts": len(values)}
+        for deployment, values in sorted(seconds.items())
+    }
+
+
 BENCHES = {
     "overload": "overload.json",
     "shipped": "shipped.json",
@@ -537,7 +566,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repetitions", type=int, default=2)
     parser.add_argument("--questions", type=int, default=200, help="questions of the real-stack run")
+    parser.add_argument(
+        "--replica-starts",
+        type=Path,
+        help="a Ray session folder: write the replica start times its Serve controller logged, and stop",
+    )
     args = parser.parse_args(argv)
+    if args.replica_starts is not None:
+        OUT.mkdir(parents=True, exist_ok=True)
+        result = {
+            "session": args.replica_starts.name,
+            "seconds": replica_starts(args.replica_starts),
+            "meta": {
+                "command": f"python -m loadtest.autoscaling_bench --replica-starts {args.replica_starts}"
+            },
+        }
+        (OUT / "replica-starts.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["seconds"], indent=2))
+        return 0
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     if unknown := set(chosen) - set(BENCHES):
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
