@@ -62,6 +62,7 @@ class Outcome:
     error: str | None = None
     overload: dict[str, Any] | None = None  # the trace's overload entry (cascade.overload)
     answer: str | None = None
+    index: int | None = None  # the body's position in what was sent (results come in completion order)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -96,11 +97,14 @@ async def drive(
         try:
             response = await http.post(path, json=body, headers=headers)
         except httpx.HTTPError as exc:
-            return Outcome(0, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
+            return Outcome(
+                0, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}", index=index
+            )
         outcome = Outcome(
             response.status_code,
             time.perf_counter() - started,
             retry_after=response.headers.get("retry-after"),
+            index=index,
         )
         if response.status_code == 200:
             data = response.json()

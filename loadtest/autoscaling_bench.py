@@ -38,7 +38,7 @@ from harness.driver import Outcome, percentile
 from harness.local_server import config_args, deploy, local_ray, replica_counts
 from harness.paths import RESULTS
 from loadtest.analytic import ongoing_share, policy_seconds
-from loadtest.bench import LARGE, SMALL, bodies, emulated_args, run_load
+from loadtest.bench import bodies, emulated_args, run_load
 from loadtest.provenance import provenance
 from loadtest.real_stack import spread
 
@@ -103,14 +103,11 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             counts = replica_counts()
-            self.timeline.append(
-                {
-                    "t_s": round(self.now(), 1),
-                    "phase": self.phase,
-                    "small": counts[SMALL],
-                    "large": counts[LARGE],
-                }
-            )
+            by_role = {
+                role: sum(n for name, n in counts.items() if name.startswith(f"{role}:"))
+                for role in ("small", "large")
+            }
+            self.timeline.append({"t_s": round(self.now(), 1), "phase": self.phase, **by_role})
             self._stop.wait(1.0)
 
 
@@ -415,15 +412,15 @@ def bench_shipped(url: str, records: list[dict], repetitions: int) -> dict[str, 
 # The real CPU stack: coupled policy, overload on, audits at rate 1.0.
 
 REAL_OVERLOAD = {
-    "max_large_queue": 4,
-    "restore_below": 1,
-    "relax_after_s": 1,
+    "max_large_queue": 2,
+    "restore_below": 0,
+    "relax_after_s": 0.5,
     "restore_after_s": 5,
     "relax_to": {"min_confidence": 0.3, "confident_large": 0.5, "eager_reasoning": False},
 }
 
 
-def bench_real(url: str, records: list[dict], questions: int, concurrency: int = 16) -> dict[str, Any]:
+def bench_real(url: str, records: list[dict], questions: int, concurrency: int = 24) -> dict[str, Any]:
     """The same seeded test questions twice, overload off then on (each its own deployment of
     configs/mai-cpu.yaml, coupled, audits at rate 1.0): accuracy against easy-vqa's gold answers
     overall, and on the questions the relaxed run answered relaxed, in both runs (paired)."""
@@ -431,7 +428,7 @@ def bench_real(url: str, records: list[dict], questions: int, concurrency: int =
 
     asked = list(easy_vqa_records("test", questions, seed=35))
     payloads = [
-        {"image": r["image"], "question": r["question"], "answer_type": r["answer_type"], "policy": "mai"}
+        {"image": r["image"], "question": r["question"], "answer_type": r["answer_type"], "policy": "cascade"}
         for r in asked
     ]
     arms: dict[str, Any] = {}
@@ -448,7 +445,7 @@ def bench_real(url: str, records: list[dict], questions: int, concurrency: int =
             time.sleep(15)
         arms["on" if relax else "off"] = {
             "wall_s": round(wall, 1),
-            "outcomes": outcomes,
+            "outcomes": sorted(outcomes, key=lambda outcome: outcome.index or 0),  # as asked
             "replicas_after": sampler.timeline[-1] if sampler.timeline else None,
             "stats": _stats(url),
             "policy_decisions_logged": _policy_log_lines(),
@@ -481,6 +478,11 @@ def bench_real(url: str, records: list[dict], questions: int, concurrency: int =
         "arms": {
             arm: {key: value for key, value in result.items() if key != "outcomes"}
             | {"errors": sum(1 for o in result["outcomes"] if o.status != 200)}
+            | {
+                "error_samples": sorted(
+                    {(o.error or "")[:200] for o in result["outcomes"] if o.status != 200}
+                )[:3]
+            }
             for arm, result in arms.items()
         },
         "rows": rows,
@@ -550,6 +552,30 @@ def replica_starts(session: Path) -> dict[str, Any]:
     }
 
 
+UPSCALING = re.compile(
+    r"^INFO (\S+ \S+) controller \d+ -- Upscaling Deployment\(name='([^']+)'.* from (\d+) to (\d+)"
+)
+
+
+def upscale_decisions(session: Path) -> list[dict[str, Any]]:
+    """Every scale-up Serve's controller decided, with the clock time, and when the first replica it
+    started was running (the deployment's next "started successfully")."""
+    started: list[tuple[str, str]] = []
+    decisions: list[dict[str, Any]] = []
+    for path in sorted((session / "logs" / "serve").glob("controller_*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if match := UPSCALING.match(line):
+                decisions.append(
+                    {"at": match[1], "deployment": match[2], "from": int(match[3]), "to": int(match[4])}
+                )
+            elif match := STARTED.match(line):
+                started.append((match[1], match[3]))
+    for decision in decisions:
+        later = [at for at, name in started if name == decision["deployment"] and at > decision["at"]]
+        decision["first_running"] = min(later) if later else None
+    return decisions
+
+
 BENCHES = {
     "overload": "overload.json",
     "shipped": "shipped.json",
@@ -571,17 +597,20 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="a Ray session folder: write the replica start times its Serve controller logged, and stop",
     )
+    parser.add_argument("--out", type=Path, default=OUT / "replica-starts.json", help="with --replica-starts")
     args = parser.parse_args(argv)
     if args.replica_starts is not None:
         OUT.mkdir(parents=True, exist_ok=True)
         result = {
             "session": args.replica_starts.name,
             "seconds": replica_starts(args.replica_starts),
+            "upscales": upscale_decisions(args.replica_starts),
             "meta": {
-                "command": f"python -m loadtest.autoscaling_bench --replica-starts {args.replica_starts}"
+                "command": "python -m loadtest.autoscaling_bench "
+                f"--replica-starts {args.replica_starts} --out {args.out}"
             },
         }
-        (OUT / "replica-starts.json").write_text(json.dumps(result, indent=2) + "\n")
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["seconds"], indent=2))
         return 0
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
