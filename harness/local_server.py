@@ -51,8 +51,9 @@ def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None
     """A new local Ray (never a cluster already running on the machine) with Serve's HTTP proxy on a
     free port; yields the base URL.
 
-    ``metrics_push_interval_s`` shortens how often handles and replicas report queue depth to the
-    autoscaler (Serve's default is 10 s), so autoscaling reacts within seconds."""
+    ``metrics_push_interval_s`` sets Serve's environment variables for how often handles and replicas
+    report to the autoscaler. Ray 2.60 does not read them yet: there a deployment's
+    ``autoscaling.metrics_interval_s`` decides (Serve's default 10 s; the autoscaling bench sets 1 s)."""
     import ray
     from ray import serve
 
