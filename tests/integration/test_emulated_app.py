@@ -100,6 +100,7 @@ def test_small_and_large_scale_up_under_load_and_back_down(base_url):
         "upscale_delay_s": 1,
         "downscale_delay_s": 3,
         "look_back_period_s": 2,
+        "metrics_interval_s": 0.5,  # reported often enough to fill the look-back window
     }
     # The large model mostly writes short answers here, so its queue is shallower: a lower target.
     large_scaling = {**scaling, "target_ongoing_requests": 0.5}
