@@ -82,7 +82,7 @@ def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -
     from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeDeploySchema
 
-    from serve_app.app import COUPLED_POLICY, check_application
+    from serve_app.app import COUPLED_POLICY
     from serve_app.config import load_app_config
     from serve_app.core.scaling import ScalingPolicy
 
@@ -94,7 +94,6 @@ def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -
     }
     if load_app_config(args).autoscaling.policy is ScalingPolicy.COUPLED:
         application["autoscaling_policy"] = {"policy_function": COUPLED_POLICY}
-    check_application(application)
     before = serve.status().applications.get(name)
     client = _get_global_client()
     client.deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))

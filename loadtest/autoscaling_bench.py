@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import threading
@@ -41,6 +40,7 @@ from loadtest.analytic import ongoing_share, policy_seconds
 from loadtest.bench import bodies, emulated_args, run_load
 from loadtest.provenance import provenance
 from loadtest.real_stack import spread
+from serve_app.core.scaling import little_replicas
 
 SCALING = {
     "min_replicas": 1,
@@ -71,9 +71,8 @@ def expected_replicas(dataset: str, users: int, scaling: dict[str, Any]) -> dict
     """Little's law at batch 1: users × the share of a request's time at each model, over the target."""
     share = ongoing_share(dataset)["cascade"]
     return {
-        model: min(
-            scaling["max_replicas"],
-            max(1, math.ceil(users * share[model] / scaling["target_ongoing_requests"] - 1e-9)),
+        model: little_replicas(
+            users * share[model], scaling["target_ongoing_requests"], scaling["max_replicas"]
         )
         for model in ("small", "large")
     }

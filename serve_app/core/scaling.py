@@ -126,5 +126,6 @@ class DecayedMean:
     def weight(self, now: float) -> float:
         return self._weight * self._decay(now)
 
-    def mean(self, default: float = 0.0) -> float:
-        return self._sum / self._weight if self._weight > 0 else default
+    def mean(self) -> float:
+        """0 before any sample."""
+        return self._sum / self._weight if self._weight > 0 else 0.0

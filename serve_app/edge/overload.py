@@ -27,9 +27,9 @@ class OverloadGuard:
         self.settings, self.large_queue, self.metrics, self.clock = settings, large_queue, metrics, clock
         self.state = OverloadState(settings)
 
-    def level(self) -> Level:
-        """The level now (reading the queue moves it)."""
-        level = self.state.update(self.large_queue(), self.clock())
+    def _level(self, queue: int) -> Level:
+        """The level after this reading of the queue (a reading moves it)."""
+        level = self.state.update(queue, self.clock())
         if self.metrics is not None and self.settings.enabled:
             self.metrics.set_overload_level(int(level))
         return level
@@ -39,7 +39,7 @@ class OverloadGuard:
         if not self.settings.enabled or job.options.policy is not Policy.CASCADE:
             return job, None
         queue = self.large_queue()
-        level = self.level()
+        level = self._level(queue)
         if level is Level.NORMAL:
             return job, None
         entry: dict[str, Any] = {"level": level.name.lower(), "large_queue": queue, "relaxed": {}}

@@ -178,14 +178,19 @@ def ingress_metrics(**values):
     return {name: {"replica-1": value} for name, value in report.items()}
 
 
-SURGE = ingress_metrics(
-    mai_arrivals_per_s=40.0,
-    mai_requests_measured=200.0,
-    mai_small_calls_per_request=1.6,
-    mai_small_call_s=1.0,
-    mai_large_calls_per_request=1.1,
-    mai_large_call_s=0.5,
-)
+def demand_metrics(rate, measured):
+    """An ingress whose requests make 1.6 small calls of 1 s and 1.1 large calls of 0.5 s."""
+    return ingress_metrics(
+        mai_arrivals_per_s=rate,
+        mai_requests_measured=measured,
+        mai_small_calls_per_request=1.6,
+        mai_small_call_s=1.0,
+        mai_large_calls_per_request=1.1,
+        mai_large_call_s=0.5,
+    )
+
+
+SURGE = demand_metrics(rate=40.0, measured=200.0)
 
 
 def contexts(ingress_report, *, small_ongoing=8, large_ongoing=4):
@@ -209,14 +214,7 @@ def test_a_surge_scales_both_models_from_the_ingress_before_their_queues_show_it
 
 
 def test_a_drain_leaves_the_queue_in_charge():
-    drained = ingress_metrics(
-        mai_arrivals_per_s=0.01,
-        mai_requests_measured=5.0,
-        mai_small_calls_per_request=1.6,
-        mai_small_call_s=1.0,
-        mai_large_calls_per_request=1.1,
-        mai_large_call_s=0.5,
-    )
+    drained = demand_metrics(rate=0.01, measured=5.0)
     decisions, state = coupled_policy(contexts(drained, small_ongoing=0, large_ongoing=12))
     assert decisions[LARGE] == 3 and state[LARGE]["mai_decision"]["reason"] == "queue"
     assert decisions[SMALL] == pytest.approx(0.01 * 1.6 * 1.0 / 4)
