@@ -94,7 +94,7 @@ def summarise(
 
 
 def _differ(served: Mapping[str, Any], reference: Mapping[str, Any]) -> bool:
-    from serve_app.core.answers import agree
+    from serve_app.core.verification import agree
 
     return not agree(served["answer"], reference["answer"], served["kind"])
 

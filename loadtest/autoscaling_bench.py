@@ -489,7 +489,7 @@ def bench_real(url: str, records: list[dict], questions: int, concurrency: int =
 
 
 def _correct(answer: str | None, record: dict[str, Any]) -> bool:
-    from serve_app.core.answers import agree
+    from serve_app.core.verification import agree
 
     return agree(answer, record["answer"], record["answer_type"])
 

@@ -4,8 +4,9 @@ Pure functions, no I/O. They follow what the field's evaluators score (lmms-eval
 accuracy, InfoVQA/DocVQA ANLS, POPE yes/no, MMBench option extraction) and fix their known quirks:
 "Yes." is yes, "12%" and "12" can agree, "(C)" / "c." / "Answer: C" are all option C.
 
-The same matcher decides whether two *model* answers agree (the cascade's verification) and whether a
-prediction matches the gold answer (the evaluation harness).
+These are the *scoring* rules (does a prediction match the gold answer?) and what both rules share:
+extraction, validity, numbers. Whether two *model* answers agree, the cascade's verification, is a
+stricter rule of its own: ``verification.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from .either_or import YES_NO_START, asked_sentence, either_or_options
 from .listed_choices import split_choices
 
 KINDS = ("choice", "yes_no", "number", "text")
@@ -145,10 +147,17 @@ def option_letter(answer: object, choices: Sequence[str] | None = None) -> str |
 def _letter_of_text(text: str, choices: Sequence[str] | None) -> str | None:
     """The letter of the option whose text ``text`` is, if any."""
     wanted = _clean(text).casefold()
-    for index, choice in enumerate((choices or ())[:26]):
-        if wanted and wanted == _clean(str(choice)).casefold():
-            return chr(ord("A") + index)
+    options = [_clean(str(choice)).casefold() for choice in (choices or ())[:26]]
+    for compared in (lambda option: option, _without_article):  # "a cat" names the option "cat"
+        for index, option in enumerate(options):
+            if wanted and compared(wanted) == compared(option):
+                return chr(ord("A") + index)
     return None
+
+
+def _without_article(text: str) -> str:
+    head, _, rest = text.partition(" ")
+    return rest if rest and head in ("a", "an", "the") else text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,59 +321,79 @@ def normalize(answer: object, kind: str, *, choices: Sequence[str] | None = None
     return _clean(raw).casefold()
 
 
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+", re.UNICODE)
+# Replies that say the model does not know: no answer to a yes/no, number or open question.
+HEDGES = frozenset(
+    {
+        "not sure",
+        "unsure",
+        "no idea",
+        "n a",
+        "na",
+        "none",
+        "maybe",
+        "perhaps",
+        "possibly",
+        "unknown",
+        "uncertain",
+        "unclear",
+        "not certain",
+        "not clear",
+        "cannot tell",
+        "can t tell",
+        "cant tell",
+        "cannot say",
+        "can t say",
+        "hard to say",
+        "hard to tell",
+        "impossible to tell",
+        "impossible to say",
+        "cannot determine",
+        "can t determine",
+        "cannot be determined",
+        "not known",
+        "don t know",
+        "dont know",
+        "i don t know",
+        "i dont know",
+        "i do not know",
+        "i m not sure",
+        "i am not sure",
+    }
+)
+
+
+def answer_words(answer: str) -> list[str]:
+    """An answer's words: NFKC, case-folded, punctuation dropped, a number one word ("1,234.5")."""
+    return _TOKEN.findall(unicodedata.normalize("NFKC", answer).casefold())
+
+
+def is_hedge(answer: object) -> bool:
+    """Whether the answer only says the model does not know ("Not sure.", "N/A", "I don't know")."""
+    text = _as_text(answer)
+    return text is not None and " ".join(answer_words(text)) in HEDGES
+
+
 def is_valid(answer: object, kind: str, *, choices: Sequence[str] | None = None) -> bool:
     """Whether ``answer`` answers a question of ``kind`` at all: yes or no for ``yes_no``; one of the
-    options (by letter or text) for ``choice``; a number for ``number``; any text for ``text``.
-    "maybe" to a yes/no question, "E" among two options, "unknown" for a number are not."""
+    options (by letter or text) for ``choice``; a number for ``number``; some words for ``text``.
+    "maybe" to a yes/no question, "E" among two options, "unknown" for a number are not, and a hedge
+    ("not sure", "no idea", ``HEDGES``) answers no question but a choice that offers it as an option."""
     text = _as_text(answer)
     if text is None or not _clean(text):
         return False
-    if kind == "yes_no":
-        return yes_no(text) is not None
     if kind == "choice":
         letter = option_letter(text, choices)
         return letter is not None and (not choices or ord(letter) - ord("A") < len(choices))
+    if not answer_words(text) or is_hedge(text):
+        return False
+    if kind == "yes_no":
+        return yes_no(text) is not None
     if kind == "number":
         return parse_number(text) is not None
     return True
 
 
-def agree(
-    a: object,
-    b: object,
-    kind: str,
-    *,
-    choices: Sequence[str] | None = None,
-    anls_threshold: float = 0.5,
-    rel_tol: float = 0.05,
-) -> bool:
-    """Whether two answers say the same thing, by the matcher of their kind. Symmetric; an answer not
-    valid for the kind (``is_valid``: ``None``, empty, "maybe" to a yes/no question, a letter that is
-    no option) never agrees, not even with itself; never raises."""
-    a_text, b_text = _as_text(a), _as_text(b)
-    if a_text is None or b_text is None:
-        return False
-    if not (is_valid(a_text, kind, choices=choices) and is_valid(b_text, kind, choices=choices)):
-        return False
-    a_norm, b_norm = normalize(a_text, kind, choices=choices), normalize(b_text, kind, choices=choices)
-    if not a_norm or not b_norm:
-        return False
-    if kind == "number":
-        a_num, b_num = parse_number(a_text), parse_number(b_text)
-        if a_num is not None and b_num is not None:
-            return _numbers_match(a_num, b_num, rel_tol) or _numbers_match(b_num, a_num, rel_tol)
-        return False
-    if kind in ("choice", "yes_no"):
-        return a_norm == b_norm
-    score = anls(a_norm, b_norm)
-    return score > 0 and score >= anls_threshold
-
-
-_YES_NO_START = re.compile(
-    r"^(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have|had|am|may|might|must)\b",
-    re.IGNORECASE,
-)
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
 _NUMBER_CUES = re.compile(
     r"\b(?:how\s+(?:many|much|old|long|far|tall|high|often)|what\s+(?:is\s+the\s+)?"
     r"(?:percentage|percent|number|value|total|sum|difference|average|mean|median|ratio|"
@@ -374,20 +403,17 @@ _NUMBER_CUES = re.compile(
 
 
 def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
-    """Guess the answer kind of a question: ``choice`` when options are given or listed in the
-    question, ``yes_no`` for questions opening with an auxiliary verb ("Is there ...?"),
-    ``number`` for quantity questions ("How many ...?", "What percentage ...?"), else ``text``.
+    """Guess the answer kind of a question: ``choice`` when options are given, listed in the
+    question or named by an either/or question ("Is it red or blue?"), ``yes_no`` for questions
+    opening with an auxiliary verb ("Is there ...?"), ``number`` for quantity questions ("How many
+    ...?", "What percentage ...?"), else ``text``.
     The last sentence ending in "?" is the one read, so trailing instructions do not count."""
     text = _as_text(question) or ""
-    if choices:
+    if choices or split_choices(text)[1] or either_or_options(text):
         return "choice"
-    if split_choices(text)[1]:
-        return "choice"
-    sentences = [part.strip() for part in _SENTENCE_BREAK.split(text.strip()) if part.strip()]
-    questions = [sentence for sentence in sentences if sentence.endswith("?")]
-    asked = (questions or sentences or [""])[-1]
+    asked = asked_sentence(text)
     if _NUMBER_CUES.search(asked):
         return "number"
-    if _YES_NO_START.match(asked):
+    if YES_NO_START.match(asked):
         return "yes_no"
     return "text"

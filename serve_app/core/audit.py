@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .options import Policy
+from .routes import EARLY_EXITS
 
-# The routes that stop before the cascade's last stage: the answers an audit checks.
-EARLY_EXITS = frozenset({"agree_short", "confident_large", "agree_reasoned"})
+__all__ = ["EARLY_EXITS", "AuditBook", "AuditSettings", "class_of", "is_sampled"]
 
 
 class AuditSettings(BaseModel):

@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .answers import agree, extract_answer, is_valid
+from .answers import extract_answer, is_valid, option_letter
 from .confidence import answer_confidence
 from .contracts import (
     EngineCall,
@@ -55,12 +55,29 @@ from .contracts import (
     TransferSelector,
     VLMClient,
 )
+from .either_or import choices_note
 from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
 from .plans import Plan
 from .prompts import PromptKind, build_messages
-from .trace import LARGE, SMALL, AgreementCheck, CascadeResult, Route, StageRecord, Trace, TransferRecord
+from .trace import (
+    LARGE,
+    SMALL,
+    AgreementCheck,
+    CascadeResult,
+    FallbackRecord,
+    Route,
+    StageRecord,
+    Trace,
+    TransferRecord,
+)
 from .transfer_selectors import DEFAULT_SELECTORS, check_transfer_selector, count_words
+from .verification import agree
+
+# Where the terminal rule looks for a valid answer when the route's own is not one, most trustworthy
+# first: the small model's reasoned answer (its Stage 2 answer, else the one its reasoning wrote), then
+# the large model's short answer, then the small model's.
+FALLBACK_ORDER = ("stage2_small", "reason_small", "short_large", "short_small")
 
 
 class ModelUnavailableError(RuntimeError):
@@ -117,6 +134,10 @@ class _Run:
             kind=self.kind,
             format_instruction=question.instruction,
             choices_from_text=list(question.choices_from_text),
+            options_named=list(question.choices) if question.options_named else [],
+            choices_note=None
+            if question.options_named
+            else choices_note(question.question, question.choices),
         )
         self._tasks: list[asyncio.Task] = []
         # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
@@ -160,7 +181,7 @@ class _Run:
             return self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
         if self._verified("short", small_short, large_short):
             return self._finish(Route.AGREE_SHORT, large_short)
-        if self._confident_large(large_short):
+        if self._confident_large(large_short, over=small_short):
             return self._finish(Route.CONFIDENT_LARGE, large_short)
 
         reasoned = await (eager if eager is not None else self._reason(SMALL))
@@ -304,11 +325,12 @@ class _Run:
     ) -> StageRecord:
         """One model call, recorded in the trace; failures and timeouts are recorded, not raised.
         Cancellation is recorded and re-raised, which cancels the client's call."""
+        named = self.question.options_named  # the question names its options: asked as it is
         messages = build_messages(
             self.question.image_url,
             self.question.question,
-            self.question.choices,
-            self.kind,
+            () if named else self.question.choices,
+            "text" if named else self.kind,
             prompt_kind,
             reasoning=reasoning,
             transfer_form=self.options.transfer_form,
@@ -370,18 +392,21 @@ class _Run:
         self.trace.checks.append(check)
         return check.accepted
 
-    def _confident_large(self, large: StageRecord) -> bool:
-        """Settle a stage-1 disagreement with the large short answer when it is confident enough."""
+    def _confident_large(self, large: StageRecord, *, over: StageRecord) -> bool:
+        """Settle a stage-1 disagreement with the large short answer when it is confident enough, and
+        never against a valid small answer that is more confident still."""
         threshold = self.options.confident_large
         if threshold is None:
             return False
-        valid = self._valid(large.answer)
+        answers, confidences = (large.answer, over.answer), (large.confidence, over.confidence)
+        valid = self._valid(*answers)
         confident = valid[0] and large.confidence is not None and large.confidence >= threshold
+        overruled = valid[1] and over.confidence is not None and over.confidence > (large.confidence or 0.0)
         check = AgreementCheck(
-            "confident_large", (large.answer,), valid, (large.confidence,), True, threshold, confident
+            "confident_large", answers, valid, confidences, False, threshold, confident and not overruled
         )
         self.trace.checks.append(check)
-        return confident
+        return check.accepted
 
     def _valid(self, *answers: str | None) -> tuple[bool, ...]:
         return tuple(is_valid(answer, self.kind, choices=self.question.choices) for answer in answers)
@@ -392,8 +417,7 @@ class _Run:
             b,
             self.kind,
             choices=self.question.choices,
-            anls_threshold=self.options.anls_threshold,
-            rel_tol=self.options.rel_tol,
+            decimal_tolerance=self.options.decimal_tolerance,
         )
 
     def _large_failed(self, failed: StageRecord, *, fallback: StageRecord) -> CascadeResult:
@@ -402,16 +426,43 @@ class _Run:
         raise ModelUnavailableError(LARGE, failed, self.trace)
 
     def _finish(self, route: Route, stage: StageRecord) -> CascadeResult:
+        """Serve ``stage``'s answer by ``route``; for MAI, the terminal rule first (``_terminal``)."""
+        if self.options.policy is Policy.CASCADE:
+            route, stage = self._terminal(route, stage)
         self.trace.route = route.value
         self.trace.answer_parsed = stage.answer is not None
-        if stage.answer is None:  # nothing could be read: the text as the model wrote it
+        self.trace.answer_valid = self._valid(stage.answer)[0]
+        if stage.answer is None and self.options.policy is Policy.CASCADE:
+            answer = ""  # a reasoning's raw text is no answer; the trace says none was read
+        elif stage.answer is None:  # a single model's reply with no answer marked: as it wrote it
             answer = stage.output.strip()
+        elif self.question.options_named and self.trace.answer_valid:
+            answer = self._option_text(stage.answer)
         else:
             answer = reply_in_format(
                 stage.answer, self.question.instruction, self.kind, self.question.choices
             )
         logprobs = self._token_logprobs.get(stage.name) if self.options.decoding.logprobs else None
         return CascadeResult(answer=answer, route=route.value, trace=self.trace, logprobs=logprobs)
+
+    def _terminal(self, route: Route, stage: StageRecord) -> tuple[Route, StageRecord]:
+        """The served answer is valid for its kind whenever any stage gave a valid one: when the
+        route's own is not, the first valid answer in ``FALLBACK_ORDER`` is served instead (route
+        ``fallback``); when none is, the route's own, and the trace says it is not valid."""
+        if self._valid(stage.answer)[0]:
+            return route, stage
+        answered = {s.name: s for s in self.trace.stages if s.ok and s.answer is not None}
+        for name in FALLBACK_ORDER:
+            candidate = answered.get(name)
+            if candidate is not None and candidate is not stage and self._valid(candidate.answer)[0]:
+                self.trace.fallback = FallbackRecord(route.value, stage.name, stage.answer, candidate.name)
+                return Route.FALLBACK, candidate
+        return route, stage
+
+    def _option_text(self, answer: str) -> str:
+        """The text of the option ``answer`` names (an either/or question's reply)."""
+        letter = option_letter(answer, self.question.choices)
+        return self.question.choices[ord(letter) - ord("A")] if letter else answer
 
     # -- in-flight calls --------------------------------------------------------------------
 

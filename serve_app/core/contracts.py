@@ -8,10 +8,11 @@ decoding)``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from .answers import KINDS, infer_kind
+from .either_or import either_or_options
 from .format_instructions import Instruction
 from .options import GREEDY, Decoding
 from .prompts import PromptKind
@@ -28,11 +29,20 @@ class Question:
     # (question_parsing.parse_question). None: none was recognised, the text is as sent.
     instruction: Instruction | None = None
     choices_from_text: tuple[str, ...] = ()  # the options read from the client's text, () if none
+    # The choices are the options an either/or question names ("Is it red or blue?", either_or.py):
+    # the stages get the question as asked with the short-answer prompt, the reply is the option's text.
+    # Set when neither ``choices`` nor ``kind`` was given; never by the caller.
+    options_named: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", tuple(self.choices))
         object.__setattr__(self, "system", tuple(self.system))
         object.__setattr__(self, "choices_from_text", tuple(self.choices_from_text))
+        if self.kind is None and not self.choices:
+            named = either_or_options(self.question)
+            if named:
+                object.__setattr__(self, "choices", named)
+                object.__setattr__(self, "options_named", True)
         if self.kind is None:
             object.__setattr__(self, "kind", infer_kind(self.question, self.choices))
         elif self.kind not in KINDS:

@@ -5,9 +5,9 @@ request may override some of them."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .plans import Plan
 from .prompts import TransferForm
@@ -22,6 +22,15 @@ class Policy(StrEnum):
     SMALL_REASON = "small-reason"  # small model, Reasoning (+ S2), the paper's 2B(R)
     LARGE_REASON = "large-reason"  # large model, Reasoning (+ S2), the paper's 8B(R)
     TRANSFER = "transfer"  # the paper's "Full RT": small reasons, large always answers with it
+
+
+# Settings that verification no longer reads, and what replaced each (docs/api.md, "Verification").
+RETIRED = {
+    "anls_threshold": "open-text answers agree only on the same words (ANLS scores the evaluation, never "
+    "verification); remove it",
+    "rel_tol": "verification of number answers is exact for integers and within decimal_tolerance "
+    "(default 0.01) for decimals; use decimal_tolerance",
+}
 
 
 class TokenBudgets(BaseModel):
@@ -82,8 +91,10 @@ class CascadeOptions(BaseModel):
     max_tokens: TokenBudgets = TokenBudgets()
     decoding: Decoding = GREEDY
     timeouts: StageTimeouts = StageTimeouts()
-    anls_threshold: float = Field(0.5, gt=0, le=1)
-    rel_tol: float = Field(0.05, ge=0, le=1)
+    # Verification (serve_app/core/verification.py): two decimal answers to a number question agree
+    # within this share of the larger (integers agree only when equal). Open text agrees on its words;
+    # ANLS and ChartQA's 5 % are what the evaluation scores with, never what verification accepts.
+    decimal_tolerance: float = Field(0.01, ge=0, le=0.05, allow_inf_nan=False)
     # Verification: an agreement counts only when both answers are at least this confident (the
     # probability of the answer's tokens; an answer without one counts as not confident). 0 is the
     # paper's rule: every agreement counts.
@@ -91,6 +102,16 @@ class CascadeOptions(BaseModel):
     # A stage-1 disagreement is settled by the large model's short answer, without reasoning, when
     # that answer is at least this confident (route confident_large). None: off, the paper's rule.
     confident_large: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_names(cls, data: Any) -> Any:
+        """The matcher's old tolerances are refused, each naming what took its place."""
+        if isinstance(data, dict):
+            for name, replacement in RETIRED.items():
+                if name in data:
+                    raise ValueError(f"{name} is no longer a setting: {replacement}")
+        return data
 
     def resolved_plan(self) -> Plan:
         if self.plan is not None:

@@ -15,14 +15,13 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 from .plans import Plan, PlanEstimates
+from .routes import COMPLETED, STAGE1_EXITS
 from .trace import Trace
 
-STAGE1_EXITS = ("agree_short", "confident_large")
 # The weight, in requests, of reason-first's settle rate as derived from the sequential plans' rates
 # (p1 + (1 - p1) p2: a question both short answers agree on is taken to agree after reasoning too),
 # against reason-first's own runs: the derived rate is a prior its own runs soon outweigh.
 REASON_FIRST_PRIOR_WEIGHT = 20
-COUNTED_ROUTES = frozenset({"agree_short", "confident_large", "agree_reasoned", "transfer"})
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class Observation:
 def observe(trace: Trace, at: float) -> Observation | None:
     """The observation of a finished cascade request; None for a degraded one (a model failed: what
     it took measures the failure, not the plan)."""
-    if trace.plan is None or trace.route not in COUNTED_ROUTES:
+    if trace.plan is None or trace.route not in COMPLETED:
         return None
     ok = {stage.name: stage for stage in trace.stages if stage.ok}
     small, large = ok.get("short_small"), ok.get("short_large")

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from .routes import EARLY_EXITS, Route
+
 Objective = Literal["latency", "engine_time", "large_tokens"]
 
 
@@ -56,10 +58,10 @@ class Plan(StrEnum):
 ANSWER_IDENTICAL = (Plan.SEQUENTIAL, Plan.EAGER)
 
 # The routes at which each plan stops before the large model reads the reasoning: what an audit bounds.
-EARLY_EXITS_OF: dict[Plan, tuple[str, ...]] = {
-    Plan.SEQUENTIAL: ("agree_short", "confident_large", "agree_reasoned"),
-    Plan.EAGER: ("agree_short", "confident_large", "agree_reasoned"),
-    Plan.REASON_FIRST: ("agree_reasoned",),
+EARLY_EXITS_OF: dict[Plan, tuple[Route, ...]] = {
+    Plan.SEQUENTIAL: EARLY_EXITS,
+    Plan.EAGER: EARLY_EXITS,
+    Plan.REASON_FIRST: (Route.AGREE_REASONED,),
     Plan.TRANSFER: (),
 }
 

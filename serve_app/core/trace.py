@@ -4,25 +4,25 @@ parsed answer) and of the reasoning transfer. Every response carries it."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from .contracts import TokenLogprob
 from .format_instructions import Instruction
+from .routes import Route
+
+__all__ = [
+    "LARGE",
+    "SMALL",
+    "AgreementCheck",
+    "CascadeResult",
+    "FallbackRecord",
+    "Route",
+    "StageRecord",
+    "Trace",
+    "TransferRecord",
+]
 
 SMALL, LARGE = "small", "large"
-
-
-class Route(StrEnum):
-    AGREE_SHORT = "agree_short"
-    AGREE_REASONED = "agree_reasoned"
-    TRANSFER = "transfer"
-    SINGLE = "single"
-    CONFIDENT_LARGE = "confident_large"  # stage 1 disagreed; the large answer was confident enough
-    DEGRADED_LARGE_ONLY = "degraded_large_only"  # small failed in stage 1
-    DEGRADED_NO_REASONING = "degraded_no_reasoning"  # small failed while reasoning
-    DEGRADED_NO_TRANSFER = "degraded_no_transfer"  # large failed in the transfer stage
-    DEGRADED_SMALL_ONLY = "degraded_small_only"  # large failed, on_large_failure: small
 
 
 @dataclass
@@ -58,17 +58,28 @@ class TransferRecord:
 
 
 @dataclass
+class FallbackRecord:
+    """The route's own answer was not valid for the question's kind; another stage's was served."""
+
+    route: str  # the route the cascade reached
+    stage: str  # the stage whose answer that route serves
+    answer: str | None  # that answer (None: nothing was read)
+    served: str  # the stage whose valid answer was served instead
+
+
+@dataclass
 class AgreementCheck:
     """One verification: two answers, their confidences, the rule's thresholds and the verdict."""
 
     stage: str  # short: both short answers; reasoned: the small model's reasoned answer vs the large
-    #             short one; confident_large: the large short answer alone against confident_large
+    #             short one; confident_large: the large short answer against confident_large, and the
+    #             small short answer it would overrule (a more confident valid one is never overruled)
     answers: tuple[str | None, ...]
     valid: tuple[
         bool, ...
     ]  # each answer is one of its kind (answers.is_valid); an invalid one settles nothing
     confidences: tuple[float | None, ...]
-    matched: bool  # the answers agree under the answer kind's matcher (always true for confident_large)
+    matched: bool  # the answers agree (verification.agree; false for confident_large: they disagreed)
     min_confidence: float
     accepted: bool  # the cascade stops here
 
@@ -87,6 +98,12 @@ class Trace:
     plan_reason: str | None = None
     route: str | None = None
     answer_parsed: bool = False
+    answer_valid: bool = False  # the served answer is one of its kind (answers.is_valid)
+    fallback: FallbackRecord | None = None  # route fallback: what the route's own answer was
+    # The options an either/or question names ("Is it red or blue?"), read as its choices; and when
+    # the request's own choices differ from them, what was done (the request's win).
+    options_named: list[str] = field(default_factory=list)
+    choices_note: str | None = None
     latency_s: float = 0.0
     stages: list[StageRecord] = field(default_factory=list)
     checks: list[AgreementCheck] = field(default_factory=list)

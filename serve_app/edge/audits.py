@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.answers import agree
 from ..core.audit import EARLY_EXITS, AuditBook, AuditSettings, class_of, is_sampled
 from ..core.cascade import Cascade, ModelUnavailableError
 from ..core.contracts import Completion, EngineCall, EngineError, VLMClient
 from ..core.options import GREEDY, Decoding, Policy
 from ..core.trace import CascadeResult
+from ..core.verification import agree
 from .jobs import Job
 from .responses import usage_of
 
@@ -136,8 +136,7 @@ class Auditor:
             reference.answer,
             served.trace.kind,
             choices=question.choices,
-            anls_threshold=options.anls_threshold,
-            rel_tol=options.rel_tol,
+            decimal_tolerance=options.decimal_tolerance,
         )
         self.book.record_audit(cls, route, disagreed, tokens_of(reference), at=self.clock())
         if self.metrics is not None:

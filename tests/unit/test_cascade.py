@@ -464,6 +464,111 @@ async def test_a_confident_large_answer_settles_a_disagreement_only_when_asked()
     assert (await run(small, large)).route == "transfer"  # off by default
 
 
+async def test_a_confident_large_answer_never_overrules_a_more_confident_valid_small_one():
+    """The README's first request: the small model said red at 0.99, the large brown at 0.83."""
+    colour = Question("What is the color of the shape?", image_url=IMAGE)
+    replies = ({S: "[[red]]", R: "The shape is red.\n[[red]]"}, {S: "[[brown]]", T: "[[red]]"})
+    small, large = models(*replies)
+    small.confidences, large.confidences = {S: 0.99}, {S: 0.83}
+    result = await run(small, large, question=colour, confident_large=0.69)
+    assert result.route == "transfer" and result.answer == "red"
+    check = result.trace.checks[1]
+    assert (check.stage, check.answers, check.confidences, check.accepted) == (
+        "confident_large",
+        ("brown", "red"),
+        (0.83, 0.99),
+        False,
+    )
+    small, large = models(*replies)
+    small.confidences, large.confidences = {S: 0.7}, {S: 0.83}  # the less confident small answer
+    assert (await run(small, large, question=colour, confident_large=0.69)).route == "confident_large"
+    small, large = models({S: "[[maybe]]"}, replies[1])  # not a valid answer: overrules nothing
+    small.confidences, large.confidences = {S: 0.99}, {S: 0.83}
+    assert (await run(small, large, question=colour, confident_large=0.69)).route == "confident_large"
+
+
+async def test_an_invalid_transfer_answer_falls_back_to_the_reasoned_answer():
+    """ "Is the shape red?" answered "triangle" by the transfer: the small model's reasoned "yes" is served."""
+    small, large = models({S: "[[no]]", R: "It is red.\n[[yes]]"}, {S: "[[no idea]]", T: "[[triangle]]"})
+    result = await run(small, large)
+    assert result.route == "fallback" and result.answer == "yes" and result.trace.answer_valid
+    fallback = result.trace.fallback
+    assert (fallback.route, fallback.stage, fallback.answer, fallback.served) == (
+        "transfer",
+        "transfer_large",
+        "triangle",
+        "reason_small",
+    )
+
+
+async def test_the_fallback_order_is_reasoned_then_large_then_small():
+    small, large = models({S: "[[yes]]", R: "I am lost.\n[[circle]]"}, {S: "[[no]]", T: "[[circle]]"})
+    result = await run(small, large)
+    assert (result.route, result.answer, result.trace.fallback.served) == ("fallback", "no", "short_large")
+    small, large = models({S: "[[yes]]", R: "[[circle]]"}, {S: "[[not sure]]", T: "[[circle]]"})
+    result = await run(small, large)
+    assert (result.route, result.answer, result.trace.fallback.served) == ("fallback", "yes", "short_small")
+
+
+async def test_with_no_valid_answer_anywhere_the_last_one_is_served_marked_invalid():
+    small, large = models({S: "[[blue]]", R: "[[circle]]"}, {S: "[[red]]", T: "[[triangle]]"})
+    result = await run(small, large)
+    assert (result.route, result.answer, result.trace.answer_valid) == ("transfer", "triangle", False)
+    assert result.trace.fallback is None
+
+
+async def test_a_reasoning_raw_text_is_never_served():
+    """The large model failed the transfer and nothing was read anywhere: no answer, and the trace says so."""
+    unread = "I looked at it\nfor a long while and saw nothing I could name."
+    small, large = models({S: unread, R: "Let me think about the shape at length.\nIt is odd."}, {S: unread})
+    large.replies[T] = EngineUnavailableError("down")
+    result = await run(small, large)
+    assert result.route == "degraded_no_transfer"
+    assert result.answer == "" and not result.trace.answer_parsed and not result.trace.answer_valid
+
+
+async def test_a_degraded_route_with_an_invalid_answer_falls_back_too():
+    small, large = models({S: "[[no]]", R: "[[yes]]"}, {S: "[[square]]"})
+    large.replies[T] = EngineUnavailableError("down")
+    result = await run(small, large)
+    assert (result.route, result.answer) == ("fallback", "yes")
+    assert result.trace.fallback.route == "degraded_no_transfer"
+
+
+async def test_single_model_baselines_serve_what_their_model_said_with_its_validity():
+    small, large = models({}, {S: "[[triangle]]"})
+    result = await run(small, large, policy="large")
+    assert (result.route, result.answer, result.trace.answer_valid) == ("single", "triangle", False)
+
+
+async def test_an_either_or_question_is_a_choice_asked_as_it_is_and_answered_with_the_option():
+    question = Question("Is the shape red or blue?", image_url=IMAGE)
+    assert (question.kind, question.choices, question.options_named) == ("choice", ("red", "blue"), True)
+    small, large = models({S: "[[Red]]"}, {S: "[[red.]]"})
+    result = await run(small, large, question=question)
+    assert (result.route, result.answer) == ("agree_short", "red")
+    assert result.trace.options_named == ["red", "blue"]
+    prompt = small.calls[0].messages[-1]["content"]
+    assert prompt[1]["text"] == "Is the shape red or blue?"  # no lettered options added
+    assert "letter" not in prompt[2]["text"]
+    small, large = models({S: "[[red]]"}, {S: "[[B]]"})  # a letter names an option too; they differ
+    assert (await run(small, large, question=question)).trace.checks[0].matched is False
+
+
+async def test_the_request_choices_win_over_the_options_an_either_or_question_names():
+    question = Question("Is the shape red or blue?", image_url=IMAGE, choices=("green", "yellow"))
+    assert question.choices == ("green", "yellow") and not question.options_named
+    small, large = models({S: "[[A]]"}, {S: "[[A]]"})
+    result = await run(small, large, question=question)
+    assert result.answer == "A"
+    assert "red, blue" in result.trace.choices_note and "green, yellow" in result.trace.choices_note
+
+
+def test_an_either_or_question_with_or_not_stays_yes_no():
+    assert Question("Is the shape red or not?", image_url=IMAGE).kind == "yes_no"
+    assert Question("Is the shape red or blue?", image_url=IMAGE, kind="yes_no").choices == ()
+
+
 def test_confidence_options_validate():
     for bad in (
         {"min_confidence": 1.5},

@@ -19,9 +19,10 @@ from deployments.emulated_script import (
     scripted_confidence,
 )
 from deployments.settings import EmulationSettings
-from serve_app.core.answers import agree, extract_answer
+from serve_app.core.answers import extract_answer
 from serve_app.core.confidence import answer_confidence
 from serve_app.core.contracts import TokenLogprob
+from serve_app.core.verification import agree
 
 
 def test_ttft_interpolates_table_3():
