@@ -1,13 +1,17 @@
-"""Fit the cascade's verification thresholds on a labelled set: ``mai-eval calibrate``.
+"""Fit the cascade's verification thresholds and plans on a labelled set: ``mai-eval calibrate``.
 
 One pass records what every stage of the full path answers, with its confidence, tokens and time:
 ``mai-small`` and ``mai-large`` (the two Simple answers of stage 1) and ``mai-transfer`` (the small
-model's reasoning and the large model's answer with it). Decoding is greedy, so the cascade under any
-thresholds takes, per question, exactly the stages those runs recorded: every rule is then replayed
-offline, none is run again. For a grid of ``min_confidence`` x ``confident_large`` it computes accuracy
-(95 % bootstrap intervals), escalation, route shares, completion tokens per model and the expected
-latency from the measured per-stage times (stage 1's two calls in parallel), draws the
-accuracy/latency front beside the baselines, and picks the rule for a stated goal.
+model's reasoning, its answer read inline, and the large model's answer with it). Decoding is greedy,
+so a stage asked again answers the same: every rule and plan is then *replayed* by running the real
+cascade over the recorded stages (``replay.py``, on a virtual clock), and whatever answer it serves
+is scored against gold. Nothing of the cascade's logic is restated here.
+
+For a grid of ``min_confidence`` x ``confident_large`` it computes accuracy (95 % bootstrap
+intervals), escalation, route shares, completion tokens per model, latency and engine seconds, draws
+the accuracy/cost front beside the baselines, and picks the rule for a stated goal. Under that rule a
+plan table names, per answer kind, the cheapest plan under the objective within the goal's accuracy of
+Full RT on that kind, the single-model plans (``small``, ``large``, ``small-reason``) included.
 
 Pure functions here; the CLI (``evaluation/cli.py``) runs the pass and writes the files.
 """
@@ -20,42 +24,54 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serve_app.core.answers import agree, is_valid
-from serve_app.core.listed_choices import split_choices
+from serve_app.core.contracts import Question
+from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.plans import Objective, Plan
+from serve_app.core.question_parsing import QuestionFormatError, read_question
+from serve_app.core.trace import LARGE, SMALL, CascadeResult
 
 from .records import EvalRecord
-from .scoring import bootstrap_interval
+from .replay import RecordedStage, completion_tokens, engine_seconds, recorded_stages, replay
+from .scoring import bootstrap_interval, score
 
 CALIBRATION_RUNS = ("mai-small", "mai-large", "mai-transfer")
+# The stages a question needs recorded, and the run each comes from.
+RECORDED = {
+    "short_small": "mai-small",
+    "short_large": "mai-large",
+    "reason_small": "mai-transfer",
+    "transfer_large": "mai-transfer",
+}
 Z_95 = 1.959964
+COST_KEYS: dict[str, str] = {
+    "latency": "latency_s",
+    "engine_time": "engine_s",
+    "large_tokens": "large_tokens",
+}
+# The policies the replay compares every rule with, as the server names them, and how each runs.
+BASELINES: dict[str, dict[str, Any]] = {
+    "mai-small": {"policy": Policy.SMALL},
+    "mai-large": {"policy": Policy.LARGE},
+    "mai-small-reason (inline)": {"policy": Policy.SMALL_REASON, "stage2_answer": "inline"},
+    "mai-transfer": {"policy": Policy.TRANSFER},
+}
 
 
 @dataclass(frozen=True)
-class StageOutcome:
-    answer: str | None
-    confidence: float | None
-    completion_tokens: int
-    latency_s: float
+class RecordedQuestion:
+    """One labelled question as the server reads it, and what its stages answered in the pass."""
 
+    record: EvalRecord
+    question: Question
+    stages: Mapping[str, RecordedStage]
 
-@dataclass(frozen=True)
-class QuestionPaths:
-    """What every stage of the full path did on one question, and what each possible final answer scored."""
+    @property
+    def id(self) -> str:
+        return self.record.id
 
-    id: str
-    kind: str
-    choices: tuple[str, ...]
-    small_short: StageOutcome
-    large_short: StageOutcome
-    reasoning: StageOutcome
-    transfer: StageOutcome
-    score_small: float  # mai-small's answer
-    score_large: float  # mai-large's answer: the cascade's answer on every route but transfer
-    score_transfer: float  # mai-transfer's answer: the cascade's answer on the transfer route
-    # Whether the answers match under the kind's matcher (independent of any threshold, so computed once);
-    # None: the replay asks the matcher.
-    short_match: bool | None = None
-    reasoned_match: bool | None = None
+    @property
+    def kind(self) -> str:
+        return self.question.kind or "text"
 
 
 @dataclass(frozen=True)
@@ -68,100 +84,70 @@ class Rule:
         large = "off" if self.confident_large is None else f"{self.confident_large:.3g}"
         return f"min_confidence {self.min_confidence:.3g}, confident_large {large}"
 
+    def options(self, **more: Any) -> CascadeOptions:
+        return CascadeOptions(
+            min_confidence=self.min_confidence, confident_large=self.confident_large, **more
+        )
+
 
 @dataclass(frozen=True)
 class Replay:
-    """One question under one rule: the route the cascade takes and what it costs."""
+    """One question under one rule: the route the cascade took, the score of what it served, what
+    it cost."""
 
     route: str
     score: float
-    small_tokens: int
-    large_tokens: int
+    small_tokens: int  # completion tokens
+    large_tokens: int  # completion tokens
     latency_s: float
+    engine_s: float
+    large_total_tokens: int = 0  # prompt and completion: the large model's share of the work
 
 
-def _stage(row: Mapping[str, Any], name: str) -> StageOutcome | None:
-    stage = next(
-        (s for s in row.get("stages", []) if s.get("name") == name and s.get("status") == "ok"), None
-    )
-    if stage is None:
-        return None
-    return StageOutcome(
-        stage.get("answer"),
-        stage.get("confidence"),
-        int(stage.get("completion_tokens") or 0),
-        float(stage.get("latency_s") or 0.0),
-    )
-
-
-def question_paths(
-    records: Sequence[EvalRecord], rows: Mapping[str, Mapping[str, Mapping[str, Any]]], **matcher: float
-) -> tuple[list[QuestionPaths], list[str]]:
-    """The full path of every record answered under all three calibration runs (``rows``: run name ->
-    record id -> prediction row); also the ids left out (a run failed or a stage is missing)."""
-    paths, missing = [], []
+def recorded_questions(
+    records: Sequence[EvalRecord], rows: Mapping[str, Mapping[str, Mapping[str, Any]]]
+) -> tuple[list[RecordedQuestion], list[str]]:
+    """Every record answered under all three calibration runs (``rows``: run name -> record id ->
+    prediction row), with its stages; also the ids left out (a run failed or a stage is missing)."""
+    questions, missing = [], []
     for record in records:
-        small, large, transfer = (rows.get(run, {}).get(record.id) for run in CALIBRATION_RUNS)
-        stages = None
-        if small and large and transfer and all(row.get("status") == 200 for row in (small, large, transfer)):
-            stages = (
-                _stage(small, "short_small"),
-                _stage(large, "short_large"),
-                _stage(transfer, "reason_small"),
-                _stage(transfer, "transfer_large"),
-            )
-        if stages is None or None in stages:
+        stages: dict[str, RecordedStage] = {}
+        for name, run in RECORDED.items():
+            row = rows.get(run, {}).get(record.id)
+            if row is not None and row.get("status") == 200:
+                stage = recorded_stages(row.get("stages", [])).get(name)
+                if stage is not None:
+                    stages[name] = stage
+        try:
+            question = read_question(record.question, record.choices, record.answer_type)
+        except QuestionFormatError:
+            question = None
+        if question is None or len(stages) < len(RECORDED):
             missing.append(record.id)
             continue
-        choices = tuple(record.choices or split_choices(record.question)[1])
-        kind = large.get("kind") or "text"
-        small_short, large_short, reasoning, _ = stages
-        paths.append(
-            QuestionPaths(
-                record.id,
-                kind,
-                choices,
-                *stages,
-                float(small["score"]),
-                float(large["score"]),
-                float(transfer["score"]),
-                short_match=agree(small_short.answer, large_short.answer, kind, choices=choices, **matcher),
-                reasoned_match=agree(reasoning.answer, large_short.answer, kind, choices=choices, **matcher),
-            )
-        )
-    return paths, missing
+        questions.append(RecordedQuestion(record, question, stages))
+    return questions, missing
 
 
-def _confident(outcomes: Iterable[StageOutcome], threshold: float) -> bool:
-    return threshold == 0 or all(o.confidence is not None and o.confidence >= threshold for o in outcomes)
+def run_replay(questions: Sequence[RecordedQuestion], options: CascadeOptions) -> list[Replay]:
+    """Every question through the real cascade under ``options``, scored against its gold answer."""
+    results = replay({q.id: q.question for q in questions}, options, {q.id: q.stages for q in questions})
+    return [_replayed(q, results[q.id]) for q in questions]
 
 
-def replay(q: QuestionPaths, rule: Rule, *, anls_threshold: float = 0.5, rel_tol: float = 0.05) -> Replay:
-    """The cascade's route for ``q`` under ``rule``: the same decisions ``serve_app.core.cascade`` makes."""
-
-    def agreed(a: StageOutcome, b: StageOutcome, known: bool | None) -> bool:
-        matched = known
-        if matched is None:
-            matched = agree(
-                a.answer, b.answer, q.kind, choices=q.choices, anls_threshold=anls_threshold, rel_tol=rel_tol
-            )
-        return matched and _confident((a, b), rule.min_confidence)
-
-    small, large = q.small_short.completion_tokens, q.large_short.completion_tokens
-    latency = max(q.small_short.latency_s, q.large_short.latency_s)
-    if agreed(q.small_short, q.large_short, q.short_match):
-        return Replay("agree_short", q.score_large, small, large, latency)
-    confidence = q.large_short.confidence
-    valid = is_valid(q.large_short.answer, q.kind, choices=q.choices)
-    if rule.confident_large is not None and valid and confidence is not None:
-        if confidence >= rule.confident_large:
-            return Replay("confident_large", q.score_large, small, large, latency)
-    small += q.reasoning.completion_tokens
-    latency += q.reasoning.latency_s
-    if agreed(q.reasoning, q.large_short, q.reasoned_match):
-        return Replay("agree_reasoned", q.score_large, small, large, latency)
-    large += q.transfer.completion_tokens
-    return Replay("transfer", q.score_transfer, small, large, latency + q.transfer.latency_s)
+def _replayed(q: RecordedQuestion, result: CascadeResult | BaseException) -> Replay:
+    if isinstance(result, BaseException):
+        raise RuntimeError(f"the replay of question {q.id!r} failed: {result!r}") from result
+    large = result.trace.tokens()[LARGE]
+    return Replay(
+        result.route,
+        score(result.answer, q.record.model_dump()),
+        completion_tokens(result, SMALL),
+        completion_tokens(result, LARGE),
+        result.trace.latency_s,
+        engine_seconds(result),
+        large["prompt_tokens"] + large["completion_tokens"],
+    )
 
 
 def summarize(name: str, replays: Sequence[Replay], *, interval: bool = True, **extra: Any) -> dict[str, Any]:
@@ -175,45 +161,24 @@ def summarize(name: str, replays: Sequence[Replay], *, interval: bool = True, **
         "accuracy": 100 * sum(scores) / n,
         "accuracy_95ci": bootstrap_interval(scores) if interval else None,
         "routes": {route: count / n for route, count in sorted(routes.items())},
-        "escalated": sum(r.route in ("agree_reasoned", "transfer") for r in replays) / n,
+        "escalated": sum(r.route in ("agree_reasoned", "transfer", "fallback") for r in replays) / n,
         "small_completion_tokens": sum(r.small_tokens for r in replays) / n,
         "large_completion_tokens": sum(r.large_tokens for r in replays) / n,
         "latency_s": sum(r.latency_s for r in replays) / n,
+        "engine_s": sum(r.engine_s for r in replays) / n,
+        "large_tokens": sum(r.large_total_tokens for r in replays) / n,
     }
 
 
-def baselines(paths: Sequence[QuestionPaths]) -> dict[str, dict[str, Any]]:
-    """The single-model policies and Full RT, from the same measured stages."""
-
-    def run(name: str, score, small, large, latency) -> dict[str, Any]:
-        return summarize(name, [Replay("single", score(q), small(q), large(q), latency(q)) for q in paths])
-
+def baselines(questions: Sequence[RecordedQuestion]) -> dict[str, dict[str, Any]]:
+    """The single-model policies and Full RT, replayed from the same recorded stages."""
     return {
-        "mai-small": run(
-            "mai-small",
-            lambda q: q.score_small,
-            lambda q: q.small_short.completion_tokens,
-            lambda q: 0,
-            lambda q: q.small_short.latency_s,
-        ),
-        "mai-large": run(
-            "mai-large",
-            lambda q: q.score_large,
-            lambda q: 0,
-            lambda q: q.large_short.completion_tokens,
-            lambda q: q.large_short.latency_s,
-        ),
-        "mai-transfer": run(
-            "mai-transfer",
-            lambda q: q.score_transfer,
-            lambda q: q.reasoning.completion_tokens,
-            lambda q: q.transfer.completion_tokens,
-            lambda q: q.reasoning.latency_s + q.transfer.latency_s,
-        ),
+        name: summarize(name, run_replay(questions, CascadeOptions(**options)))
+        for name, options in BASELINES.items()
     }
 
 
-def threshold_grid(paths: Sequence[QuestionPaths], steps: int = 40) -> list[Rule]:
+def threshold_grid(questions: Sequence[RecordedQuestion], steps: int = 20) -> list[Rule]:
     """``min_confidence`` at 0 and at the quantiles of the stage-1 confidences; ``confident_large`` off
     and at the upper quantiles of the large model's. Every distinct outcome of a threshold lies between
     two observed confidences, so quantiles cover the choices the data can tell apart."""
@@ -228,29 +193,29 @@ def threshold_grid(paths: Sequence[QuestionPaths], steps: int = 40) -> list[Rule
         }
         return sorted(round(v, 6) for v in picks if v > 0)
 
-    stage_one = [
-        c for q in paths for c in (q.small_short.confidence, q.large_short.confidence) if c is not None
-    ]
-    large = [q.large_short.confidence for q in paths if q.large_short.confidence is not None]
+    small = [q.stages["short_small"].confidence for q in questions]
+    large = [q.stages["short_large"].confidence for q in questions]
+    stage_one = [c for c in (*small, *large) if c is not None]
     minimums = [0.0, *quantiles(stage_one, 0.0)]
-    overrides: list[float | None] = [None, *quantiles(large, 0.5)]
+    overrides: list[float | None] = [None, *quantiles([c for c in large if c is not None], 0.5)]
     return [Rule(m, c) for m in minimums for c in overrides]
 
 
 def evaluate_rules(
-    paths: Sequence[QuestionPaths], rules: Iterable[Rule], *, intervals: bool = True, **matcher: float
+    questions: Sequence[RecordedQuestion], rules: Iterable[Rule], *, intervals: bool = True, progress=None
 ) -> list[dict[str, Any]]:
-    return [
-        summarize(
-            rule.label, [replay(q, rule, **matcher) for q in paths], interval=intervals, rule=asdict(rule)
-        )
-        for rule in rules
-    ]
+    results = []
+    for rule in rules:
+        replays = run_replay(questions, rule.options())
+        results.append(summarize(rule.label, replays, interval=intervals, rule=asdict(rule)))
+        if progress is not None:
+            progress(1)
+    return results
 
 
-def with_interval(paths: Sequence[QuestionPaths], result: dict[str, Any], **matcher: float) -> dict[str, Any]:
+def with_interval(questions: Sequence[RecordedQuestion], result: dict[str, Any]) -> dict[str, Any]:
     """``result`` (of ``evaluate_rules(..., intervals=False)``) with its accuracy interval."""
-    [full] = evaluate_rules(paths, [Rule(**result["rule"])], **matcher)
+    [full] = evaluate_rules(questions, [Rule(**result["rule"])])
     return result | {"accuracy_95ci": full["accuracy_95ci"]}
 
 
@@ -270,23 +235,30 @@ def choose(
     *,
     max_accuracy_loss: float | None = None,
     max_escalation: float | None = None,
+    objective: Objective = "latency",
 ) -> dict[str, Any] | None:
-    """The rule for the goal: the fastest within ``max_accuracy_loss`` points of Full RT, or the most
-    accurate that escalates at most ``max_escalation`` of the questions. None when no rule meets it."""
+    """The rule for the goal: the cheapest under ``objective`` within ``max_accuracy_loss`` points of
+    Full RT, or the most accurate that escalates at most ``max_escalation`` of the questions. None
+    when no rule meets it."""
+    cost = COST_KEYS[objective]
     if max_escalation is not None:
         fitting = [r for r in results if r["escalated"] <= max_escalation]
-        return max(fitting, key=lambda r: (r["accuracy"], -r["latency_s"]), default=None)
+        return max(fitting, key=lambda r: (r["accuracy"], -r[cost]), default=None)
     loss = 1.0 if max_accuracy_loss is None else max_accuracy_loss
     fitting = [r for r in results if r["accuracy"] >= full_rt["accuracy"] - loss]
-    return min(fitting, key=lambda r: (r["latency_s"], -r["accuracy"]), default=None)
+    return min(fitting, key=lambda r: (r[cost], -r["accuracy"]), default=None)
 
 
 def paired_difference_interval(
-    paths: Sequence[QuestionPaths], rule: Rule, *, samples: int = 1000, seed: int = 0, **matcher: float
+    questions: Sequence[RecordedQuestion], options: CascadeOptions, *, samples: int = 1000, seed: int = 0
 ) -> list[float]:
-    """95 % bootstrap interval (points) of the rule's accuracy minus Full RT's, question by question."""
-    differences = [replay(q, rule, **matcher).score - q.score_transfer for q in paths]
-    return bootstrap_interval(differences, samples=samples, seed=seed)
+    """95 % bootstrap interval (points) of the accuracy under ``options`` minus Full RT's, question by
+    question."""
+    served = run_replay(questions, options)
+    full_rt = run_replay(questions, CascadeOptions(policy=Policy.TRANSFER))
+    return bootstrap_interval(
+        [a.score - b.score for a, b in zip(served, full_rt, strict=True)], samples=samples, seed=seed
+    )
 
 
 def precision_note(n: int, accuracy: float, max_accuracy_loss: float | None) -> str | None:
@@ -316,79 +288,95 @@ def cascade_yaml(rule: Rule, comment: str, plans: Mapping[str, str] | None = Non
     if plans:
         table = ", ".join(f"{kind}: {plan}" for kind, plan in sorted(plans.items()))
         lines += [
-            "  # per answer kind, the fastest plan within the goal's accuracy of Full RT on that kind",
+            "  # per answer kind: the cheapest plan under the objective within the goal's accuracy",
             f"  adaptive: {{mode: table, table: {{{table}}}}}",
         ]
     return "\n".join(lines) + "\n"
 
 
-PLANS = ("sequential", "eager", "reason-first", "transfer")  # serve_app/core/plans.py, in its order
-
-
-def replay_plan(
-    q: QuestionPaths, rule: Rule, plan: str, *, anls_threshold: float = 0.5, rel_tol: float = 0.05
-) -> Replay:
-    """``q`` under ``rule`` and one of the cascade's plans, from the same recorded stages.
-
-    ``eager`` takes the sequential route with the reasoning started beside stage 1 (a stage-1 exit
-    cancels it when stage 1 ends: its tokens counted for that share of the reasoning's time);
-    ``reason-first`` settles on the reasoned answer agreeing with the large short one, else transfers;
-    ``transfer`` is Full RT. Latencies add the recorded stage times as the plan orders them, so they
-    leave out what running stages together costs on shared hardware."""
-    matcher = {"anls_threshold": anls_threshold, "rel_tol": rel_tol}
-    if plan == "sequential":
-        return replay(q, rule, **matcher)
-    reasoning, transfer = q.reasoning, q.transfer
-    if plan == "transfer":
-        return Replay(
-            "transfer",
-            q.score_transfer,
-            reasoning.completion_tokens,
-            transfer.completion_tokens,
-            reasoning.latency_s + transfer.latency_s,
-        )
-    if plan == "eager":
-        sequential = replay(q, rule, **matcher)
-        stage_one = max(q.small_short.latency_s, q.large_short.latency_s)
-        if sequential.route in ("agree_short", "confident_large"):
-            share = min(1.0, stage_one / reasoning.latency_s) if reasoning.latency_s > 0 else 1.0
-            small = sequential.small_tokens + round(share * reasoning.completion_tokens)
-            return Replay(sequential.route, sequential.score, small, sequential.large_tokens, stage_one)
-        latency = max(stage_one, reasoning.latency_s)
-        if sequential.route == "transfer":
-            latency += transfer.latency_s
-        return Replay(
-            sequential.route, sequential.score, sequential.small_tokens, sequential.large_tokens, latency
-        )
-    if plan != "reason-first":
-        raise ValueError(f"unknown plan {plan!r}; the plans are {', '.join(PLANS)}")
-    matched = q.reasoned_match
-    if matched is None:
-        matched = agree(reasoning.answer, q.large_short.answer, q.kind, choices=q.choices, **matcher)
-    large = q.large_short.completion_tokens
-    latency = max(q.large_short.latency_s, reasoning.latency_s)
-    if matched and _confident((reasoning, q.large_short), rule.min_confidence):
-        return Replay("agree_reasoned", q.score_large, reasoning.completion_tokens, large, latency)
-    large += transfer.completion_tokens
-    return Replay(
-        "transfer", q.score_transfer, reasoning.completion_tokens, large, latency + transfer.latency_s
-    )
-
-
 def plan_table(
-    paths: Sequence[QuestionPaths], rule: Rule, *, max_accuracy_loss: float = 1.0, **matcher: float
+    questions: Sequence[RecordedQuestion],
+    rule: Rule,
+    *,
+    max_accuracy_loss: float = 1.0,
+    objective: Objective = "latency",
 ) -> dict[str, dict[str, Any]]:
-    """Per answer kind, every plan replayed under ``rule``, and the plan the table names: the fastest
-    (by replayed latency) within ``max_accuracy_loss`` points of Full RT's accuracy on that kind."""
+    """Per answer kind, every plan replayed under ``rule``, and the plan the table names: the cheapest
+    under ``objective`` within ``max_accuracy_loss`` points of Full RT's accuracy on that kind."""
+    cost = COST_KEYS[objective]
     table: dict[str, dict[str, Any]] = {}
-    for kind in sorted({q.kind for q in paths}):
-        questions = [q for q in paths if q.kind == kind]
+    for kind in sorted({q.kind for q in questions}):
+        of_kind = [q for q in questions if q.kind == kind]
         plans = {
-            plan: summarize(plan, [replay_plan(q, rule, plan, **matcher) for q in questions])
-            for plan in PLANS
+            plan.value: summarize(plan.value, run_replay(of_kind, rule.options(plan=plan))) for plan in Plan
         }
-        floor = plans["transfer"]["accuracy"] - max_accuracy_loss
-        fitting = [plan for plan in PLANS if plans[plan]["accuracy"] >= floor]
-        chosen = min(fitting, key=lambda plan: plans[plan]["latency_s"])
-        table[kind] = {"questions": len(questions), "plan": chosen, "plans": plans}
+        floor = plans[Plan.TRANSFER.value]["accuracy"] - max_accuracy_loss
+        fitting = [plan for plan in plans if plans[plan]["accuracy"] >= floor]
+        chosen = min(fitting, key=lambda plan: plans[plan][cost])
+        table[kind] = {"questions": len(of_kind), "plan": chosen, "objective": objective, "plans": plans}
     return table
+
+
+def goal_text(max_accuracy_loss: float | None, max_escalation: float | None, objective: Objective) -> str:
+    if max_escalation is not None:
+        return f"at most {100 * max_escalation:g} % of questions escalated, most accurate"
+    loss = 1.0 if max_accuracy_loss is None else max_accuracy_loss
+    return f"within {loss:g} point(s) of Full RT's accuracy, cheapest by {objective}"
+
+
+def calibration_summary(
+    dataset: str,
+    questions: Sequence[RecordedQuestion],
+    missing: Sequence[str],
+    *,
+    max_accuracy_loss: float | None = None,
+    max_escalation: float | None = None,
+    objective: Objective = "latency",
+    progress=None,
+) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
+    """Everything ``mai-eval calibrate`` reports: the summary (baselines, the paper's rule, the front,
+    the chosen rule with its paired difference from Full RT, the plan table), every rule's figures,
+    and the ``cascade:`` YAML of the choice (None when no rule meets the goal)."""
+    base = baselines(questions)
+    grid = threshold_grid(questions)
+    rules = evaluate_rules(questions, grid, intervals=False, progress=progress)
+    goal = goal_text(max_accuracy_loss, max_escalation, objective)
+    chosen = choose(
+        rules,
+        base["mai-transfer"],
+        max_accuracy_loss=max_accuracy_loss,
+        max_escalation=max_escalation,
+        objective=objective,
+    )
+    summary: dict[str, Any] = {
+        "dataset": dataset,
+        "questions": len(questions),
+        "left_out": list(missing),
+        "runs": list(CALIBRATION_RUNS),
+        "replay": "the real cascade (serve_app.core.cascade) over the recorded stages, on a virtual clock",
+        "goal": goal,
+        "objective": objective,
+        "baselines": base,
+        "paper_rule": evaluate_rules(questions, [Rule()])[0] | {"name": "mai (paper rule)"},
+        "front": [with_interval(questions, result) for result in pareto_front(rules)],
+        "precision_note": precision_note(
+            len(questions),
+            base["mai-transfer"]["accuracy"],
+            None if max_escalation is not None else (max_accuracy_loss or 1.0),
+        ),
+        "chosen": None,
+    }
+    if chosen is None:
+        return summary, rules, None
+    rule = Rule(**chosen["rule"])
+    summary["chosen"] = with_interval(questions, chosen) | {
+        "difference_vs_full_rt_95ci": paired_difference_interval(questions, rule.options())
+    }
+    loss = 1.0 if max_accuracy_loss is None else max_accuracy_loss
+    summary["plans"] = plan_table(questions, rule, max_accuracy_loss=loss, objective=objective)
+    yaml_text = cascade_yaml(
+        rule,
+        f"mai-eval calibrate on {dataset} ({len(questions)} questions)\n{goal}",
+        plans={kind: entry["plan"] for kind, entry in summary["plans"].items()},
+    )
+    return summary, rules, yaml_text

@@ -135,6 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--api-key", default=os.environ.get("MAI_API_KEY"))
     calibrate.add_argument("--fresh", action="store_true", help="discard the predictions already in --out")
     calibrate.add_argument("--no-progress", action="store_true")
+    calibrate.add_argument(
+        "--objective",
+        choices=("latency", "engine_time", "large_tokens"),
+        default="latency",
+        help="what the chosen rule and each kind's plan minimise (the config's cascade.adaptive.objective)",
+    )
+    calibrate.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="no server: replay the predictions already in --out (a pass recorded earlier)",
+    )
 
     report = commands.add_parser("report", help="rebuild the tables of an output folder from its predictions")
     report.add_argument("out", type=Path)
@@ -257,72 +268,49 @@ def command_calibrate(args: argparse.Namespace) -> int:
         raise SystemExit("mai-eval: --max-accuracy-loss is a number of points, at least 0")
     records = load_records(args.data)[: args.limit]
     store = PredictionStore(args.out, args.data, records)
-    store.open(fresh=args.fresh)
-    asyncio.run(check_server(args.url, calibrate.CALIBRATION_RUNS, args.api_key))
-    settings = DriveSettings(concurrency=args.concurrency, timeout_s=args.timeout, api_key=args.api_key)
-    for name in calibrate.CALIBRATION_RUNS:
-        remaining = len(records) - len(store.done(name) & {record.id for record in records})
-        with _progress(remaining, name, args.no_progress) as bar:
-            run = RunSpec(name, name)
-            asyncio.run(
-                run_policy(args.url, records, args.data.parent, run, store, settings, on_row=_tally(bar))
-            )
-    paths, missing = calibrate.question_paths(
+    store.open(fresh=args.fresh and not args.replay_only)
+    if not args.replay_only:
+        asyncio.run(check_server(args.url, calibrate.CALIBRATION_RUNS, args.api_key))
+        settings = DriveSettings(concurrency=args.concurrency, timeout_s=args.timeout, api_key=args.api_key)
+        for name in calibrate.CALIBRATION_RUNS:
+            remaining = len(records) - len(store.done(name) & {record.id for record in records})
+            with _progress(remaining, name, args.no_progress) as bar:
+                asyncio.run(
+                    run_policy(
+                        args.url,
+                        records,
+                        args.data.parent,
+                        RunSpec(name, name),
+                        store,
+                        settings,
+                        on_row=_tally(bar),
+                    )
+                )
+    questions, missing = calibrate.recorded_questions(
         records, {name: store.load(name) for name in calibrate.CALIBRATION_RUNS}
     )
-    if not paths:
+    if not questions:
         raise SystemExit(
             f"mai-eval: no question was answered under all of {', '.join(calibrate.CALIBRATION_RUNS)}"
+            + (" (--replay-only replays the predictions already in --out)" if args.replay_only else "")
         )
-    if not any(q.large_short.confidence is not None for q in paths):
+    if not any(q.stages["short_large"].confidence is not None for q in questions):
         print(
             "mai-eval: the server returned no answer confidences (answer_logprobs off?): only the paper's "
             "rule can be evaluated",
             file=sys.stderr,
         )
-    baselines = calibrate.baselines(paths)
-    rules = calibrate.evaluate_rules(paths, calibrate.threshold_grid(paths), intervals=False)
-    goal = (
-        f"at most {100 * args.max_escalation:g} % of questions escalated, most accurate"
-        if args.max_escalation is not None
-        else f"within {1.0 if args.max_accuracy_loss is None else args.max_accuracy_loss:g} point(s) of "
-        "Full RT's accuracy, fastest"
-    )
-    chosen = calibrate.choose(
-        rules,
-        baselines["mai-transfer"],
-        max_accuracy_loss=args.max_accuracy_loss,
-        max_escalation=args.max_escalation,
-    )
-    summary: dict[str, Any] = {
-        "dataset": str(args.data),
-        "questions": len(paths),
-        "left_out": missing,
-        "runs": list(calibrate.CALIBRATION_RUNS),
-        "goal": goal,
-        "baselines": baselines,
-        "paper_rule": calibrate.evaluate_rules(paths, [calibrate.Rule()])[0] | {"name": "mai (paper rule)"},
-        "front": [calibrate.with_interval(paths, result) for result in calibrate.pareto_front(rules)],
-        "precision_note": calibrate.precision_note(
-            len(paths),
-            baselines["mai-transfer"]["accuracy"],
-            None if args.max_escalation is not None else (args.max_accuracy_loss or 1.0),
-        ),
-        "chosen": None,
-    }
-    yaml_text = None
-    if chosen is not None:
-        rule = calibrate.Rule(**chosen["rule"])
-        summary["chosen"] = calibrate.with_interval(paths, chosen) | {
-            "difference_vs_full_rt_95ci": calibrate.paired_difference_interval(paths, rule)
-        }
-        loss = 1.0 if args.max_accuracy_loss is None else args.max_accuracy_loss
-        summary["plans"] = calibrate.plan_table(paths, rule, max_accuracy_loss=loss)
-        yaml_text = calibrate.cascade_yaml(
-            rule,
-            f"mai-eval calibrate on {args.data} ({len(paths)} questions)\n{goal}",
-            plans={kind: entry["plan"] for kind, entry in summary["plans"].items()},
+    with _progress(len(calibrate.threshold_grid(questions)), "replaying rules", args.no_progress) as bar:
+        summary, rules, yaml_text = calibrate.calibration_summary(
+            str(args.data),
+            questions,
+            missing,
+            max_accuracy_loss=args.max_accuracy_loss,
+            max_escalation=args.max_escalation,
+            objective=args.objective,
+            progress=bar.update,
         )
+    chosen = summary["chosen"]
     written = calibration_report.write(args.out, summary, rules, yaml_text)
     print((args.out / "calibration.md").read_text())
     if summary["precision_note"]:

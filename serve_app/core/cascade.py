@@ -3,20 +3,27 @@
 Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2c).
 
 1. The small and the large model answer with the Simple prompt, in parallel.
-2. Their answers agree -> done (``agree_short``). Agreement is the answer kind's matcher and, with
-   ``min_confidence``, both answers at least that confident; with ``confident_large``, a confident
-   large answer settles a disagreement (``confident_large``). An answer that is not valid for the
-   kind (not yes/no, not an option, no number) settles nothing: the cascade goes on.
+2. Their answers agree -> done (``agree_short``). Agreement is verification's rule
+   (``verification.agree``: the same option, verdict, number or words; stricter than the scoring
+   rules) and, with ``min_confidence``, both answers at least that confident; with
+   ``confident_large``, a confident large answer settles a disagreement (``confident_large``) unless
+   the small answer is valid and more confident still. An answer that is not valid for the kind (not
+   yes/no, not an option, no number, a hedge) settles nothing: the cascade goes on.
 3. Otherwise the small model reasons; its reasoned answer agrees with the large short answer ->
    done (``agree_reasoned``).
 4. Otherwise the large model answers once more with the small model's reasoning in its prompt
    (``transfer``): prefill instead of decode.
 
-That order is the ``sequential`` plan. A request may run another of MAI's plans (``plans.py``,
-``options.plan``): ``eager`` starts step 3 with step 1 and cancels it when step 1 settles the question
-(the same answers); ``reason-first`` skips the small short answer, running the large short answer and
-the small model's reasoning together, then steps 3-4 (``_reason_first``); ``transfer`` is the paper's
-Full RT (``_full_transfer``).
+Whatever the route, the answer served is valid for its kind when any stage gave a valid one
+(``_terminal``, the paper's rule completed): when the route's own is not, the first valid answer in
+``FALLBACK_ORDER`` is served (route ``fallback``). A reasoning's raw text is never served.
+
+That order is the ``sequential`` plan. A request may run another plan (``plans.py``, ``options.plan``):
+``eager`` starts step 3 with step 1 and cancels it when step 1 settles the question (the same
+answers); ``reason-first`` skips the small short answer, running the large short answer and the small
+model's reasoning together, then steps 3-4 (``_reason_first``); ``transfer`` is the paper's Full RT
+(``_full_transfer``); ``small``, ``large`` and ``small-reason`` let one model answer alone, where a
+calibrated table found that pays (``_one_model_plan``).
 
 A model that fails or times out (the clients' declared ``EngineError`` family, or a stage's timeout)
 degrades the route, or fails the request with ``ModelUnavailableError`` when the answer depends on
@@ -30,14 +37,14 @@ its text, each stage adds the paper's own (Appendix C), and the reply follows th
 
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
 async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
-every stage decodes as ``options.decoding`` says. The options are in ``options.py``, the trace records
-in ``trace.py``.
+every stage decodes as ``options.decoding`` says. Times are read from the event loop's clock, so the
+calibration replays the cascade itself on a virtual one (``evaluation/replay.py``). The options are in
+``options.py``, the trace records in ``trace.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -144,12 +151,15 @@ class _Run:
         self._token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
 
     async def execute(self) -> CascadeResult:
-        started = time.monotonic()
+        started = self._now()
         plans = {
             Plan.SEQUENTIAL: self._cascade,
             Plan.EAGER: self._cascade,
             Plan.REASON_FIRST: self._reason_first,
             Plan.TRANSFER: self._full_transfer,
+            Plan.SMALL: lambda: self._one_model_plan(SMALL, self._short(SMALL)),
+            Plan.LARGE: lambda: self._one_model_plan(LARGE, self._short(LARGE)),
+            Plan.SMALL_REASON: self._small_reasoning_plan,
         }
         policies = {
             Policy.CASCADE: plans[self.plan],
@@ -165,7 +175,7 @@ class _Run:
             return await policies[self.options.policy]()
         finally:
             await self._cancel_outstanding()
-            self.trace.latency_s = time.monotonic() - started
+            self.trace.latency_s = self._now() - started
 
     # -- policies ---------------------------------------------------------------------------
 
@@ -237,6 +247,29 @@ class _Run:
             return self._large_failed(transfer, fallback=reasoned.answer_stage)
         return self._finish(Route.TRANSFER, transfer)
 
+    async def _one_model_plan(self, model: str, call: Awaitable[StageRecord]) -> CascadeResult:
+        """A single-model plan (a calibrated table chose it for the class): one model's answer."""
+        stage = await call
+        return self._finish(Route.SINGLE, stage) if stage.ok else await self._instead_of(model, stage)
+
+    async def _small_reasoning_plan(self) -> CascadeResult:
+        reasoned = await self._reason(SMALL)
+        if reasoned is None:
+            return await self._instead_of(SMALL, self.trace.stages[-1])
+        return self._finish(Route.SINGLE, reasoned.answer_stage)
+
+    async def _instead_of(self, model: str, failed: StageRecord) -> CascadeResult:
+        """A single-model plan's model failed: the other model's short answer, as a degraded route;
+        the large model failing under ``on_large_failure: error`` fails the request."""
+        if model == LARGE:
+            if self.options.on_large_failure == "error":
+                raise ModelUnavailableError(LARGE, failed, self.trace)
+            return self._large_failed(failed, fallback=await self._short(SMALL))
+        large_short = await self._short(LARGE)
+        if not large_short.ok:
+            raise ModelUnavailableError(LARGE, large_short, self.trace)
+        return self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
+
     # -- stages -----------------------------------------------------------------------------
 
     async def _short(self, model: str) -> StageRecord:
@@ -297,7 +330,7 @@ class _Run:
         selector sends the whole reasoning (and says so in the trace) rather than fail the request."""
         name = self.options.transfer_selector
         record = self.trace.transfer = TransferRecord(selector=name)
-        started = time.monotonic()
+        started = self._now()
         try:
             selected = await self.cascade.selectors[name](reasoning, self.question)
         except EngineError as exc:  # the scorer's model failed; a bug in a selector fails the request
@@ -310,7 +343,7 @@ class _Run:
             selected.tokens_after,
             selected.unit,
         )
-        record.latency_s = time.monotonic() - started
+        record.latency_s = self._now() - started
         return selected.text
 
     async def _call(
@@ -338,7 +371,7 @@ class _Run:
         )
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
         self.trace.stages.append(stage)
-        started = time.monotonic()
+        started = self._now()
         try:
             completion = await asyncio.wait_for(
                 self.cascade.clients[model].complete(
@@ -350,19 +383,19 @@ class _Run:
                 timeout_s,
             )
         except asyncio.CancelledError:
-            stage.status, stage.latency_s = "cancelled", time.monotonic() - started
+            stage.status, stage.latency_s = "cancelled", self._now() - started
             raise
         except TimeoutError:
             stage.status, stage.error = "timeout", f"no answer within {timeout_s} s"
-            stage.latency_s = time.monotonic() - started
+            stage.latency_s = self._now() - started
         except InputRejectedError as exc:  # the input, not the model: the request fails as a 4xx
             stage.status, stage.error = "rejected", str(exc)
-            stage.latency_s = time.monotonic() - started
+            stage.latency_s = self._now() - started
             exc.model, exc.stage = model, name
             raise
         except EngineError as exc:  # a failed model degrades the route; it never crashes it
             stage.status, stage.error = "error", f"{type(exc).__name__}: {exc}"
-            stage.latency_s = time.monotonic() - started
+            stage.latency_s = self._now() - started
         else:
             stage.status, stage.output = "ok", completion.text
             stage.prompt_tokens, stage.completion_tokens = (
@@ -463,6 +496,11 @@ class _Run:
         """The text of the option ``answer`` names (an either/or question's reply)."""
         letter = option_letter(answer, self.question.choices)
         return self.question.choices[ord(letter) - ord("A")] if letter else answer
+
+    @staticmethod
+    def _now() -> float:
+        """The event loop's clock: the wall clock when served, a virtual one when replayed."""
+        return asyncio.get_running_loop().time()
 
     # -- in-flight calls --------------------------------------------------------------------
 

@@ -29,7 +29,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .options import Policy
-from .plans import ANSWER_IDENTICAL, EARLY_EXITS_OF, Objective, Plan, PlanEstimates, expected_cost
+from .plans import (
+    ANSWER_IDENTICAL,
+    EARLY_EXITS_OF,
+    SINGLE_MODEL,
+    Objective,
+    Plan,
+    PlanEstimates,
+    expected_cost,
+)
 
 UNITS = {"latency": "s", "engine_time": " engine-s", "large_tokens": " large-model tokens"}
 
@@ -104,6 +112,9 @@ def allowed_plans(
             allowed[plan] = "the paper's answers"
         elif plan is reference:
             allowed[plan] = "the audit's reference"
+        elif plan in SINGLE_MODEL:  # audits measure agreement, not correctness: labels only
+            if _table_plan(settings.table, cls) is plan:
+                allowed[plan] = "the calibrated table (labels)"
         elif exits and all(exit_bounds.get(route, 1.0) <= max_disagreement for route in exits):
             bounds = ", ".join(f"{route} {exit_bounds[route]:.3f}" for route in exits)
             allowed[plan] = f"audited: upper 95 % disagreement {bounds} <= {max_disagreement}"

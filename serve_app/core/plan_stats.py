@@ -43,7 +43,8 @@ class Observation:
 def observe(trace: Trace, at: float) -> Observation | None:
     """The observation of a finished cascade request; None for a degraded one (a model failed: what
     it took measures the failure, not the plan)."""
-    if trace.plan is None or trace.route not in COMPLETED:
+    route = trace.fallback.route if trace.fallback is not None else trace.route  # the route reached
+    if trace.plan is None or route not in COMPLETED:
         return None
     ok = {stage.name: stage for stage in trace.stages if stage.ok}
     small, large = ok.get("short_small"), ok.get("short_large")
@@ -54,7 +55,7 @@ def observe(trace: Trace, at: float) -> Observation | None:
     return Observation(
         at=at,
         plan=trace.plan,
-        route=trace.route,
+        route=route,
         stage1_s=max(small.latency_s, large.latency_s) if small and large else None,
         large_short_s=large.latency_s if large else None,
         reasoning_s=reasoning.latency_s + (stage2.latency_s if stage2 else 0.0) if reasoning else None,

@@ -10,6 +10,9 @@ A plan is an order of MAI's own stages (``cascade._Run``):
   together; their agreement settles the question (route ``agree_reasoned``), else the large model
   answers with the reasoning (``transfer``). Changes answers: the ``agree_short`` exit is gone.
 - ``transfer``: the paper's Full RT. Changes answers.
+- ``small``, ``large``: one model's short answer (``SS``, ``LS``); ``small-reason``: the small model's
+  reasoning, its answer read inline as the cascade reads it, no Stage 2 call (``R``). Each changes
+  answers and is never verified: only a calibrated table may choose one for a class.
 
 The expected cost of a plan, from a class's estimates (``PlanEstimates``): ``p1`` the share stage 1
 settles, ``p2`` the share of the rest the reasoned answer settles, ``q`` the share reason-first's one
@@ -30,6 +33,8 @@ the large model's share (its GPU-seconds).
 - reason-first: latency max(LS, R) + (1 - q) T; engine_time LS + R + (1 - q) T; large_tokens
   LSt + (1 - q) Tt.
 - transfer: latency and engine_time R + T; large_tokens Tt.
+- small: SS; large: LS, large_tokens LSt; small-reason: R (latency and engine_time alike; no large
+  tokens for the small plans).
 
 The times are means measured on this deployment with the plans it runs (on CPU the two engines share
 the cores, on GPUs they do not): a stage's time includes whatever running stages together costs it.
@@ -52,10 +57,15 @@ class Plan(StrEnum):
     EAGER = "eager"
     REASON_FIRST = "reason-first"
     TRANSFER = "transfer"
+    SMALL = "small"
+    LARGE = "large"
+    SMALL_REASON = "small-reason"
 
 
 # Plans that give the paper's answers, whatever the traffic: always allowed.
 ANSWER_IDENTICAL = (Plan.SEQUENTIAL, Plan.EAGER)
+# One model answers alone: only a calibrated table (labels) may name one for a class, never audits.
+SINGLE_MODEL = (Plan.SMALL, Plan.LARGE, Plan.SMALL_REASON)
 
 # The routes at which each plan stops before the large model reads the reasoning: what an audit bounds.
 EARLY_EXITS_OF: dict[Plan, tuple[Route, ...]] = {
@@ -63,6 +73,9 @@ EARLY_EXITS_OF: dict[Plan, tuple[Route, ...]] = {
     Plan.EAGER: EARLY_EXITS,
     Plan.REASON_FIRST: (Route.AGREE_REASONED,),
     Plan.TRANSFER: (),
+    Plan.SMALL: (Route.SINGLE,),
+    Plan.LARGE: (Route.SINGLE,),
+    Plan.SMALL_REASON: (Route.SINGLE,),
 }
 
 
@@ -104,6 +117,8 @@ def expected_cost(plan: Plan, e: PlanEstimates, objective: Objective = "latency"
     """The plan's expected cost per request under ``objective`` (the table above); None when a
     quantity it needs has not been measured."""
     p1, p2, q = e.p1, e.p2, e.q
+    if plan in SINGLE_MODEL:
+        return _single_model(plan, e, objective)
     if objective == "engine_time":
         return _engine_time(plan, e)
     if objective == "large_tokens":
@@ -126,6 +141,12 @@ def expected_cost(plan: Plan, e: PlanEstimates, objective: Objective = "latency"
         return _total(e.stage1_s, _term(1 - p1, _total(e.reasoning_s, escalated)))
     # eager: settled at stage 1 it took S1; else the reasoning ran beside stage 1
     return _total(_term(p1, e.stage1_s), _term(1 - p1, _total(_max(e.stage1_s, e.reasoning_s), escalated)))
+
+
+def _single_model(plan: Plan, e: PlanEstimates, objective: Objective) -> float | None:
+    if objective == "large_tokens":
+        return e.large_short_tokens if plan is Plan.LARGE else 0.0
+    return {Plan.SMALL: e.small_short_s, Plan.LARGE: e.large_short_s, Plan.SMALL_REASON: e.reasoning_s}[plan]
 
 
 def _engine_time(plan: Plan, e: PlanEstimates) -> float | None:

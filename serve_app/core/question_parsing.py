@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .contracts import Question
 from .format_instructions import QUESTION_LABEL, Instruction, Reply, trailing_instruction
 from .listed_choices import split_choices, without_label
 
@@ -59,6 +60,21 @@ def parse_question(
             code="missing_question",
         )
     return parsed
+
+
+def read_question(
+    text: str, choices: Sequence[str] | None = None, kind: str | None = None, image_url: str | None = None
+) -> Question:
+    """The cascade's question for a client's ``text`` (``parse_question``), with its image."""
+    parsed = parse_question(text, choices, kind)
+    return Question(
+        question=parsed.text,
+        image_url=image_url,
+        choices=parsed.choices,
+        kind=parsed.kind,
+        instruction=parsed.instruction,
+        choices_from_text=parsed.choices_from_text,
+    )
 
 
 def _read(text: str, given: tuple[str, ...], kind: str | None, *, take_instruction: bool) -> ParsedQuestion:

@@ -28,5 +28,8 @@ class Route(StrEnum):
 STAGE1_EXITS = (Route.AGREE_SHORT, Route.CONFIDENT_LARGE)
 # The routes that stop before the large model reads the reasoning: the answers an audit checks.
 EARLY_EXITS = (*STAGE1_EXITS, Route.AGREE_REASONED)
-# The routes of a cascade run whose models all answered: what a plan's statistics count.
-COMPLETED = (*EARLY_EXITS, Route.TRANSFER)
+# The routes of a cascade run whose models all answered: what a plan's statistics count (``single``:
+# a single-model plan's answer).
+COMPLETED = (*EARLY_EXITS, Route.TRANSFER, Route.SINGLE)
+# The answers an audit may check: the early exits, and a single-model plan's answer.
+AUDITED = (*EARLY_EXITS, Route.SINGLE)

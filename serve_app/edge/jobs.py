@@ -21,7 +21,7 @@ from ..config import AppConfig, Limits
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
 from ..core.plans import Plan
-from ..core.question_parsing import QuestionFormatError, parse_question
+from ..core.question_parsing import QuestionFormatError, read_question
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
 from .protocol import (
@@ -192,24 +192,17 @@ def _question(
     if choices is not None and any(not choice.strip() for choice in choices):
         raise RequestError("choices must not be empty strings", param=choices_param, code="invalid_choices")
     try:
-        parsed = parse_question(text, choices, kind)
+        question = read_question(text, choices, kind, image_data_url)
     except QuestionFormatError as exc:
         param = choices_param if exc.code == "conflicting_choices" else question_param
         raise RequestError(str(exc), param=param, code=exc.code) from None
-    if parsed.kind == "choice" and not parsed.choices:
+    if question.kind == "choice" and not question.choices:
         raise RequestError(
             "answer_type 'choice' needs options: list them in the question (A. ..., B. ...) or send choices",
             param="answer_type",
             code="missing_choices",
         )
-    return Question(
-        question=parsed.text,
-        image_url=image_data_url,
-        choices=parsed.choices,
-        kind=parsed.kind,
-        instruction=parsed.instruction,
-        choices_from_text=parsed.choices_from_text,
-    )
+    return question
 
 
 async def _with_image(question: Question, fetch_image: ImageFetcher, param: str) -> Question:

@@ -59,7 +59,7 @@ async def test_reason_first_starts_both_calls_together():
     ],
 )
 async def test_eager_gives_sequential_answers_and_the_transfer_plan_is_full_rt(small_short, reasoned, route):
-    small, large = {S: small_short, R: reasoned}, {S: "[[yes]]", T: "[[maybe]]"}
+    small, large = {S: small_short, R: reasoned}, {S: "[[yes]]", T: "[[no]]"}
     sequential, _, _ = await run(Plan.SEQUENTIAL, small, large)
     eager, eager_small, _ = await run(Plan.EAGER, small, large)
     assert (sequential.route, sequential.answer) == (eager.route, eager.answer) and sequential.route == route

@@ -1,5 +1,6 @@
-"""mai-eval calibrate's replay of the cascade, its front and its choice."""
+"""mai-eval calibrate: the real cascade replayed over recorded stages, its front and its choice."""
 
+import asyncio
 import math
 
 import pytest
@@ -7,9 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evaluation.calibrate import (
-    QuestionPaths,
+    RecordedQuestion,
     Rule,
-    StageOutcome,
     baselines,
     bootstrap_interval,
     cascade_yaml,
@@ -18,12 +18,12 @@ from evaluation.calibrate import (
     pareto_front,
     plan_table,
     precision_note,
-    question_paths,
-    replay,
-    replay_plan,
+    recorded_questions,
+    run_replay,
     threshold_grid,
 )
 from evaluation.records import EvalRecord
+from evaluation.replay import RecordedStage, ReplayGapError, replay
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions
@@ -33,112 +33,113 @@ from serve_app.core.prompts import PromptKind
 from .fakes import ScriptedVLM
 
 S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
+NAMES = ("short_small", "short_large", "reason_small", "transfer_large")
 
 
-def outcome(answer, confidence=None, tokens=1, latency=0.1):
-    return StageOutcome(answer, confidence, tokens, latency)
+def stage(answer, confidence=None, tokens=1, latency=0.1):
+    return RecordedStage(answer, confidence, 10, tokens, latency)
 
 
-def paths(small, large, reasoned, transfer, scores=(0.0, 1.0, 0.0), kind="yes_no"):
-    return QuestionPaths("q", kind, (), small, large, reasoned, transfer, *scores)
+def recorded(small, large, reasoned, transfer, gold="yes", qid="q", question="Is it red?"):
+    record = EvalRecord.model_validate(
+        {"id": qid, "image": "data:,", "question": question, "answer": gold, "metric": "yes_no"}
+    )
+    stages = dict(zip(NAMES, (small, large, reasoned, transfer), strict=True))
+    return RecordedQuestion(record, Question(question), stages)
 
 
-ANSWERS = st.sampled_from(["yes", "no"])
+def one(q, options):
+    [result] = run_replay([q], options)
+    return result
+
+
+ANSWERS = st.sampled_from(["yes", "no", "maybe", "triangle"])
 CONFIDENCES = st.none() | st.floats(min_value=0.01, max_value=1.0)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    ANSWERS,
-    ANSWERS,
-    ANSWERS,
-    CONFIDENCES,
-    CONFIDENCES,
-    CONFIDENCES,
-    st.sampled_from([0.0, 0.5, 0.8, 0.95]),
-    st.sampled_from([None, 0.6, 0.9]),
-)
-def test_the_replay_takes_the_route_the_cascade_takes(
-    small, large, reasoned, c_small, c_large, c_reasoned, minimum, override
-):
-    """The same answers and confidences, through the real cascade and through the replay."""
-    small_vlm = ScriptedVLM({S: f"[[{small}]]", R: f"Looked.\n[[{reasoned}]]"})
-    large_vlm = ScriptedVLM({S: f"[[{large}]]", T: "[[yes]]"})
-    small_vlm.confidences = {k: c for k, c in ((S, c_small), (R, c_reasoned)) if c is not None}
-    large_vlm.confidences = {S: c_large} if c_large is not None else {}
-    import asyncio
-
-    result = asyncio.run(
-        Cascade(small_vlm, large_vlm).run(
-            Question("Is it red?"), CascadeOptions(min_confidence=minimum, confident_large=override)
-        )
-    )
-    q = paths(
-        outcome(small, c_small), outcome(large, c_large), outcome(reasoned, c_reasoned), outcome("yes", 0.9)
-    )
-    assert replay(q, Rule(minimum, override)).route == result.route
 
 
 @settings(max_examples=80, deadline=None)
 @given(
-    ANSWERS,
-    ANSWERS,
-    ANSWERS,
-    CONFIDENCES,
-    CONFIDENCES,
-    st.sampled_from([0.0, 0.8]),
+    st.tuples(ANSWERS, ANSWERS, ANSWERS, ANSWERS),
+    st.tuples(CONFIDENCES, CONFIDENCES, CONFIDENCES),
+    st.sampled_from([0.0, 0.5, 0.8, 0.95]),
+    st.sampled_from([None, 0.6, 0.9]),
     st.sampled_from(list(Plan)),
 )
-def test_every_plan_replays_the_route_and_answer_the_cascade_gives(
-    small, large, reasoned, c_large, c_reasoned, minimum, plan
+def test_the_replay_serves_what_the_cascade_serves_from_live_clients(
+    answers, confidences, minimum, override, plan
 ):
+    """The same stage answers and confidences, once from scripted live clients and once from the
+    recording: the same route and answer, whatever the rule and the plan."""
+    small, large, reasoned, transfer = answers
+    c_small, c_large, c_reasoned = confidences
     small_vlm = ScriptedVLM({S: f"[[{small}]]", R: f"Looked.\n[[{reasoned}]]"})
-    large_vlm = ScriptedVLM({S: f"[[{large}]]", T: "[[no]]"})
-    small_vlm.confidences = {S: 0.9} | ({R: c_reasoned} if c_reasoned is not None else {})
-    large_vlm.confidences = {S: c_large} if c_large is not None else {}
-    import asyncio
-
-    result = asyncio.run(
-        Cascade(small_vlm, large_vlm).run(
-            Question("Is it red?", kind="yes_no"), CascadeOptions(min_confidence=minimum, plan=plan)
-        )
+    large_vlm = ScriptedVLM({S: f"[[{large}]]", T: f"[[{transfer}]]"})
+    small_vlm.confidences = {k: c for k, c in ((S, c_small), (R, c_reasoned)) if c is not None}
+    large_vlm.confidences = {k: c for k, c in ((S, c_large), (T, 0.9)) if c is not None}
+    options = CascadeOptions(min_confidence=minimum, confident_large=override, plan=plan)
+    live = asyncio.run(Cascade(small_vlm, large_vlm).run(Question("Is it red?"), options))
+    q = recorded(
+        stage(small, c_small), stage(large, c_large), stage(reasoned, c_reasoned), stage(transfer, 0.9)
     )
-    # scores: the large short answer, the transfer's: which one the route gave
-    q = paths(outcome(small, 0.9), outcome(large, c_large), outcome(reasoned, c_reasoned), outcome("no", 0.9))
-    replayed = replay_plan(q, Rule(minimum), plan.value)
-    assert replayed.route == result.route
-    assert replayed.score == (0.0 if result.trace.stages[-1].name == "transfer_large" else 1.0)
+    replayed = replay({"q": q.question}, options, {"q": q.stages})["q"]
+    assert (replayed.route, replayed.answer) == (live.route, live.answer)
+    assert [s.name for s in replayed.trace.stages] == [s.name for s in live.trace.stages]
 
 
-def test_plan_latencies_follow_each_plans_order_and_the_table_picks_the_fastest_within_the_goal():
+def test_plan_latencies_follow_each_plans_order_on_the_virtual_clock():
     # stage 1 disagrees, the reasoning agrees with the large model: 0.3 + 1.0 sequential
-    q = paths(
-        outcome("yes", 0.9, 2, 0.1), outcome("no", 0.9, 3, 0.3), outcome("no", 0.9, 40, 1.0), outcome("no")
+    q = recorded(stage("yes", 0.9, 2, 0.1), stage("no", 0.9, 3, 0.3), stage("no", 0.9, 40, 1.0), stage("no"))
+    latency = {plan.value: one(q, CascadeOptions(plan=plan)).latency_s for plan in Plan}
+    assert latency == pytest.approx(
+        {
+            "sequential": 1.3,
+            "eager": 1.0,
+            "reason-first": 1.0,
+            "transfer": 1.1,
+            "small": 0.1,
+            "large": 0.3,
+            "small-reason": 1.0,
+        }
     )
-    latency = {plan.value: replay_plan(q, Rule(), plan.value).latency_s for plan in Plan}
-    assert latency == pytest.approx({"sequential": 1.3, "eager": 1.0, "reason-first": 1.0, "transfer": 1.1})
-    agreeing = paths(
-        outcome("no", 0.9, 2, 0.1), outcome("no", 0.9, 3, 0.3), outcome("no", 0.9, 40, 1.0), outcome("no")
+    agreeing = recorded(
+        stage("no", 0.9, 2, 0.1), stage("no", 0.9, 3, 0.3), stage("no", 0.9, 40, 1.0), stage("no")
     )
-    eager = replay_plan(agreeing, Rule(), "eager")
-    assert (eager.route, eager.latency_s, eager.small_tokens) == ("agree_short", 0.3, 2 + 12)  # 0.3 of 40
-    table = plan_table([q, agreeing], Rule(), max_accuracy_loss=1.0)
-    assert table["yes_no"]["plan"] == "eager"  # as accurate as Full RT, and the fastest
+    eager = one(agreeing, CascadeOptions(plan=Plan.EAGER))
+    # the reasoning ran 0.3 s of its 1.0 before stage 1 settled and it was cancelled
+    assert (eager.route, eager.latency_s) == ("agree_short", pytest.approx(0.3))
+    assert eager.engine_s == pytest.approx(0.1 + 0.3 + 0.3)
+
+
+def test_the_table_names_the_cheapest_plan_within_the_goal_single_model_plans_included():
+    right_small = recorded(
+        stage("yes", 0.9, 2, 0.1), stage("no", 0.9, 3, 0.3), stage("yes", 0.9, 40, 1.0), stage("no")
+    )
+    table = plan_table([right_small] * 4, Rule(), max_accuracy_loss=1.0, objective="latency")
     assert set(table["yes_no"]["plans"]) == {plan.value for plan in Plan}
+    assert table["yes_no"]["plan"] == "small"  # as accurate as Full RT (more), and the cheapest
+    assert table["yes_no"]["plans"]["transfer"]["accuracy"] == 0
+    wrong_small = recorded(
+        stage("no", 0.9, 2, 0.1), stage("yes", 0.9, 3, 0.3), stage("yes", 0.9, 40, 1.0), stage("yes")
+    )
+    assert plan_table([wrong_small] * 4, Rule(), objective="latency")["yes_no"]["plan"] == "large"
 
 
 def test_costs_add_up_along_the_route():
-    q = paths(
-        outcome("yes", 0.9, 2, 0.1),
-        outcome("no", 0.5, 3, 0.3),
-        outcome("yes", 0.9, 40, 1.0),
-        outcome("yes", 0.9, 4, 0.2),
-        scores=(1.0, 0.0, 1.0),
+    q = recorded(
+        stage("yes", 0.9, 2, 0.1),
+        stage("no", 0.5, 3, 0.3),
+        stage("yes", 0.7, 40, 1.0),
+        stage("yes", 0.9, 4, 0.2),
     )
-    result = replay(q, Rule())
+    result = one(q, Rule().options())
     assert (result.route, result.score, result.small_tokens, result.large_tokens) == ("transfer", 1.0, 42, 7)
-    assert math.isclose(result.latency_s, 0.3 + 1.0 + 0.2)
-    settled = replay(q, Rule(confident_large=0.5))
+    assert math.isclose(result.latency_s, 0.3 + 1.0 + 0.2) and math.isclose(
+        result.engine_s, 0.1 + 0.3 + 1.0 + 0.2
+    )
+    settled = one(q, Rule(confident_large=0.4).options())  # 0.5 is confident enough, and 0.9 more so
+    assert settled.route == "transfer"
+    q = recorded(stage("yes", 0.3, 2, 0.1), stage("no", 0.5, 3, 0.3), stage("yes"), stage("yes"))
+    settled = one(q, Rule(confident_large=0.4).options())
     assert (settled.route, settled.score, settled.small_tokens, settled.large_tokens) == (
         "confident_large",
         0.0,
@@ -148,33 +149,31 @@ def test_costs_add_up_along_the_route():
     assert math.isclose(settled.latency_s, 0.3)
 
 
+def test_an_invalid_transfer_answer_is_replayed_as_the_fallback_the_cascade_serves():
+    q = recorded(stage("no"), stage("not sure"), stage("yes"), stage("triangle"))
+    result = one(q, Rule().options())
+    assert (result.route, result.score) == ("fallback", 1.0)
+
+
+def test_a_stage_the_pass_did_not_record_is_a_gap_never_a_failed_model():
+    q = recorded(stage("no"), stage("yes"), stage("yes"), stage("yes"))
+    results = replay({"q": q.question}, CascadeOptions(stage2_answer="two_stage"), {"q": q.stages})
+    assert isinstance(results["q"], ReplayGapError)
+
+
 def test_a_wrong_unsure_agreement_is_caught_only_by_a_threshold():
-    q = paths(
-        outcome("no", 0.6),
-        outcome("no", 0.7),
-        outcome("yes", 0.95),
-        outcome("yes", 0.9),
-        scores=(0.0, 0.0, 1.0),
-    )
-    assert replay(q, Rule()).route == "agree_short" and replay(q, Rule()).score == 0.0
-    assert replay(q, Rule(0.8)).route == "transfer" and replay(q, Rule(0.8)).score == 1.0
+    q = recorded(stage("no", 0.6), stage("no", 0.7), stage("yes", 0.95), stage("yes", 0.9))
+    assert (one(q, Rule().options()).route, one(q, Rule().options()).score) == ("agree_short", 0.0)
+    assert (one(q, Rule(0.8).options()).route, one(q, Rule(0.8).options()).score) == ("transfer", 1.0)
 
 
 def many(n=40):
     """Half the questions: a confident right agreement; half: an unsure wrong one that transfer fixes."""
-    right = paths(
-        outcome("yes", 0.95),
-        outcome("yes", 0.97),
-        outcome("yes", 0.9, 30, 1.0),
-        outcome("yes", 0.9, 3, 0.2),
-        scores=(1.0, 1.0, 1.0),
+    right = recorded(
+        stage("yes", 0.95), stage("yes", 0.97), stage("yes", 0.9, 30, 1.0), stage("yes", 0.9, 3, 0.2)
     )
-    wrong = paths(
-        outcome("no", 0.55),
-        outcome("no", 0.6),
-        outcome("yes", 0.9, 30, 1.0),
-        outcome("yes", 0.9, 3, 0.2),
-        scores=(0.0, 0.0, 1.0),
+    wrong = recorded(
+        stage("no", 0.55), stage("no", 0.6), stage("yes", 0.9, 30, 1.0), stage("yes", 0.9, 3, 0.2), qid="w"
     )
     return [right, wrong] * (n // 2)
 
@@ -192,6 +191,8 @@ def test_the_front_and_the_choice():
     assert chosen["latency_s"] < full_rt["latency_s"] and chosen["escalated"] == 0.5
     assert choose(rules, full_rt, max_escalation=0.0)["accuracy"] == 50
     assert choose(rules, full_rt | {"accuracy": 200}, max_accuracy_loss=1.0) is None
+    by_engine = choose(rules, full_rt, max_accuracy_loss=1.0, objective="engine_time")
+    assert by_engine["engine_s"] == min(r["engine_s"] for r in rules if r["accuracy"] >= 99)
 
 
 def test_intervals_and_the_precision_note():
@@ -202,34 +203,28 @@ def test_intervals_and_the_precision_note():
     assert precision_note(100_000, 85.0, 1.0) is None and precision_note(100, 85.0, None) is None
 
 
-def test_question_paths_come_from_the_three_runs_and_leave_out_failures():
+def test_recorded_questions_come_from_the_three_runs_and_leave_out_failures():
     record = EvalRecord.model_validate(
         {"id": "1", "image": "data:,", "question": "Is it red?", "answer": "yes", "metric": "yes_no"}
     )
-    stage = {"status": "ok", "completion_tokens": 2, "latency_s": 0.1, "answer": "yes", "confidence": 0.9}
+    done = {"status": "ok", "completion_tokens": 2, "latency_s": 0.1, "answer": "yes", "confidence": 0.9}
     rows = {
-        "mai-small": {
-            "1": {"status": 200, "score": 1.0, "kind": "yes_no", "stages": [stage | {"name": "short_small"}]}
-        },
-        "mai-large": {
-            "1": {"status": 200, "score": 1.0, "kind": "yes_no", "stages": [stage | {"name": "short_large"}]}
-        },
+        "mai-small": {"1": {"status": 200, "stages": [done | {"name": "short_small"}]}},
+        "mai-large": {"1": {"status": 200, "stages": [done | {"name": "short_large"}]}},
         "mai-transfer": {
             "1": {
                 "status": 200,
-                "score": 0.0,
-                "kind": "yes_no",
                 "stages": [
-                    stage | {"name": "reason_small"},
-                    stage | {"name": "transfer_large", "answer": "no"},
+                    done | {"name": "reason_small"},
+                    done | {"name": "transfer_large", "answer": "no"},
                 ],
             }
         },
     }
-    [q], missing = question_paths([record], rows)
-    assert missing == [] and q.transfer.answer == "no" and q.score_transfer == 0.0 and q.kind == "yes_no"
+    [q], missing = recorded_questions([record], rows)
+    assert missing == [] and q.stages["transfer_large"].answer == "no" and q.kind == "yes_no"
     rows["mai-large"]["1"]["status"] = 503
-    assert question_paths([record], rows) == ([], ["1"])
+    assert recorded_questions([record], rows) == ([], ["1"])
 
 
 def test_the_yaml_is_the_cascade_section():

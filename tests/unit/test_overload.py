@@ -147,8 +147,8 @@ def overloaded_replica(queue, clock, **audit):
         }
     )
     # Stage 1 disagrees; the large model's short answer is 0.8 confident: under the configured 0.95,
-    # above the relaxed 0.7.
-    small = ScriptedVLM({S: "[[no]]", R: "[[yes]]"}, confidences={S: 0.9, R: 0.9})
+    # above the relaxed 0.7, and more confident than the small one's 0.6.
+    small = ScriptedVLM({S: "[[no]]", R: "[[yes]]"}, confidences={S: 0.6, R: 0.9})
     large = ScriptedVLM({S: "[[yes]]", T: "[[yes]]"}, confidences={S: 0.8, T: 0.9})
     return replica(small, large, config, large_queue=lambda: queue[0], clock=lambda: clock[0]), large
 

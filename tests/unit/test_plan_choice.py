@@ -16,7 +16,7 @@ from serve_app.core.plan_choice import (
     plan_summary,
     reference_plan,
 )
-from serve_app.core.plans import Plan, PlanEstimates
+from serve_app.core.plans import SINGLE_MODEL, Plan, PlanEstimates
 
 # A yes/no class as the demo pair serves it: stage 1 almost never settles, reasoning is long.
 YES_NO = PlanEstimates(
@@ -35,7 +35,7 @@ YES_NO = PlanEstimates(
 # A colour class: the same stages, but stage 1 settles nearly everything.
 COLOUR = dataclasses.replace(YES_NO, p1=0.97, q=0.98)
 LEARN = AdaptiveSettings(mode="learn", explore=0.0)
-EVERY = list(Plan)
+EVERY = [plan for plan in Plan if plan not in SINGLE_MODEL]  # what may be allowed without a table
 
 
 def allowed(settings=LEARN, cls="yes_no", bounds=None, reference=Plan.TRANSFER, max_disagreement=0.05):

@@ -22,6 +22,12 @@ def simulate(plan, accept1, accept2, accept_first, e):
     longer needs is cancelled when it is settled."""
     if plan is Plan.TRANSFER:
         return e.reasoning_s + e.transfer_s, e.reasoning_s + e.transfer_s, e.transfer_tokens
+    if plan is Plan.SMALL:
+        return e.small_short_s, e.small_short_s, 0.0
+    if plan is Plan.LARGE:
+        return e.large_short_s, e.large_short_s, e.large_short_tokens
+    if plan is Plan.SMALL_REASON:
+        return e.reasoning_s, e.reasoning_s, 0.0
     if plan is Plan.REASON_FIRST:
         clock = max(e.large_short_s, e.reasoning_s)  # both start at 0; the check needs both
         calls = e.large_short_s + e.reasoning_s
