@@ -488,7 +488,7 @@ async def test_a_confident_large_answer_never_overrules_a_more_confident_valid_s
 
 
 async def test_an_invalid_transfer_answer_falls_back_to_the_reasoned_answer():
-    """ "Is the shape red?" answered "triangle" by the transfer: the small model's reasoned "yes" is served."""
+    """ "Is the shape red?" answered "triangle" by the transfer: the reasoned "yes" is served."""
     small, large = models({S: "[[no]]", R: "It is red.\n[[yes]]"}, {S: "[[no idea]]", T: "[[triangle]]"})
     result = await run(small, large)
     assert result.route == "fallback" and result.answer == "yes" and result.trace.answer_valid
