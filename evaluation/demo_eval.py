@@ -3,6 +3,8 @@
     python -m evaluation.demo_eval                       # make eval-demo: serves configs/mai-cpu.yaml itself
     python -m evaluation.demo_eval --url http://127.0.0.1:8000   # against a server already running it
     python -m evaluation.demo_eval --calibrate           # make calibrate-demo: thresholds, validation split
+    python -m evaluation.demo_eval --calibrate --replay-only   # the same, replayed over the recorded pass
+    python -m evaluation.demo_eval --either-or           # either/or questions: which prompt they get
 
 It runs ``mai-eval run`` with every policy, ``mai`` under the served config and under the paper's rule
 side by side (predictions resume, so an interrupted run goes on where it stopped), then writes
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.easy_vqa import COLOURS, SHAPES, question_type
-from harness.paths import DATASETS, DEMO_CALIBRATION, DEMO_EVAL
+from harness.paths import DATASETS, DEMO_CALIBRATION, DEMO_EVAL, RESULTS
 
 POLICY_ORDER = (
     "mai-small",
@@ -41,6 +43,7 @@ COMMAND = "make eval-demo"
 TABLE_COMMAND = "python -m evaluation.demo_eval --table"
 TYPED_POLICIES = ("mai-small", "mai-large")
 BALANCED_QUESTIONS = 500
+EITHER_OR = RESULTS / "either-or"
 _ATTRIBUTES = re.compile(rf"\b({'|'.join(COLOURS + SHAPES)})\b")
 
 
@@ -337,6 +340,18 @@ def main(argv: list[str] | None = None) -> int:
         "with half as many balanced yes/no questions on the same images",
     )
     parser.add_argument(
+        "--either-or",
+        action="store_true",
+        help="the prompt either/or questions get, on the validation split: asked as written (the "
+        "short-answer prompt) against the same options sent as choices (the option-letter prompt), "
+        "into bench/results/either-or",
+    )
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="with --calibrate: no server, replay the pass already recorded in the calibration folder",
+    )
+    parser.add_argument(
         "--table",
         action="store_true",
         help="re-derive demo.md and demo.json from the committed predictions.jsonl in --out (no server)",
@@ -357,8 +372,20 @@ def main(argv: list[str] | None = None) -> int:
         print(write_tables(args.out, head["meta"], rows))
         return 0
     from evaluation.cli import main as mai_eval
-    from harness.datasets import easy_vqa_balanced_records, easy_vqa_records
+    from harness.datasets import easy_vqa_balanced_records, easy_vqa_either_or_records, easy_vqa_records
+    from harness.local_server import config_args
 
+    if args.either_or:
+        runs = []
+        for name, with_choices in (("named", False), ("choices", True)):
+            data = DATASETS / f"easy-vqa-validation-either-or-{name}-200.jsonl"
+            if not data.exists():
+                write_jsonl(easy_vqa_either_or_records("validation", 200, with_choices=with_choices), data)
+            out = EITHER_OR / name
+            runs.append(["run", str(data), "--policies", "mai,mai-small,mai-large", "--out", str(out)])
+            runs[-1] += ["--baseline", "mai-large", "--concurrency", str(args.concurrency)]
+            runs[-1] += ["--fresh"] if args.fresh else []
+        return _with_server(args.url, lambda url: max(mai_eval(run + ["--url", url]) for run in runs))
     if args.calibrate:
         # The test set's mixture: easy-vqa's own questions and half as many balanced yes/no ones.
         balanced = args.calibration_questions // 2
@@ -373,7 +400,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         out = args.out if args.out != DEMO_EVAL else DEMO_CALIBRATION
         calibrate = ["calibrate", str(data), "--out", str(out), "--concurrency", str(args.concurrency)]
+        calibrate += ["--objective", config_args("mai-cpu.yaml")["cascade"]["adaptive"]["objective"]]
         calibrate += ["--fresh"] if args.fresh else []
+        if args.replay_only:
+            return mai_eval(calibrate + ["--replay-only"])
         return _with_server(args.url, lambda url: mai_eval(calibrate + ["--url", url]))
     args.out.mkdir(parents=True, exist_ok=True)
     data = DATASETS / f"demo-test-{args.limit}-balanced-{BALANCED_QUESTIONS}.jsonl"

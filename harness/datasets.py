@@ -17,7 +17,17 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .easy_vqa import QA, BalancedYesNo, display_question, facts_by_image, held_out_images
+from .easy_vqa import (
+    COLOURS as EASY_VQA_COLOURS,
+)
+from .easy_vqa import (
+    QA,
+    SHAPES,
+    BalancedYesNo,
+    display_question,
+    facts_by_image,
+    held_out_images,
+)
 from .jsonl import write_jsonl
 from .paths import DATASETS
 
@@ -101,6 +111,36 @@ def easy_vqa_balanced_records(split: str = "test", limit: int = 500, seed: int =
             "answer_type": "yes_no",
             "metric": "yes_no",
         }
+
+
+def easy_vqa_either_or_records(
+    split: str = "validation", limit: int = 200, seed: int = 0, *, with_choices: bool = False
+) -> Iterator[dict]:
+    """easy-vqa's colour and shape questions asked either/or: "Is the shape red or blue?", "Is the
+    shape a circle or a triangle?", the right option and another drawn at random, in a random order.
+    ``with_choices``: the two options are also sent as the request's ``choices`` (the option-letter
+    prompt, scored by option); without, the question alone names them (scored by the option's text)."""
+    rng = random.Random(seed)
+    for record in easy_vqa_records(split, None, seed):
+        if limit <= 0:
+            return
+        gold = record["answer"]
+        vocabulary = EASY_VQA_COLOURS if gold in EASY_VQA_COLOURS else SHAPES if gold in SHAPES else None
+        if vocabulary is None:
+            continue
+        options = [gold, rng.choice([word for word in vocabulary if word != gold])]
+        rng.shuffle(options)
+        article = "a " if vocabulary is SHAPES else ""
+        question = f"Is the shape {article}{options[0]} or {article}{options[1]}?"
+        extra = {"choices": options, "answer_type": "choice", "metric": "option"} if with_choices else {}
+        asked = {
+            "id": record["id"] + "-either-or",
+            "question": question,
+            "answer_type": None,
+            "metric": "exact",
+        }
+        yield record | asked | extra
+        limit -= 1
 
 
 def draw_bar_chart(values: dict[str, int], size: tuple[int, int] = (320, 240)) -> bytes:

@@ -15,6 +15,7 @@ from .core.audit import AuditSettings
 from .core.options import CascadeOptions
 from .core.overload import OverloadSettings, check_floors
 from .core.plan_choice import AdaptiveSettings
+from .core.plans import Plan
 from .core.scaling import ScalingPolicy
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
 
@@ -117,6 +118,15 @@ class CascadeConfig(CascadeOptions):
                 "cascade.eager_reasoning is for cascade.adaptive.mode: off; with the controller on, "
                 "list eager in cascade.adaptive.plans (or make it cascade.adaptive.default)"
             )
+        if self.eager_reasoning and self.adaptive.default is not Plan.EAGER:
+            if "default" in self.adaptive.model_fields_set:
+                raise ValueError(
+                    "cascade.eager_reasoning: true is cascade.adaptive.default: eager; it contradicts "
+                    f"the configured default {self.adaptive.default.value!r}: set one of them"
+                )
+            # The server's eager_reasoning is another name for the default plan eager.
+            adaptive = self.adaptive.model_copy(update={"default": Plan.EAGER})
+            object.__setattr__(self, "adaptive", AdaptiveSettings.model_validate(adaptive.model_dump()))
         return self
 
     @model_validator(mode="after")

@@ -4,7 +4,9 @@ Every block whose info string is bash, sh, shell, console or python is an *examp
 the line right before its opening fence, one of::
 
     <!-- example: unit -->              run by the unit tests: no server, no network, seconds
-    <!-- example: server -->            run end to end against configs/mai-cpu.yaml on 127.0.0.1:8000
+    <!-- example: server: expects <text> -->  run end to end against configs/mai-cpu.yaml on
+                                        127.0.0.1:8000; what it prints must contain <text>, the
+                                        answer the doc documents
     <!-- example: not-run: <reason> --> not run, and why
 
 Blocks in other languages (yaml, json, text, none) are not examples. Pure: no imports of the project.
@@ -64,9 +66,19 @@ class Block:
             return f"{self.id}: unknown example kind {self.marker!r} (one of {', '.join(KINDS)})"
         if self.marker == "not-run" and not self.reason:
             return f"{self.id}: a not-run example must say why (<!-- example: not-run: <reason> -->)"
-        if self.marker != "not-run" and self.reason:
-            return f"{self.id}: only a not-run marker takes a reason"
+        if self.marker == "server" and self.expected is None:
+            return (
+                f"{self.id}: a server example says what it prints (<!-- example: server: expects <text> -->)"
+            )
+        if self.marker == "unit" and self.reason:
+            return f"{self.id}: a unit example takes no reason"
         return None
+
+    @property
+    def expected(self) -> str | None:
+        """What a server example's output must contain: its marker's ``expects <text>``."""
+        prefix = "expects "
+        return self.reason[len(prefix) :] if self.reason.startswith(prefix) else None
 
 
 def parse(text: str, file: Path = Path("<text>")) -> list[Block]:

@@ -21,9 +21,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .options import Policy
-from .routes import EARLY_EXITS
+from .routes import EARLY_EXITS, Route
 
 __all__ = ["EARLY_EXITS", "AuditBook", "AuditSettings", "class_of", "is_sampled"]
+
+# Said in the stats of a class a single-model plan answers: its alert is reported, never acted on.
+SINGLE_PLAN_NOTE = (
+    "a single-model plan answers this class (a calibrated table chose it on labels); audits measure "
+    "agreement with the reference, which may be the weaker answerer here, so an alert is reported and "
+    "the plan is not switched: recalibrate to change it"
+)
 
 
 class AuditSettings(BaseModel):
@@ -201,6 +208,7 @@ class AuditBook:
                     "rate": round(disagreed_recent / recent, 4) if recent else None,
                     "upper_95": round(upper, 4),
                     "alert": bool(recent) and upper > settings.max_disagreement,
+                    "note": SINGLE_PLAN_NOTE if Route.SINGLE in entry.by_route else None,
                     "by_route": {
                         route: {"audited": audited, "disagreed": disagreed}
                         for route, (audited, disagreed) in sorted(entry.by_route.items())
@@ -229,11 +237,9 @@ def alerts(snapshot: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
         audit = entry["audit"]
         if audit["alert"]:
             window, reference = audit["window"], snapshot["audit"]["reference"]
-            yield (
-                cls,
-                (
-                    f"class {cls}: early exits disagreed with the {reference} policy on "
-                    f"{window['disagreed']} of the last {window['audited']} audits (rate {audit['rate']}, "
-                    f"95 % upper bound {audit['upper_95']} > max_disagreement {limit})"
-                ),
+            line = (
+                f"class {cls}: early exits disagreed with the {reference} policy on "
+                f"{window['disagreed']} of the last {window['audited']} audits (rate {audit['rate']}, "
+                f"95 % upper bound {audit['upper_95']} > max_disagreement {limit})"
             )
+            yield cls, line + (f"; {audit['note']}" if audit.get("note") else "")

@@ -25,7 +25,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .options import CascadeOptions
-from .plans import Plan
 
 
 class Level(IntEnum):
@@ -137,23 +136,13 @@ class OverloadState:
 
 def relaxed_options(options: CascadeOptions, relax_to: RelaxTo) -> tuple[CascadeOptions, dict[str, Any]]:
     """The request's options with ``relax_to``'s floors applied (a threshold already under its floor
-    stays), and what changed: ``{name: [from, to]}``."""
+    stays), and what changed: ``{name: [from, to]}``. The plan is not an option here: an eager plan
+    running sequential is the plan's decision (``plan_choice.decide_plan``)."""
     update: dict[str, Any] = {}
     if relax_to.confident_large is not None and options.confident_large is not None:
         if relax_to.confident_large < options.confident_large:
             update["confident_large"] = relax_to.confident_large
     if relax_to.min_confidence is not None and relax_to.min_confidence < options.min_confidence:
         update["min_confidence"] = relax_to.min_confidence
-    if relax_to.eager_reasoning is False and options.resolved_plan() is Plan.EAGER:
-        update["eager_reasoning"] = False
-        update["plan"] = Plan.SEQUENTIAL
-    changed = {
-        name: [_plain(getattr(options, name)), _plain(value)]
-        for name, value in update.items()
-        if name != "eager_reasoning"
-    }
+    changed = {name: [getattr(options, name), value] for name, value in update.items()}
     return options.model_copy(update=update), changed
-
-
-def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, Plan) else value

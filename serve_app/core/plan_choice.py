@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .options import Policy
+from .options import CascadeOptions, Policy
 from .plans import (
     ANSWER_IDENTICAL,
     EARLY_EXITS_OF,
@@ -82,6 +82,24 @@ class PlanChoice:
     plan: Plan
     reason: str
     expected: Mapping[Plan, float | None] = field(default_factory=dict)
+    relaxed_from: Plan | None = None  # the plan chosen before the overload guard relaxed it
+
+
+FORCED = "forced by the request (mai.options.plan or eager_reasoning)"
+RELAXED_EAGER = "; overloaded (relax_to.eager_reasoning: false): eager runs sequential"
+
+
+def decide_plan(
+    options: CascadeOptions, choose: Callable[[], PlanChoice], *, forced: bool, relax_eager: bool = False
+) -> PlanChoice:
+    """The plan one cascade request runs, and why: the one place a request's plan is decided. A plan
+    the request forced (``options.resolved_plan``, where ``eager_reasoning`` maps to a plan) runs as
+    it is; otherwise ``choose`` picks (the controller: ``choose_plan``). Overloaded with
+    ``relax_eager``, an eager plan runs sequential (the same answers, less small-model work)."""
+    choice = PlanChoice(options.resolved_plan(), FORCED) if forced else choose()
+    if relax_eager and choice.plan is Plan.EAGER:
+        return PlanChoice(Plan.SEQUENTIAL, choice.reason + RELAXED_EAGER, choice.expected, Plan.EAGER)
+    return choice
 
 
 def reference_plan(reference: Policy) -> Plan | None:

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.audit import EARLY_EXITS, AuditBook, AuditSettings, class_of, is_sampled
+from ..core.audit import AuditBook, AuditSettings, class_of, is_sampled
 from ..core.cascade import Cascade, ModelUnavailableError
 from ..core.contracts import Completion, EngineCall, EngineError, VLMClient
 from ..core.options import GREEDY, Decoding, Policy
+from ..core.routes import AUDITED
 from ..core.trace import CascadeResult
 from ..core.verification import agree
 from .jobs import Job
@@ -64,7 +65,8 @@ def tokens_of(result: CascadeResult) -> int:
 
 
 class Auditor:
-    """Counts every cascade request per class and route, and audits the sampled early exits."""
+    """Counts every cascade request per class and route, and audits the sampled early exits and
+    single-model plan answers (``routes.AUDITED``)."""
 
     def __init__(
         self,
@@ -101,7 +103,7 @@ class Auditor:
             return
         cls = class_of(result.trace.kind, job.task)
         self.book.record_request(cls, result.route, tokens_of(result), result.trace.plan)
-        if result.route not in EARLY_EXITS or not is_sampled(job.request_id, self.settings):
+        if result.route not in AUDITED or not is_sampled(job.request_id, self.settings):
             return
         route = audited_route(result)
         if overloaded and not route.startswith(RELAXED_PREFIX):

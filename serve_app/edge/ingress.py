@@ -182,10 +182,12 @@ class MAIIngress:
         self.demand.arrived()
         self.auditor.before_serving()
         cls = class_of(job.question.kind or "text", job.task)
-        job, plan_reason = self.plans.plan(job, cls)
         job, overload = self.overload.apply(job)
+        job, plan = self.plans.plan(job, cls, relax_eager=self.overload.relaxes_eager(overload))
+        if overload is not None and plan is not None and plan.relaxed_from is not None:
+            overload["relaxed"]["plan"] = [plan.relaxed_from.value, plan.plan.value]
         result = await self._run(job)
-        result.trace.plan_reason = plan_reason
+        result.trace.plan_reason = plan.reason if plan is not None else None
         result.trace.overload = overload
         self.demand.finished(result.trace)
         if not (overload and overload["relaxed"]):  # relaxed thresholds are not the plan's own costs

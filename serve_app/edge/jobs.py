@@ -20,7 +20,6 @@ from pydantic import ValidationError
 from ..config import AppConfig, Limits
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
-from ..core.plans import Plan
 from ..core.question_parsing import QuestionFormatError, read_question
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
@@ -136,9 +135,6 @@ def _options(
                 param="options.plan",
                 code="unsupported_parameter",
             )
-        if overrides.plan is None and overrides.eager_reasoning is not None:
-            # The request chose the stages' order itself: the plan it names, forced.
-            update["plan"] = Plan.EAGER if overrides.eager_reasoning else Plan.SEQUENTIAL
         if "confident_large" in overrides.model_fields_set and overrides.confident_large is None:
             update["confident_large"] = None  # an explicit null turns the server's default off
     if max_tokens is not None:
@@ -156,10 +152,14 @@ def _options(
             }
         )
     try:
-        return CascadeOptions.model_validate(config.cascade.request_defaults() | update)
+        options = CascadeOptions.model_validate(config.cascade.request_defaults() | update)
     except ValidationError as exc:
         message, field = describe_validation_error(exc)
         raise RequestError(message, param=field, code="invalid_options") from None
+    if overrides is not None and overrides.plan is None and overrides.eager_reasoning is not None:
+        # The request chose the stages' order itself (eager_reasoning names a plan): forced.
+        options = options.model_copy(update={"plan": options.resolved_plan()})
+    return options
 
 
 def _question(

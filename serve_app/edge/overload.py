@@ -49,6 +49,11 @@ class OverloadGuard:
             job = dataclasses.replace(job, options=options) if changed else job
         return job, entry
 
+    def relaxes_eager(self, entry: dict[str, Any] | None) -> bool:
+        """Whether a request answered under ``entry`` runs an eager plan sequential."""
+        relaxed = entry is not None and entry["level"] == Level.RELAX.name.lower()
+        return relaxed and self.settings.relax_to.eager_reasoning is False
+
     def answered(self, result: CascadeResult) -> None:
         overload = result.trace.overload
         if overload is not None and self.metrics is not None:

@@ -23,6 +23,7 @@ from ..core.plan_choice import (
     PlanChoice,
     allowed_plans,
     choose_plan,
+    decide_plan,
     explore_draw,
     reference_plan,
 )
@@ -30,8 +31,6 @@ from ..core.plan_stats import PlanBook, estimates_of, observe
 from ..core.plans import Plan, PlanEstimates
 from ..core.trace import CascadeResult
 from .jobs import Job
-
-FORCED = "forced by the request (mai.options.plan or eager_reasoning)"
 
 
 class PlanController:
@@ -53,17 +52,18 @@ class PlanController:
         self.holder_down: str | None = None  # why the last report failed; None: it did not
         self.reference = reference_plan(audit.reference)
 
-    def plan(self, job: Job, cls: str) -> tuple[Job, str | None]:
-        """``job`` with the plan it runs, and why (None for a policy that is not the cascade)."""
+    def plan(self, job: Job, cls: str, *, relax_eager: bool = False) -> tuple[Job, PlanChoice | None]:
+        """``job`` with the plan it runs, and the decision (None for a policy that is not the cascade)."""
         options = job.options
         if options.policy is not Policy.CASCADE:
             return job, None
-        if options.plan is not None:
-            return job, FORCED
-        choice = self.choose(cls, job.request_id)
-        return dataclasses.replace(
-            job, options=options.model_copy(update={"plan": choice.plan})
-        ), choice.reason
+        choice = decide_plan(
+            options,
+            lambda: self.choose(cls, job.request_id),
+            forced=options.plan is not None,
+            relax_eager=relax_eager,
+        )
+        return dataclasses.replace(job, options=options.model_copy(update={"plan": choice.plan})), choice
 
     def choose(self, cls: str, request_id: str) -> PlanChoice:
         settings = self.settings

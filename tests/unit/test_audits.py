@@ -225,3 +225,20 @@ def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts()
         "the statistics holder is restarting (ActorDiedError); retry later"
         in reply.json()["error"]["message"]
     )
+
+
+async def test_a_single_model_plan_is_audited_and_its_alert_says_the_reference_may_be_weaker():
+    from serve_app.core.audit import alerts
+    from serve_app.core.plans import Plan
+
+    cascade, auditor, *_, metrics = setup({S: "[[yes]]", R: "It is a cat. [[no]]"}, {T: "[[no]]"})
+    job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL), "mai", request_id="r1")
+    result = await cascade.run(job.question, job.options, request_id=job.request_id)
+    auditor.served(job, result)
+    await asyncio.gather(*auditor.running)
+    assert (result.route, result.answer) == ("single", "yes")
+    assert metrics.audits == [("yes_no", "single", True)]
+    snapshot = auditor.book.snapshot(auditor.settings)
+    assert "may be the weaker answerer" in snapshot["classes"]["yes_no"]["audit"]["note"]
+    [(cls, line)] = list(alerts(snapshot))
+    assert cls == "yes_no" and "the plan is not switched" in line

@@ -64,7 +64,7 @@ def test_the_parser_reads_markers_languages_and_code():
             "```console",
             "$ ls",
             "```",
-            "<!-- example: server -->",
+            "<!-- example: server: expects ok -->",
             "  ```shell",
             "  curl -sf http://127.0.0.1:8000/healthz",
             "  ```",
@@ -83,7 +83,7 @@ def test_the_parser_reads_markers_languages_and_code():
         (7, "bash", None, ""),
         (11, "sh", "not-run", "needs GPUs"),
         (15, "console", "not-run", ""),
-        (19, "shell", "server", ""),
+        (19, "shell", "server", "expects ok"),
         (22, "yaml", None, ""),
         (26, "python", "sometimes", ""),
     ]
@@ -96,3 +96,6 @@ def test_the_parser_reads_markers_languages_and_code():
     assert "no <!-- example" in problems[1]  # the unmarked bash block is reported
     assert "must say why" in problems[3]
     assert "unknown example kind" in problems[6]
+    assert found[4].expected == "ok"
+    unchecked = parse("<!-- example: server -->\n```bash\ncurl x\n```\n", Path("doc.md"))[0]
+    assert "says what it prints" in unchecked.problem()  # a server example asserts what it documents

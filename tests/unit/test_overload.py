@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from serve_app.config import load_app_config
 from serve_app.core.options import CascadeOptions
 from serve_app.core.overload import Level, OverloadSettings, OverloadState, RelaxTo, relaxed_options
+from serve_app.core.plan_choice import PlanChoice, decide_plan
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 
@@ -77,19 +78,22 @@ def test_relaxed_options_lower_thresholds_to_their_floors_never_raise_them():
     relaxed, changed = relaxed_options(
         options, RelaxTo(min_confidence=0.3, confident_large=0.7, eager_reasoning=False)
     )
-    assert (relaxed.min_confidence, relaxed.confident_large, relaxed.resolved_plan()) == (
-        0.3,
-        0.7,
-        Plan.SEQUENTIAL,
-    )
-    assert changed == {
-        "min_confidence": [0.6, 0.3],
-        "confident_large": [0.9, 0.7],
-        "plan": ["eager", "sequential"],
-    }
+    assert (relaxed.min_confidence, relaxed.confident_large) == (0.3, 0.7)
+    assert relaxed.plan is Plan.EAGER  # the plan is decided once, by decide_plan
+    assert changed == {"min_confidence": [0.6, 0.3], "confident_large": [0.9, 0.7]}
     already_lower = CascadeOptions(min_confidence=0.2)  # a request's own, lower than the floor
     kept, changed = relaxed_options(already_lower, RelaxTo(min_confidence=0.3, confident_large=0.5))
     assert kept.min_confidence == 0.2 and kept.confident_large is None and changed == {}
+
+
+def test_overloaded_an_eager_plan_runs_sequential_and_the_decision_says_so():
+    learnt = PlanChoice(Plan.EAGER, "yes_no: eager 0.3s expected")
+    decided = decide_plan(CascadeOptions(), lambda: learnt, forced=False, relax_eager=True)
+    assert (decided.plan, decided.relaxed_from) == (Plan.SEQUENTIAL, Plan.EAGER)
+    assert decided.reason.startswith("yes_no: eager") and "eager runs sequential" in decided.reason
+    assert decide_plan(CascadeOptions(), lambda: learnt, forced=False) == learnt
+    forced = decide_plan(CascadeOptions(eager_reasoning=True), lambda: learnt, forced=True, relax_eager=True)
+    assert forced.plan is Plan.SEQUENTIAL and forced.reason.startswith("forced by the request")
 
 
 BASE = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
@@ -129,7 +133,7 @@ def test_bad_overload_settings_are_refused_at_start_naming_the_key(cascade, key)
 # In an ingress replica.
 
 
-def overloaded_replica(queue, clock, **audit):
+def overloaded_replica(queue, clock, relax_to=None, **audit):
     config = load_app_config(
         BASE
         | {
@@ -140,7 +144,7 @@ def overloaded_replica(queue, clock, **audit):
                     "max_large_queue": 4,
                     "relax_after_s": 1,
                     "restore_after_s": 2,
-                    "relax_to": {"confident_large": 0.7},
+                    "relax_to": relax_to or {"confident_large": 0.7},
                 },
                 "audit": {"rate": 1.0, **audit} if audit else {"rate": 0.0},
             }
@@ -184,6 +188,29 @@ def test_relaxed_answers_say_so_in_their_trace_and_metrics_and_restore_after_the
     clock[0] = 4.5
     assert ask(client)["overload"] is None
     assert ingress.metrics.overload_levels[-1] == 0 and max(ingress.metrics.overload_levels) == 2
+
+
+def test_relaxed_an_eager_plan_runs_sequential_and_the_trace_says_so():
+    queue, clock = [9], [0.0]
+    ingress, _ = overloaded_replica(queue, clock, relax_to={"eager_reasoning": False})
+    client = client_of(ingress)
+
+    def ask_eager():
+        reply = client.post("/v1/chat/completions", json=chat_body(mai={"options": {"plan": "eager"}}))
+        assert reply.status_code == 200, reply.text
+        return reply.json()["mai"]["trace"]
+
+    shed = ask_eager()
+    assert shed["plan"] == "eager" and shed["overload"]["relaxed"] == {}
+    clock[0] = 1.5
+    relaxed = ask_eager()
+    assert relaxed["plan"] == "sequential" and relaxed["overload"]["relaxed"] == {
+        "plan": ["eager", "sequential"]
+    }
+    assert (
+        relaxed["plan_reason"].startswith("forced by the request")
+        and "eager runs sequential" in relaxed["plan_reason"]
+    )
 
 
 def test_overloaded_only_relaxed_answers_are_audited_and_they_count_apart():

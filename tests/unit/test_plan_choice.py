@@ -148,3 +148,10 @@ def test_the_plan_has_one_place_in_the_server_config():
         load_app_config(CONFIG | {"cascade": {"plan": "eager"}})
     with pytest.raises(ValidationError, match="eager_reasoning"):
         load_app_config(CONFIG | {"cascade": {"eager_reasoning": True, "adaptive": {"mode": "learn"}}})
+    eager = load_app_config(CONFIG | {"cascade": {"eager_reasoning": True}}).cascade.adaptive
+    assert eager.default is Plan.EAGER  # the server's eager_reasoning is the default plan eager
+    assert choose_plan(eager, "yes_no", PlanEstimates(), EVERY, draw=0.5).plan is Plan.EAGER
+    with pytest.raises(ValidationError, match="contradicts"):
+        load_app_config(
+            CONFIG | {"cascade": {"eager_reasoning": True, "adaptive": {"default": "sequential"}}}
+        )

@@ -1,5 +1,6 @@
-"""The plans' expected costs (serve_app/core/plans.py) against a brute-force simulation of the plans,
-and the estimates read from observed traces (serve_app/core/plan_stats.py)."""
+"""The plans' expected costs (serve_app/core/plans.py) against a brute-force walk of the real cascade
+over every outcome of its verifications, and the estimates read from observed traces
+(serve_app/core/plan_stats.py)."""
 
 import itertools
 import math
@@ -8,49 +9,38 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evaluation.replay import RecordedStage, engine_seconds, replay
+from serve_app.core.contracts import Question
+from serve_app.core.options import CascadeOptions
 from serve_app.core.plan_stats import REASON_FIRST_PRIOR_WEIGHT, Observation, PlanBook, estimates_of
 from serve_app.core.plans import Plan, PlanEstimates, expected_cost
 
 share = st.floats(0, 1, allow_nan=False)
 seconds = st.floats(0.001, 30, allow_nan=False)
-tokens = st.floats(1, 5000, allow_nan=False)
-
-
-def simulate(plan, accept1, accept2, accept_first, e):
-    """One request walked stage by stage on a clock: (seconds until the answer, seconds of model calls,
-    large-model tokens). Stages that start together run side by side; a stage a settled question no
-    longer needs is cancelled when it is settled."""
-    if plan is Plan.TRANSFER:
-        return e.reasoning_s + e.transfer_s, e.reasoning_s + e.transfer_s, e.transfer_tokens
-    if plan is Plan.SMALL:
-        return e.small_short_s, e.small_short_s, 0.0
-    if plan is Plan.LARGE:
-        return e.large_short_s, e.large_short_s, e.large_short_tokens
-    if plan is Plan.SMALL_REASON:
-        return e.reasoning_s, e.reasoning_s, 0.0
-    if plan is Plan.REASON_FIRST:
-        clock = max(e.large_short_s, e.reasoning_s)  # both start at 0; the check needs both
-        calls = e.large_short_s + e.reasoning_s
-        if accept_first:
-            return clock, calls, e.large_short_tokens
-        return clock + e.transfer_s, calls + e.transfer_s, e.large_short_tokens + e.transfer_tokens
-    eager = plan is Plan.EAGER
-    clock = e.stage1_s
-    calls = e.small_short_s + e.large_short_s
-    if accept1:  # an eager reasoning is cancelled here, having run until stage 1 ended
-        return clock, calls + (min(e.stage1_s, e.reasoning_s) if eager else 0.0), e.large_short_tokens
-    clock = max(clock, e.reasoning_s) if eager else clock + e.reasoning_s  # eager: reasoning started at 0
-    calls += e.reasoning_s
-    if accept2:
-        return clock, calls, e.large_short_tokens
-    return clock + e.transfer_s, calls + e.transfer_s, e.large_short_tokens + e.transfer_tokens
+tokens = st.integers(1, 5000)
 
 
 OBJECTIVES = ("latency", "engine_time", "large_tokens")
 
 
+def walk(plan, accept1, accept2, accept_first, e):
+    """One request run by the real cascade (``evaluation.replay``: its stages answered from a
+    recording, on a virtual clock), its verifications settling as given: (seconds until the answer,
+    seconds of model calls, large-model tokens)."""
+    agrees = accept_first if plan is Plan.REASON_FIRST else accept2
+    stages = {
+        "short_small": RecordedStage("yes" if accept1 else "no", None, 0, 1, e.small_short_s),
+        "short_large": RecordedStage("yes", None, 0, e.large_short_tokens, e.large_short_s),
+        "reason_small": RecordedStage("yes" if agrees else "no", None, 0, 1, e.reasoning_s),
+        "transfer_large": RecordedStage("yes", None, 0, e.transfer_tokens, e.transfer_s),
+    }
+    [result] = replay({"q": Question("Is it red?")}, CascadeOptions(plan=plan), {"q": stages}).values()
+    large = result.trace.tokens()["large"]
+    return result.trace.latency_s, engine_seconds(result), large["prompt_tokens"] + large["completion_tokens"]
+
+
 def brute_force(plan, e, objective):
-    """The expectation over every outcome of the plan's verifications, each walked by ``simulate``."""
+    """The expectation over every outcome of the plan's verifications, each walked by the cascade."""
     total = 0.0
     for accept1, accept2, accept_first in itertools.product((True, False), repeat=3):
         probability = (
@@ -58,7 +48,8 @@ def brute_force(plan, e, objective):
             * (e.p2 if accept2 else 1 - e.p2)
             * (e.q if accept_first else 1 - e.q)
         )
-        total += probability * simulate(plan, accept1, accept2, accept_first, e)[OBJECTIVES.index(objective)]
+        if probability:
+            total += probability * walk(plan, accept1, accept2, accept_first, e)[OBJECTIVES.index(objective)]
     return total
 
 
@@ -76,7 +67,9 @@ def brute_force(plan, e, objective):
     plan=st.sampled_from(list(Plan)),
     objective=st.sampled_from(OBJECTIVES),
 )
-def test_expected_costs_equal_the_simulated_plans(p1, p2, q, ss, ls, r, t, lst, tt, plan, objective):
+def test_expected_costs_equal_the_cascade_walked_over_every_outcome(
+    p1, p2, q, ss, ls, r, t, lst, tt, plan, objective
+):
     e = PlanEstimates(
         p1=p1,
         p2=p2,

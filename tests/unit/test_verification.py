@@ -125,3 +125,12 @@ def test_a_valid_answer_agrees_with_itself_and_an_invalid_one_with_nothing(a, ki
 )
 def test_never_raises(a, b, kind, tolerance):
     assert agree(a, b, kind, decimal_tolerance=tolerance) in (True, False)
+
+
+def test_the_reported_near_misses_are_told_apart_and_the_same_answers_agree():
+    """The pairs ``python -m evaluation.matcher_report`` reports on, each as labelled."""
+    from evaluation.matcher_report import NEAR_MISSES, near_miss_table
+
+    assert [agree(a, b, kind) for kind, a, b, _ in NEAR_MISSES] == [same for *_, same in NEAR_MISSES]
+    summary = near_miss_table()["summary"]
+    assert summary["strict"]["false_agreements"] == 0 and summary["previous"]["false_agreements"] > 20
