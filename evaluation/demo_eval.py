@@ -35,7 +35,7 @@ POLICY_ORDER = (
     "mai-small-reason",
     "mai-large-reason",
     "mai-transfer",
-    "mai-paper-rule=mai:min_confidence=0:confident_large=null",
+    "mai-paper-rule=mai:min_confidence=0:confident_large=null:plan=sequential",
     "mai",
 )
 RUN_NAMES = tuple(policy.split("=")[0] for policy in POLICY_ORDER)

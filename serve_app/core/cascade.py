@@ -39,34 +39,22 @@ Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients 
 async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
 every stage decodes as ``options.decoding`` says. Times are read from the event loop's clock, so the
 calibration replays the cascade itself on a virtual one (``evaluation/replay.py``). The options are in
-``options.py``, the trace records in ``trace.py``.
+``options.py``, the stage calls in ``stages.py``, the trace records in ``trace.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Coroutine, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Mapping
 
-from .answers import extract_answer, is_valid, option_letter
-from .confidence import answer_confidence
-from .contracts import (
-    EngineCall,
-    EngineError,
-    InputRejectedError,
-    Question,
-    Selection,
-    TokenLogprob,
-    TransferSelector,
-    VLMClient,
-)
+from .answers import is_valid, option_letter
+from .contracts import Question, TransferSelector, VLMClient
 from .either_or import choices_note
 from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
 from .plans import Plan
-from .prompts import PromptKind, build_messages
+from .stages import Reasoned, StageCalls
 from .trace import (
     LARGE,
     SMALL,
@@ -76,9 +64,8 @@ from .trace import (
     Route,
     StageRecord,
     Trace,
-    TransferRecord,
 )
-from .transfer_selectors import DEFAULT_SELECTORS, check_transfer_selector, count_words
+from .transfer_selectors import DEFAULT_SELECTORS, check_transfer_selector
 from .verification import agree
 
 # Where the terminal rule looks for a valid answer when the route's own is not one, most trustworthy
@@ -118,27 +105,16 @@ class Cascade:
         return await _Run(self, question, options, request_id or uuid.uuid4().hex).execute()
 
 
-@dataclass
-class _Reasoned:
-    reasoning: StageRecord  # the reasoning call
-    answer_stage: StageRecord  # where the answer was read: the reasoning itself or its S2 call
-
-    @property
-    def answer(self) -> str | None:
-        return self.answer_stage.answer
-
-
-class _Run:
-    """One request: its options, its trace, and the model calls it has in flight."""
+class _Run(StageCalls):
+    """One request under its policy or plan: the algorithm, over the stage calls of ``StageCalls``."""
 
     def __init__(self, cascade: Cascade, question: Question, options: CascadeOptions, request_id: str):
-        self.cascade, self.question, self.options, self.request_id = cascade, question, options, request_id
-        self.kind: str = question.kind or "text"
-        self.plan = options.resolved_plan()
-        self.trace = Trace(
+        kind = question.kind or "text"
+        plan = options.resolved_plan()
+        trace = Trace(
             policy=options.policy.value,
-            plan=self.plan.value if options.policy is Policy.CASCADE else None,
-            kind=self.kind,
+            plan=plan.value if options.policy is Policy.CASCADE else None,
+            kind=kind,
             format_instruction=question.instruction,
             choices_from_text=list(question.choices_from_text),
             options_named=list(question.choices) if question.options_named else [],
@@ -146,9 +122,8 @@ class _Run:
             if question.options_named
             else choices_note(question.question, question.choices),
         )
-        self._tasks: list[asyncio.Task] = []
-        # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
-        self._token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
+        super().__init__(cascade.clients, cascade.selectors, question, options, request_id, trace)
+        self.plan = plan
 
     async def execute(self) -> CascadeResult:
         started = self._now()
@@ -208,7 +183,7 @@ class _Run:
         return await self._reasoned_or_transfer(reasoned, large_short)
 
     async def _reasoned_or_transfer(
-        self, reasoned: _Reasoned | None, large_short: StageRecord
+        self, reasoned: Reasoned | None, large_short: StageRecord
     ) -> CascadeResult:
         """Steps 3 and 4: the reasoned answer agrees with the large short one -> done; else the large
         model answers with the reasoning."""
@@ -269,146 +244,6 @@ class _Run:
         if not large_short.ok:
             raise ModelUnavailableError(LARGE, large_short, self.trace)
         return self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
-
-    # -- stages -----------------------------------------------------------------------------
-
-    async def _short(self, model: str) -> StageRecord:
-        return await self._call(
-            f"short_{model}",
-            model,
-            PromptKind.SIMPLE,
-            self.options.max_tokens.simple,
-            self.options.timeouts.short_s,
-        )
-
-    async def _explain(self, model: str) -> StageRecord:
-        return await self._call(
-            f"explain_{model}",
-            model,
-            PromptKind.EXPLAIN,
-            self.options.max_tokens.explain,
-            self.options.timeouts.explain_s,
-        )
-
-    async def _reason(self, model: str) -> _Reasoned | None:
-        """The model reasons, then yields its answer inline or through an S2 call. None when the
-        reasoning call itself failed."""
-        reasoning = await self._call(
-            f"reason_{model}",
-            model,
-            PromptKind.REASONING,
-            self.options.max_tokens.reasoning,
-            self.options.timeouts.reasoning_s,
-        )
-        if not reasoning.ok:
-            return None
-        if self.options.resolved_stage2_answer() == "inline":
-            return _Reasoned(reasoning, reasoning)
-        stage2 = await self._call(
-            f"stage2_{model}",
-            model,
-            PromptKind.STAGE2,
-            self.options.max_tokens.stage2,
-            self.options.timeouts.stage2_s,
-            reasoning=reasoning.output.strip(),
-        )
-        # A failed S2 call leaves the answer the reasoning wrote inline, if any.
-        return _Reasoned(reasoning, stage2 if stage2.ok else reasoning)
-
-    async def _transfer(self, reasoning: str) -> StageRecord:
-        return await self._call(
-            "transfer_large",
-            LARGE,
-            PromptKind.TRANSFER,
-            self.options.max_tokens.transfer,
-            self.options.timeouts.transfer_s,
-            reasoning=await self._select(reasoning.strip()),
-        )
-
-    async def _select(self, reasoning: str) -> str:
-        """The part of the reasoning the large model reads, per the transfer selector; a failing
-        selector sends the whole reasoning (and says so in the trace) rather than fail the request."""
-        name = self.options.transfer_selector
-        record = self.trace.transfer = TransferRecord(selector=name)
-        started = self._now()
-        try:
-            selected = await self.cascade.selectors[name](reasoning, self.question)
-        except EngineError as exc:  # the scorer's model failed; a bug in a selector fails the request
-            record.error = f"{type(exc).__name__}: {exc}; the full reasoning was sent"
-            selected = reasoning
-        if not isinstance(selected, Selection):
-            selected = Selection(selected, count_words(reasoning), count_words(selected))
-        record.tokens_before, record.tokens_after, record.unit = (
-            selected.tokens_before,
-            selected.tokens_after,
-            selected.unit,
-        )
-        record.latency_s = self._now() - started
-        return selected.text
-
-    async def _call(
-        self,
-        name: str,
-        model: str,
-        prompt_kind: PromptKind,
-        max_tokens: int,
-        timeout_s: float | None,
-        *,
-        reasoning: str | None = None,
-    ) -> StageRecord:
-        """One model call, recorded in the trace; failures and timeouts are recorded, not raised.
-        Cancellation is recorded and re-raised, which cancels the client's call."""
-        named = self.question.options_named  # the question names its options: asked as it is
-        messages = build_messages(
-            self.question.image_url,
-            self.question.question,
-            () if named else self.question.choices,
-            "text" if named else self.kind,
-            prompt_kind,
-            reasoning=reasoning,
-            transfer_form=self.options.transfer_form,
-            system=self.question.system,
-        )
-        stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
-        self.trace.stages.append(stage)
-        started = self._now()
-        try:
-            completion = await asyncio.wait_for(
-                self.cascade.clients[model].complete(
-                    messages,
-                    max_tokens=max_tokens,
-                    call=EngineCall(self.request_id, name, prompt_kind, self.kind),
-                    decoding=self.options.decoding,
-                ),
-                timeout_s,
-            )
-        except asyncio.CancelledError:
-            stage.status, stage.latency_s = "cancelled", self._now() - started
-            raise
-        except TimeoutError:
-            stage.status, stage.error = "timeout", f"no answer within {timeout_s} s"
-            stage.latency_s = self._now() - started
-        except InputRejectedError as exc:  # the input, not the model: the request fails as a 4xx
-            stage.status, stage.error = "rejected", str(exc)
-            stage.latency_s = self._now() - started
-            exc.model, exc.stage = model, name
-            raise
-        except EngineError as exc:  # a failed model degrades the route; it never crashes it
-            stage.status, stage.error = "error", f"{type(exc).__name__}: {exc}"
-            stage.latency_s = self._now() - started
-        else:
-            stage.status, stage.output = "ok", completion.text
-            stage.prompt_tokens, stage.completion_tokens = (
-                completion.prompt_tokens,
-                completion.completion_tokens,
-            )
-            stage.cached_tokens = completion.cached_tokens
-            stage.latency_s = completion.latency_s
-            self._token_logprobs[name] = completion.token_logprobs
-            stage.answer = extract_answer(completion.text)
-            if stage.answer is not None:
-                stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
-        return stage
 
     # -- outcomes ---------------------------------------------------------------------------
 
@@ -496,23 +331,3 @@ class _Run:
         """The text of the option ``answer`` names (an either/or question's reply)."""
         letter = option_letter(answer, self.question.choices)
         return self.question.choices[ord(letter) - ord("A")] if letter else answer
-
-    @staticmethod
-    def _now() -> float:
-        """The event loop's clock: the wall clock when served, a virtual one when replayed."""
-        return asyncio.get_running_loop().time()
-
-    # -- in-flight calls --------------------------------------------------------------------
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.append(task)
-        return task
-
-    async def _cancel_outstanding(self) -> None:
-        """Cancel the calls the answer no longer needs and wait until they have stopped."""
-        pending = [task for task in self._tasks if not task.done()]
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)

@@ -15,21 +15,29 @@ from loadtest.adaptive_bench import (
 
 def test_the_verdict_compares_medians_of_the_repetitions_with_the_goal():
     table = {
-        ADAPTIVE: {"accuracy_pct": 86.0},
+        ADAPTIVE: {"accuracy_pct": 87.0},
         FULL_RT: {"accuracy_pct": 87.0},
         SEQUENTIAL: {"accuracy_pct": 86.0},
     }
     table[LARGE_REASON] = {"accuracy_pct": 50.0}
-    walls = {ADAPTIVE: [70, 75, 200], FULL_RT: [100, 90, 95], SEQUENTIAL: [100, 95, 90], LARGE_REASON: [60]}
-    result = verdict(table, walls)
-    assert result["wall_vs_full_rt"] == round(75 / 95, 3) and result["wall_vs_sequential"] == round(
-        75 / 95, 3
+    walls = {ADAPTIVE: [70, 71, 200], FULL_RT: [100, 90, 95], SEQUENTIAL: [100, 95, 90], LARGE_REASON: [60]}
+    # per question: adaptive right where Full RT is wrong on q1, the other way on q2, both right on q3
+    rows = [
+        {"id": q, "policy": policy, "score": score}
+        for q, scores in {"q1": (1, 0), "q2": (0, 1), "q3": (1, 1)}.items()
+        for policy, score in zip((ADAPTIVE, FULL_RT), scores, strict=True)
+    ]
+    result = verdict(table, walls, rows)
+    assert result["wall_vs_full_rt"] == round(71 / 95, 3) and result["wall_vs_sequential"] == round(
+        71 / 95, 3
     )
-    assert result["met"] == {"wall_vs_full_rt": True, "wall_vs_sequential": True, "accuracy": True}
-    slower = verdict(table, walls | {ADAPTIVE: [80, 81, 82]})
-    assert slower["met"]["wall_vs_sequential"] is False and slower["met"]["wall_vs_full_rt"] is False
-    worse = verdict(table | {ADAPTIVE: {"accuracy_pct": 85.4}}, walls)
-    assert worse["accuracy_below_full_rt_points"] == 1.6 and worse["met"]["accuracy"] is False
+    assert result["met"] == {"wall_vs_full_rt": True, "accuracy": True}
+    low, high = result["accuracy_difference_vs_full_rt_95ci"]
+    assert low < 0 < high  # one question each way: no difference either side
+    slower = verdict(table, walls | {ADAPTIVE: [80, 81, 82]}, rows)
+    assert slower["met"]["wall_vs_full_rt"] is False
+    worse = verdict(table | {ADAPTIVE: {"accuracy_pct": 86.9}}, walls, rows)
+    assert worse["accuracy_below_full_rt_points"] == 0.1 and worse["met"]["accuracy"] is False
 
 
 def test_plan_shares_are_per_kind_over_answered_requests():
