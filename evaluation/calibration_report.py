@@ -17,7 +17,7 @@ def _row(result: dict[str, Any]) -> str:
         if "single" in result["routes"]
         else " / ".join(
             f"{100 * result['routes'].get(route, 0):.0f}"
-            for route in ("agree_short", "confident_large", "agree_reasoned", "transfer")
+            for route in ("agree_short", "confident_large", "agree_reasoned", "transfer", "fallback")
         )
     )
     return (
@@ -30,15 +30,15 @@ def _row(result: dict[str, Any]) -> str:
 def render(summary: dict[str, Any]) -> str:
     header = [
         "| rule or baseline | accuracy % [95 % CI] | escalated % | routes % (short / confident large / "
-        "reasoned / transfer) | small tokens/q | large tokens/q | expected latency s |",
+        "reasoned / transfer / fallback) | small tokens/q | large tokens/q | expected latency s |",
         "|---|---|---|---|---|---|---|",
     ]
     lines = [
         f"# Calibration: {summary['dataset']} ({summary['questions']} questions)",
         "",
-        f"Goal: {summary['goal']}. Every rule is replayed on the stages one pass measured "
-        f"({', '.join(summary['runs'])}); expected latency = stage 1 (two calls in parallel) + the stages "
-        "the route adds, from the measured per-stage times.",
+        f"Goal: {summary['goal']}. Every rule is replayed by running the real cascade over the stages one "
+        f"pass recorded ({', '.join(summary['runs'])}), on a virtual clock: expected latency = stage 1 "
+        "(two calls in parallel) + the stages the route adds, from the recorded per-stage times.",
         "",
     ]
     if summary.get("chosen"):
@@ -72,7 +72,8 @@ def render(summary: dict[str, Any]) -> str:
             "",
             "## Plans per answer kind, under the chosen rule",
             "",
-            "The table names, per kind, the fastest plan within the goal's accuracy of Full RT on that kind "
+            "The table names, per kind, the cheapest plan under the objective "
+            f"({summary.get('objective', 'latency')}) within the goal's accuracy of Full RT on that kind "
             "(replayed latencies add the recorded stage times as the plan orders them: they leave out what "
             "running stages together costs on shared hardware).",
             "",

@@ -17,7 +17,7 @@ from harness.driver import percentile
 from .records import EvalRecord
 from .scoring import dataset_metrics
 
-ROUTES = ("agree_short", "confident_large", "agree_reasoned", "transfer", "single")
+ROUTES = ("agree_short", "confident_large", "agree_reasoned", "transfer", "single", "fallback")
 PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
 
 

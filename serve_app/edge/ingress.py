@@ -190,8 +190,8 @@ class MAIIngress:
         result.trace.plan_reason = plan.reason if plan is not None else None
         result.trace.overload = overload
         self.demand.finished(result.trace)
-        if not (overload and overload["relaxed"]):  # relaxed thresholds are not the plan's own costs
-            self.plans.observed(cls, result)
+        if not (overload and overload["relaxed"]) and self._own_verification(job):
+            self.plans.observed(cls, result)  # other thresholds settle other shares: not this class's
         self.metrics.record(job.options.policy.value, result)
         if result.trace.plan is not None:
             self.metrics.record_plan(cls, result.trace.plan)
@@ -200,6 +200,11 @@ class MAIIngress:
         # The reply exists: an audit can neither delay nor change it.
         self.auditor.served(job, result, overloaded=self.overload.sheds_audits())
         return response
+
+    def _own_verification(self, job: Job) -> bool:
+        """Whether ``job`` verifies with the server's thresholds (a request may set its own)."""
+        server, own = self.config.cascade, job.options
+        return (own.min_confidence, own.confident_large) == (server.min_confidence, server.confident_large)
 
     def _start_reporting(self) -> None:
         if self._reporter is None and self.stats_holder is not None:

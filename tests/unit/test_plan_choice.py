@@ -155,3 +155,24 @@ def test_the_plan_has_one_place_in_the_server_config():
         load_app_config(
             CONFIG | {"cascade": {"eager_reasoning": True, "adaptive": {"default": "sequential"}}}
         )
+
+
+def test_only_requests_under_the_servers_own_thresholds_feed_the_class_estimates():
+    """A request that sets its own min_confidence settles another share at stage 1: counting it would
+    move the class's estimates (and the plan every other request runs) by a rule the server does not run."""
+    from serve_app.core.prompts import PromptKind
+
+    from ..images import chat_body
+    from .fakes import ScriptedVLM
+    from .ingress_replica import client_of, replica
+
+    S = PromptKind.SIMPLE
+    config = load_app_config(CONFIG | {"cascade": {"min_confidence": 0.5, "adaptive": {"mode": "learn"}}})
+    small = ScriptedVLM({S: "[[yes]]"}, confidences={S: 0.9})
+    ingress = replica(small, ScriptedVLM({S: "[[yes]]"}, confidences={S: 0.9}), config)
+    client = client_of(ingress)
+    for options in ({}, {"min_confidence": 0}, {"confident_large": 0.9}, {"plan": "eager"}):
+        reply = client.post("/v1/chat/completions", json=chat_body(mai={"options": options}))
+        assert reply.status_code == 200, reply.text
+    observed = ingress.plans.book.classes["yes_no"]
+    assert [o.plan for o in observed] == ["sequential", "eager"]  # the server's thresholds, any plan
