@@ -178,6 +178,55 @@ def recorded_pass(dataset: Path, predictions: Path) -> dict[str, Any]:
     }
 
 
+def served_against(previous_commit: str) -> dict[str, Any] | None:
+    """The test split's served answers (``bench/results/demo-eval/predictions.jsonl``): ``mai`` now
+    against Full RT in the same run and against ``mai`` of the run committed at ``previous_commit``
+    (the previous rule), question by question, with paired 95 % bootstrap intervals (points)."""
+    import subprocess
+
+    from .scoring import bootstrap_interval
+
+    path = DEMO_EVAL / "predictions.jsonl"
+    old = subprocess.run(
+        ["git", "show", f"{previous_commit}:{path.relative_to(ROOT)}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if old.returncode != 0 or not path.exists():
+        return None
+    now_rows = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    old_rows = {(row["id"], row.get("form")): row for row in map(json.loads, old.stdout.splitlines()[1:])}
+
+    def scored(row: Mapping[str, Any], policy: str) -> float | None:
+        entry = row["policies"].get(policy)
+        return None if entry is None else float(entry[1])
+
+    pairs: dict[str, list[tuple[float, float]]] = {"full_rt": [], "previous": []}
+    for row in now_rows:
+        mai = scored(row, "mai")
+        full_rt = scored(row, "mai-transfer")
+        key = (row["id"], row.get("form"))
+        before = scored(old_rows[key], "mai") if key in old_rows else None
+        if mai is not None and full_rt is not None:
+            pairs["full_rt"].append((mai, full_rt))
+        if mai is not None and before is not None:
+            pairs["previous"].append((mai, before))
+    return {
+        "previous_commit": previous_commit,
+        **{
+            against: {
+                "questions": len(values),
+                "mai_pct": round(100 * sum(a for a, _ in values) / len(values), 2),
+                "other_pct": round(100 * sum(b for _, b in values) / len(values), 2),
+                "difference_95ci_points": bootstrap_interval([a - b for a, b in values]),
+            }
+            for against, values in pairs.items()
+            if values
+        },
+    }
+
+
 def _kind_of(record) -> str:
     from serve_app.core.question_parsing import read_question
 
@@ -210,6 +259,23 @@ def render(result: Mapping[str, Any]) -> str:
         for check, c in passed["checks"].items():
             counts = (c["questions"], c["previous"], c["strict"], c["changed"], c["changed_wrong"])
             lines.append(f"| {check} | " + " | ".join(str(n) for n in counts) + " |")
+    served = result.get("served_test_split")
+    if served:
+        lines += [
+            "",
+            "## Served on the test split (1,000 questions and 500 balanced yes/no): mai against Full RT "
+            f"and the previous rule ({served['previous_commit']})",
+            "",
+            "| against | questions | mai % | other % | paired difference, 95 % CI (points) |",
+            "|---|---|---|---|---|",
+        ]
+        for against, entry in served.items():
+            if isinstance(entry, dict):
+                low, high = entry["difference_95ci_points"]
+                lines.append(
+                    f"| {against} | {entry['questions']} | {entry['mai_pct']} | {entry['other_pct']} | "
+                    f"[{low:+.1f}, {high:+.1f}] |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -218,6 +284,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--previous",
+        default="b447338",
+        help="the commit whose test-split evaluation ran the previous rule (default: the last before it)",
+    )
     args = parser.parse_args(argv)
     passes = {
         "validation (calibration pass)": DEMO_CALIBRATION,
@@ -234,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "meta": {"command": COMMAND, **git_commit()},
         "near_misses": near_miss_table(),
         "recorded": recorded,
+        "served_test_split": served_against(args.previous),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "matcher.json").write_text(json.dumps(result, indent=2) + "\n")
