@@ -45,11 +45,21 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     return (RayError, RayServeException)
 
 
+def engine_server_errors() -> tuple[type[BaseException], ...]:
+    """What vLLM raises through the handle when the engine itself failed a request: its server errors
+    (``GenerationError``, a generation that finished with ``error``), not the input's."""
+    from vllm.exceptions import VLLMServerError
+
+    return (VLLMServerError,)
+
+
 @contextmanager
 def engine_call(model_id: str) -> Iterator[None]:
-    """Inside: a transport failure of a call to ``model_id`` becomes ``EngineUnavailableError``.
-    Anything else (a bug of ours) passes unchanged."""
+    """Inside: a transport failure of a call to ``model_id``, or the engine failing the request,
+    becomes ``EngineUnavailableError``. Anything else (a bug of ours) passes unchanged."""
     try:
         yield
     except transport_errors() as exc:
         raise EngineUnavailableError(f"{model_id} is unavailable ({type(exc).__name__}: {exc})") from exc
+    except engine_server_errors() as exc:
+        raise EngineUnavailableError(f"{model_id} failed the request ({type(exc).__name__}: {exc})") from exc
