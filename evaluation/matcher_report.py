@@ -26,7 +26,8 @@ from typing import Any
 from harness.jsonl import read_jsonl
 from harness.paths import DEMO_CALIBRATION, DEMO_EVAL, RESULTS, ROOT
 from harness.provenance import git_commit
-from serve_app.core.answers import anls, is_valid, normalize, parse_number, yes_no
+from serve_app.core.answers import is_valid, normalize, parse_number, yes_no
+from serve_app.core.scoring_rules import anls
 from serve_app.core.verification import agree
 
 from .records import load_records

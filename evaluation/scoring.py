@@ -19,7 +19,8 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from serve_app.core.answers import anls, normalize, option_letter, relaxed_match, yes_no
+from serve_app.core.answers import normalize, option_letter, yes_no
+from serve_app.core.scoring_rules import anls, relaxed_match
 
 METRICS = ("option", "yes_no", "relaxed", "anls", "exact")
 

@@ -4,9 +4,9 @@ Pure functions, no I/O. They follow what the field's evaluators score (lmms-eval
 accuracy, InfoVQA/DocVQA ANLS, POPE yes/no, MMBench option extraction) and fix their known quirks:
 "Yes." is yes, "12%" and "12" can agree, "(C)" / "c." / "Answer: C" are all option C.
 
-These are the *scoring* rules (does a prediction match the gold answer?) and what both rules share:
-extraction, validity, numbers. Whether two *model* answers agree, the cascade's verification, is a
-stricter rule of its own: ``verification.py``.
+What scoring (does a prediction match the gold answer? ``scoring_rules.py``) and verification (do
+two *model* answers say the same thing? ``verification.py``, a stricter rule) share: extraction,
+option letters, yes/no, numbers, normalisation, validity, and the answer kind a question wants.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ _EDGE_NOISE = " \t\r\n\"'`*_“”‘’"
 _TRAILING_PUNCT = ".,;:!?。"
 
 
-def _as_text(value: object) -> str | None:
+def as_text(value: object) -> str | None:
+    """An answer as text: a string as it is, a number or bool written out, anything else None."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -66,7 +67,7 @@ def extract_answer(text: object) -> str | None:
     "Answer: X" / "The answer is X", then a short bare reply ("Yes.", "C", "400"). ``None`` when the
     text holds nothing usable (a long explanation with no marked answer, or nothing at all).
     """
-    located = _locate_answer(_as_text(text))
+    located = _locate_answer(as_text(text))
     return None if located is None else _clean(located[0][located[1] : located[2]])
 
 
@@ -122,7 +123,7 @@ _LOWER_LETTER_MARK = re.compile(r"^([a-z])[.)](?:\s|$)")
 def option_letter(answer: object, choices: Sequence[str] | None = None) -> str | None:
     """The option letter an answer names: "C", "(C)", "c.", "[[C]]", "Answer: C", "C. 400",
     or, with ``choices``, the text of an option ("400" -> the letter of the option "400")."""
-    raw = _as_text(answer)
+    raw = as_text(answer)
     if raw is None:
         return None
     text = extract_answer(raw) if "[[" in raw else raw
@@ -171,7 +172,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 def yes_no(answer: object) -> str | None:
     """ "yes" or "no" when the answer starts with one ("Yes.", "no, there is not"), else None."""
-    raw = _as_text(answer)
+    raw = as_text(answer)
     if raw is None:
         return None
     words = _WORD.findall(raw.casefold())
@@ -201,7 +202,7 @@ def parse_number(answer: object) -> tuple[float, bool] | None:
     """``(value, had_percent_sign)`` for an answer that is one number, possibly with a currency
     sign, thousands separators, a percent sign or a unit ("$1,234", "12%", "3.5 kg"); else None.
     A percentage is returned as a fraction: "12%" -> (0.12, True)."""
-    raw = _as_text(answer)
+    raw = as_text(answer)
     if raw is None:
         return None
     text = unicodedata.normalize("NFKC", raw).strip().strip(_EDGE_NOISE).rstrip(".").strip()
@@ -223,75 +224,8 @@ def parse_number(answer: object) -> tuple[float, bool] | None:
     return value, percent
 
 
-def _within(pred: float, gold: float, rel_tol: float) -> bool:
-    if gold == 0 or pred == 0:
-        return pred == gold
-    return abs(pred - gold) / abs(gold) <= rel_tol + 1e-12
-
-
-def _numbers_match(pred: tuple[float, bool], gold: tuple[float, bool], rel_tol: float) -> bool:
-    (p, p_pct), (g, g_pct) = pred, gold
-    if _within(p, g, rel_tol):
-        return True
-    # lmms-eval quirk fixed: "12%" against "12" is the same figure written two ways.
-    if p_pct != g_pct:
-        return _within(p * 100 if p_pct else p, g * 100 if g_pct else g, rel_tol)
-    return False
-
-
-def relaxed_match(pred: object, gold: object, rel_tol: float = 0.05) -> bool:
-    """ChartQA relaxed accuracy: numbers within ``rel_tol`` of the gold (exact when the gold is 0),
-    anything else a case-insensitive exact match."""
-    pred_text, gold_text = _as_text(pred), _as_text(gold)
-    if pred_text is None or gold_text is None:
-        return False
-    pred_num, gold_num = parse_number(pred_text), parse_number(gold_text)
-    if pred_num is not None and gold_num is not None:
-        return _numbers_match(pred_num, gold_num, rel_tol)
-    pred_clean, gold_clean = _clean(pred_text).casefold(), _clean(gold_text).casefold()
-    return bool(gold_clean) and pred_clean == gold_clean
-
-
 def _format_number(value: float) -> str:
     return format(value, ".12g")
-
-
-# ---------------------------------------------------------------------------------------------
-# ANLS
-# ---------------------------------------------------------------------------------------------
-
-
-def _levenshtein(a: str, b: str) -> int:
-    if len(a) < len(b):
-        a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, char_a in enumerate(a, start=1):
-        current = [i]
-        for j, char_b in enumerate(b, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b)))
-        previous = current
-    return previous[-1]
-
-
-def _anls_one(pred: str, gold: str, cutoff: float) -> float:
-    pred, gold = _collapse(pred).casefold().strip(), _collapse(gold).casefold().strip()
-    longest = max(len(pred), len(gold))
-    if longest == 0:
-        return 1.0
-    distance = _levenshtein(pred, gold) / longest
-    return 1.0 - distance if distance < cutoff else 0.0
-
-
-def anls(pred: object, gold: object, *, cutoff: float = 0.5) -> float:
-    """Average Normalised Levenshtein Similarity of one prediction (InfoVQA/DocVQA): 1 minus the
-    normalised edit distance, 0 when that distance is >= ``cutoff``. ``gold`` may be one answer or
-    a list of accepted answers (the best one counts)."""
-    pred_text = _as_text(pred)
-    if pred_text is None:
-        return 0.0
-    golds = [gold] if not isinstance(gold, list | tuple) else list(gold)
-    scores = [_anls_one(pred_text, g, cutoff) for g in (_as_text(x) for x in golds) if g is not None]
-    return max(scores, default=0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,7 +237,7 @@ def normalize(answer: object, kind: str, *, choices: Sequence[str] | None = None
     """The canonical form of an answer for its kind: an option letter ("C"), "yes"/"no", a number
     ("0.12" for "12%"), or lowercased text with collapsed whitespace. An answer that does not fit
     its kind falls back to the text form. Unknown kinds are treated as ``text``."""
-    raw = _as_text(answer)
+    raw = as_text(answer)
     if raw is None:
         return ""
     if kind == "choice":
@@ -370,7 +304,7 @@ def answer_words(answer: str) -> list[str]:
 
 def is_hedge(answer: object) -> bool:
     """Whether the answer only says the model does not know ("Not sure.", "N/A", "I don't know")."""
-    text = _as_text(answer)
+    text = as_text(answer)
     return text is not None and " ".join(answer_words(text)) in HEDGES
 
 
@@ -379,7 +313,7 @@ def is_valid(answer: object, kind: str, *, choices: Sequence[str] | None = None)
     options (by letter or text) for ``choice``; a number for ``number``; some words for ``text``.
     "maybe" to a yes/no question, "E" among two options, "unknown" for a number are not, and a hedge
     ("not sure", "no idea", ``HEDGES``) answers no question but a choice that offers it as an option."""
-    text = _as_text(answer)
+    text = as_text(answer)
     if text is None or not _clean(text):
         return False
     if kind == "choice":
@@ -408,7 +342,7 @@ def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
     opening with an auxiliary verb ("Is there ...?"), ``number`` for quantity questions ("How many
     ...?", "What percentage ...?"), else ``text``.
     The last sentence ending in "?" is the one read, so trailing instructions do not count."""
-    text = _as_text(question) or ""
+    text = as_text(question) or ""
     if choices or split_choices(text)[1] or either_or_options(text):
         return "choice"
     asked = asked_sentence(text)

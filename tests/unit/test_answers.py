@@ -6,16 +6,15 @@ from hypothesis import strategies as st
 
 from serve_app.core.answers import (
     KINDS,
-    anls,
     extract_answer,
     infer_kind,
     is_valid,
     normalize,
     option_letter,
     parse_number,
-    relaxed_match,
 )
 from serve_app.core.listed_choices import split_choices
+from serve_app.core.scoring_rules import anls, relaxed_match
 from serve_app.core.verification import agree
 
 # ---------------------------------------------------------------- extract_answer
