@@ -28,6 +28,7 @@ from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.plans import Objective, Plan
 from serve_app.core.question_parsing import QuestionFormatError, read_question
+from serve_app.core.routes import STAGE1_EXITS, Route
 from serve_app.core.trace import LARGE, SMALL, CascadeResult
 
 from .records import EvalRecord
@@ -161,7 +162,7 @@ def summarize(name: str, replays: Sequence[Replay], *, interval: bool = True, **
         "accuracy": 100 * sum(scores) / n,
         "accuracy_95ci": bootstrap_interval(scores) if interval else None,
         "routes": {route: count / n for route, count in sorted(routes.items())},
-        "escalated": sum(r.route in ("agree_reasoned", "transfer", "fallback") for r in replays) / n,
+        "escalated": sum(r.route not in (*STAGE1_EXITS, Route.SINGLE) for r in replays) / n,
         "small_completion_tokens": sum(r.small_tokens for r in replays) / n,
         "large_completion_tokens": sum(r.large_tokens for r in replays) / n,
         "latency_s": sum(r.latency_s for r in replays) / n,
