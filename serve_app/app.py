@@ -16,8 +16,8 @@ from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
 from .core.scaling import ScalingPolicy
-from .edge.audit_stats import AuditStatsHolder
 from .edge.ingress import MAIIngress
+from .edge.stats_holder import AuditStatsHolder
 from .engines.model_limits import with_model_limits
 
 # The application-level autoscaling policy of ``autoscaling.policy: coupled``: Ray Serve reads it from

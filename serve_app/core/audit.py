@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .options import Policy
 from .routes import EARLY_EXITS, Route
 
-__all__ = ["EARLY_EXITS", "AuditBook", "AuditSettings", "class_of", "is_sampled"]
+__all__ = ["EARLY_EXITS", "AuditBook", "AuditSettings", "is_sampled"]
 
 # Said in the stats of a class a single-model plan answers: its alert is reported, never acted on.
 SINGLE_PLAN_NOTE = (
@@ -60,11 +60,6 @@ def is_sampled(request_id: str, settings: AuditSettings) -> bool:
         return False
     digest = hashlib.sha256(f"{settings.seed}:{request_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < settings.rate
-
-
-def class_of(kind: str, task: str | None = None) -> str:
-    """A question's class: its answer kind, refined by the client's task tag."""
-    return kind if not task else f"{kind}/{task}"
 
 
 def wilson_interval(disagreed: int, audited: int, z: float = 1.959964) -> tuple[float, float]:

@@ -13,7 +13,7 @@ Levels:
 
 Back to ``normal`` once the queue has stayed at or under ``restore_below`` for ``restore_after_s``.
 The queue is the large model's calls in flight from this ingress replica. Pure: the ingress
-(serve_app/edge/overload.py) feeds it the count and the clock.
+(serve_app/edge/overload_guard.py) feeds it the count and the clock.
 """
 
 from __future__ import annotations

@@ -18,20 +18,20 @@ from fastapi import FastAPI, Request
 from ray import serve
 
 from ..config import AppConfig, Security
-from ..core.audit import class_of
 from ..core.cascade import Cascade
+from ..core.question_class import class_of
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
 from ..engines.client import LLMServerClient, attention_scorer
 from ..engines.failures import transport_errors
-from .audit_stats import stats_body
-from .audits import Auditor, InFlight
-from .demand import DemandMeter
+from .auditor import Auditor
+from .demand_meter import DemandMeter
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
+from .in_flight import InFlight
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
-from .overload import OverloadGuard
+from .overload_guard import OverloadGuard
 from .passthrough import chat_request, check_has_text, checked_images, forward
 from .plan_controller import PlanController
 from .protocol import AnswerRequest, ChatRequest, openapi_body
@@ -39,6 +39,7 @@ from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, models_list
 from .routing import Passthrough, route
 from .security import check_api_key, load_api_keys, read_body
+from .stats_holder import stats_body
 
 logger = logging.getLogger("ray.serve")
 
@@ -109,15 +110,15 @@ class MAIIngress:
             self.metrics,
             timeout_s=config.request_timeout_s,
         )
-        # The statistics' one view across replicas (serve_app/edge/audit_stats.py), and this replica's
+        # The statistics' one view across replicas (serve_app/edge/stats_holder.py), and this replica's
         # name there.
         self.stats_holder, self.replica = stats, uuid.uuid4().hex
         # Each cascade request's plan, learnt per question class (serve_app/edge/plan_controller.py).
         self.plans = PlanController(
             config.cascade.adaptive, audit, self.auditor.book, shared=stats is not None
         )
-        # The large model's queue bends the cascade (serve_app/edge/overload.py), and what the models
-        # are asked for is measured for coupled autoscaling (serve_app/edge/demand.py).
+        # The large model's queue bends the cascade (serve_app/edge/overload_guard.py), and what the models
+        # are asked for is measured for coupled autoscaling (serve_app/edge/demand_meter.py).
         self.overload = OverloadGuard(config.cascade.overload, lambda: self.large_calls.count, self.metrics)
         self.demand = DemandMeter(config.autoscaling.policy, config.autoscaling.tau_s)
         self._reporter: asyncio.Task | None = None

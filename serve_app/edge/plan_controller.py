@@ -2,7 +2,7 @@
 from the class's estimates (serve_app/core/plan_stats.py), and learns from every answered request.
 
 Its estimates pool this replica's observations with those of the other replicas, which the stats
-holder returns each time this replica reports (serve_app/edge/audit_stats.py); so do the audit's
+holder returns each time this replica reports (serve_app/edge/stats_holder.py); so do the audit's
 bounds that let a plan change answers. Without a holder (one replica, tests) it reads its own book and
 the auditor's. When the holder is down (the last report failed), every request runs the default plan
 and its trace says why: no request waits for, or fails with, the statistics.

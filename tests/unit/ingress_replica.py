@@ -9,10 +9,10 @@ from fastapi.testclient import TestClient
 
 from serve_app.config import AppConfig
 from serve_app.core.cascade import Cascade
-from serve_app.edge.audits import Auditor
-from serve_app.edge.demand import DemandMeter
+from serve_app.edge.auditor import Auditor
+from serve_app.edge.demand_meter import DemandMeter
 from serve_app.edge.ingress import MAIIngress, build_api
-from serve_app.edge.overload import OverloadGuard
+from serve_app.edge.overload_guard import OverloadGuard
 from serve_app.edge.plan_controller import PlanController
 
 CONFIG = AppConfig.model_validate(

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from serve_app.core.audit import AuditBook, AuditSettings, alerts, class_of, is_sampled, wilson_interval
+from serve_app.core.audit import AuditBook, AuditSettings, alerts, is_sampled, wilson_interval
+from serve_app.core.question_class import class_of
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Audits in the ingress (serve_app/edge/audits.py) over scripted models, without Ray: what is audited,
+"""Audits in the ingress (serve_app/edge/auditor.py) over scripted models, without Ray: what is audited,
 what an audit compares, how audits give way to served work, and the stats holder's merge and alert."""
 
 import asyncio
@@ -11,9 +11,10 @@ from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import EngineUnavailableError, Question
 from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.audit_stats import AuditStats
-from serve_app.edge.audits import AUDIT_PREFIX, Auditor, InFlight
+from serve_app.edge.auditor import AUDIT_PREFIX, Auditor
+from serve_app.edge.in_flight import InFlight
 from serve_app.edge.jobs import Job
+from serve_app.edge.stats_holder import AuditStats
 
 from .fakes import ScriptedVLM
 

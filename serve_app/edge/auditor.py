@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.audit import AuditBook, AuditSettings, class_of, is_sampled
+from ..core.audit import AuditBook, AuditSettings, is_sampled
 from ..core.cascade import Cascade, ModelUnavailableError
-from ..core.contracts import Completion, EngineCall, EngineError, VLMClient
-from ..core.options import GREEDY, Decoding, Policy
+from ..core.contracts import EngineError
+from ..core.options import Policy
+from ..core.question_class import class_of
 from ..core.routes import AUDITED
 from ..core.trace import CascadeResult
 from ..core.verification import agree
@@ -41,23 +42,6 @@ def audited_route(result: CascadeResult) -> str:
     apart from the configured exits' (whose bounds the plan controller reads)."""
     overload = result.trace.overload
     return RELAXED_PREFIX + result.route if overload and overload.get("relaxed") else result.route
-
-
-class InFlight:
-    """A model client that counts its calls in flight: the model's queue as this replica sees it."""
-
-    def __init__(self, client: VLMClient):
-        self.client = client
-        self.count = 0
-
-    async def complete(
-        self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
-    ) -> Completion:
-        self.count += 1
-        try:
-            return await self.client.complete(messages, max_tokens=max_tokens, call=call, decoding=decoding)
-        finally:
-            self.count -= 1
 
 
 def tokens_of(result: CascadeResult) -> int:
