@@ -1,7 +1,8 @@
 # Set-up and everyday commands. Everything installs into .venv at the repository root.
 #   make serve        install the CPU stack, serve configs/mai-cpu.yaml (the trained demo models) on 127.0.0.1:8000
 #   make test         install the CPU stack, build the random-weight tiny models, run ruff and mypy, then the whole test suite
-#   make test-unit    the unit tests alone (pytest -m unit), about a minute
+#   make test-unit    the product's unit tests alone (pytest -m unit), under a minute
+#   make test-tools   the tools' tests (mai-eval, benches, training, docs) but those that train (-m slow)
 #   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa side by side, about 40 min
 #   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
 #   make calibrate-demo  the verification thresholds on easy-vqa's validation split: bench/results/demo-calibration
@@ -17,7 +18,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # replicas, no extra thread hops); `make serve` and the tests run Serve's default mode, because in
 # throughput mode `serve run` took 33 s to exit on Ctrl-C here (the controller's 30 s shutdown timeout).
 
-.PHONY: install models demo-models serve lint test test-unit bench eval-demo calibrate-demo lmms-eval clean
+.PHONY: install models demo-models serve lint test test-unit test-tools bench eval-demo calibrate-demo lmms-eval clean
 
 install: $(VENV)/.installed
 
@@ -74,6 +75,9 @@ $(LMMS_VENV)/.installed: requirements/lmms-eval.txt
 
 test-unit: models
 	$(PY) -m pytest -m unit
+
+test-tools: models
+	$(PY) -m pytest -m "tools and not slow"
 
 clean:
 	rm -rf $(VENV) $(LMMS_VENV) models/tiny-* .pytest_cache .hypothesis

@@ -8,11 +8,16 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 _exit_status: int | None = None
-_MARKER_OF_FOLDER = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+_MARKER_OF_FOLDER = {
+    "unit": pytest.mark.unit,
+    "tools": pytest.mark.tools,
+    "integration": pytest.mark.integration,
+    "e2e": pytest.mark.e2e,
+}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Each test is marked with its folder's kind (unit, integration, e2e): ``pytest -m unit``."""
+    """Each test is marked with its folder's kind (unit, tools, integration, e2e): ``pytest -m unit``."""
     for item in items:
         folder = item.path.parent.name
         if folder in _MARKER_OF_FOLDER:

@@ -30,6 +30,7 @@ def setup():
     return tokenizer, processor, corpus, paths
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_training_layout_matches_the_processor(setup):
     from PIL import Image
 
@@ -60,6 +61,7 @@ def test_training_layout_matches_the_processor(setup):
     assert (batch["mm_token_type_ids"].sum(-1) == 64).all()
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup, tmp_path, monkeypatch):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -114,6 +116,7 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     assert stopped["stopped_early"] and stopped["steps"] < 10_000
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_own_rate(
     setup, tmp_path, monkeypatch
 ):
@@ -168,6 +171,7 @@ def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_o
         replace(spec, transfer_steps=-1)
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_the_transfer_check_gives_right_and_wrong_references(setup, monkeypatch):
     tokenizer, _, corpus, _ = setup
     qas = [qa for qa in corpus.train if qa.image_id in corpus.facts][:12]
@@ -235,6 +239,7 @@ def test_the_warm_up_is_simple_only_then_the_mix_decides():
         replace(spec, simple_warmup_steps=-1)
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_vision_pretraining_trains_the_tower_only_and_stops_at_the_deadline(setup):
     import time
 
@@ -260,6 +265,7 @@ def test_vision_pretraining_trains_the_tower_only_and_stops_at_the_deadline(setu
         replace(spec, vision_pretrain_steps=-1)
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
     import time
     from types import SimpleNamespace
@@ -311,6 +317,7 @@ def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
         replace(spec, drill_every=-1)
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_text_reasoning_trains_on_text_only_yes_no_reasoning_and_leaves_the_tower_alone(setup, monkeypatch):
     import time
 
@@ -346,6 +353,7 @@ def test_text_reasoning_trains_on_text_only_yes_no_reasoning_and_leaves_the_towe
         replace(spec, text_reasoning_steps=-1)
 
 
+@pytest.mark.slow  # trains or builds models with torch
 def test_reasoning_accuracy_reads_the_generated_answer_of_each_question_in_order(setup):
     import torch
 

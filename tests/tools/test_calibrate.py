@@ -30,7 +30,7 @@ from serve_app.core.options import CascadeOptions
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 
-from .fakes import ScriptedVLM
+from ..unit.fakes import ScriptedVLM
 
 S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
 NAMES = ("short_small", "short_large", "reason_small", "transfer_large")
