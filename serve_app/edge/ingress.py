@@ -18,22 +18,17 @@ from fastapi import FastAPI, Request
 from ray import serve
 
 from ..config import AppConfig, Security
-from ..core.cascade import Cascade
 from ..core.question_class import class_of
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
 from ..engines.client import LLMServerClient, attention_scorer
 from ..engines.failures import transport_errors
-from .auditor import Auditor
-from .demand_meter import DemandMeter
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
-from .in_flight import InFlight
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
 from .metrics import IngressMetrics
-from .overload_guard import OverloadGuard
+from .parts import IngressParts, build_parts
 from .passthrough import chat_request, check_has_text, checked_images, forward
-from .plan_controller import PlanController
 from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, models_list
@@ -86,47 +81,49 @@ def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
 @serve.ingress()
 class MAIIngress:
     def __init__(self, small: Any, large: Any, config: AppConfig, scorer: Any = None, stats: Any = None):
-        self.config = config
         selection = config.transfer_selection
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
         if scorer is not None:
             selectors["attention"] = attention_selector(
                 attention_scorer(scorer), selection.delta, selection.layer
             )
-        # Each model's calls in flight from this replica: the load audits give way to.
         logprobs = config.answer_logprobs
-        self.small_calls = InFlight(LLMServerClient(small, config.small.model_id, logprobs=logprobs))
-        self.large_calls = InFlight(LLMServerClient(large, config.large.model_id, logprobs=logprobs))
-        self.cascade = Cascade(self.small_calls, self.large_calls, selectors=selectors)
+        parts = build_parts(
+            config,
+            LLMServerClient(small, config.small.model_id, logprobs=logprobs),
+            LLMServerClient(large, config.large.model_id, logprobs=logprobs),
+            IngressMetrics(),
+            selectors=selectors,
+            shared_stats=stats is not None,
+        )
         # Requests for a model id go to that model's LLMServer unchanged (serve_app/edge/passthrough.py).
-        self.model_handles = {config.small.model_id: small, config.large.model_id: large}
-        self.model_roles = {config.small.model_id: "small", config.large.model_id: "large"}
-        self.metrics = IngressMetrics()
-        audit = config.cascade.audit
-        self.auditor = Auditor(
-            self.cascade,
-            audit,
-            lambda: (self.small_calls.count, self.large_calls.count),
-            self.metrics,
-            timeout_s=config.request_timeout_s,
-        )
-        # The statistics' one view across replicas (serve_app/edge/stats_holder.py), and this replica's
-        # name there.
-        self.stats_holder, self.replica = stats, uuid.uuid4().hex
-        # Each cascade request's plan, learnt per question class (serve_app/edge/plan_controller.py).
-        self.plans = PlanController(
-            config.cascade.adaptive, audit, self.auditor.book, shared=stats is not None
-        )
-        # The large model's queue bends the cascade (serve_app/edge/overload_guard.py), and what the models
-        # are asked for is measured for coupled autoscaling (serve_app/edge/demand_meter.py).
-        self.overload = OverloadGuard(config.cascade.overload, lambda: self.large_calls.count, self.metrics)
-        self.demand = DemandMeter(config.autoscaling.policy, config.autoscaling.tau_s)
-        self._reporter: asyncio.Task | None = None
-        self.api_keys = load_api_keys(config.security)
+        handles = {config.small.model_id: small, config.large.model_id: large}
+        self.assemble(config, parts, handles, stats, load_api_keys(config.security))
         logger.info(
             "MAI ingress: API keys %s",
             f"required ({len(self.api_keys)} configured)" if self.api_keys else "off",
         )
+
+    def assemble(
+        self,
+        config: AppConfig,
+        parts: IngressParts,
+        model_handles: dict[str, Any],
+        stats: Any,
+        api_keys: Any,
+        name: str | None = None,
+    ) -> None:
+        """The replica over its parts (``parts.build_parts``): what ``__init__`` does once it has built
+        them from its handles, and what the tests do over scripted ones."""
+        self.config, self.api_keys, self.model_handles = config, api_keys, model_handles
+        self.model_roles = {config.small.model_id: "small", config.large.model_id: "large"}
+        self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
+        self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
+        self.overload, self.demand = parts.overload, parts.demand
+        # The statistics' one view across replicas (serve_app/edge/stats_holder.py), and this replica's
+        # name there.
+        self.stats_holder, self.replica = stats, name or uuid.uuid4().hex
+        self._reporter: asyncio.Task | None = None
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_api(self, self.config.security)

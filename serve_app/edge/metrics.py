@@ -8,7 +8,7 @@ the prefix ``ray_`` (``ray_mai_requests_total``, ...), tagged also with the Serv
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.trace import CascadeResult
 
@@ -122,7 +122,21 @@ def measure(policy: str, result: CascadeResult) -> Measurements:
     return out
 
 
-class IngressMetrics:
+class Metrics(Protocol):
+    """What an ingress replica records: ``IngressMetrics`` into Ray Serve's metrics (Prometheus),
+    the tests' stand-in into lists they read."""
+
+    def record(self, policy: str, result: CascadeResult) -> None: ...
+    def record_passthrough(self, model_id: str, latency_s: float) -> None: ...
+    def record_audit(self, cls: str, route: str, disagreed: bool) -> None: ...
+    def record_audit_not_run(self, reason: str) -> None: ...
+    def record_plan(self, cls: str, plan: str) -> None: ...
+    def record_overload(self, level: str, route: str) -> None: ...
+    def set_overload_level(self, level: int) -> None: ...
+    def record_error(self, status: int, code: str) -> None: ...
+
+
+class IngressMetrics(Metrics):
     """Ray Serve metric objects for ``METRICS``; created in the replica (they are not picklable)."""
 
     def __init__(self) -> None:

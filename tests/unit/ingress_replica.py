@@ -1,5 +1,5 @@
-"""An ingress replica in process, without Ray: its real route handlers (``edge.ingress.build_api``) over
-scripted model clients, the attributes a replica's ``__init__`` sets put in by hand."""
+"""An ingress replica in process, without Ray: its real route handlers (``edge.ingress.build_api``) and
+parts (``edge.parts.build_parts``) over scripted model clients."""
 
 from __future__ import annotations
 
@@ -8,19 +8,16 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from serve_app.config import AppConfig
-from serve_app.core.cascade import Cascade
-from serve_app.edge.auditor import Auditor
-from serve_app.edge.demand_meter import DemandMeter
 from serve_app.edge.ingress import MAIIngress, build_api
-from serve_app.edge.overload_guard import OverloadGuard
-from serve_app.edge.plan_controller import PlanController
+from serve_app.edge.metrics import Metrics
+from serve_app.edge.parts import build_parts
 
 CONFIG = AppConfig.model_validate(
     {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
 )
 
 
-class RecordedMetrics:
+class RecordedMetrics(Metrics):
     """The metrics a replica records, kept for the test to read."""
 
     def __init__(self):
@@ -33,6 +30,9 @@ class RecordedMetrics:
         self.errors.append((status, code))
 
     def record(self, policy, result) -> None:
+        pass
+
+    def record_passthrough(self, model_id: str, latency_s: float) -> None:
         pass
 
     def record_plan(self, cls: str, plan: str) -> None:
@@ -64,24 +64,23 @@ def replica(
     api_keys: tuple = (),
     stats: Any = None,
     name: str = "replica-a",
-    large_queue: Any = lambda: 0,
+    large_queue: Any = None,
     clock: Any = None,
 ) -> Replica:
-    """``large_queue``: the large model's calls in flight the overload guard reads; ``clock`` its time."""
-    ingress = object.__new__(Replica)
-    ingress.config, ingress.api_keys, ingress.model_handles = config, api_keys, {}
-    ingress.metrics = RecordedMetrics()
-    ingress.cascade = Cascade(small, large)
-    audit = config.cascade.audit
-    ingress.auditor = Auditor(ingress.cascade, audit, lambda: (0, 0), ingress.metrics)
-    ingress.overload = OverloadGuard(
-        config.cascade.overload, large_queue, ingress.metrics, **({"clock": clock} if clock else {})
+    """A replica over scripted ``small`` and ``large`` clients, built by the product's own factory
+    (``edge.parts.build_parts`` and ``MAIIngress.assemble``), recording its metrics. ``large_queue``:
+    the large model's calls in flight the overload guard reads; ``clock`` its time."""
+    parts = build_parts(
+        config,
+        small,
+        large,
+        RecordedMetrics(),
+        shared_stats=stats is not None,
+        large_queue=large_queue,
+        clock=clock,
     )
-    ingress.demand = DemandMeter(config.autoscaling.policy, config.autoscaling.tau_s)
-    ingress.plans = PlanController(
-        config.cascade.adaptive, audit, ingress.auditor.book, shared=stats is not None
-    )
-    ingress.stats_holder, ingress.replica, ingress._reporter = stats, name, None
+    ingress = object.__new__(Replica)  # __init__ builds the clients from deployment handles
+    ingress.assemble(config, parts, {}, stats, api_keys, name)
     return ingress
 
 
