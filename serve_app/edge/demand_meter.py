@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 
 from ..core.scaling import ROLES, DecayedMean, DecayedRate, IngressDemand, ScalingPolicy
-from ..core.trace import Trace
+from ..core.trace import CascadeResult, Trace
+from .decision import Decision
 
 PREFIX = "mai_"
 METRICS = (
@@ -42,6 +43,9 @@ class DemandMeter:
     def finished(self, trace: Trace) -> None:
         """A cascade request answered: its calls per model and their seconds."""
         self._finished({role: [s.latency_s for s in trace.stages if s.model == role] for role in ROLES})
+
+    def answered(self, decision: Decision, result: CascadeResult) -> None:
+        self.finished(result.trace)
 
     def passed_through(self, role: str | None, seconds: float) -> None:
         """A request sent to one model unchanged: one call there (none when the model is not one of

@@ -23,10 +23,11 @@ from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
 from ..engines.client import LLMServerClient, attention_scorer
 from ..engines.failures import transport_errors
+from .decision import Decision, Observer
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
-from .metrics import IngressMetrics
+from .metrics import IngressMetrics, RequestMetrics
 from .parts import IngressParts, build_parts
 from .passthrough import chat_request, check_has_text, checked_images, forward
 from .protocol import AnswerRequest, ChatRequest, openapi_body
@@ -120,6 +121,13 @@ class MAIIngress:
         self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
         self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
         self.overload, self.demand = parts.overload, parts.demand
+        # Told once when a request has answered (serve_app/edge/decision.py).
+        self.observers: tuple[Observer, ...] = (
+            self.demand,
+            self.plans,
+            self.overload,
+            RequestMetrics(self.metrics),
+        )
         # The statistics' one view across replicas (serve_app/edge/stats_holder.py), and this replica's
         # name there.
         self.stats_holder, self.replica = stats, name or uuid.uuid4().hex
@@ -179,30 +187,31 @@ class MAIIngress:
         self._start_reporting()
         self.demand.arrived()
         self.auditor.before_serving()
+        decision = self._decide(job)
+        result = await self._run(decision.job)
+        decision.stamp(result)
+        for observer in self.observers:
+            observer.answered(decision, result)
+        response = reply(decision.job, result)
+        # The reply exists: an audit can neither delay nor change it.
+        self.auditor.served(decision.job, result, overloaded=self.overload.sheds_audits())
+        return response
+
+    def _decide(self, job: Job) -> Decision:
+        """Everything decided for ``job`` before it runs, once: its class, the overload level's relaxed
+        thresholds, its plan (``plan_choice.decide_plan``)."""
         cls = class_of(job.question.kind or "text", job.task)
         job, overload = self.overload.apply(job)
         job, plan = self.plans.plan(job, cls, relax_eager=self.overload.relaxes_eager(overload))
         if overload is not None and plan is not None and plan.relaxed_from is not None:
             overload["relaxed"]["plan"] = [plan.relaxed_from.value, plan.plan.value]
-        result = await self._run(job)
-        result.trace.plan_reason = plan.reason if plan is not None else None
-        result.trace.overload = overload
-        self.demand.finished(result.trace)
-        if not (overload and overload["relaxed"]) and self._own_verification(job):
-            self.plans.observed(cls, result)  # other thresholds settle other shares: not this class's
-        self.metrics.record(job.options.policy.value, result)
-        if result.trace.plan is not None:
-            self.metrics.record_plan(cls, result.trace.plan)
-        self.overload.answered(result)
-        response = reply(job, result)
-        # The reply exists: an audit can neither delay nor change it.
-        self.auditor.served(job, result, overloaded=self.overload.sheds_audits())
-        return response
-
-    def _own_verification(self, job: Job) -> bool:
-        """Whether ``job`` verifies with the server's thresholds (a request may set its own)."""
         server, own = self.config.cascade, job.options
-        return (own.min_confidence, own.confident_large) == (server.min_confidence, server.confident_large)
+        thresholds = (own.min_confidence, own.confident_large) == (
+            server.min_confidence,
+            server.confident_large,
+        )
+        relaxed = bool(overload and overload["relaxed"])
+        return Decision(job, cls, plan, overload, measures_plan=thresholds and not relaxed)
 
     def _start_reporting(self) -> None:
         if self._reporter is None and self.stats_holder is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.trace import CascadeResult
+from .decision import Decision
 
 # Seconds; requests run from tens of milliseconds (agreeing short answers) to minutes (long reasoning).
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
@@ -189,3 +190,15 @@ class IngressMetrics(Metrics):
 
     def record_error(self, status: int, code: str) -> None:
         self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})
+
+
+class RequestMetrics:
+    """The metrics observer: a cascade or baseline request's outcome and, for the cascade, its plan."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def answered(self, decision: Decision, result: CascadeResult) -> None:
+        self.metrics.record(decision.job.options.policy.value, result)
+        if result.trace.plan is not None:
+            self.metrics.record_plan(decision.cls, result.trace.plan)

@@ -13,6 +13,7 @@ from typing import Any
 from ..core.options import Policy
 from ..core.overload import Level, OverloadSettings, OverloadState, relaxed_options
 from ..core.trace import CascadeResult
+from .decision import Decision
 from .jobs import Job
 
 
@@ -54,8 +55,8 @@ class OverloadGuard:
         relaxed = entry is not None and entry["level"] == Level.RELAX.name.lower()
         return relaxed and self.settings.relax_to.eager_reasoning is False
 
-    def answered(self, result: CascadeResult) -> None:
-        overload = result.trace.overload
+    def answered(self, decision: Decision, result: CascadeResult) -> None:
+        overload = decision.overload
         if overload is not None and self.metrics is not None:
             self.metrics.record_overload(overload["level"], result.route)
 

@@ -30,6 +30,7 @@ from ..core.plan_choice import (
 from ..core.plan_stats import PlanBook, estimates_of, observe
 from ..core.plans import Plan, PlanEstimates
 from ..core.trace import CascadeResult
+from .decision import Decision
 from .jobs import Job
 
 
@@ -95,6 +96,12 @@ class PlanController:
         mine, theirs = self.book.classes.get(cls, ()), self.others.classes.get(cls, ())
         latest = list(heapq.merge(mine, theirs, key=lambda o: o.at))[-self.settings.window :]
         return estimates_of(latest)
+
+    def answered(self, decision: Decision, result: CascadeResult) -> None:
+        """Learn from a run that measures the class's plan (the server's thresholds, none relaxed):
+        other thresholds settle other shares at stage 1."""
+        if decision.measures_plan:
+            self.observed(decision.cls, result)
 
     def observed(self, cls: str, result: CascadeResult) -> None:
         observation = observe(result.trace, self.clock())
