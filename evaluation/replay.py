@@ -45,7 +45,10 @@ class ReplayGapError(LookupError):
 
 class VirtualClockLoop(asyncio.SelectorEventLoop):
     """An event loop whose clock jumps to the next timer whenever nothing else is ready: an
-    ``asyncio.sleep(t)`` takes no wall time and ``loop.time()`` advances by exactly ``t``."""
+    ``asyncio.sleep(t)`` takes no wall time and ``loop.time()`` advances by exactly ``t``.
+
+    It reads CPython's ``BaseEventLoop`` internals (``_ready``, ``_scheduled``, a timer handle's
+    ``_when``), as asyncio's own test loops do; the replay's tests fail if a Python release moves them."""
 
     def __init__(self) -> None:
         super().__init__()
