@@ -32,7 +32,7 @@ from serve_app.core.routes import STAGE1_EXITS, Route
 from serve_app.core.trace import LARGE, SMALL, CascadeResult
 
 from .records import EvalRecord
-from .replay import RecordedStage, completion_tokens, engine_seconds, recorded_stages, replay
+from .replay import RecordedStage, engine_seconds, recorded_stages, replay
 from .scoring import bootstrap_interval, score
 
 CALIBRATION_RUNS = ("mai-small", "mai-large", "mai-transfer")
@@ -139,12 +139,13 @@ def run_replay(questions: Sequence[RecordedQuestion], options: CascadeOptions) -
 def _replayed(q: RecordedQuestion, result: CascadeResult | BaseException) -> Replay:
     if isinstance(result, BaseException):
         raise RuntimeError(f"the replay of question {q.id!r} failed: {result!r}") from result
-    large = result.trace.tokens()[LARGE]
+    tokens = result.trace.tokens()
+    large = tokens[LARGE]
     return Replay(
         result.route,
         score(result.answer, q.record.model_dump()),
-        completion_tokens(result, SMALL),
-        completion_tokens(result, LARGE),
+        tokens[SMALL]["completion_tokens"],
+        large["completion_tokens"],
         result.trace.latency_s,
         engine_seconds(result),
         large["prompt_tokens"] + large["completion_tokens"],

@@ -124,10 +124,6 @@ def engine_seconds(result: CascadeResult) -> float:
     return sum(stage.latency_s for stage in result.trace.stages)
 
 
-def completion_tokens(result: CascadeResult, model: str) -> int:
-    return sum(stage.completion_tokens for stage in result.trace.stages if stage.model == model)
-
-
 def recorded_stages(stages: Sequence[Mapping[str, object]]) -> dict[str, RecordedStage]:
     """A prediction row's ``stages`` (``evaluation.run.prediction_of``), the answered ones by name."""
     recorded = {}

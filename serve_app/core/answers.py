@@ -16,7 +16,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from .either_or import YES_NO_START, asked_sentence, either_or_options
+from .either_or import YES_NO_START, asked_sentence, either_or_options, without_article
 from .listed_choices import split_choices
 
 KINDS = ("choice", "yes_no", "number", "text")
@@ -149,16 +149,11 @@ def _letter_of_text(text: str, choices: Sequence[str] | None) -> str | None:
     """The letter of the option whose text ``text`` is, if any."""
     wanted = _clean(text).casefold()
     options = [_clean(str(choice)).casefold() for choice in (choices or ())[:26]]
-    for compared in (lambda option: option, _without_article):  # "a cat" names the option "cat"
+    for compared in (lambda option: option, without_article):  # "a cat" names the option "cat"
         for index, option in enumerate(options):
             if wanted and compared(wanted) == compared(option):
                 return chr(ord("A") + index)
     return None
-
-
-def _without_article(text: str) -> str:
-    head, _, rest = text.partition(" ")
-    return rest if rest and head in ("a", "an", "the") else text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def either_or_options(question: str) -> tuple[str, ...]:
     if _leads_with_article(last) and not _leads_with_article(first):
         first = head[-1:]
     named = (" ".join(first), *listed[1:], " ".join(last))
-    options = [_without_article(option.strip(" ,")) for option in named]
+    options = [without_article(option.strip(" ,")) for option in named]
     if any(not option for option in options) or len({o.casefold() for o in options}) < len(options):
         return ()
     return tuple(options)
@@ -65,7 +65,8 @@ def _option_after(words: list[str]) -> list[str]:
     return words
 
 
-def _without_article(option: str) -> str:
+def without_article(option: str) -> str:
+    """``option`` without a leading article: "a circle" -> "circle" (a lone word stays)."""
     words = option.split()
     return " ".join(words[1:] if len(words) > 1 and _leads_with_article(words) else words)
 
@@ -87,4 +88,4 @@ def choices_note(question: str, choices: tuple[str, ...]) -> str | None:
 
 
 def _folded(options: tuple[str, ...]) -> list[str]:
-    return sorted(_without_article(" ".join(option.casefold().split())) for option in options)
+    return sorted(without_article(" ".join(option.casefold().split())) for option in options)

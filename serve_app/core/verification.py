@@ -1,6 +1,6 @@
 """Verification: whether two *model* answers say the same thing, so that the cascade may stop.
 
-Scoring a served answer against gold (``answers.relaxed_match``, ``answers.anls``) is lenient on
+Scoring a served answer against gold (``scoring_rules.relaxed_match``, ``scoring_rules.anls``) is lenient on
 purpose: the field's evaluators forgive a typo. Verification must not be: a false agreement serves
 a wrong answer at the cheapest exit. So it is its own rule, stricter than scoring:
 
