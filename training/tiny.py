@@ -53,7 +53,7 @@ class TinySpec:
     vision_hidden_size: int
     seed: int
     # Pixels per side of a vision patch: 16 (Qwen3-VL's) or finer, for small images whose shapes a
-    # tiny vision tower must tell apart (see training.demo_train).
+    # tiny vision tower must tell apart (see training.demo).
     patch_size: int = 16
 
 

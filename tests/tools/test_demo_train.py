@@ -10,9 +10,12 @@ import pytest
 from harness.easy_vqa import QA, facts_by_image, load_questions, question_type, question_variant
 from serve_app.core.answers import extract_answer
 from serve_app.core.prompts import PromptKind
-from training import demo_train
+from training.demo import cli, evaluation, phases
+from training.demo.corpus import Collator, drill_batch, load_corpus
+from training.demo.recipes import DEMO_LARGE, DEMO_SMALL, IMAGE_PIXELS
+from training.demo.trainer import train
 from training.demo_data import PromptMix, comparison_drill, make_example, tokenizer_corpus
-from training.tiny import build_processor, build_tokenizer
+from training.tiny import build_model, build_processor, build_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +25,11 @@ def setup():
     tokenizer = build_tokenizer(tokenizer_corpus(few, facts_by_image(few)), normalize=True)
     processor = build_processor(
         tokenizer,
-        min_pixels=demo_train.IMAGE_PIXELS,
-        max_pixels=demo_train.IMAGE_PIXELS,
-        patch_size=demo_train.DEMO_SMALL.model.patch_size,
+        min_pixels=IMAGE_PIXELS,
+        max_pixels=IMAGE_PIXELS,
+        patch_size=DEMO_SMALL.model.patch_size,
     )
-    corpus = demo_train.load_corpus(processor, few, paths, held_out={20, 21, 22, 23}, progress=False)
+    corpus = load_corpus(processor, few, paths, held_out={20, 21, 22, 23}, progress=False)
     return tokenizer, processor, corpus, paths
 
 
@@ -35,7 +38,7 @@ def test_training_layout_matches_the_processor(setup):
     from PIL import Image
 
     tokenizer, processor, corpus, paths = setup
-    collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
     qa = QA(0, "is there not a red shape?", "yes")
     example = make_example(
         "data:,", qa, corpus.facts[0], PromptKind.REASONING, random.Random(0), PromptMix(0, 1, 0, 0)
@@ -68,7 +71,7 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
 
     tokenizer, processor, corpus, _ = setup
     spec = replace(
-        demo_train.DEMO_SMALL,
+        DEMO_SMALL,
         steps=60,
         batch_size=16,
         vision_pretrain_steps=10,
@@ -77,11 +80,11 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
         drill_every=4,
     )
     drill_batches = []
-    original_drill_loss = demo_train.drill_loss
+    original_drill_loss = phases.drill_loss
     monkeypatch.setattr(
-        demo_train, "drill_loss", lambda *args: drill_batches.append(1) or original_drill_loss(*args)
+        phases, "drill_loss", lambda *args: drill_batches.append(1) or original_drill_loss(*args)
     )
-    report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
+    report = train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["steps"] == 60 and not report["stopped_early"]
     assert report["vision_pretraining"]["steps"] == 10
     assert report["text_reasoning"]["steps"] == 10
@@ -94,7 +97,7 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     assert model.config.text_config.hidden_size == spec.model.hidden_size
     # the verdict's accuracy at the end is the written model's
     at_end = report["comparison_drill"]["verdict_accuracy_at_end"]
-    assert at_end == demo_train.checked_verdict_accuracy(model, tokenizer)
+    assert at_end == evaluation.checked_verdict_accuracy(model, tokenizer)
     # The checkpoint's own tokenizer, loaded the way vLLM loads it, keeps the normalizer: a question
     # as a client types it is the same tokens as its display form.
     loaded = AutoProcessor.from_pretrained(folder).tokenizer
@@ -104,7 +107,7 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
         tuple(loaded(display)["input_ids"])
     }
     assert loaded("What is the  BLUE shape ?")["input_ids"] == loaded("what is the blue shape")["input_ids"]
-    stopped = demo_train.train(
+    stopped = train(
         replace(spec, steps=10_000),
         corpus,
         tokenizer,
@@ -122,8 +125,8 @@ def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_o
 ):
     tokenizer, processor, corpus, _ = setup
     spec = replace(
-        demo_train.DEMO_LARGE,
-        model=demo_train.DEMO_SMALL.model,
+        DEMO_LARGE,
+        model=DEMO_SMALL.model,
         steps=4,
         batch_size=4,
         vision_pretrain_steps=0,
@@ -133,8 +136,8 @@ def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_o
         transfer_learning_rate=5e-4,
     )
     kinds, rates = [], []
-    original_batch_of = demo_train.batch_of
-    original_step = demo_train.optimizer_step
+    original_batch_of = phases.batch_of
+    original_step = phases.optimizer_step
 
     def recording_batch_of(corpus, qas, prompt_kinds, *args, **kwargs):
         kinds.append(prompt_kinds[0])
@@ -144,11 +147,11 @@ def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_o
         rates.append(optimizer.param_groups[0]["lr"])
         return original_step(optimizer, *args)
 
-    monkeypatch.setattr(demo_train, "batch_of", recording_batch_of)
-    monkeypatch.setattr(demo_train, "optimizer_step", recording_step)
-    monkeypatch.setattr(demo_train, "TRANSFER_CHECKED", 2)
-    monkeypatch.setattr(demo_train, "REASONING_CHECKED", 2)
-    report = demo_train.train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
+    monkeypatch.setattr(phases, "batch_of", recording_batch_of)
+    monkeypatch.setattr(phases, "optimizer_step", recording_step)
+    monkeypatch.setattr(evaluation, "TRANSFER_CHECKED", 2)
+    monkeypatch.setattr(evaluation, "REASONING_CHECKED", 2)
+    report = train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["transfer_phase"]["steps"] == 8 and not report["stopped_early"]
     assert report["transfer_phase"]["final_loss"] is not None
     phase = kinds[4:12]  # the main steps' 4 batches come first
@@ -157,7 +160,7 @@ def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_o
     ]
     assert rates[4:12] == [5e-4] * 8 and 5e-4 not in rates[:4]
     # a run stopped at --max-minutes before the phase skips it
-    cut = demo_train.train(
+    cut = train(
         replace(spec, steps=10_000),
         corpus,
         tokenizer,
@@ -181,10 +184,10 @@ def test_the_transfer_check_gives_right_and_wrong_references(setup, monkeypatch)
         seen.append(examples)
         return [index % 2 == 0 for index in range(len(examples))]
 
-    monkeypatch.setattr(demo_train, "greedy_matches", record)
-    collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    monkeypatch.setattr(evaluation, "greedy_matches", record)
+    collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
     model = type("Model", (), {"eval": lambda self: self, "train": lambda self: self})()
-    report = demo_train.transfer_accuracy(model, corpus, collator, qas)
+    report = evaluation.transfer_accuracy(model, corpus, collator, qas)
     right, wrong = seen
     for qa, with_right, with_wrong in zip(qas, right, wrong, strict=True):
         # the right reference reaches the true answer, which is the target; the wrong one reaches
@@ -213,25 +216,25 @@ def test_the_transfer_check_gives_right_and_wrong_references(setup, monkeypatch)
     ],
 )
 def test_models_train_side_by_side_sharing_the_cores(models, cores, jobs, threads, plan):
-    assert demo_train.side_by_side(models, cores, jobs=jobs, threads=threads) == plan
+    assert cli.side_by_side(models, cores, jobs=jobs, threads=threads) == plan
 
 
 @pytest.mark.parametrize("option", ["--jobs", "--threads", "--steps"])
 def test_counts_below_one_are_refused(option, capsys):
     with pytest.raises(SystemExit):
-        demo_train.main([option, "0"])
+        cli.main([option, "0"])
     assert f"{option} must be at least 1" in capsys.readouterr().err
 
 
 def test_type_weights_are_checked():
     with pytest.raises(ValueError, match="type_weights"):
-        replace(demo_train.DEMO_SMALL, type_weights=(("colour", 1),))
+        replace(DEMO_SMALL, type_weights=(("colour", 1),))
     with pytest.raises(ValueError, match="type_weights"):
-        replace(demo_train.DEMO_SMALL, type_weights=(("shape", 0),))
+        replace(DEMO_SMALL, type_weights=(("shape", 0),))
 
 
 def test_the_warm_up_is_simple_only_then_the_mix_decides():
-    spec = replace(demo_train.DEMO_SMALL, mix=PromptMix(0, 1, 0, 0), steps=20, simple_warmup_steps=5)
+    spec = replace(DEMO_SMALL, mix=PromptMix(0, 1, 0, 0), steps=20, simple_warmup_steps=5)
     rng = random.Random(0)
     kinds = [spec.prompt_kind(step, rng) for step in range(20)]
     assert kinds == [PromptKind.SIMPLE] * 5 + [PromptKind.REASONING] * 15
@@ -246,10 +249,10 @@ def test_vision_pretraining_trains_the_tower_only_and_stops_at_the_deadline(setu
     import torch
 
     tokenizer, _, corpus, _ = setup
-    spec = replace(demo_train.DEMO_SMALL, vision_pretrain_steps=5, batch_size=8)
-    model = demo_train.build_model(spec.model, tokenizer, dtype="float32").train()
+    spec = replace(DEMO_SMALL, vision_pretrain_steps=5, batch_size=8)
+    model = build_model(spec.model, tokenizer, dtype="float32").train()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    report = demo_train.pretrain_vision(
+    report = phases.pretrain_vision(
         model, corpus, spec, random.Random(0), deadline=time.monotonic() + 60, progress=False
     )
     assert report["steps"] == 5 and report["validation_images"] == 4
@@ -257,7 +260,7 @@ def test_vision_pretraining_trains_the_tower_only_and_stops_at_the_deadline(setu
     changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
     assert changed and all(name.startswith("model.visual.") for name in changed)
     assert model.training  # left ready for the text phase
-    late = demo_train.pretrain_vision(
+    late = phases.pretrain_vision(
         model, corpus, spec, random.Random(0), deadline=time.monotonic() - 1, progress=False
     )
     assert late["steps"] == 0
@@ -274,7 +277,7 @@ def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
 
     tokenizer = setup[0]
     sentences = [comparison_drill(random.Random(seed)) for seed in range(40)]
-    batch, verdicts = demo_train.drill_batch(tokenizer, sentences)
+    batch, verdicts = drill_batch(tokenizer, sentences)
     for row, at in enumerate(verdicts):
         assert tokenizer.decode(batch["input_ids"][row, at]).strip() in ("match", "differ")
         labelled = (batch["labels"][row] != -100).nonzero().flatten()
@@ -296,18 +299,18 @@ def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
                 following[is_match], following[is_differ] = self.differ, self.match
             return SimpleNamespace(logits=torch.nn.functional.one_hot(following, 512).float())
 
-    assert demo_train.verdict_accuracy(Oracle(swap=False).train(), tokenizer, sentences) == 1.0
+    assert evaluation.verdict_accuracy(Oracle(swap=False).train(), tokenizer, sentences) == 1.0
     swapped = Oracle(swap=True).train()
-    assert demo_train.verdict_accuracy(swapped, tokenizer, sentences) == 0.0
+    assert evaluation.verdict_accuracy(swapped, tokenizer, sentences) == 0.0
     assert swapped.training  # left as it was found
 
-    spec = replace(demo_train.DEMO_SMALL, comparison_drill_steps=2)
-    model = demo_train.build_model(spec.model, tokenizer, dtype="float32").train()
-    report = demo_train.drill_comparison(
+    spec = replace(DEMO_SMALL, comparison_drill_steps=2)
+    model = build_model(spec.model, tokenizer, dtype="float32").train()
+    report = phases.drill_comparison(
         model, tokenizer, spec, random.Random(0), deadline=time.monotonic() + 60, progress=False
     )
     assert report["steps"] == 2 and 0 <= report["verdict_accuracy"] <= 1
-    late = demo_train.drill_comparison(
+    late = phases.drill_comparison(
         model, tokenizer, spec, random.Random(0), deadline=time.monotonic() - 1, progress=False
     )
     assert late["steps"] == 0
@@ -324,19 +327,19 @@ def test_text_reasoning_trains_on_text_only_yes_no_reasoning_and_leaves_the_towe
     import torch
 
     tokenizer, _, corpus, _ = setup
-    collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
-    spec = replace(demo_train.DEMO_SMALL, text_reasoning_steps=3, batch_size=4)
-    model = demo_train.build_model(spec.model, tokenizer, dtype="float32").train()
+    collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    spec = replace(DEMO_SMALL, text_reasoning_steps=3, batch_size=4)
+    model = build_model(spec.model, tokenizer, dtype="float32").train()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     seen = []
-    original = demo_train.make_example
+    original = phases.make_example
 
     def recording(image_url, qa, facts, kind, *args, **kwargs):
         seen.append((image_url, qa.answer, kind))
         return original(image_url, qa, facts, kind, *args, **kwargs)
 
-    monkeypatch.setattr(demo_train, "make_example", recording)
-    report = demo_train.pretrain_text_reasoning(
+    monkeypatch.setattr(phases, "make_example", recording)
+    report = phases.pretrain_text_reasoning(
         model, corpus, collator, spec, random.Random(0), deadline=time.monotonic() + 60, progress=False
     )
     assert report["steps"] == 3 and report["final_loss"] > 0
@@ -345,7 +348,7 @@ def test_text_reasoning_trains_on_text_only_yes_no_reasoning_and_leaves_the_towe
     assert {answer for _, answer, _ in seen} <= {"yes", "no"}
     changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
     assert changed and not any(name.startswith("model.visual.") for name in changed)
-    late = demo_train.pretrain_text_reasoning(
+    late = phases.pretrain_text_reasoning(
         model, corpus, collator, spec, random.Random(0), deadline=time.monotonic() - 1, progress=False
     )
     assert late == {"steps": 0, "final_loss": None}
@@ -360,7 +363,7 @@ def test_reasoning_accuracy_reads_the_generated_answer_of_each_question_in_order
     from training.demo_data import reasoning_text
 
     tokenizer, _, corpus, _ = setup
-    collator = demo_train.Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
     images = sorted(corpus.facts)[:6]
     qas = [QA(image, "what color is the shape?", corpus.facts[image].colour) for image in images]
     wrong = {images[1], images[4]}
@@ -392,5 +395,5 @@ def test_reasoning_accuracy_reads_the_generated_answer_of_each_question_in_order
 
     batch_qas = [qas[:4], qas[4:]]
     model = Writes()
-    assert demo_train.reasoning_accuracy(model, corpus, collator, qas, batch_size=4) == 4 / 6
+    assert evaluation.reasoning_accuracy(model, corpus, collator, qas, batch_size=4) == 4 / 6
     assert model.training and not batch_qas

@@ -96,7 +96,7 @@ def test_the_limits_are_learnt_from_the_served_models_processor_and_context():
     assert (limits.max_image_aspect_ratio, limits.min_image_side) == (200.0, 1)  # Qwen2-VL's smart_resize
     budgets = config.cascade.max_tokens
     # The demo checkpoints' processors take 128×128 images in patches merged 2×2 (64 image tokens).
-    from training.demo_train import IMAGE_PIXELS, SPECS
+    from training.demo.recipes import IMAGE_PIXELS, SPECS
 
     image_tokens = max(IMAGE_PIXELS // (spec.model.patch_size * 2) ** 2 for spec in SPECS.values())
     assert image_tokens == 64
