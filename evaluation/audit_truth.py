@@ -6,7 +6,8 @@ on seeded easy-vqa test questions, under the paper's rule (``min_confidence: 0``
 ``task`` (so the server's statistics keep them apart). The reference policy (Full RT) is also asked
 directly, so each audited class and route has three figures side by side: the audit's disagreement
 rate (from ``GET /v1/mai/stats``, no labels), and the labelled error of the served answer and of the
-reference answer. Writes ``bench/results/audit/audit-truth.json``.
+reference answer. Writes ``bench/results/audit/audit-truth.json`` (``meta``: the command's provenance
+record, with the config's overrides).
 
     python -m evaluation.audit_truth [--questions 500] [--concurrency 8]
 """
@@ -26,7 +27,8 @@ from typing import Any
 import httpx
 
 from harness.paths import RESULTS
-from harness.provenance import git_commit
+from harness.provenance import provenance
+from harness.results import write_result
 from serve_app.core.audit import EARLY_EXITS
 
 COMMAND = "python -m evaluation.audit_truth"
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    started_run = time.time()
 
     from harness.datasets import easy_vqa_records
     from harness.local_server import config_args, deploy, local_ray
@@ -145,24 +148,25 @@ def main(argv: list[str] | None = None) -> int:
             if done + not_run >= early or time.monotonic() > deadline:
                 break
             time.sleep(2)
+    command = COMMAND + (f" --questions {args.questions}" if args.questions != 500 else "")
+    meta = provenance(
+        command,
+        config="mai-cpu.yaml",
+        started=started_run,
+        overrides=overrides,
+        questions=f"{args.questions} easy-vqa test questions (seeded sample, seed 0)",
+        rules=RULES,
+        early_exits=early,
+        audits_counted=done,
+        audits_not_run=stats["audit"]["not_run"],
+        extra_token_share=stats["audit"]["extra_token_share"],
+        note="disagreement is with the reference policy (Full RT), not error against the truth",
+    )
     result = {
-        "meta": {
-            "command": COMMAND + (f" --questions {args.questions}" if args.questions != 500 else ""),
-            "commit": git_commit(),
-            "config": "configs/mai-cpu.yaml, cascade.audit.rate 1.0",
-            "questions": f"{args.questions} easy-vqa test questions (seeded sample, seed 0)",
-            "rules": RULES,
-            "early_exits": early,
-            "audits_counted": done,
-            "audits_not_run": stats["audit"]["not_run"],
-            "extra_token_share": stats["audit"]["extra_token_share"],
-            "note": "disagreement is with the reference policy (Full RT), not error against the truth",
-        },
         "rules": {rule: summarise(records, served[rule], reference, stats, rule) for rule in RULES},
         "stats": stats,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result, meta)
     print(json.dumps(result["rules"], indent=1))
     return 0
 

@@ -13,7 +13,7 @@ the accuracy/cost front beside the baselines, and picks the rule for a stated go
 plan table names, per answer kind, the cheapest plan under the objective within the goal's accuracy of
 Full RT on that kind, the single-model plans (``small``, ``large``, ``small-reason``) included.
 
-Pure functions here; the CLI (``evaluation/cli.py``) runs the pass and writes the files.
+Pure functions here; ``passes.calibrate_pass`` (``mai-eval calibrate``) runs the pass and writes the files.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """The files ``mai-eval calibrate`` writes: calibration.json (every rule, the front, the baselines, the
-choice), calibration.md, cascade.yaml (the ``cascade:`` section to paste into a config) and
-calibration.png (accuracy against expected latency)."""
+choice; ``meta``: the command's provenance record), calibration.md, cascade.yaml (the ``cascade:``
+section to paste into a config) and calibration.png (accuracy against expected latency)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from harness.results import write_result
 
 
 def _row(result: dict[str, Any]) -> str:
@@ -135,10 +136,14 @@ def plot(path: Path, summary: dict[str, Any], rules: Sequence[dict[str, Any]]) -
 
 
 def write(
-    out: Path, summary: dict[str, Any], rules: Sequence[dict[str, Any]], yaml_text: str | None
+    out: Path,
+    summary: dict[str, Any],
+    rules: Sequence[dict[str, Any]],
+    yaml_text: str | None,
+    meta: dict[str, Any],
 ) -> list[Path]:
     paths = [out / "calibration.json", out / "calibration.md", out / "calibration.png"]
-    paths[0].write_text(json.dumps(summary | {"rules": list(rules)}, indent=2) + "\n")
+    write_result(paths[0], summary | {"rules": list(rules)}, meta)
     paths[1].write_text(render(summary))
     plot(paths[2], summary, rules)
     if yaml_text is not None:

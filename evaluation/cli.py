@@ -17,28 +17,13 @@ results.md, results.csv, results.json and accuracy_latency.png there.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from harness.provenance import git_commit
-
-from .records import DatasetError, load_records
-from .report import add_speedups, summarize_policy, write_report
-from .run import (
-    POLICIES,
-    DriveSettings,
-    OutputMismatchError,
-    PredictionStore,
-    RunSpec,
-    check_server,
-    run_policy,
-)
+from .passes import calibrate_pass, command_line, guarded, report_folder, run_eval
+from .run import POLICIES, DriveSettings, RunSpec
 
 
 def _policies(text: str) -> list[RunSpec]:
@@ -179,39 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(total: int, policy: str, disabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=policy, unit="q", disable=disabled, file=sys.stderr, dynamic_ncols=True)
-
-
-def _tally(bar) -> Callable[[dict[str, Any]], None]:
-    """Advance ``bar`` per answered row, showing the running score and the errors so far."""
-    scores: list[float] = []
-    errors = 0
-
-    def tick(row: dict[str, Any]) -> None:
-        nonlocal errors
-        if row["status"] == 200:
-            scores.append(row["score"])
-        else:
-            errors += 1
-        bar.update(1)
-        bar.set_postfix(score=f"{100 * sum(scores) / max(len(scores), 1):.1f}%", errors=errors, refresh=False)
-
-    return tick
-
-
-def command_run(args: argparse.Namespace) -> int:
-    records = load_records(args.data)[: args.limit]
-    runs: list[RunSpec] = args.policies
-    names = [run.name for run in runs]
-    baseline = args.baseline or names[-1]
-    if baseline not in names:
-        raise SystemExit(f"mai-eval: --baseline {baseline} is not among --policies {','.join(names)}")
-    store = PredictionStore(args.out, args.data, records)
-    store.open(fresh=args.fresh)
-    asyncio.run(check_server(args.url, sorted({run.policy for run in runs}), args.api_key))
+def command_run(args: argparse.Namespace, command: str) -> int:
     settings = DriveSettings(
         concurrency=args.concurrency,
         timeout_s=args.timeout,
@@ -220,120 +173,39 @@ def command_run(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         transfer_selector=args.transfer_selector,
     )
-    meta = git_commit() | {  # the checkout that asked and scored; the server's own is its business
-        "dataset": str(args.data),
-        "url": args.url,
-        "concurrency": args.concurrency,
-        "baseline": baseline,
-        "transfer_selector": args.transfer_selector,
-        "limit": args.limit,
-        "policies": names,
-        "runs": {run.name: {"policy": run.policy, "options": dict(run.options)} for run in runs},
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    (args.out / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
-    for run in runs:
-        remaining = len(records) - len(store.done(run.name) & {record.id for record in records})
-        with _progress(remaining, run.name, args.no_progress) as bar:
-            asyncio.run(
-                run_policy(args.url, records, args.data.parent, run, store, settings, on_row=_tally(bar))
-            )
-    return _report(args.out, records, names, baseline, meta)
+    return run_eval(
+        args.data,
+        args.out,
+        args.policies,
+        url=args.url,
+        command=command,
+        settings=settings,
+        baseline=args.baseline,
+        limit=args.limit,
+        fresh=args.fresh,
+        progress=not args.no_progress,
+    )
 
 
-def _report(out: Path, records, policies: list[str], baseline: str, meta: dict[str, Any]) -> int:
-    store = PredictionStore(out, Path(meta["dataset"]), records)
-    summaries = {
-        policy: summarize_policy(policy, records, store.load(policy), store.segments(policy))
-        for policy in policies
-    }
-    add_speedups(summaries, baseline)
-    paths = write_report(out, summaries, meta)
-    print((out / "results.md").read_text())
-    print("written: " + ", ".join(str(path) for path in paths.values()), file=sys.stderr)
-    failed = sum(summary["errors"] for summary in summaries.values())
-    if failed:
-        print(
-            f"mai-eval: {failed} requests failed; run the same command again to retry them", file=sys.stderr
-        )
-    return 1 if failed else 0
-
-
-def command_calibrate(args: argparse.Namespace) -> int:
-    from . import calibrate, calibration_report
-
+def command_calibrate(args: argparse.Namespace, command: str) -> int:
     if args.max_escalation is not None and not 0 <= args.max_escalation <= 1:
         raise SystemExit("mai-eval: --max-escalation is a share between 0 and 1")
     if args.max_accuracy_loss is not None and args.max_accuracy_loss < 0:
         raise SystemExit("mai-eval: --max-accuracy-loss is a number of points, at least 0")
-    records = load_records(args.data)[: args.limit]
-    store = PredictionStore(args.out, args.data, records)
-    store.open(fresh=args.fresh and not args.replay_only)
-    if not args.replay_only:
-        asyncio.run(check_server(args.url, calibrate.CALIBRATION_RUNS, args.api_key))
-        settings = DriveSettings(concurrency=args.concurrency, timeout_s=args.timeout, api_key=args.api_key)
-        for name in calibrate.CALIBRATION_RUNS:
-            remaining = len(records) - len(store.done(name) & {record.id for record in records})
-            with _progress(remaining, name, args.no_progress) as bar:
-                asyncio.run(
-                    run_policy(
-                        args.url,
-                        records,
-                        args.data.parent,
-                        RunSpec(name, name),
-                        store,
-                        settings,
-                        on_row=_tally(bar),
-                    )
-                )
-    questions, missing = calibrate.recorded_questions(
-        records, {name: store.load(name) for name in calibrate.CALIBRATION_RUNS}
+    return calibrate_pass(
+        args.data,
+        args.out,
+        command=command,
+        settings=DriveSettings(concurrency=args.concurrency, timeout_s=args.timeout, api_key=args.api_key),
+        url=args.url,
+        limit=args.limit,
+        fresh=args.fresh,
+        replay_only=args.replay_only,
+        max_accuracy_loss=args.max_accuracy_loss,
+        max_escalation=args.max_escalation,
+        objective=args.objective,
+        progress=not args.no_progress,
     )
-    if not questions:
-        raise SystemExit(
-            f"mai-eval: no question was answered under all of {', '.join(calibrate.CALIBRATION_RUNS)}"
-            + (" (--replay-only replays the predictions already in --out)" if args.replay_only else "")
-        )
-    if not any(q.stages["short_large"].confidence is not None for q in questions):
-        print(
-            "mai-eval: the server returned no answer confidences (answer_logprobs off?): only the paper's "
-            "rule can be evaluated",
-            file=sys.stderr,
-        )
-    with _progress(len(calibrate.threshold_grid(questions)), "replaying rules", args.no_progress) as bar:
-        summary, rules, yaml_text = calibrate.calibration_summary(
-            str(args.data),
-            questions,
-            missing,
-            max_accuracy_loss=args.max_accuracy_loss,
-            max_escalation=args.max_escalation,
-            objective=args.objective,
-            progress=bar.update,
-        )
-    chosen = summary["chosen"]
-    written = calibration_report.write(args.out, summary, rules, yaml_text)
-    print((args.out / "calibration.md").read_text())
-    if summary["precision_note"]:
-        print(f"mai-eval: {summary['precision_note']}", file=sys.stderr)
-    if missing:
-        print(
-            f"mai-eval: {len(missing)} questions left out (a run failed); run again to retry them",
-            file=sys.stderr,
-        )
-    print("written: " + ", ".join(str(path) for path in written), file=sys.stderr)
-    return 0 if chosen is not None else 1
-
-
-def command_report(args: argparse.Namespace) -> int:
-    meta_path = args.out / "run.json"
-    if not meta_path.exists():
-        raise SystemExit(f"mai-eval: {args.out} has no run.json; is it an output folder of `mai-eval run`?")
-    meta = json.loads(meta_path.read_text())
-    records = load_records(Path(meta["dataset"]))[: meta.get("limit")]
-    baseline = args.baseline or meta["baseline"]
-    if baseline not in meta["policies"]:
-        raise SystemExit(f"mai-eval: --baseline {baseline} was not run (ran {','.join(meta['policies'])})")
-    return _report(args.out, records, meta["policies"], baseline, meta | {"baseline": baseline})
 
 
 def command_convert(args: argparse.Namespace) -> int:
@@ -381,25 +253,20 @@ def command_stats(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+    command = command_line("mai-eval", sys.argv[1:] if argv is None else argv)
+
+    def dispatch() -> int:
         if args.command == "run":
-            return command_run(args)
+            return command_run(args, command)
         if args.command == "report":
-            return command_report(args)
+            return report_folder(args.out, command=command, baseline=args.baseline)
         if args.command == "calibrate":
-            return command_calibrate(args)
+            return command_calibrate(args, command)
         if args.command == "stats":
             return command_stats(args)
         return command_convert(args)
-    except (DatasetError, OutputMismatchError, ConnectionError) as exc:
-        print(f"mai-eval: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            "mai-eval: interrupted; the predictions so far are saved, run the same command to resume",
-            file=sys.stderr,
-        )
-        return 130
+
+    return guarded(dispatch)
 
 
 if __name__ == "__main__":

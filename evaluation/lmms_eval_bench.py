@@ -8,8 +8,9 @@ split (a seeded sample):
   instruction), scored as the exact letter, and ``easyvqa_shape``: the same questions in short-answer
   form with POPE's instruction, scored as the exact shape.
 
-Every policy runs every task, interleaved; the result (accuracy, 95 % interval, the replies) goes to
-``bench/results/lmms-eval/easy-vqa.json`` and the per-question replies to ``predictions.jsonl`` beside it.
+Every policy runs every task, interleaved; the result (accuracy, 95 % interval, the replies; ``meta``: the
+command's provenance record) goes to ``bench/results/lmms-eval/easy-vqa.json`` and the per-question
+replies to ``predictions.jsonl`` beside it.
 Needs lmms-eval's environment (``make lmms-eval``). Without ``--url`` it serves configs/mai-cpu.yaml
 here (the one server stack on this machine).
 
@@ -36,7 +37,8 @@ import yaml
 
 from harness.jsonl import write_jsonl
 from harness.paths import DATASETS, RESULTS, ROOT
-from harness.provenance import git_commit
+from harness.provenance import git_commit, provenance
+from harness.results import write_result
 from serve_app.core.audit import wilson_interval
 
 COMMAND = "python -m evaluation.lmms_eval_bench"
@@ -303,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "--server-commit", help="with --url: the commit the server runs, when it is not this checkout's"
     )
     args = parser.parse_args(argv)
+    started = time.time()
     if not (LMMS_VENV / ".installed").exists():
         parser.error("lmms-eval is not installed: run `make lmms-eval` first")
     policies = args.policies.split(",")
@@ -326,23 +329,29 @@ def main(argv: list[str] | None = None) -> int:
                 lines = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
                 summaries[task][policy], rows = score(task, lines, documents[task])
                 predictions += [{"task": task, "policy": policy, **row} for row in rows]
-        meta = {
-            "command": COMMAND
+        command = (
+            COMMAND
             + (f" --pope {args.pope}" if args.pope != 500 else "")
-            + (f" --shapes {args.shapes}" if args.shapes != 300 else ""),
-            "commit": git_commit(),
-            "config": "configs/mai-cpu.yaml" if not args.url else args.url,
-            "server_commit": args.server_commit or git_commit().get("commit"),
-            "lmms_eval": "0.7.3",
-            "lmms_eval_args": "--model openai --force_simple --model_args model_version=<policy>,"
-            f"num_concurrent={args.concurrency}",
-            "questions": {"pope": args.pope, "shapes": args.shapes, "split": "easy-vqa test (seed 0)"},
-        }
-        args.out.mkdir(parents=True, exist_ok=True)
-        if args.rescore:  # the runs' own provenance, and the commit that scored them again
-            meta = json.loads((args.out / "easy-vqa.json").read_text())["meta"] | {"rescored": git_commit()}
-        result = {"meta": meta, "tasks": summaries, "differences": differences(summaries)}
-        (args.out / "easy-vqa.json").write_text(json.dumps(result, indent=2) + "\n")
+            + (f" --shapes {args.shapes}" if args.shapes != 300 else "")
+        )
+        if args.rescore:  # the runs' own provenance, and the command and commit that scored them again
+            meta = json.loads((args.out / "easy-vqa.json").read_text())["meta"]
+            meta |= {"rescored": {"command": f"{command} --rescore", **git_commit()}}
+        else:
+            meta = provenance(
+                command,
+                config=None if args.url else "mai-cpu.yaml",
+                started=started,
+                # A server started elsewhere: its config is not known here, the record names its URL.
+                **({"url": args.url} if args.url else {}),
+                server_commit=args.server_commit or git_commit().get("commit"),
+                lmms_eval="0.7.3",
+                lmms_eval_args="--model openai --force_simple --model_args model_version=<policy>,"
+                f"num_concurrent={args.concurrency}",
+                questions={"pope": args.pope, "shapes": args.shapes, "split": "easy-vqa test (seed 0)"},
+            )
+        result = {"tasks": summaries, "differences": differences(summaries)}
+        write_result(args.out / "easy-vqa.json", result, meta)
         write_jsonl(predictions, args.out / "predictions.jsonl")
         print(json.dumps(result["tasks"], indent=1))
         return 0

@@ -25,7 +25,8 @@ from typing import Any
 
 from harness.jsonl import read_jsonl
 from harness.paths import DEMO_CALIBRATION, DEMO_EVAL, RESULTS, ROOT
-from harness.provenance import git_commit
+from harness.provenance import provenance
+from harness.results import write_result
 from serve_app.core.answers import is_valid, normalize, parse_number, yes_no
 from serve_app.core.scoring_rules import anls
 from serve_app.core.verification import agree
@@ -303,15 +304,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         recorded[name] = recorded_pass(Path(json.loads(run.read_text())["dataset"]), folder / "predictions")
     result = {
-        "meta": {"command": COMMAND, **git_commit()},
         "near_misses": near_miss_table(),
         "recorded": recorded,
         "served_test_split": served_against(args.previous),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "matcher.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "matcher.md").write_text(render(result))
-    print(render(result))
+    meta = provenance(COMMAND)
+    write_result(args.out / "matcher.json", result, meta)  # makes args.out
+    (args.out / "matcher.md").write_text(render(result | {"meta": meta}))
+    print(render(result | {"meta": meta}))
     return 0
 
 

@@ -5,7 +5,6 @@ and the speedup against a baseline (Tables 11 and 12). Written as Markdown, CSV,
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.driver import percentile
+from harness.results import write_result
 
 from .records import EvalRecord
 from .scoring import dataset_metrics
@@ -301,7 +301,8 @@ def plot(summaries: Mapping[str, dict[str, Any]], path: Path, title: str) -> boo
 
 
 def write_report(out: Path, summaries: dict[str, dict[str, Any]], meta: dict[str, Any]) -> dict[str, Path]:
-    """results.md, results.csv, results.json and accuracy_latency.png in ``out``."""
+    """results.md, results.csv, results.json (``meta`` under the summaries: the run's provenance
+    record, naming its command and commit) and accuracy_latency.png in ``out``."""
     paths = {
         "markdown": out / "results.md",
         "csv": out / "results.csv",
@@ -313,7 +314,7 @@ def write_report(out: Path, summaries: dict[str, dict[str, Any]], meta: dict[str
         writer = csv.DictWriter(file, fieldnames=CSV_FIELDS)
         writer.writeheader()
         writer.writerows(csv_rows(summaries))
-    paths["json"].write_text(json.dumps({"meta": meta, "policies": summaries}, indent=2) + "\n")
+    write_result(paths["json"], {"policies": summaries}, meta)
     if not plot(summaries, paths["plot"], f"{Path(meta['dataset']).name}: score vs latency"):
         del paths["plot"]
     return paths

@@ -21,6 +21,7 @@ import httpx
 
 from harness.driver import closed_loop
 from harness.jsonl import append_jsonl, read_jsonl
+from harness.provenance import file_sha256
 from serve_app.edge.protocol import MODELS
 
 from .records import EvalRecord, image_data_url
@@ -218,15 +219,6 @@ class PredictionStore:
         if not path.exists():
             return []
         return [segment for segment in read_jsonl(path) if segment["policy"] == policy]
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

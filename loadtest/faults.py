@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,8 +35,9 @@ from harness.local_server import (
     replica_ids,
 )
 from harness.paths import RESULTS
+from harness.provenance import provenance
+from harness.results import shown, write_result
 from loadtest.outcomes import OUTCOMES
-from loadtest.provenance import provenance
 
 SMALL, LARGE, INGRESS = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b", "MAIIngress"
 FAULTS = ("kill_small", "kill_large", "kill_ingress", "slow_large")
@@ -181,7 +180,7 @@ def replicas_changed(before: dict[str, list[str]], after: dict[str, list[str]]) 
 
 def drill(
     base_url: str, fault: str, run_time_s: int, fault_at_s: float, users: int, request_timeout_s: float
-) -> dict:
+) -> dict[str, Any]:
     deploy(app_args(request_timeout_s))
     before = replica_ids()
     note: dict[str, str] = {}
@@ -192,7 +191,7 @@ def drill(
         timer.start()
         counts = run_locust(base_url, run_time_s, users, request_timeout_s, Path(folder) / "locust")
         timer.join()
-    row = {
+    row: dict[str, Any] = {
         "fault": fault,
         "what": note.get("fault"),
         "sent": counts.pop("sent"),
@@ -231,17 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 drill(base_url, fault, args.run_time, args.fault_at, args.users, args.request_timeout)
             )
+    command = ("python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     # Client timeout = the app's request timeout + 30 s: a request still open then is "hung".
     result = {
-        "meta": provenance(CONFIG)
-        | {
-            "command": (
-                "python -m loadtest.faults " + " ".join(argv if argv is not None else sys.argv[1:])
-            ).strip(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-            "duration_s": round(time.time() - started, 1),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        },
         "settings": {
             "run_time_s": args.run_time,
             "fault_at_s": args.fault_at,
@@ -252,16 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         },
         "faults": rows,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "faults.json").write_text(json.dumps(result, indent=2) + "\n")
+    path = write_result(RESULTS / "faults.json", result, provenance(command, config=CONFIG, started=started))
     bad = [
         row["fault"]
         for row in rows
         if row["failed"] or row["hung"] or row["mislabelled"] or not row["recovered"]
     ]
     print(
-        f"wrote {RESULTS / 'faults.json'}"
-        + (f"; targets missed for {', '.join(bad)}" if bad else "; all targets met"),
+        f"wrote {shown(path)}" + (f"; targets missed for {', '.join(bad)}" if bad else "; all targets met"),
         file=sys.stderr,
     )
     return 0

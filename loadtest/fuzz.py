@@ -1,6 +1,6 @@
 """Fuzz the HTTP API of a running server from its own OpenAPI schema (schemathesis + hypothesis).
 
-Per operation, three kinds of input:
+Per operation, four kinds of input:
 - ``positive``: bodies that satisfy the schema (mostly with images that are not images);
 - ``negative``: bodies that break it (wrong types, missing fields, junk bytes);
 - ``near-valid``: a valid request (a real PNG) with the question, choices, answer kind, options,
@@ -25,16 +25,16 @@ import argparse
 import json
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from harness.provenance import git_commit
-from loadtest.provenance import provenance
+from harness.provenance import provenance
+from harness.results import write_result
+from loadtest.fuzz_report import FuzzReport, describe, markdown
+from loadtest.fuzz_strategies import near_valid_strategies, shape_strategies
 
 MODES = ("positive", "negative", "near-valid", "shapes")
 CHECKED = (
@@ -43,222 +43,6 @@ CHECKED = (
     "with --local: the live replica actors of every deployment (names carry replica ids) identical "
     "before and after the run, i.e. no replica died or was replaced",
 )
-
-
-@dataclass
-class FuzzReport:
-    """Answers per (operation, mode, status, error code), with an example input; the violations."""
-
-    counts: Counter = field(default_factory=Counter)
-    examples: dict[tuple[str, str, int, str], str] = field(default_factory=dict)
-    violations: list[dict[str, Any]] = field(default_factory=list)
-    not_generated: list[str] = field(default_factory=list)  # operation and mode with no input to send
-    server_errors: Counter = field(default_factory=Counter)  # 5xx answers by status (backpressure too)
-
-    def add(self, operation: str, mode: str, body: Any, response: httpx.Response) -> None:
-        code = ""
-        problem = None
-        if response.status_code >= 400:
-            try:
-                error = response.json()["error"]
-                code = str(error["code"])
-                if not isinstance(error.get("message"), str) or not error["message"]:
-                    problem = "error without a message"
-            except (ValueError, KeyError, TypeError):
-                problem = "error body is not {'error': {...}} JSON"
-        if response.status_code >= 500 and not (
-            response.status_code == 503 and response.headers.get("retry-after")
-        ):
-            problem = f"server error {response.status_code}"
-        key = (operation, mode, response.status_code, code)
-        self.counts[key] += 1
-        if response.status_code >= 500:
-            self.server_errors[response.status_code] += 1
-        self.examples.setdefault(key, _describe(body))
-        if problem:
-            self.violations.append(
-                {
-                    "operation": operation,
-                    "mode": mode,
-                    "status": response.status_code,
-                    "problem": problem,
-                    "input": _describe(body),
-                    "answer": response.text[:300],
-                }
-            )
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "operation": op,
-                "mode": mode,
-                "status": status,
-                "code": code,
-                "count": count,
-                "example": self.examples[(op, mode, status, code)],
-            }
-            for (op, mode, status, code), count in sorted(
-                self.counts.items(), key=lambda item: (item[0][0], item[0][1], item[0][2], item[0][3])
-            )
-        ]
-
-
-def _describe(body: Any) -> str:
-    """A short, printable, single-line rendering of an input."""
-    if isinstance(body, bytes | bytearray):
-        text = "b'" + bytes(body).decode("latin-1").encode("unicode_escape").decode("ascii") + "'"
-    else:
-        text = json.dumps(body, ensure_ascii=True, default=str)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def near_valid_strategies():
-    """Hypothesis strategies of chat and native requests that are valid but for what is drawn."""
-    from hypothesis import strategies as st
-
-    from harness.datasets import sample_png_data_url
-
-    png = sample_png_data_url()
-    text = st.text(max_size=300)
-    choices = st.none() | st.lists(st.text(max_size=40), min_size=0, max_size=30)
-    kind = st.none() | st.sampled_from(["choice", "yes_no", "number", "text", "essay", ""])
-    options = st.none() | st.fixed_dictionaries(
-        {},
-        optional={
-            "stage2_answer": st.sampled_from(["inline", "two_stage", "three_stage"]),
-            "eager_reasoning": st.booleans() | st.integers(),
-            "transfer_form": st.sampled_from(["reference", "hint", "bogus"]),
-            "transfer_selector": st.sampled_from(["full", "top-20%", ""]),
-            "on_large_failure": st.sampled_from(["error", "small", "retry"]),
-            "unknown_option": st.integers(),
-        },
-    )
-    image = st.sampled_from(
-        [
-            png,
-            png[len("data:image/png;base64,") :],
-            png[:60],
-            "data:image/png;base64,!!!",
-            "https://example.com/a.png",
-            "file:///etc/passwd",
-            "",
-        ]
-    )
-    max_tokens = st.none() | st.integers(min_value=-5, max_value=100_000)
-    model = st.sampled_from(
-        [
-            "mai",
-            "mai-small",
-            "mai-large",
-            "mai-small-reason",
-            "mai-large-reason",
-            "mai-transfer",
-            "gpt-4o",
-            "",
-        ]
-    )
-
-    def strip_none(body: dict) -> dict:
-        return {key: value for key, value in body.items() if value is not None}
-
-    chat = st.builds(
-        lambda m, q, i, c, k, o, t, stream: strip_none(
-            {
-                "model": m,
-                "max_tokens": t,
-                "stream": stream,
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "image_url", "image_url": {"url": i}},
-                            {"type": "text", "text": q},
-                        ],
-                    }
-                ],
-                "mai": strip_none({"choices": c, "answer_type": k, "options": o}) or None,
-            }
-        ),
-        model,
-        text,
-        image,
-        choices,
-        kind,
-        options,
-        max_tokens,
-        st.booleans(),
-    )
-    answer = st.builds(
-        lambda q, i, c, k, o, t, p: strip_none(
-            {
-                "image": i,
-                "question": q,
-                "choices": c,
-                "answer_type": k,
-                "options": o,
-                "max_tokens": t,
-                "policy": p,
-            }
-        ),
-        text,
-        image,
-        choices,
-        kind,
-        options,
-        max_tokens,
-        st.none() | st.sampled_from(["cascade", "small", "large", "transfer", "small-reason", "everything"]),
-    )
-    return {"/v1/chat/completions": chat, "/v1/mai/answer": answer}
-
-
-def shape_strategies(model_ids: list[str], max_pixels: int = 4096 * 4096, max_chars: int = 8000):
-    """Hypothesis strategies of valid requests with images of any size and aspect ratio and questions
-    of any length (``shapes`` mode), and of JSON bodies nested past the parser's depth limit."""
-    import base64
-    import io
-
-    from hypothesis import strategies as st
-    from PIL import Image
-
-    @st.composite
-    def image(draw) -> str:
-        side = draw(st.integers(min_value=1, max_value=64))
-        ratio = draw(st.integers(min_value=1, max_value=10_000))
-        long_side = max(1, min(side * ratio, max_pixels // side))
-        width, height = (side, long_side) if draw(st.booleans()) else (long_side, side)
-        buffer = io.BytesIO()
-        Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, "PNG")
-        return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-    question = st.integers(min_value=1, max_value=max_chars).map(
-        lambda n: ("What colour is the shape? " + "and the word " * (n // 13 + 1))[:n]
-    )
-    models = ["mai", "mai-large", *model_ids[-1:]]
-    chat = st.builds(
-        lambda model, url, text: {
-            "model": model,
-            "max_tokens": 8,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": url}},
-                        {"type": "text", "text": text},
-                    ],
-                }
-            ],
-        },
-        st.sampled_from(models),
-        image(),
-        question,
-    )
-    deep = st.integers(min_value=33, max_value=200_000).map(
-        lambda n: b'{"model": "mai", "x": ' + b"[" * n + b"]" * n + b"}"
-    )
-    answer = st.builds(
-        lambda url, text: {"image": url, "question": text, "policy": "large"}, image(), question
-    )
-    return {"/v1/chat/completions": st.one_of(chat, chat, deep), "/v1/mai/answer": answer}
 
 
 def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | None = None) -> FuzzReport:
@@ -281,7 +65,7 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
                     response = http.request(
                         method,
                         operation,
-                        content=body,
+                        content=bytes(body),
                         headers={"content-type": content_type or "application/json"},
                     )
                 else:
@@ -293,7 +77,7 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
                         "mode": mode,
                         "status": 0,
                         "problem": "no answer within 60 s",
-                        "input": _describe(body),
+                        "input": describe(body),
                     }
                 )
                 return
@@ -340,25 +124,6 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
     return report
 
 
-def markdown(report: FuzzReport, example_chars: int = 70) -> str:
-    lines = [
-        "| operation | input | status | error code | answers | example input |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in report.rows():
-        example = (
-            row["example"]
-            if len(row["example"]) <= example_chars
-            else row["example"][: example_chars - 3] + "..."
-        )
-        example = example.replace("|", "\\|").replace("`", "'")
-        lines.append(
-            f"| `{row['operation']}` | {row['mode']} | {row['status']} | {row['code'] or '–'} | "
-            f"{row['count']} | `{example}` |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -396,31 +161,24 @@ def main(argv: list[str] | None = None) -> int:
         replicas = None  # a remote cluster's replicas are not visible from here
     print(markdown(report))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = "python -m loadtest.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])
-        args.out.write_text(
-            json.dumps(
-                {
-                    "meta": (provenance(args.config) if args.local else git_commit())
-                    | {
-                        "command": command,
-                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-                        "duration_s": round(time.time() - started, 1),
-                        "config": f"configs/{args.config}" if args.local else args.url,
-                    },
-                    "checked": CHECKED,
-                    "replicas": replicas,
-                    "replicas_restarted": replicas and replicas["before"] != replicas["after"],
-                    "examples_per_operation_and_mode": args.examples,
-                    "rows": report.rows(),
-                    "violations": report.violations,
-                    "not_generated": report.not_generated,
-                    "server_errors": {str(status): n for status, n in sorted(report.server_errors.items())},
-                },
-                indent=2,
-            )
-            + "\n"
+        command = ("python -m loadtest.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+        meta = (
+            provenance(command, config=args.config, started=started)
+            if args.local
+            # A remote server's config is not known here: the record names the URL fuzzed instead.
+            else provenance(command, started=started, url=args.url)
         )
+        result = {
+            "checked": CHECKED,
+            "replicas": replicas,
+            "replicas_restarted": replicas and replicas["before"] != replicas["after"],
+            "examples_per_operation_and_mode": args.examples,
+            "rows": report.rows(),
+            "violations": report.violations,
+            "not_generated": report.not_generated,
+            "server_errors": {str(status): n for status, n in sorted(report.server_errors.items())},
+        }
+        write_result(args.out, result, meta)
     print(f"5xx answers: {dict(report.server_errors) or 'none'}", file=sys.stderr)
     if replicas is not None and replicas["before"] != replicas["after"]:
         print(f"replicas changed during the run: {json.dumps(replicas)}", file=sys.stderr)

@@ -500,7 +500,7 @@ def test_any_image_shape_or_question_length_is_answered_or_refused_by_name(serve
     cause, never a 5xx."""
     from hypothesis import HealthCheck, given, settings
 
-    from loadtest.fuzz import shape_strategies
+    from loadtest.fuzz_strategies import shape_strategies
 
     seen: set[int] = set()
 

@@ -247,3 +247,43 @@ def test_the_cli_refuses_impossible_goals(value, tmp_path):
 
     with pytest.raises(SystemExit):
         main(["calibrate", str(tmp_path / "d.jsonl"), "--out", str(tmp_path), "--max-escalation", str(value)])
+
+
+def test_a_replayed_calibration_writes_calibration_json_naming_the_command_and_commit(tmp_path, capsys):
+    """``mai-eval calibrate --replay-only`` over a recorded pass (no server): calibration.json carries
+    the command's provenance under ``meta``, after the summary and the rules."""
+    import json
+
+    from evaluation.cli import main
+    from evaluation.records import load_records
+    from evaluation.run import PredictionStore
+    from harness.provenance import git_commit
+
+    data = tmp_path / "d.jsonl"
+    lines = [
+        {"id": str(i), "image": "data:,", "question": "Is it red?", "answer": "yes", "metric": "yes_no"}
+        for i in range(6)
+    ]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "calibration"
+    store = PredictionStore(out, data, load_records(data))
+    store.open(fresh=True)
+    done = {"status": "ok", "completion_tokens": 2, "latency_s": 0.1, "answer": "yes", "confidence": 0.9}
+    stages = {
+        "mai-small": ["short_small"],
+        "mai-large": ["short_large"],
+        "mai-transfer": ["reason_small", "transfer_large"],
+    }
+    for run, names in stages.items():
+        for line in lines:
+            store.append(
+                run, {"id": line["id"], "status": 200, "stages": [done | {"name": n} for n in names]}
+            )
+    argv = ["calibrate", str(data), "--out", str(out), "--replay-only", "--no-progress"]
+    assert main(argv) == 0
+    written = json.loads((out / "calibration.json").read_text())
+    assert list(written)[-2:] == ["rules", "meta"] and written["questions"] == 6
+    assert written["meta"]["command"] == "mai-eval " + " ".join(argv)
+    assert written["meta"]["commit"] == git_commit()["commit"]
+    assert isinstance(written["meta"]["uncommitted_changes"], bool) and written["meta"]["duration_s"] >= 0
+    assert "# Calibration:" in capsys.readouterr().out

@@ -2,19 +2,22 @@
 baseline, accuracy by question type and on the balanced yes/no set, the typed forms beside the display
 form, and what reasoning transfer did on the escalated questions."""
 
+import json
+import shlex
+
 import pytest
 
-from evaluation.demo_eval import (
+from evaluation.demo_eval import typed_records
+from evaluation.demo_summary import (
     accuracy_by_type,
     build_summary,
     compact_rows,
     question_prior,
-    question_type,
     render,
     transfer_effect,
-    typed_records,
     write_tables,
 )
+from harness.easy_vqa import question_type
 
 TRAIN = [
     ("what color is the circle?", "red"),
@@ -119,25 +122,105 @@ def test_the_summary_and_table_come_from_the_compact_rows_alone(tmp_path):
         next(line for line in lines if line.startswith("| mai "))
     )
     # Re-derived from the rows (with easy-vqa's own train questions for the baseline): the same figures.
-    written = write_tables(tmp_path, META, rows)
+    record = {"command": "python -m evaluation.demo_eval --table", "commit": "c0ffee"}
+    written = write_tables(tmp_path, META, rows, record)
     assert written == (tmp_path / "demo.md").read_text()
+    demo = json.loads((tmp_path / "demo.json").read_text())
+    assert demo["meta"] == record and list(demo)[-1] == "meta" and demo["command"] == "make eval-demo"
     assert [line for line in written.splitlines() if line.startswith("| mai")] == [
         line for line in lines if line.startswith("| mai")
     ]
 
 
+def command(argv):
+    return "python -m evaluation.demo_eval " + shlex.join(argv)
+
+
+def record_calls(monkeypatch, module, name):
+    """Replace ``module.name`` with a recorder of its calls (status 0)."""
+    calls = []
+    monkeypatch.setattr(module, name, lambda *args, **kwargs: calls.append((args, kwargs)) or 0)
+    return calls
+
+
 @pytest.mark.parametrize("fresh", [False, True])
 def test_calibrate_passes_fresh_on_to_mai_eval(tmp_path, monkeypatch, fresh):
-    import evaluation.cli
     import evaluation.demo_eval as demo_eval
+    from harness.local_server import config_args
 
     monkeypatch.setattr(demo_eval, "DATASETS", tmp_path)
     (tmp_path / "easy-vqa-validation-10-balanced-5.jsonl").write_text("{}\n")
-    calls = []
-    monkeypatch.setattr(evaluation.cli, "main", lambda argv: calls.append(argv) or 0)
+    calls = record_calls(monkeypatch, demo_eval, "calibrate_pass")
     argv = ["--calibrate", "--calibration-questions", "10", "--url", "http://server", "--out", str(tmp_path)]
-    assert demo_eval.main(argv + (["--fresh"] if fresh else [])) == 0
-    [call] = calls
-    assert call[:2] == ["calibrate", str(tmp_path / "easy-vqa-validation-10-balanced-5.jsonl")]
-    assert ("--fresh" in call) is fresh
-    assert call[call.index("--url") + 1] == "http://server"
+    argv += ["--fresh"] if fresh else []
+    assert demo_eval.main(argv) == 0
+    [(args, call)] = calls
+    assert args == (tmp_path / "easy-vqa-validation-10-balanced-5.jsonl", tmp_path)
+    assert call["fresh"] is fresh
+    assert call["url"] == "http://server"
+    # The files it writes name the command as typed; a server started elsewhere has no config here.
+    assert call["command"] == command(argv) and call["config"] is None
+    objective = config_args("mai-cpu.yaml")["cascade"]["adaptive"]["objective"]
+    assert call["objective"] == objective and call["settings"].concurrency == 8
+
+
+def test_either_or_runs_both_forms_of_the_questions(tmp_path, monkeypatch):
+    import evaluation.demo_eval as demo_eval
+
+    monkeypatch.setattr(demo_eval, "DATASETS", tmp_path)
+    monkeypatch.setattr(demo_eval, "EITHER_OR", tmp_path / "either-or")
+    for name in ("named", "choices"):
+        (tmp_path / f"easy-vqa-validation-either-or-{name}-200.jsonl").write_text("{}\n")
+    calls = record_calls(monkeypatch, demo_eval, "run_eval")
+    argv = ["--either-or", "--url", "http://server", "--concurrency", "4"]
+    assert demo_eval.main(argv) == 0
+    assert [args[0].name for args, _ in calls] == [
+        "easy-vqa-validation-either-or-named-200.jsonl",
+        "easy-vqa-validation-either-or-choices-200.jsonl",
+    ]
+    for (args, call), name in zip(calls, ("named", "choices"), strict=True):
+        assert args[1] == tmp_path / "either-or" / name
+        assert [run.name for run in args[2]] == ["mai", "mai-small", "mai-large"]
+        assert call["baseline"] == "mai-large" and call["url"] == "http://server"
+        assert call["command"] == command(argv) and call["settings"].concurrency == 4
+        assert call["fresh"] is False
+
+
+def test_the_evaluation_runs_every_policy_then_writes_demo_json_naming_its_command(tmp_path, monkeypatch):
+    import evaluation.demo_eval as demo_eval
+    from harness.provenance import git_commit
+
+    monkeypatch.setattr(demo_eval, "DATASETS", tmp_path)
+    (tmp_path / "demo-test-4-balanced-500.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    calls = record_calls(monkeypatch, demo_eval, "run_eval")
+    rows = compact_rows(RECORDS, PREDICTIONS)
+    monkeypatch.setattr(demo_eval, "collect", lambda out, records, typed, concurrency: (META, rows))
+    out = tmp_path / "demo"
+    argv = ["--url", "http://server", "--limit", "4", "--out", str(out)]
+    assert demo_eval.main(argv) == 0
+    (main_args, main_run), (typed_args, typed_run) = calls
+    assert main_args[1] == out and main_run["baseline"] == "mai-transfer"
+    assert [run.name for run in main_args[2]] == list(demo_eval.RUN_NAMES)
+    paper_rule = {"min_confidence": 0, "confident_large": None, "plan": "sequential"}
+    assert main_args[2][5].name == "mai-paper-rule" and dict(main_args[2][5].options) == paper_rule
+    assert typed_args[0] == tmp_path / "demo-test-4-typed.jsonl" and typed_args[1] == out / "typed"
+    assert [run.name for run in typed_args[2]] == ["mai-small", "mai-large"] and "baseline" not in typed_run
+    assert {call["command"] for _, call in calls} == {command(argv)}
+    meta = json.loads((out / "demo.json").read_text())["meta"]
+    assert meta["command"] == command(argv) and meta["commit"] == git_commit()["commit"]
+    assert "config" not in meta and meta["duration_s"] >= 0
+    assert json.loads((out / "predictions.jsonl").read_text().splitlines()[0]) == {"meta": META}
+
+
+def test_the_table_rederived_names_the_command_and_commit(tmp_path):
+    import evaluation.demo_eval as demo_eval
+    from harness.provenance import git_commit
+
+    rows = compact_rows(RECORDS, PREDICTIONS)
+    lines = [{"meta": META}, *rows]
+    (tmp_path / "predictions.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    argv = ["--table", "--out", str(tmp_path)]
+    assert demo_eval.main(argv) == 0
+    demo = json.loads((tmp_path / "demo.json").read_text())
+    assert demo["meta"]["command"] == command(argv) and demo["meta"]["commit"] == git_commit()["commit"]
+    assert demo["policies"]["mai"]["wall_s"] == 12.5

@@ -345,10 +345,11 @@ def test_report_writes_markdown_csv_json_and_plot(tmp_path):
         for policy, wall in (("mai", 2.0), ("mai-transfer", 5.0))
     }
     add_speedups(summaries, "mai-transfer")
+    meta = {"command": "mai-eval run pope.jsonl", "commit": "c0ffee", "uncommitted_changes": False}
     paths = write_report(
         tmp_path,
         summaries,
-        {"dataset": "pope.jsonl", "url": "http://x", "concurrency": 4, "baseline": "mai-transfer"},
+        meta | {"dataset": "pope.jsonl", "url": "http://x", "concurrency": 4, "baseline": "mai-transfer"},
     )
     text = paths["markdown"].read_text()
     assert (
@@ -362,6 +363,74 @@ def test_report_writes_markdown_csv_json_and_plot(tmp_path):
     assert [row["policy"] for row in rows_csv] == ["mai", "mai-transfer"] and float(rows_csv[0]["f1"]) > 0
     assert json.loads(paths["json"].read_text())["policies"]["mai"]["speedup"] == 2.5
     assert paths["plot"].read_bytes().startswith(b"\x89PNG")
+    # results.json: the summaries, then the run's provenance record under meta (the one writer's form).
+    written = json.loads(paths["json"].read_text())
+    assert list(written) == ["policies", "meta"] and written["meta"]["command"] == "mai-eval run pope.jsonl"
+    assert paths["json"].read_text() == json.dumps(written, indent=2) + "\n"
+    with pytest.raises(ValueError, match="command"):
+        write_report(
+            tmp_path, summaries, {"dataset": "pope.jsonl", "url": "x", "concurrency": 4, "baseline": "mai"}
+        )
+
+
+def fake_server(monkeypatch, answer="yes"):
+    """mai-eval's passes against no server: every policy answers ``answer`` to every record."""
+    import evaluation.passes
+
+    async def check_server(url, policies, api_key):
+        return None
+
+    async def run_policy(url, records, dataset_dir, run, store, settings, on_row=None):
+        done = store.done(run.name)
+        for record in records:
+            if record.id not in done:
+                row = answered(record.id, answer, "single", 0.1, [stage("large", "simple", 2)])
+                row["score"] = score(answer, record.model_dump())
+                store.append(run.name, row)
+                if on_row is not None:
+                    on_row(row)
+        store.add_segment(
+            run.name, {"started": 0.0, "wall_s": 1.0, "requests": len(records), "concurrency": 1}
+        )
+        return {}
+
+    monkeypatch.setattr(evaluation.passes, "check_server", check_server)
+    monkeypatch.setattr(evaluation.passes, "run_policy", run_policy)
+
+
+def test_run_and_report_write_results_naming_the_command_and_commit(tmp_path, monkeypatch, capsys):
+    from harness.provenance import git_commit
+
+    fake_server(monkeypatch)
+    data = write_lines(tmp_path / "d.jsonl", [rec("yes", "yes_no") | {"id": str(i)} for i in range(3)])
+    out = tmp_path / "o"
+    argv = [
+        "run",
+        str(data),
+        "--out",
+        str(out),
+        "--url",
+        "http://x",
+        "--policies",
+        "mai-large",
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    run = json.loads((out / "run.json").read_text())
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"] == run and results["policies"]["mai-large"]["answered"] == 3
+    assert run["command"] == "mai-eval " + " ".join(argv)
+    assert run["commit"] == git_commit()["commit"] and isinstance(run["uncommitted_changes"], bool)
+    assert run["dataset"] == str(data) and run["policies"] == ["mai-large"] and run["url"] == "http://x"
+    # Rebuilt: the run's record, and the command and commit that rebuilt the tables.
+    assert main(["report", str(out)]) == 0
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    assert meta == run | {"reported": {"command": f"mai-eval report {out}", **git_commit()}}
+    # A run recorded before runs named their command: the file names the command that rebuilt it.
+    (out / "run.json").write_text(json.dumps({k: v for k, v in run.items() if k != "command"}))
+    assert main(["report", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["meta"]["command"] == f"mai-eval report {out}"
+    assert "| mai-large | 100.0 |" in capsys.readouterr().out
 
 
 def test_store_resumes_only_answered_rows_and_refuses_another_dataset(tmp_path):
