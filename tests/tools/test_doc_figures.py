@@ -144,28 +144,48 @@ def test_every_figure_in_the_docs_says_what_its_source_says(path):
     assert not problems, f"{path.relative_to(ROOT)}:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
+# A run's inputs beside its results (mai-eval's dataset manifest and run record), not results.
+INPUTS = {"manifest.json", "run.json"}
+RESULT_FILES = sorted(path for path in RESULTS.rglob("*.json") if path.name not in INPUTS)
+
+
+@pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: p.relative_to(RESULTS).as_posix())
 def test_every_result_file_names_the_command_and_commit_that_wrote_it(path):
     meta = json.loads(path.read_text()).get("meta", {})
     command = meta.get("command")
-    assert command and command.startswith("python -m loadtest."), f"{path.name} names no command"
-    assert meta.get("commit") and isinstance(meta.get("uncommitted_changes"), bool), f"{path.name}: commit"
+    name = path.relative_to(RESULTS).as_posix()
+    assert command and command.startswith(("python -m ", "mai-eval ")), f"{name} names no command"
+    assert isinstance(meta.get("commit"), str) and len(meta["commit"]) == 40, f"{name}: meta.commit"
+    assert isinstance(meta.get("uncommitted_changes"), bool), f"{name}: clean tree or not"
 
 
-def test_benchmark_results_name_the_commit_config_and_checkpoints_they_ran():
-    from loadtest.bench import RESULT_FILES
+def test_every_scenario_result_names_the_config_and_checkpoints_it_ran():
+    from loadtest.bench.scenarios import SCENARIOS
 
-    for name in RESULT_FILES.values():
-        path = RESULTS / f"{name}.json"
-        if not path.exists():
+    for scenario in SCENARIOS.values():
+        if not scenario.path.exists():
             continue
-        meta = json.loads(path.read_text())["meta"]
-        assert meta.get("commit") and meta.get("config") and meta.get("checkpoints"), f"{name}.json meta"
-        assert isinstance(meta.get("uncommitted_changes"), bool), f"{name}.json: clean tree or not"
+        meta = json.loads(scenario.path.read_text())["meta"]
+        assert meta.get("config") == f"configs/{scenario.config}", f"{scenario.result}: meta.config"
+        assert meta.get("checkpoints"), f"{scenario.result}: meta.checkpoints"
 
 
 def test_results_md_is_what_make_bench_renders_from_the_committed_results():
-    from loadtest.bench_report import render_report
+    from loadtest.bench.render import render_report
 
     committed = (ROOT / "bench" / "RESULTS.md").read_text()
     assert render_report() == committed, "bench/RESULTS.md differs from bench/results: run `make bench`"
+
+
+def test_results_md_renders_every_result_file_of_a_scenario_or_another_command():
+    from loadtest.bench.render import sections
+
+    rendered = {scenario.result for scenario in sections()}
+    made_by_mai_eval = ("demo-eval/", "demo-calibration/", "either-or/", "lmms-eval/", "verification/")
+    missing = [
+        path.relative_to(RESULTS).as_posix()
+        for path in RESULT_FILES
+        if path.relative_to(RESULTS).as_posix() not in rendered
+        and not path.relative_to(RESULTS).as_posix().startswith(made_by_mai_eval)
+    ]
+    assert not missing, f"result files bench/RESULTS.md never shows: {missing}"

@@ -1,14 +1,8 @@
-"""The autoscaling bench's arithmetic (loadtest/autoscaling_bench.py): what it reports is computed
-from the timeline and the phases the way its docs say."""
+"""The autoscaling scenarios' arithmetic (loadtest/bench/surges.py, scenarios/autoscaling.py): what
+they report is computed from the timeline and the phases the way their docs say."""
 
-from loadtest.autoscaling_bench import (
-    SCALING,
-    expected_replicas,
-    objective_s,
-    replica_seconds,
-    summarize,
-    time_to_reach,
-)
+from loadtest.bench.scenarios.autoscaling import summarize
+from loadtest.bench.surges import SCALING, expected_replicas, objective_s, replica_seconds, time_to_reach
 
 TIMELINE = [
     {"t_s": 0.0, "small": 1, "large": 1},

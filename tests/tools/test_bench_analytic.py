@@ -1,10 +1,10 @@
-"""The paper's tables multiplied out (loadtest.analytic): the arithmetic the emulated tier's Serve
+"""The paper's tables multiplied out (loadtest/bench/analytic.py): the arithmetic the emulated tier's Serve
 runs are set beside."""
 
 import pytest
 
 from deployments import paper_profile
-from loadtest.analytic import IMAGE_TOKENS, QUESTION_TOKENS, call_seconds, policy_seconds
+from loadtest.bench.analytic import IMAGE_TOKENS, QUESTION_TOKENS, call_seconds, policy_seconds
 
 PROMPT = IMAGE_TOKENS + QUESTION_TOKENS
 

@@ -1,10 +1,11 @@
-"""The real-stack benchmark's schedule and arithmetic (loadtest.real_stack), on made-up rows."""
+"""The real-stack benchmark's schedule and arithmetic (loadtest/bench/real_stack.py), on made-up rows."""
 
 from collections import Counter
 
 import pytest
 
-from loadtest.real_stack import aggregate, evenly_mixed, measure, questions_at, ratios, run_order
+from loadtest.bench.real_stack import aggregate, evenly_mixed, measure, questions_at, ratios
+from loadtest.bench.schedule import run_order
 
 
 def test_every_repetition_runs_each_policy_once_per_concurrency_in_a_rotated_order():

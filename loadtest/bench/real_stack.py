@@ -32,6 +32,9 @@ from evaluation.run import DriveSettings, RunSpec, ask
 from evaluation.scoring import bootstrap_interval
 from harness.driver import closed_loop, percentile
 
+from .schedule import run_order
+from .summary import spread
+
 POLICIES = ("mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer", "mai")
 CONCURRENCIES = (1, 8, 32)
 REPETITIONS = 3
@@ -39,20 +42,6 @@ BASELINE = "mai-transfer"
 WARM_UP_QUESTIONS = 4
 MODELS = ("small", "large")
 TOKEN_KINDS = ("prompt_tokens", "cached_tokens", "completion_tokens")
-
-
-def run_order(
-    policies: Sequence[str], concurrencies: Sequence[int], repetitions: int
-) -> list[tuple[int, int, str]]:
-    """(repetition, concurrency, policy) in the order they run: within a repetition each concurrency
-    runs every policy once, the policies' order rotated by one from one repetition to the next."""
-    order = []
-    for repetition in range(repetitions):
-        shift = repetition % len(policies)
-        rotated = list(policies[shift:]) + list(policies[:shift])
-        for concurrency in concurrencies:
-            order += [(repetition, concurrency, policy) for policy in rotated]
-    return order
 
 
 def evenly_mixed(*groups: Sequence[Any]) -> list[Any]:
@@ -98,19 +87,6 @@ def measure(rows: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
             for route, count in sorted(Counter(row.get("route") for row in ok).items())
         },
         "scores": {row["id"]: row["score"] for row in ok},
-    }
-
-
-def spread(values: Sequence[float | None], digits: int = 4) -> dict[str, float] | None:
-    """Median, min and max of the repetitions (None when a repetition had no answer)."""
-    present = [value for value in values if value is not None]
-    if not present:
-        return None
-    return {
-        "median": round(statistics.median(present), digits),
-        "min": round(min(present), digits),
-        "max": round(max(present), digits),
-        "n": len(present),
     }
 
 

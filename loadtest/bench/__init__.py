@@ -1,0 +1,19 @@
+"""The benchmarks of the real Serve application, as scenarios of one runner.
+
+    python -m loadtest.bench --list                  # the scenarios, their configs, files, parameters
+    python -m loadtest.bench                         # all of them (make bench); hours on 2 cores
+    python -m loadtest.bench --only real,paper       # some of them
+    python -m loadtest.bench --only eager --param repetitions=5
+    python -m loadtest.bench --render                # only re-render bench/RESULTS.md
+
+One runner (`runner.py`) sets the environment and starts a local Ray once, and per scenario deploys
+through the config schema as `serve run` does, runs it, writes its result through the one writer with
+the flat provenance record (`harness/results.py`, `harness/provenance.py`) and re-renders
+bench/RESULTS.md (`render.py`). A scenario (`scenarios/<name>.py`) is its parameters as data, its run
+and its table. What scenarios share: request bodies and load (`load.py`), the rotated interleaving
+(`schedule.py`), medians with their spread (`summary.py`), and the libraries of families of
+scenarios (`real_stack.py`, `plans.py`, `audits.py`, `surges.py`, `analytic.py`, `direct.py`).
+
+Figures from the emulated engines are a capacity model (latency, never accuracy); everything in one
+scenario runs side by side on one local Ray, and its figures are ratios of runs made together.
+"""

@@ -1,0 +1,95 @@
+"""A scenario as data: its name, the section of bench/RESULTS.md it fills, the result file it writes,
+the config it deploys, its parameters (a frozen dataclass of defaults), its run and its table.
+
+A section whose file another command writes (the fault drills, the fuzzer, mai-eval's audit check, the
+Ray-log reader) is a scenario without a run: rendered here, made by the command it names."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from harness.paths import RESULTS
+
+
+@dataclass
+class Bench:
+    """What a scenario's run is given: the local server's URL, and the emulated datasets' records
+    (the scripted questions every emulated scenario sends), built on first use."""
+
+    url: str
+
+    @cached_property
+    def records(self) -> list[dict[str, Any]]:
+        from harness.datasets import ensure_datasets
+        from harness.jsonl import read_jsonl
+
+        return [record for path in ensure_datasets().values() for record in read_jsonl(path)]
+
+
+@dataclass(frozen=True)
+class NoParameters:
+    """For a scenario that takes none."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    result: str  # the file under bench/results
+    table: Callable[[dict[str, Any]], list[str]]
+    config: str | None = None  # the config under configs/ it deploys, named in the result's meta
+    run: Callable[[Bench, Any], dict[str, Any]] | None = None
+    parameters: Any = NoParameters()
+    command: str | None = None  # the command that writes the file, for a scenario without a run
+
+    @property
+    def path(self) -> Path:
+        return RESULTS / self.result
+
+    @property
+    def runnable(self) -> bool:
+        return self.run is not None
+
+    def rerun(self) -> str:
+        """The command that (re)makes this scenario's result."""
+        return self.command or f"python -m loadtest.bench --only {self.name}"
+
+    def accepts(self, key: str) -> bool:
+        return key in {field.name for field in dataclasses.fields(self.parameters)}
+
+    def configured(self, overrides: Mapping[str, str]) -> Any:
+        """The parameters with the ``overrides`` this scenario has, each parsed as its default's type."""
+        changes = {}
+        for key, text in overrides.items():
+            if self.accepts(key):
+                changes[key] = parse_like(getattr(self.parameters, key), key, text)
+        return dataclasses.replace(self.parameters, **changes)
+
+
+def parse_like(default: Any, key: str, text: str) -> Any:
+    """``text`` as a value of ``default``'s type (int, float, bool or str; a tuple as comma-separated
+    values of its first item's type, ``none`` for None)."""
+    if isinstance(default, tuple):
+        like = next((item for item in default if item is not None), "")
+        return tuple(
+            None if part.strip().lower() == "none" else parse_like(like, key, part.strip())
+            for part in text.split(",")
+        )
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except ValueError:
+        kind = {bool: "true or false", int: "an integer", float: "a number"}[type(default)]
+        raise ValueError(f"--param {key}={text}: expected {kind}") from None
+    return text

@@ -1,0 +1,47 @@
+"""Every scenario `python -m loadtest.bench` runs, in the order bench/RESULTS.md shows them. Adding one:
+a module here with its ``Parameters``, ``run``, ``table`` and ``SCENARIO``, listed below."""
+
+from __future__ import annotations
+
+from . import (
+    adaptive_capacity,
+    adaptive_real,
+    adaptive_shift,
+    audit_cost,
+    audit_shed,
+    autoscaling,
+    autoscaling_real,
+    eager,
+    logprobs,
+    overhead,
+    overload,
+    paper,
+    passthrough,
+    prefix_cache,
+    real,
+    selector,
+    shipped,
+)
+
+SCENARIOS = {
+    module.SCENARIO.name: module.SCENARIO
+    for module in (
+        real,
+        paper,
+        overhead,
+        eager,
+        autoscaling,
+        selector,
+        logprobs,
+        passthrough,
+        prefix_cache,
+        adaptive_real,
+        adaptive_shift,
+        adaptive_capacity,
+        audit_cost,
+        audit_shed,
+        overload,
+        shipped,
+        autoscaling_real,
+    )
+}
