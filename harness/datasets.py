@@ -14,7 +14,7 @@ import base64
 import io
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .easy_vqa import (
@@ -202,14 +202,22 @@ def chart_records(count: int = 300, seed: int = 0) -> Iterator[dict]:
         }
 
 
+def dataset_file(name: str, build: Callable[[], Iterable[dict]]) -> Path:
+    """``bench/data/<name>``, written from ``build()`` when missing (the records are seeded, so the
+    file is the same wherever it is built)."""
+    path = DATASETS / name
+    if not path.exists():
+        DATASETS.mkdir(parents=True, exist_ok=True)
+        write_jsonl(build(), path)
+    return path
+
+
 def ensure_datasets(limit: int = 1000) -> dict[str, Path]:
-    """The datasets under bench/data, built when missing."""
-    paths = {"easy-vqa": DATASETS / "easy-vqa.jsonl", "charts": DATASETS / "charts.jsonl"}
-    if not paths["easy-vqa"].exists():
-        write_jsonl(easy_vqa_records("test", limit), paths["easy-vqa"])
-    if not paths["charts"].exists():
-        write_jsonl(chart_records(min(limit, 300)), paths["charts"])
-    return paths
+    """The emulated benches' datasets under bench/data, built when missing."""
+    return {
+        "easy-vqa": dataset_file("easy-vqa.jsonl", lambda: easy_vqa_records("test", limit)),
+        "charts": dataset_file("charts.jsonl", lambda: chart_records(min(limit, 300))),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

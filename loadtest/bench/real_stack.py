@@ -30,10 +30,10 @@ from typing import Any
 from evaluation.records import EvalRecord, image_data_url
 from evaluation.run import DriveSettings, RunSpec, ask
 from evaluation.scoring import bootstrap_interval
-from harness.driver import closed_loop, percentile
+from harness.driver import closed_loop
 
 from .schedule import run_order
-from .summary import spread
+from .summary import quantiles, spread
 
 POLICIES = ("mai-small", "mai-large", "mai-small-reason", "mai-large-reason", "mai-transfer", "mai")
 CONCURRENCIES = (1, 8, 32)
@@ -76,8 +76,7 @@ def measure(rows: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
         "errors": len(rows) - len(ok),
         "wall_s": round(wall_s, 3),
         "requests_per_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
-        "p50_s": round(percentile(latencies, 0.5), 4) if latencies else None,
-        "p99_s": round(percentile(latencies, 0.99), 4) if latencies else None,
+        **quantiles(latencies),
         "tokens_per_request": {
             model: {kind: round(total / len(ok), 2) if ok else None for kind, total in totals.items()}
             for model, totals in tokens.items()

@@ -13,13 +13,11 @@ from harness.driver import Outcome, percentile
 MODELS = ("small", "large")
 
 
-def quantiles(latencies: Sequence[float], digits: int = 4) -> dict[str, float | None]:
-    """p50 and p99 of ``latencies``, rounded; None for no latencies."""
-    if not latencies:
-        return {"p50_s": None, "p99_s": None}
+def quantiles(latencies: Sequence[float], digits: int = 4, prefix: str = "") -> dict[str, float | None]:
+    """``<prefix>p50_s`` and ``<prefix>p99_s`` of ``latencies``, rounded; None for no latencies."""
     return {
-        "p50_s": round(percentile(latencies, 0.5), digits),
-        "p99_s": round(percentile(latencies, 0.99), digits),
+        f"{prefix}p{q}_s": round(percentile(latencies, q / 100), digits) if latencies else None
+        for q in (50, 99)
     }
 
 
@@ -65,8 +63,7 @@ def summarize(outcomes: Sequence[Outcome], wall_s: float) -> dict[str, Any]:
         "errors": len(outcomes) - len(ok),
         "wall_s": round(wall_s, 3),
         "requests_per_s": round(len(ok) / wall_s, 2) if wall_s else None,
-        "p50_s": round(percentile(latencies, 0.5), 4),
-        "p99_s": round(percentile(latencies, 0.99), 4),
+        **quantiles(latencies),
         "route_shares": {route: round(count / max(1, len(ok)), 4) for route, count in sorted(routes.items())},
         "tokens": tokens,
     }

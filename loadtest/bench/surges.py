@@ -9,12 +9,13 @@ import threading
 import time
 from typing import Any
 
-from harness.driver import Outcome, percentile
+from harness.driver import Outcome
 from harness.local_server import replica_counts
 from serve_app.core.scaling import little_replicas
 
 from .analytic import ongoing_share, policy_seconds
 from .load import ANSWER, bodies, emulated_args, run_load
+from .summary import quantiles
 
 SCALING = {
     "min_replicas": 1,
@@ -122,8 +123,7 @@ def phase_summary(phase: dict[str, Any], objective: float) -> dict[str, Any]:
         "started_s": phase["started_s"],
         "requests": len(outcomes),
         "errors": len(outcomes) - len(ok),
-        "p50_s": round(percentile(latencies, 0.5), 3) if latencies else None,
-        "p99_s": round(percentile(latencies, 0.99), 3) if latencies else None,
+        **quantiles(latencies, 3),
         "past_objective": sum(1 for o in outcomes if o.status != 200 or o.latency_s > objective),
         "goodput_per_s": round(sum(1 for x in latencies if x <= objective) / phase["wall_s"], 2),
     }

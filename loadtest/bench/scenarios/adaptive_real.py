@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.local_server import config_args, deploy
 from harness.paths import RESULTS
+from harness.results import shown
 
 from ..cells import cell, shares_text
 from ..load import stats
@@ -85,18 +86,15 @@ def verdict(
 def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     url, questions, repetitions = bench.url, parameters.questions, parameters.repetitions
     from evaluation.records import load_records
-    from harness.datasets import easy_vqa_records
-    from harness.jsonl import write_jsonl
-    from harness.paths import DATASETS
+    from harness.datasets import dataset_file, easy_vqa_records
 
     from ..real_stack import aggregate, measure, run_once
     from ..schedule import run_order
     from ..summary import spread
 
-    data = DATASETS / f"easy-vqa-test-{questions + WARM_UP}.jsonl"
-    if not data.exists():
-        DATASETS.mkdir(parents=True, exist_ok=True)
-        write_jsonl(easy_vqa_records("test", questions + WARM_UP), data)
+    data = dataset_file(
+        f"easy-vqa-test-{questions + WARM_UP}.jsonl", lambda: easy_vqa_records("test", questions + WARM_UP)
+    )
     records = load_records(data)
     scored, warm_up = records[:questions], records[questions:]
     deploy(config_args("mai-cpu.yaml"))
@@ -139,7 +137,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
         "repetitions": repetitions,
         "runs_as": RUNS,
         "order": "per repetition every run once, the order rotated by one from the last",
-        "dataset": str(data.relative_to(DATASETS.parent.parent)),
+        "dataset": shown(data),
         "verdict": verdict(table, walls, rows_kept),
         "policies": table,
         "controller_after_warm_up": after_warm_up,

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evaluation.scoring import score
 from harness.local_server import config_args, deploy
 
 from ..cells import percent, shares_text
-from ..load import ANSWER, run_load, stats
+from ..load import ANSWER, bodies, run_load, stats
 from ..scenario import Bench, Scenario
 from ..summary import shares
 from ..surges import Sampler
@@ -40,10 +41,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     from harness.datasets import easy_vqa_records
 
     asked = list(easy_vqa_records("test", questions, seed=35))
-    payloads = [
-        {"image": r["image"], "question": r["question"], "answer_type": r["answer_type"], "policy": "cascade"}
-        for r in asked
-    ]
+    payloads = bodies(asked, len(asked), policy="cascade")
     arms: dict[str, Any] = {}
     for relax in (False, True):
         cascade: dict[str, Any] = {"audit": {"rate": 1.0, "max_small_queue": 64, "max_large_queue": 64}}
@@ -71,7 +69,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
             row[arm] = {
                 "answer": outcome.answer,
                 "route": outcome.route,
-                "correct": outcome.status == 200 and _correct(outcome.answer, record),
+                "correct": outcome.status == 200 and score(outcome.answer, record) == 1.0,
                 "overload": outcome.overload,
             }
         rows.append(row)
@@ -100,12 +98,6 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
         },
         "rows": rows,
     }
-
-
-def _correct(answer: str | None, record: dict[str, Any]) -> bool:
-    from serve_app.core.verification import agree
-
-    return agree(answer, record["answer"], record["answer_type"])
 
 
 def _policy_log_lines() -> int:

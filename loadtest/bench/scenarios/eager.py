@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments import paper_profile
-from harness.driver import percentile
 from harness.local_server import deploy
 
 from ..cells import cell, percent_cell
 from ..load import ANSWER, PAPER_TIME_SCALE, bodies, emulated_args, progress, run_load
 from ..scenario import Bench, Scenario
 from ..schedule import run_order
-from ..summary import spread, summarize
+from ..summary import quantiles, spread, summarize
 
 
 @dataclass(frozen=True)
@@ -50,8 +49,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
             ]
             repetitions[repetition][mode] = summarize(outcomes, wall) | {
                 "escalated": len(escalated),
-                "escalated_p50_s": round(percentile(escalated, 0.5), 4),
-                "escalated_p99_s": round(percentile(escalated, 0.99), 4),
+                **quantiles(escalated, prefix="escalated_"),
             }
 
         def reduction(key: str, reps: list[dict[str, Any]] = repetitions) -> dict[str, float] | None:

@@ -8,14 +8,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from harness.driver import percentile
 from harness.local_server import deploy
 
 from ..cells import cell, percent, percent_cell
 from ..load import ANSWER, after, bodies, emulated_args, run_load
 from ..scenario import Bench, Scenario
 from ..schedule import rotated
-from ..summary import shares, spread
+from ..summary import quantiles, shares, spread
 from ..surges import objective_s
 
 FIXED = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 32}
@@ -69,8 +68,7 @@ def overload_run(url: str, records: list[dict], seconds: float) -> dict[str, Any
     return {
         "requests": len(outcomes),
         "errors": len(outcomes) - len(ok),
-        "p50_s": round(percentile(latencies, 0.5), 3),
-        "p99_s": round(percentile(latencies, 0.99), 3),
+        **quantiles(latencies, 3),
         "goodput_per_s": round(sum(1 for x in latencies if x <= objective) / wall, 2),
         "requests_per_s": round(len(ok) / wall, 2),
         "objective_s": objective,

@@ -23,30 +23,26 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     questions: ``questions`` of them under load, a quarter one at a time."""
     url = bench.url
     from evaluation.records import load_records
-    from harness.datasets import easy_vqa_balanced_records, easy_vqa_records
-    from harness.jsonl import write_jsonl
-    from harness.paths import DATASETS
+    from harness.datasets import dataset_file, easy_vqa_balanced_records, easy_vqa_records
+    from harness.results import shown
 
     from ..real_stack import bench_real_stack, evenly_mixed
 
     questions = parameters.questions
     balanced = questions // 3
-    data = DATASETS / f"easy-vqa-validation-{questions - balanced}-balanced-{balanced}.jsonl"
-    if not data.exists():
-        DATASETS.mkdir(parents=True, exist_ok=True)
-        write_jsonl(
-            [
-                *easy_vqa_records("validation", questions - balanced),
-                *easy_vqa_balanced_records("validation", balanced),
-            ],
-            data,
-        )
+    data = dataset_file(
+        f"easy-vqa-validation-{questions - balanced}-balanced-{balanced}.jsonl",
+        lambda: [
+            *easy_vqa_records("validation", questions - balanced),
+            *easy_vqa_balanced_records("validation", balanced),
+        ],
+    )
     records = load_records(data)
     # The file holds easy-vqa's questions, then the balanced ones; the one-at-a-time runs ask a prefix.
     asked = evenly_mixed(records[: questions - balanced], records[questions - balanced :])
     deploy(config_args("mai-cpu.yaml"))
     result = bench_real_stack(url, asked, data.parent)
-    return result | {"dataset": str(data.relative_to(DATASETS.parent.parent))}
+    return result | {"dataset": shown(data)}
 
 
 def table(result: dict[str, Any]) -> list[str]:
