@@ -9,7 +9,8 @@ with ``n`` choices.
 
 Latency of one call = TTFT(model, context tokens) from Table 3, then the completion tokens at Table 4's
 decode speed, slowed by the batch: per-token time x (1 + batch_slowdown x (running sequences - 1)). At
-most ``max_num_seqs`` sequences decode at once; the rest wait, as in vLLM's continuous batching.
+most ``max_num_seqs`` sequences decode at once; the rest wait, lower request ``priority`` values
+first, as in vLLM's continuous batching with priority scheduling.
 Completion tokens are drawn around Table 5's mean for the dataset and prompt kind. Answers are scripted
 so that the cascade's routes occur at Table 10's rates, keyed by the MAI request id in the call's
 ``request_id`` (deployments/engine_ids.py), so small and large agree or disagree consistently
@@ -43,6 +44,7 @@ from .emulated_script import (
     scripted_answer,
     scripted_confidence,
 )
+from .priority_slots import PrioritySlots
 from .settings import EmulationSettings
 
 logger = logging.getLogger("ray.serve")
@@ -56,7 +58,7 @@ class EmulatedVLM:
         self._response_type = ChatCompletionResponse
         self.settings = settings
         self.role, self.model_id = role, model_id
-        self._slots = asyncio.Semaphore(self.settings.max_num_seqs)
+        self._slots = PrioritySlots(self.settings.max_num_seqs)
         self._running = 0
         self._stats: dict[str, Any] = {}
         self._extra_delay_s = 0.0  # fault drills: every call takes this much longer
@@ -95,7 +97,7 @@ class EmulatedVLM:
         pieces = reply_pieces(
             scripted_answer(route, self.role, prompt_kind, answer_kind), prompt_kind, tokens
         )
-        async for _ in self._decoding(prompt_tokens, tokens):
+        async for _ in self._decoding(prompt_tokens, tokens, getattr(request, "priority", 0) or 0):
             pass
         logprobs = None
         if getattr(request, "logprobs", False):
@@ -165,11 +167,12 @@ class EmulatedVLM:
             }
             yield event([], usage=usage)
 
-    async def _decoding(self, prompt_tokens: int, tokens: int):
-        """Take a batch slot and decode: yields the tokens decoded so far after the first token and
-        after each chunk; counts the call completed or cancelled."""
+    async def _decoding(self, prompt_tokens: int, tokens: int, priority: int = 0):
+        """Take a batch slot (lower ``priority`` values first, as vLLM's priority scheduling) and
+        decode: yields the tokens decoded so far after the first token and after each chunk; counts
+        the call completed or cancelled."""
         try:
-            async with self._slots:
+            async with self._slots.slot(priority):
                 self._running += 1
                 self._stats["peak_batch"] = max(self._stats["peak_batch"], self._running)
                 try:

@@ -195,6 +195,25 @@ class AppConfig(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _audit_priority_needs_priority_engines(self) -> AppConfig:
+        """vLLM 0.32 takes a request priority under FCFS scheduling without a word and ignores it, so an
+        audit priority is refused unless both vLLM engines schedule by priority (the emulated engines
+        always do)."""
+        if self.cascade.audit.priority == 0:
+            return self
+        fcfs = [
+            f"{role}.engine_kwargs.scheduling_policy"
+            for role, model in (("small", self.small), ("large", self.large))
+            if model.engine != "emulated" and model.engine_kwargs.get("scheduling_policy") != "priority"
+        ]
+        if fcfs:
+            raise ValueError(
+                f"cascade.audit.priority {self.cascade.audit.priority} needs the engines to schedule by "
+                f"priority: set {' and '.join(fcfs)}: priority (or cascade.audit.priority: 0)"
+            )
+        return self
+
     def scorer_source(self) -> str:
         """The scorer's checkpoint: its own source, else the small model's (a local folder resolved)."""
         source = self.transfer_selection.scorer.source or self.small.source

@@ -37,7 +37,7 @@ def sections() -> list[Scenario]:
     """Every section of RESULTS.md, in order: the scenarios, each file another command writes beside
     the scenarios it belongs with, the drills last."""
     order = list(SCENARIOS.values())
-    after_audits = order.index(SCENARIOS["audit_shed"]) + 1
+    after_audits = order.index(SCENARIOS["audit_load"]) + 1
     order.insert(after_audits, AUDIT_TRUTH_SECTION)
     order += [REPLICA_STARTS_SECTION, REPLICA_STARTS_SHIPPED_SECTION]
     return [*order, FAULTS_SECTION, FUZZ_SECTION, FUZZ_CPU_SECTION]

@@ -47,6 +47,14 @@ class AuditSettings(BaseModel):
     max_small_queue: int = Field(
         8, ge=0, description="no audit starts while the small model has more calls in flight"
     )
+    priority: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="the engine priority of audits' model calls: served calls run at 0 and vLLM runs "
+        "lower values first, so above 0 audits wait behind served calls (needs scheduling_policy: "
+        "priority in both vLLM engines' engine_kwargs); 0 runs them as served calls",
+    )
     seed: int = 0
     report_interval_s: float = Field(
         5.0, gt=0, description="how often each ingress replica reports its statistics to the holder"

@@ -96,19 +96,33 @@ class Cascade:
         self.selectors: dict[str, TransferSelector] = {**DEFAULT_SELECTORS, **(selectors or {})}
 
     async def run(
-        self, question: Question, options: CascadeOptions | None = None, *, request_id: str | None = None
+        self,
+        question: Question,
+        options: CascadeOptions | None = None,
+        *,
+        request_id: str | None = None,
+        audit_priority: int | None = None,
     ) -> CascadeResult:
         """Answer ``question`` under ``options``; every model call names ``request_id`` (a new id when
-        None). An unknown transfer selector is refused before any model is called."""
+        None) and, for an audit, the engine priority its calls run at. An unknown transfer selector is
+        refused before any model is called."""
         options = options or CascadeOptions()
         check_transfer_selector(options.transfer_selector, self.selectors)
-        return await _Run(self, question, options, request_id or uuid.uuid4().hex).execute()
+        run = _Run(self, question, options, request_id or uuid.uuid4().hex, audit_priority)
+        return await run.execute()
 
 
 class _Run(StageCalls):
     """One request under its policy or plan: the algorithm, over the stage calls of ``StageCalls``."""
 
-    def __init__(self, cascade: Cascade, question: Question, options: CascadeOptions, request_id: str):
+    def __init__(
+        self,
+        cascade: Cascade,
+        question: Question,
+        options: CascadeOptions,
+        request_id: str,
+        audit_priority: int | None = None,
+    ):
         kind = question.kind or "text"
         plan = options.resolved_plan()
         trace = Trace(
@@ -122,7 +136,9 @@ class _Run(StageCalls):
             if question.options_named
             else choices_note(question.question, question.choices),
         )
-        super().__init__(cascade.clients, cascade.selectors, question, options, request_id, trace)
+        super().__init__(
+            cascade.clients, cascade.selectors, question, options, request_id, trace, audit_priority
+        )
         self.plan = plan
 
     async def execute(self) -> CascadeResult:

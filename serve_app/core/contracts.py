@@ -58,6 +58,13 @@ class EngineCall:
     stage: str
     prompt_kind: PromptKind
     answer_kind: str = "text"
+    # None: a served call. An int: an audit's call, sent at that engine priority (vLLM runs lower
+    # values first; served calls run at 0), so audits wait behind served calls.
+    audit_priority: int | None = None
+
+    @property
+    def is_audit(self) -> bool:
+        return self.audit_priority is not None
 
 
 @dataclass(frozen=True)

@@ -49,9 +49,11 @@ class StageCalls:
         options: CascadeOptions,
         request_id: str,
         trace: Trace,
+        audit_priority: int | None = None,
     ):
         self.clients, self.selectors = clients, selectors
         self.question, self.options, self.request_id, self.trace = question, options, request_id, trace
+        self.audit_priority = audit_priority  # None: served; else an audit's engine priority
         self.kind: str = question.kind or "text"
         self._tasks: list[asyncio.Task] = []
         # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
@@ -164,7 +166,7 @@ class StageCalls:
                 self.clients[model].complete(
                     messages,
                     max_tokens=max_tokens,
-                    call=EngineCall(self.request_id, name, prompt_kind, self.kind),
+                    call=EngineCall(self.request_id, name, prompt_kind, self.kind, self.audit_priority),
                     decoding=self.options.decoding,
                 ),
                 timeout_s,

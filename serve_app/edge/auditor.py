@@ -3,12 +3,13 @@ policy, in the background, after its reply has been built; the two answers are c
 answer kind's matcher and counted (serve_app/core/audit.py).
 
 An audit never delays, changes or fails the reply it audits: it starts once the reply exists, its
-failures are counted, never raised. Audits are the first load shed: none starts while the large or
-the small model has more than ``max_large_queue`` / ``max_small_queue`` calls of this replica in
-flight (a Full RT audit loads both: the small model reasons, the large one answers), and the running
-ones are cancelled when a served request arrives to find either model that busy. Their model calls
-carry the request id ``audit-<id>`` (so the engines' ids read ``mai-audit-<id>-...``) and their
-tokens are counted apart from served work.
+failures are counted, never raised. Its model calls run at the engine priority ``priority`` (with
+vLLM's ``scheduling_policy: priority``, so a served call never waits behind an audit's in the
+engine's queue). Audits are the first load shed: none starts while the large or the small model has
+more than ``max_large_queue`` / ``max_small_queue`` *served* calls of this replica in flight (the
+audits' own calls do not count); an audit that started runs to its end. Their model calls carry the
+request id ``audit-<id>`` (so the engines' ids read ``mai-audit-<id>-...``) and their tokens are
+counted apart from served work.
 """
 
 from __future__ import annotations
@@ -67,18 +68,11 @@ class Auditor:
         self.book = AuditBook(settings.window)
         self.running: set[asyncio.Task] = set()
 
-    def busy(self, margin: int = 0) -> bool:
-        """Whether a model has more than its bound (less ``margin``) of this replica's calls in flight."""
+    def busy(self) -> bool:
+        """Whether a model has more than its bound of this replica's served calls in flight."""
         small, large = self.in_flight()
         settings = self.settings
-        return small > settings.max_small_queue - margin or large > settings.max_large_queue - margin
-
-    def before_serving(self) -> None:
-        """A served request is about to call the models: cancel the running audits when a model is
-        already at its bound, so the request never waits behind them."""
-        if self.running and self.busy(margin=1):
-            for task in list(self.running):
-                task.cancel()
+        return small > settings.max_small_queue or large > settings.max_large_queue
 
     def served(self, job: Job, result: CascadeResult, *, overloaded: bool = False) -> None:
         """A cascade request was answered: count it, and start its audit when it is sampled. While the
@@ -102,7 +96,12 @@ class Auditor:
 
     async def _audit(self, job: Job, served: CascadeResult, cls: str, route: str) -> None:
         options = job.options.model_copy(update={"policy": self.settings.reference})
-        run = self.cascade.run(job.question, options, request_id=AUDIT_PREFIX + job.request_id)
+        run = self.cascade.run(
+            job.question,
+            options,
+            request_id=AUDIT_PREFIX + job.request_id,
+            audit_priority=self.settings.priority,
+        )
         try:
             reference = await asyncio.wait_for(run, self.timeout_s)
         except asyncio.CancelledError:

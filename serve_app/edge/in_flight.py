@@ -1,6 +1,7 @@
 """The load counter: a model client that counts this replica's calls to the model still in flight, the
-model's queue as the replica sees it. Audits are shed past its bound, and the overload guard reads
-the large model's."""
+model's queue as the replica sees it, served calls and audits' calls apart. Audits are shed past a
+bound on the served calls (an audit never sheds itself), and the overload guard reads the large
+model's served calls."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ from ..core.options import GREEDY, Decoding
 
 
 class InFlight:
-    """A model client that counts its calls in flight: the model's queue as this replica sees it."""
+    """A model client that counts its calls in flight: served calls in ``count``, audits' in ``audits``."""
 
     def __init__(self, client: VLMClient):
         self.client = client
         self.count = 0
+        self.audits = 0
 
     async def complete(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
     ) -> Completion:
-        self.count += 1
+        counter = "audits" if call.is_audit else "count"
+        setattr(self, counter, getattr(self, counter) + 1)
         try:
             return await self.client.complete(messages, max_tokens=max_tokens, call=call, decoding=decoding)
         finally:
-            self.count -= 1
+            setattr(self, counter, getattr(self, counter) - 1)

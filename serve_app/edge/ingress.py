@@ -186,7 +186,6 @@ class MAIIngress:
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
         self._start_reporting()
         self.demand.arrived()
-        self.auditor.before_serving()
         decision = self._decide(job)
         result = await self._run(decision.job)
         decision.stamp(result)

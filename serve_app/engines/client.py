@@ -55,6 +55,8 @@ class LLMServerClient:
             stream=False,
             request_id=engine_request_id(call),
             **self._sampling(decoding),
+            # An audit's calls wait behind served ones (scheduling_policy: priority, checked at start).
+            **({"priority": call.audit_priority} if call.audit_priority else {}),
         )
         started = time.monotonic()
         with engine_call(self.model_id):

@@ -394,3 +394,30 @@ def test_replica_starts_shows_seconds_per_deployment_and_the_upscale_decisions()
     assert "2 scale-ups decided" in "\n".join(lines)
     older = replica_starts_table({key: value for key, value in result.items() if key != "upscales"})
     assert older[-1] == "Scale-up decisions: not in this file."
+
+
+def test_audit_load_reports_the_share_audited_and_the_p50_ratio_against_its_goals():
+    from loadtest.bench.scenarios import audit_load
+
+    run_off = {"requests": 300, "errors": 0, "audited": 0}
+    run_on = {"requests": 300, "errors": 1, "audited": 90, "not_run_shed": 10}
+    assert audit_load.audited_share(run_on) == 0.9 and audit_load.audited_share(run_off) is None
+    metrics = ("p50_s", "p99_s", "requests_per_s")
+    result = {
+        "concurrency": 4,
+        "requests_per_run": 300,
+        "runs": {"0": [run_off], "1": [run_on]},
+        "summary": {
+            "0": {key: spread(1.0, 0.9, 1.1) for key in metrics},
+            "1": {key: spread(1.1, 1.0, 1.2) for key in metrics},
+            "ratios": {"p50_s": 1.1, "p99_s": 1.2, "requests_per_s": 0.95},
+        },
+        "audited_share": 0.9,
+        "goals": audit_load.GOALS,
+        "met": {"audited_share": True, "p50_ratio": True},
+    }
+    lines = audit_load.table(result)
+    assert column(lines, "audits", "rate 1", "early exits audited, per run") == "90 of 100"
+    assert column(lines, "audits", "off", "p50 s") == "1.00 [0.90–1.10]"
+    text = "\n".join(lines)
+    assert "**90.0%** (goal ≥ 80%: met)" in text and "p50 **1.1×** (goal ≤ 1.15×: met)" in text

@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.core.audit import AuditSettings
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import EngineUnavailableError, Question
+from serve_app.core.contracts import EngineCall, EngineUnavailableError, Question
 from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.auditor import AUDIT_PREFIX, Auditor
@@ -34,10 +34,21 @@ class Counted:
         self.not_run.append(reason)
 
 
-def setup(small_replies, large_replies, *, rate=1.0, max_large_queue=8, max_small_queue=8, large_delays=None):
+def setup(
+    small_replies,
+    large_replies,
+    *,
+    rate=1.0,
+    max_large_queue=8,
+    max_small_queue=8,
+    large_delays=None,
+    priority=0,
+):
     small = InFlight(ScriptedVLM(small_replies))
     large = InFlight(ScriptedVLM(large_replies, large_delays or {}))
-    settings = AuditSettings(rate=rate, max_large_queue=max_large_queue, max_small_queue=max_small_queue)
+    settings = AuditSettings(
+        rate=rate, max_large_queue=max_large_queue, max_small_queue=max_small_queue, priority=priority
+    )
     metrics = Counted()
     cascade = Cascade(small, large)
     auditor = Auditor(cascade, settings, lambda: (small.count, large.count), metrics, clock=lambda: 1.0)
@@ -46,7 +57,6 @@ def setup(small_replies, large_replies, *, rate=1.0, max_large_queue=8, max_smal
 
 async def serve(cascade, auditor, *, request_id="r1", task=None, question=QUESTION):
     job = Job(question, CascadeOptions(), "mai", request_id=request_id, task=task)
-    auditor.before_serving()
     result = await cascade.run(job.question, job.options, request_id=job.request_id)
     auditor.served(job, result)
     return result
@@ -116,19 +126,45 @@ async def test_no_audit_starts_while_either_model_is_past_its_bound(busy, bounds
     assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"shed": 1}
 
 
-async def test_running_audits_are_cancelled_when_a_served_request_finds_the_large_model_busy():
+async def test_an_audit_runs_to_its_end_while_served_requests_arrive_and_never_sheds_itself():
+    # A bound of 0 served large-model calls: the first request's audit holds the large model with its
+    # own transfer call when the second request is answered; only served calls count, so the second's
+    # audit starts too, and neither is cancelled by the served request arriving.
     cascade, auditor, small, large, metrics = setup(
-        {S: "[[yes]]", R: "[[no]]"}, {S: "[[yes]]", T: "[[no]]"}, max_large_queue=1, large_delays={T: 30.0}
+        {S: "[[yes]]", R: "[[no]]"},
+        {S: "[[yes]]", T: "[[no]]"},
+        max_large_queue=0,
+        large_delays={T: 0.2},
+        priority=3,
     )
     await serve(cascade, auditor, request_id="first")
-    [audit] = list(auditor.running)
     while not any(call.prompt_kind is T for call in large.calls):  # the audit reaches the large model
         await asyncio.sleep(0.01)
-    result = await serve(cascade, auditor, request_id="second")  # arrives while the audit holds it
-    assert result.route == "agree_short"
-    assert audit.cancelled() or audit.done()
-    assert metrics.not_run[0] == "cancelled" and metrics.audits == []
-    await auditor.close()
+    result = await serve(cascade, auditor, request_id="second")
+    assert result.route == "agree_short" and len(auditor.running) == 2
+    await asyncio.gather(*auditor.running)
+    assert metrics.not_run == [] and len(metrics.audits) == 2
+    priorities = {
+        call.engine_call.request_id.startswith(AUDIT_PREFIX): call.engine_call.audit_priority
+        for call in small.calls + large.calls
+    }
+    assert priorities == {True: 3, False: None}  # audits' calls at their priority, served ones not
+
+
+async def test_the_load_counter_counts_served_calls_and_audits_apart():
+    counter = InFlight(ScriptedVLM({S: "[[yes]]"}, {S: 0.1}))
+    seen = []
+
+    async def call(audit_priority):
+        engine_call = EngineCall("r", "s", S, "yes_no", audit_priority)
+        messages = [{"role": "user", "content": [{"type": "text", "text": "q"}]}]
+        await counter.complete(messages, max_tokens=4, call=engine_call)
+
+    tasks = [asyncio.create_task(call(None)), asyncio.create_task(call(1)), asyncio.create_task(call(0))]
+    await asyncio.sleep(0.05)
+    seen.append((counter.count, counter.audits))
+    await asyncio.gather(*tasks)
+    assert seen == [(1, 2)] and (counter.count, counter.audits) == (0, 0)
 
 
 @pytest.mark.parametrize(

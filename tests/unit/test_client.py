@@ -134,3 +134,35 @@ async def test_a_generation_the_engine_failed_is_an_engine_error_never_a_bug():
     client = LLMServerClient(FailingHandle(None), "m", logprobs=False)
     with pytest.raises(EngineUnavailableError, match="m failed the request"):
         await client.complete([], max_tokens=4, call=EngineCall("r1", "reason_small", PromptKind.REASONING))
+
+
+async def test_an_audits_calls_carry_its_engine_priority_and_served_calls_none():
+    from serve_app.core.contracts import EngineCall
+    from serve_app.core.prompts import PromptKind
+    from serve_app.engines.client import LLMServerClient
+
+    handle = RecordingHandle(response("Yes", None))
+    client = LLMServerClient(handle, "m", logprobs=False)
+    messages = [{"role": "user", "content": "Hi"}]
+    await client.complete(messages, max_tokens=4, call=EngineCall("r1", "short_small", PromptKind.SIMPLE))
+    audit = EngineCall("audit-r1", "reasoning", PromptKind.REASONING, "text", audit_priority=5)
+    await client.complete(messages, max_tokens=4, call=audit)
+    assert [request.priority for request in handle.requests] == [0, 5]  # vLLM's default is 0
+
+
+def test_an_audit_priority_needs_engines_that_schedule_by_priority():
+    base = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
+    audit = {"cascade": {"audit": {"priority": 1}}}
+    with pytest.raises(ValueError) as refused:
+        AppConfig.model_validate(base | audit)
+    assert "small.engine_kwargs.scheduling_policy and large.engine_kwargs.scheduling_policy" in str(
+        refused.value
+    )
+    by_priority = {"engine_kwargs": {"scheduling_policy": "priority"}}
+    small = base["small"] | by_priority
+    with pytest.raises(ValueError, match=r"set large\.engine_kwargs\.scheduling_policy: priority"):
+        AppConfig.model_validate(base | audit | {"small": small})
+    config = AppConfig.model_validate(base | audit | {"small": small, "large": base["large"] | by_priority})
+    assert config.cascade.audit.priority == 1
+    with pytest.raises(ValueError, match="priority"):
+        AppConfig.model_validate(base | {"cascade": {"audit": {"priority": -1}}})  # ahead of served calls

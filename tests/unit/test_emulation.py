@@ -144,3 +144,60 @@ def test_scripted_confidences_make_wrong_agreements_less_sure():
     pieces = reply_pieces("A", "reasoning", 40)
     tokens = tuple(TokenLogprob(t["token"], t["logprob"]) for t in reply_logprobs(pieces, 0.37))
     assert math.isclose(answer_confidence("".join(pieces), tokens), 0.37)
+
+
+async def test_batch_slots_go_to_lower_priority_values_first_and_equals_in_arrival_order():
+    import asyncio
+
+    from deployments.priority_slots import PrioritySlots
+
+    slots, order = PrioritySlots(1), []
+    release = asyncio.Event()
+
+    async def hold():
+        async with slots.slot():
+            await release.wait()
+
+    async def take(name, priority):
+        async with slots.slot(priority):
+            order.append(name)
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    waiters = [
+        asyncio.create_task(take(name, priority))
+        for name, priority in (("audit-1", 1), ("served-1", 0), ("audit-2", 1), ("served-2", 0))
+    ]
+    await asyncio.sleep(0)
+    assert slots.held == 1 and slots.waiting == 4
+    release.set()
+    await asyncio.gather(holder, *waiters)
+    assert order == ["served-1", "served-2", "audit-1", "audit-2"]
+    assert (slots.held, slots.waiting) == (0, 0)
+
+
+async def test_a_cancelled_waiter_leaves_the_queue_and_never_leaks_a_slot():
+    import asyncio
+
+    from deployments.priority_slots import PrioritySlots
+
+    slots = PrioritySlots(2)
+    release = asyncio.Event()
+
+    async def hold(priority=0):
+        async with slots.slot(priority):
+            await release.wait()
+
+    holders = [asyncio.create_task(hold()) for _ in range(2)]
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(hold(5))
+    await asyncio.sleep(0)
+    assert slots.waiting == 1
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert (slots.held, slots.waiting) == (2, 0)
+    release.set()
+    await asyncio.gather(*holders)
+    assert slots.held == 0
+    async with slots.slot():  # free again at once
+        assert slots.held == 1
