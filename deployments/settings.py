@@ -70,6 +70,22 @@ class EmulationSettings(Strict):
     )
 
 
+class StageAffinity(Strict):
+    """Stage-affinity routing (deployments/affinity.py): every call of one cascade request to this model
+    goes to one replica, whose prefix cache holds the request's image and question."""
+
+    enabled: bool = True
+    max_queue: int | None = Field(
+        None,
+        ge=1,
+        description="a replica with this many requests queued or running is passed over for the less "
+        "loaded of two (default: half of max_ongoing_requests, at least 1)",
+    )
+    pin_ttl_s: float = Field(
+        900.0, gt=0, description="how long a request keeps its replica after its last call"
+    )
+
+
 class ModelDeployment(Strict):
     """One VLM deployment: a ray.serve.llm LLMServer running vLLM."""
 
@@ -104,6 +120,7 @@ class ModelDeployment(Strict):
     prefix_cache_routing: bool = Field(
         False, description="route requests with the same prefix to the same replica"
     )
+    stage_affinity: StageAffinity = StageAffinity()
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelDeployment:
@@ -113,7 +130,22 @@ class ModelDeployment(Strict):
             raise ValueError("engine: emulated needs an emulation: section, and only it takes one")
         if self.autoscaling.target_ongoing_requests > self.max_ongoing_requests:
             raise ValueError("autoscaling.target_ongoing_requests must not exceed max_ongoing_requests")
+        if self.prefix_cache_routing and self.stage_affinity.enabled:
+            raise ValueError(
+                "prefix_cache_routing and stage_affinity are two request routers: set "
+                "stage_affinity.enabled: false to use prefix_cache_routing"
+            )
+        bound = self.stage_affinity.max_queue
+        if bound is not None and bound > self.max_ongoing_requests:
+            raise ValueError(
+                f"stage_affinity.max_queue ({bound}) must not exceed max_ongoing_requests "
+                f"({self.max_ongoing_requests}): a replica takes no more"
+            )
         return self
+
+    def affinity_max_queue(self) -> int:
+        """The stage-affinity queue bound: as configured, else half of max_ongoing_requests."""
+        return self.stage_affinity.max_queue or max(1, self.max_ongoing_requests // 2)
 
     def local_source(self) -> Path | None:
         """The local folder ``source`` names, resolved (relative paths against the current folder,

@@ -1,7 +1,8 @@
 """The small and the large VLM as ray.serve.llm LLMServer deployments (vLLM engines).
 
 Everything engine-side is ray.serve.llm's: engine management, placement groups, accelerator pinning,
-engine metrics, prefix-cache-aware routing. This module only turns our validated settings into an
+engine metrics. Routing is ours by default: stage affinity (deployments/stage_router.py) keeps a
+request's stages on one replica per model. This module only turns our validated settings into an
 ``LLMConfig`` with the choices MAI relies on made explicit.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 from .settings import ModelDeployment, ScorerSettings
 
 PREFIX_CACHE_ROUTER = "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
+STAGE_AFFINITY_ROUTER = "deployments.stage_router:StageAffinityRouter"
 
 # Engine settings MAI depends on; a config's engine_kwargs may override them.
 ENGINE_DEFAULTS: dict[str, Any] = {
@@ -43,6 +45,14 @@ def deployment_options(spec: ModelDeployment) -> dict[str, Any]:
         options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus}
     if spec.prefix_cache_routing:
         options["request_router_config"] = {"request_router_class": PREFIX_CACHE_ROUTER}
+    elif spec.stage_affinity.enabled:
+        options["request_router_config"] = {
+            "request_router_class": STAGE_AFFINITY_ROUTER,
+            "request_router_kwargs": {
+                "max_queue": spec.affinity_max_queue(),
+                "pin_ttl_s": spec.stage_affinity.pin_ttl_s,
+            },
+        }
     return options
 
 
@@ -83,7 +93,8 @@ def build_emulated_deployment(spec: ModelDeployment, role: str):
     from .emulated_vlm import EmulatedVLM
 
     options = deployment_options(spec)
-    options.pop("request_router_config", None)  # the prefix-cache router needs an engine's KV cache
+    if spec.prefix_cache_routing:  # the prefix-cache router needs an engine's KV cache
+        options.pop("request_router_config", None)
     options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus or 0}
     if spec.pin_resources:
         options["placement_group_bundles"] = [{"CPU": 0, **spec.pin_resources}]

@@ -88,6 +88,8 @@ class Completion:
     # Prompt tokens the engine served from its prefix cache (usage.prompt_tokens_details.cached_tokens);
     # None when the engine did not say.
     cached_tokens: int | None = None
+    # The replica the call ran on, when the stage-affinity router routed it; None otherwise.
+    replica: str | None = None
 
 
 class EngineError(Exception):

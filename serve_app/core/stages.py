@@ -192,6 +192,7 @@ class StageCalls:
                 completion.completion_tokens,
             )
             stage.cached_tokens = completion.cached_tokens
+            stage.replica = completion.replica
             stage.latency_s = completion.latency_s
             self._token_logprobs[name] = completion.token_logprobs
             stage.answer = extract_answer(completion.text)

@@ -39,6 +39,7 @@ class StageRecord:
     confidence: float | None = None  # probability of the parsed answer's tokens; None without logprobs
     output: str = ""
     error: str | None = None
+    replica: str | None = None  # the model replica the call ran on (stage-affinity routing)
 
     @property
     def ok(self) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from deployments import routed_replicas
 from deployments.engine_ids import EngineRequestId
 
 from ..core.contracts import Completion, EngineCall, EngineUnavailableError, TokenLogprob
@@ -68,7 +70,8 @@ class LLMServerClient:
                 raise
             except StopAsyncIteration:
                 raise EngineUnavailableError(f"{self.model_id} returned no response") from None
-        return _completion_of(item, self.model_id, time.monotonic() - started)
+        completion = _completion_of(item, self.model_id, time.monotonic() - started)
+        return dataclasses.replace(completion, replica=routed_replicas.take(request.request_id))
 
     def _sampling(self, decoding: Decoding) -> dict[str, Any]:
         fields: dict[str, Any] = {

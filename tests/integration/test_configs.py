@@ -32,7 +32,9 @@ def test_config_builds_llm_configs(name):
             deployment["autoscaling_config"]["target_ongoing_requests"] <= deployment["max_ongoing_requests"]
         )
         assert deployment["max_queued_requests"] >= 1
-        assert "request_router_config" not in deployment  # the default router (see settings.py)
+        router = deployment["request_router_config"]  # stage affinity, on in every shipped config
+        assert router["request_router_class"] == "deployments.stage_router:StageAffinityRouter"
+        assert 1 <= router["request_router_kwargs"]["max_queue"] <= deployment["max_ongoing_requests"]
         assert llm.engine_kwargs["enable_prefix_caching"] is True
         assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": 1}
         assert llm.engine_kwargs["max_model_len"] >= config.cascade.max_tokens.reasoning + 1024

@@ -410,3 +410,41 @@ def test_fuzzing_the_api_from_its_openapi_schema_finds_no_server_error(base_url)
     assert replica_counts() == replicas  # no replica crashed or was replaced
     body = {"image": data_url(), "question": "What is the value?", "policy": "cascade"}
     assert httpx.post(f"{base_url}/v1/mai/answer", json=body, timeout=30).status_code == 200
+
+
+def test_stage_affinity_keeps_each_requests_stages_on_one_replica_per_model(base_url):
+    """Two replicas per model, escalating requests with eager plans (two calls of one request to the
+    small model at once, where Serve's base router stalls) and audits: every stage of a request to one
+    model ran on one replica, the trace names it, and the requests spread over both replicas."""
+    two = {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 16}
+    deploy(
+        emulated(
+            dataset="mmmu",
+            time_scale=0.02,
+            small={"autoscaling": two},
+            large={"autoscaling": two},
+            cascade={"audit": {"rate": 1.0}},
+        )
+    )
+
+    async def ask_all():
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            bodies = answer_bodies(32, options={"plan": "eager"})
+            replies = await asyncio.gather(*(http.post("/v1/mai/answer", json=body) for body in bodies))
+        return [reply.json() for reply in replies if reply.status_code == 200]
+
+    traces = [reply["trace"] for reply in asyncio.run(ask_all())]
+    assert len(traces) == 32
+    used: dict[str, set] = {"small": set(), "large": set()}
+    for trace in traces:
+        for model in used:
+            replicas = {
+                stage["replica"]
+                for stage in trace["stages"]
+                if stage["model"] == model and stage["status"] == "ok"
+            }
+            assert len(replicas) <= 1 and None not in replicas, trace["stages"]
+            used[model] |= replicas
+    escalated = [t for t in traces if any(s["name"] == "transfer_large" for s in t["stages"])]
+    assert escalated, "no request reached the transfer"
+    assert all(len(replicas) == 2 for replicas in used.values()), used
