@@ -25,6 +25,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 from ray import serve
@@ -62,6 +63,8 @@ class EmulatedVLM:
         self._running = 0
         self._stats: dict[str, Any] = {}
         self._extra_delay_s = 0.0  # fault drills: every call takes this much longer
+        # (arrival time, MAI request key) of every cascade call, for the stage-affinity bench.
+        self._calls: deque[tuple[float, str]] = deque(maxlen=100_000)
         self.reset_stats_now()
         logger.warning(
             "EmulatedVLM %s (%s, profile %s, dataset %s): answers are scripted, latency is emulated; "
@@ -85,6 +88,8 @@ class EmulatedVLM:
         settings = self.settings
         key, prompt_kind, answer_kind = parse_call_id(getattr(request, "request_id", None))
         self._stats["calls"][prompt_kind] += 1
+        if prompt_kind != PASSTHROUGH:
+            self._calls.append((time.time(), key.removeprefix("audit-")))
         messages = [dict(message) for message in request.messages]
         prompt_tokens = estimate_prompt_tokens(messages, settings.image_tokens)
         max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
@@ -217,6 +222,12 @@ class EmulatedVLM:
         from now on. Returns the replica's id."""
         self.settings = EmulationSettings.model_validate(self.settings.model_dump() | {"dataset": dataset})
         return serve.get_replica_context().replica_id.unique_id
+
+    async def calls_served(self) -> tuple[str, list[tuple[float, str]]]:
+        """This replica's id and the (arrival time, request key) of the cascade calls it served since
+        the last time it was asked (the log is emptied)."""
+        calls, self._calls = list(self._calls), deque(maxlen=100_000)
+        return serve.get_replica_context().replica_id.unique_id, calls
 
     async def inject_delay(self, seconds: float) -> str:
         """Fault drills: make this replica's calls ``seconds`` slower (0 restores it). Returns the

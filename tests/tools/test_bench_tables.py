@@ -421,3 +421,14 @@ def test_audit_load_reports_the_share_audited_and_the_p50_ratio_against_its_goal
     assert column(lines, "audits", "off", "p50 s") == "1.00 [0.90–1.10]"
     text = "\n".join(lines)
     assert "**90.0%** (goal ≥ 80%: met)" in text and "p50 **1.1×** (goal ≤ 1.15×: met)" in text
+
+
+def test_affinity_counts_follow_up_calls_on_the_replica_of_their_requests_first_call():
+    from loadtest.bench.scenarios.affinity import follow_up_share
+
+    calls = {
+        "r1": [(1.0, "a"), (2.0, "a"), (1.5, "b")],
+        "r2": [(3.0, "a"), (0.5, "b"), (2.5, "c")],
+    }
+    # a: first on r1, follow-ups r1 and r2; b: first on r2, follow-up r1; c: no follow-up
+    assert follow_up_share(calls) == (1, 3)
