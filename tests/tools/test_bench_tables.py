@@ -432,3 +432,25 @@ def test_affinity_counts_follow_up_calls_on_the_replica_of_their_requests_first_
     }
     # a: first on r1, follow-ups r1 and r2; b: first on r2, follow-up r1; c: no follow-up
     assert follow_up_share(calls) == (1, 3)
+
+
+def test_affinity_cache_reads_the_later_stages_cached_share_of_the_shared_prefix():
+    from loadtest.bench.scenarios.affinity_cache import cached_shares
+
+    def stage(name, cached, status="ok"):
+        return {"name": name, "status": status, "cached_tokens": cached}
+
+    replies = [
+        {
+            "trace": {
+                "stages": [stage("short_small", 0), stage("reason_small", 64), stage("transfer_large", 32)]
+            }
+        },
+        {"trace": {"stages": [stage("reason_small", 100), stage("transfer_large", 0, "timeout")]}},
+        {"error": 503},
+    ]
+    shares = cached_shares(replies, shared_prefix=64)  # more than the prefix counts as the prefix
+    assert shares == {
+        "reason_small": {"calls": 2, "cached_share_of_shared_prefix": 1.0},
+        "transfer_large": {"calls": 1, "cached_share_of_shared_prefix": 0.5},
+    }
