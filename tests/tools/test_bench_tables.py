@@ -434,11 +434,11 @@ def test_affinity_counts_follow_up_calls_on_the_replica_of_their_requests_first_
     assert follow_up_share(calls) == (1, 3)
 
 
-def test_affinity_cache_reads_the_later_stages_cached_share_of_the_shared_prefix():
+def test_affinity_cache_reads_the_later_stages_cached_tokens_per_call():
     from loadtest.bench.scenarios.affinity_cache import cached_shares
 
-    def stage(name, cached, status="ok"):
-        return {"name": name, "status": status, "cached_tokens": cached}
+    def stage(name, cached, prompt=100, status="ok"):
+        return {"name": name, "status": status, "cached_tokens": cached, "prompt_tokens": prompt}
 
     replies = [
         {
@@ -446,11 +446,16 @@ def test_affinity_cache_reads_the_later_stages_cached_share_of_the_shared_prefix
                 "stages": [stage("short_small", 0), stage("reason_small", 64), stage("transfer_large", 32)]
             }
         },
-        {"trace": {"stages": [stage("reason_small", 100), stage("transfer_large", 0, "timeout")]}},
+        {"trace": {"stages": [stage("reason_small", 96), stage("transfer_large", 0, status="timeout")]}},
         {"error": 503},
     ]
-    shares = cached_shares(replies, shared_prefix=64)  # more than the prefix counts as the prefix
-    assert shares == {
-        "reason_small": {"calls": 2, "cached_share_of_shared_prefix": 1.0},
-        "transfer_large": {"calls": 1, "cached_share_of_shared_prefix": 0.5},
+    shares = cached_shares(replies)
+    assert shares["reason_small"] == {
+        "calls": 2,
+        "cached_tokens_per_call": 80.0,
+        "prompt_tokens_per_call": 100.0,
+        "cached_share_of_prompt": 0.8,
     }
+    assert (
+        shares["transfer_large"]["calls"] == 1 and shares["transfer_large"]["cached_tokens_per_call"] == 32.0
+    )

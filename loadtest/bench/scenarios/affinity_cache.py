@@ -1,8 +1,8 @@
 """affinity_cache: what stage affinity keeps of the prefix cache on the real CPU stack with two
 replicas of each model (configs/mai-cpu.yaml with smaller CPU bundles, no core binding, half a GiB of
 KV cache per engine): ``mai`` forced to the paper's ``sequential`` plan on balanced yes/no questions
-(which escalate on the demo pair), the share of the image+question prefix the reasoning and transfer
-stages are served from cache, under stage affinity, under Serve's default router, and with one
+(which escalate on the demo pair), the prompt tokens the reasoning and transfer stages are served
+from cache, under stage affinity, under Serve's default router, and with one
 replica per model, interleaved in a rotated order; then 160 eager requests at concurrency 8 under
 stage affinity at two replicas (the load that stalled the prefix-cache router)."""
 
@@ -23,7 +23,6 @@ from ..cells import percent
 from ..load import ANSWER, answer_body, run_load
 from ..scenario import Bench, Scenario
 from ..schedule import run_order
-from .prefix_cache import shared_prefix_tokens
 
 ARMS = ("affinity", "default", "one")
 STAGES = ("reason_small", "transfer_large")
@@ -67,31 +66,31 @@ async def _ask(url: str, payloads: list[dict[str, Any]], concurrency: int) -> li
         return await asyncio.gather(*(one(body) for body in payloads))
 
 
-def cached_shares(replies: list[dict[str, Any]], shared_prefix: int) -> dict[str, Any]:
-    """Per later stage: its calls, and the share of the shared prefix served from cache over them."""
-    totals = {stage: [0, 0] for stage in STAGES}
+def cached_shares(replies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per later stage: its calls, the prompt and cached tokens per call, and the cached share."""
+    totals = {stage: [0, 0, 0] for stage in STAGES}  # cached, prompt, calls
     for reply in replies:
         for stage in reply.get("trace", {}).get("stages", []):
             if stage["name"] in totals and stage["status"] == "ok" and stage.get("cached_tokens") is not None:
-                totals[stage["name"]][0] += min(stage["cached_tokens"], shared_prefix)
-                totals[stage["name"]][1] += 1
+                counts = totals[stage["name"]]
+                counts[0] += stage["cached_tokens"]
+                counts[1] += stage["prompt_tokens"]
+                counts[2] += 1
     return {
         stage: {
             "calls": calls,
-            "cached_share_of_shared_prefix": round(cached / calls / shared_prefix, 4) if calls else None,
+            "cached_tokens_per_call": round(cached / calls, 2) if calls else None,
+            "prompt_tokens_per_call": round(prompt / calls, 2) if calls else None,
+            "cached_share_of_prompt": round(cached / prompt, 4) if prompt else None,
         }
-        for stage, (cached, calls) in totals.items()
+        for stage, (cached, prompt, calls) in totals.items()
     }
 
 
 def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
-    from harness.paths import ROOT
-
     url = bench.url
     records = list(easy_vqa_balanced_records("validation", parameters.questions))
     payloads = [answer_body(record, options={"plan": "sequential"}) for record in records]
-    prefix = shared_prefix_tokens(str(ROOT / "models" / "demo-small"), records[0]["question"])
-    shared = prefix["shared_prefix_tokens"]
     runs = []
     for repetition, _, arm in run_order(ARMS, (parameters.concurrency,), parameters.repetitions):
         started = time.monotonic()
@@ -104,7 +103,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
                 "repetition": repetition,
                 "deploy_s": round(deployed_s, 1),
                 "errors": sum("error" in reply for reply in replies),
-                "stages": cached_shares(replies, shared),
+                "stages": cached_shares(replies),
             }
         )
         print(f"  affinity_cache {arm} #{repetition + 1}: {runs[-1]['stages']}", file=sys.stderr, flush=True)
@@ -117,7 +116,6 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
         "questions": parameters.questions,
         "concurrency": parameters.concurrency,
         "repetitions": parameters.repetitions,
-        "prompts": prefix,
         "runs": runs,
         "summary": _summary(runs),
         "eager": {
@@ -136,7 +134,7 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         mine = [run for run in runs if run["arm"] == arm]
         out[arm] = {}
         for stage in STAGES:
-            shares = [run["stages"][stage]["cached_share_of_shared_prefix"] for run in mine]
+            shares = [run["stages"][stage]["cached_tokens_per_call"] for run in mine]
             present = [share for share in shares if share is not None]
             out[arm][stage] = round(sum(present) / len(present), 4) if present else None
     out["affinity_over_one"] = {
@@ -159,21 +157,28 @@ def table(result: dict[str, Any]) -> list[str]:
         f"`configs/mai-cpu.yaml` with two replicas per model (CPU bundles of 0.25, no core binding, half a "
         f"GiB of KV cache per engine), `mai` with `plan: sequential` on {result['questions']} balanced "
         f"yes/no validation questions at concurrency {result['concurrency']}, the arms in a rotated order, "
-        f"{result['repetitions']} repetitions: the share of the {result['prompts']['shared_prefix_tokens']}-"
-        "token image+question prefix each later stage was served from the prefix cache (mean over the "
-        "repetitions).",
+        f"{result['repetitions']} repetitions: the prompt tokens per call each later stage was served from "
+        "the prefix cache (mean over the repetitions), and the share of its prompt that is.",
         "",
-        "| routing | reasoning (small) | transfer (large) |",
-        "|---|---|---|",
+        "| routing | reasoning (small): cached tokens / call | share of prompt | transfer (large): cached "
+        "tokens / call | share of prompt |",
+        "|---|---|---|---|---|",
     ]
     for arm, name in names.items():
-        shares = summary[arm]
-        lines.append(f"| {name} | {percent(shares['reason_small'])} | {percent(shares['transfer_large'])} |")
-    ratio = summary["affinity_over_one"]
+        cells = []
+        for stage in STAGES:
+            shares = [
+                run["stages"][stage]["cached_share_of_prompt"]
+                for run in result["runs"]
+                if run["arm"] == arm and run["stages"][stage]["cached_share_of_prompt"] is not None
+            ]
+            cells += [str(summary[arm][stage]), percent(sum(shares) / len(shares) if shares else None)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    ratio, goal = summary["affinity_over_one"], result["goal"]["affinity_over_one_replica_at_least"]
     lines += [
         "",
-        f"Stage affinity over one replica: reasoning {ratio['reason_small']}×, transfer "
-        f"{ratio['transfer_large']}× (goal ≥ {result['goal']['affinity_over_one_replica_at_least']}×). "
+        f"Stage affinity over one replica, cached tokens per call: reasoning {ratio['reason_small']}×, "
+        f"transfer {ratio['transfer_large']}× (goal ≥ {goal}×). "
         f"{eager['requests']} eager requests at concurrency {eager['concurrency']} under stage affinity: "
         f"{eager['answered']} answered in {eager['wall_s']} s.",
     ]
