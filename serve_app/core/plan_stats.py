@@ -205,51 +205,61 @@ def exact_mean(total: int, count: int) -> float:
     return (total / _SCALE) / count
 
 
-class _Sum:
-    """A running exact sum of one quantity's present values over a window."""
+# What an observation adds to a window's running counts and sums (``_terms``): its ``_tally``, and per
+# quantity of ``MEANS`` its ``exact`` value (None: not measured; a float: infinite or NaN, which no
+# integer holds: the mean of a window holding one is read from the window itself).
+_Terms = tuple[tuple[int, int, int, int, int], tuple[int | float | None, ...]]
+_UNTALLIED = (0, 0, 0, 0, 0)
 
-    __slots__ = ("total", "count", "unbounded")
 
-    def __init__(self) -> None:
-        self.total = 0  # the finite values, ``exact``
-        self.count = 0  # the present values, finite or not
-        self.unbounded = 0  # of them, infinite or NaN: then the mean is read from the window
+def _terms(o: Observation) -> _Terms:
+    values: list[int | float | None] = []
+    for name in MEANS:
+        value = getattr(o, name)
+        values.append(exact(value) if value is not None and math.isfinite(value) else value)
+    tally = _tally(o) if o.plan in _STAGED or o.plan == Plan.REASON_FIRST else _UNTALLIED
+    return tally, tuple(values)
 
 
 class _MergedClass:
-    """A class's latest observations of all replicas and the counts and sums read from them."""
+    """A class's latest observations of all replicas (each with its ``_terms``) and the counts and
+    exact sums read from them."""
 
     def __init__(self, window: int):
-        self.window: LatestWindow[Observation] = LatestWindow(window)
+        self.window: LatestWindow[tuple[Observation, _Terms]] = LatestWindow(window)
         self.counts = [0, 0, 0, 0, 0]  # rates' arguments
-        self.sums = {name: _Sum() for name in MEANS}
+        self.totals = [0] * len(MEANS)  # per quantity, the ``exact`` sum of its finite values
+        self.present = [0] * len(MEANS)  # per quantity, its values (finite or not)
+        self.unbounded = [0] * len(MEANS)  # per quantity, its infinite or NaN values
         self.estimates: PlanEstimates | None = None  # read on demand, until the window changes
 
-    def _count(self, o: Observation, sign: int) -> None:
-        if o.plan in _STAGED or o.plan == Plan.REASON_FIRST:
-            for index, count in enumerate(_tally(o)):
+    def count(self, terms: _Terms, sign: int) -> None:
+        """Add (``sign`` 1) or take out (-1) an observation's terms."""
+        tally, values = terms
+        if tally is not _UNTALLIED:
+            for index, count in enumerate(tally):
                 self.counts[index] += sign * count
-        for name in MEANS:
-            value = getattr(o, name)
+        for index, value in enumerate(values):
             if value is None:
                 continue
-            running = self.sums[name]
-            running.count += sign
-            if math.isfinite(value):
-                running.total += sign * exact(value)
+            self.present[index] += sign
+            if type(value) is int:
+                self.totals[index] += value if sign > 0 else -value
             else:
-                running.unbounded += sign
+                self.unbounded[index] += sign
 
     def read(self) -> PlanEstimates:
         if self.estimates is None:
             staged, _, _, first, _ = self.counts
             p1, p2, q = rates(*self.counts)
             means: dict[str, float | None] = {}
-            for name, running in self.sums.items():
-                if running.unbounded:
-                    means[name] = _mean(getattr(o, name) for o in self.window)
+            for index, name in enumerate(MEANS):
+                if self.unbounded[index]:
+                    means[name] = _mean(getattr(o, name) for o, _ in self.window)
+                elif self.present[index]:
+                    means[name] = exact_mean(self.totals[index], self.present[index])
                 else:
-                    means[name] = exact_mean(running.total, running.count) if running.count else None
+                    means[name] = None
             self.estimates = PlanEstimates(
                 requests=len(self.window),
                 stage1_runs=staged,
@@ -277,12 +287,14 @@ class MergedPlans:
         entry = self.classes.get(cls)
         if entry is None:
             entry = self.classes[cls] = _MergedClass(self.window)
-        kept, evicted = entry.window.add(key, observation)
-        if kept:
-            entry._count(observation, 1)
-            entry.estimates = None
+        if not entry.window.takes(key):
+            return
+        terms = _terms(observation)
+        _, evicted = entry.window.add(key, (observation, terms))
+        entry.count(terms, 1)
         if evicted is not None:
-            entry._count(evicted, -1)
+            entry.count(evicted[1], -1)
+        entry.estimates = None
 
     def estimates(self, cls: str) -> PlanEstimates:
         entry = self.classes.get(cls)

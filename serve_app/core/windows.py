@@ -28,11 +28,14 @@ class LatestWindow(Generic[T]):
         self.size = size
         self.entries: list[tuple[Key, T]] = []
 
+    def takes(self, key: Key) -> bool:
+        """Whether an entry at ``key`` would be kept: not when it is older than a full window's oldest."""
+        return len(self.entries) < self.size or key > self.entries[0][0]
+
     def add(self, key: Key, item: T) -> tuple[bool, T | None]:
-        """Add ``item`` at ``key`` (unique): whether it was kept, and the item it pushed out, if any.
-        An entry older than a full window's oldest is not kept."""
+        """Add ``item`` at ``key`` (unique): whether it was kept, and the item it pushed out, if any."""
         entries = self.entries
-        if len(entries) >= self.size and key < entries[0][0]:
+        if not self.takes(key):
             return False, None
         if not entries or key > entries[-1][0]:  # the usual case: the newest yet
             entries.append((key, item))

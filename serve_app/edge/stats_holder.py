@@ -35,6 +35,7 @@ from ..core.plan_stats import MergedPlans, Observation
 from ..core.plans import PlanEstimates
 
 logger = logging.getLogger("ray.serve")
+ESTIMATES = tuple(field.name for field in dataclasses.fields(PlanEstimates))  # a reply's, per class
 
 
 class AuditView(Protocol):
@@ -161,7 +162,8 @@ class AuditStats:
 
     def _estimates_of(self, cls: str) -> dict[str, Any]:
         if cls not in self._estimates:
-            self._estimates[cls] = dataclasses.asdict(self.plans.estimates(cls))
+            estimates = self.plans.estimates(cls)
+            self._estimates[cls] = {name: getattr(estimates, name) for name in ESTIMATES}
         return self._estimates[cls]
 
     def _exit_bounds(self, cls: str) -> dict[str, float]:
