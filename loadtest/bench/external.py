@@ -1,6 +1,6 @@
 """Sections of bench/RESULTS.md whose result files other commands write: the fault drills, the fuzzer,
-mai-eval's check of the audit signal, and the replica start times read from Ray's logs. Each is a
-scenario without a run: its table here, its command named."""
+mai-eval's check of the audit signal, the stats holder's scaling simulation, and the replica start
+times read from Ray's logs. Each is a scenario without a run: its table here, its command named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import datetime
 import statistics
 from typing import Any
 
-from .cells import cell, percent
+from .cells import cell, percent, percent_cell
 from .scenario import Scenario
 
 FAULTS = {
@@ -116,6 +116,54 @@ def audit_truth_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _scaled(spread: dict[str, float], factor: float) -> dict[str, float]:
+    return {key: spread[key] * factor for key in ("median", "min", "max")}
+
+
+def stats_holder_table(result: dict[str, Any]) -> list[str]:
+    settings = result["settings"]
+    lines = [
+        f"One process, a virtual clock, no Ray: R ingress replicas record {settings['classes']} question "
+        f"classes (Zipf shares) at about {settings['requests_per_s_per_replica']:g} requests/s each into "
+        f"real books, early exits audited at rate {settings['audit_rate']:g}, windows of "
+        f"{settings['audit_window']} audits and {settings['plan_window']} plan observations full from the "
+        f"start, and each reports every {settings['report_interval_s']:g} s to one holder. Before: the "
+        "holder that kept every replica's whole books and merged them all on every report and snapshot; "
+        "after: the merged view kept up to date from reports of what changed. Holder CPU per report "
+        "(unpickle it, apply it, pickle the reply) and per interval, median [min–max] over "
+        f"{settings['intervals']} intervals; *sampled*: {settings['before_reports_per_interval']} reports "
+        "of each interval timed, the interval extrapolated.",
+        "",
+        "| replicas | holder | CPU per report, ms | CPU per interval, s | share of the interval | "
+        "report, KB | reply, KB | snapshot, ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for replicas, run in result["runs"].items():
+        for arm in ("before", "after"):
+            figures = run[arm]
+            label = arm + (" (*sampled*)" if figures["sampled"] else "")
+            report_kb, reply_kb = (figures[key]["median"] / 1000 for key in ("report_bytes", "reply_bytes"))
+            lines.append(
+                f"| {replicas} | {label} | {cell(_scaled(figures['cpu_per_report_s'], 1000), 2)} | "
+                f"{cell(figures['cpu_per_interval_s'], 3)} | {percent_cell(figures['interval_share'])} | "
+                f"{report_kb:.1f} | {reply_kb:.1f} | {cell(_scaled(figures['snapshot_cpu_s'], 1000), 2)} |"
+            )
+    restarts = ", ".join(
+        f"{replicas} replicas {run['after']['full_report']['all_replicas_cpu_s']:g} s"
+        for replicas, run in result["runs"].items()
+    )
+    exact = all(run["after"]["matches_exact_merge"] for run in result["runs"].values())
+    lines += [
+        "",
+        "After a holder restart every replica reports its whole books once (about "
+        f"{next(iter(result['runs'].values()))['after']['full_report']['bytes']['median'] / 1000:.0f} KB "
+        f"each): holder CPU over all of them {restarts}. At the end of each run the holder's "
+        f"`GET /v1/mai/stats` body {'equalled' if exact else 'differed from'} the exact merge of the "
+        "replicas' books.",
+    ]
+    return lines
+
+
 def replica_starts_table(result: dict[str, Any]) -> list[str]:
     lines = [
         f"From Ray session `{result['session']}`, Serve's controller log: seconds from \"Starting "
@@ -188,6 +236,13 @@ AUDIT_TRUTH_SECTION = Scenario(
     result="audit/audit-truth.json",
     table=audit_truth_table,
     command="python -m evaluation.audit_truth",
+)
+STATS_HOLDER_SECTION = Scenario(
+    name="stats-holder-scale",
+    title="The stats holder with 8 to 256 ingress replicas (simulated)",
+    result="stats-holder-scale.json",
+    table=stats_holder_table,
+    command="python -m loadtest.stats_scale",
 )
 REPLICA_STARTS_SECTION = Scenario(
     name="replica-starts",

@@ -20,6 +20,7 @@ from .external import (
     FUZZ_SECTION,
     REPLICA_STARTS_SECTION,
     REPLICA_STARTS_SHIPPED_SECTION,
+    STATS_HOLDER_SECTION,
 )
 from .scenario import Scenario
 from .scenarios import SCENARIOS
@@ -39,6 +40,7 @@ def sections() -> list[Scenario]:
     order = list(SCENARIOS.values())
     after_audits = order.index(SCENARIOS["audit_load"]) + 1
     order.insert(after_audits, AUDIT_TRUTH_SECTION)
+    order.insert(after_audits + 1, STATS_HOLDER_SECTION)
     order += [REPLICA_STARTS_SECTION, REPLICA_STARTS_SHIPPED_SECTION]
     return [*order, FAULTS_SECTION, FUZZ_SECTION, FUZZ_CPU_SECTION]
 

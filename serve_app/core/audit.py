@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .options import Policy
 from .routes import EARLY_EXITS, Route
+from .windows import Key, LatestWindow
 
-__all__ = ["EARLY_EXITS", "AuditBook", "AuditSettings", "is_sampled"]
+__all__ = ["EARLY_EXITS", "AuditBook", "AuditSettings", "MergedAudits", "is_sampled"]
 
 # Said in the stats of a class a single-model plan answers: its alert is reported, never acted on.
 SINGLE_PLAN_NOTE = (
@@ -81,24 +82,88 @@ def wilson_interval(disagreed: int, audited: int, z: float = 1.959964) -> tuple[
 
 
 @dataclass
-class _Class:
+class _Counts:
+    """A class's counts since start."""
+
     requests: int = 0
     routes: Counter = field(default_factory=Counter)
-    audited: int = 0
+    audited: int = 0  # also the number of audits appended to the window: the last one's ``seq``
     disagreed: int = 0
     by_route: dict[str, list[int]] = field(default_factory=dict)  # route -> [audited, disagreed]
-    recent: deque = field(default_factory=deque)  # the last ``window`` audits: (at, disagreed, route)
     plans: Counter = field(default_factory=Counter)  # the cascade plans its requests ran
 
 
-class AuditBook:
+@dataclass
+class _Class(_Counts):
+    recent: deque = field(default_factory=deque)  # the last ``window`` audits: (at, disagreed, route)
+
+
+class _Statistics:
+    """What the ``GET /v1/mai/stats`` body reads, of one book or of all replicas merged: the classes'
+    counts, the tokens, the audits not run, and each class's window (``_window``)."""
+
+    classes: Mapping[str, _Counts]
+    served_tokens: int
+    audit_tokens: int
+    not_run: Counter
+
+    def _window(self, cls: str) -> tuple[int, int]:
+        """The audits in ``cls``'s window, and how many of them disagreed."""
+        raise NotImplementedError
+
+    def class_body(self, cls: str, settings: AuditSettings) -> dict[str, Any]:
+        """``cls``'s entry in the ``GET /v1/mai/stats`` body (``classes.<cls>``)."""
+        entry = self.classes[cls]
+        recent, disagreed_recent = self._window(cls)
+        upper = wilson_interval(disagreed_recent, recent)[1]
+        return {
+            "requests": entry.requests,
+            "routes": dict(sorted(entry.routes.items())),
+            "plans": dict(sorted(entry.plans.items())),
+            "audit": {
+                "audited": entry.audited,
+                "disagreed": entry.disagreed,
+                "window": {"audited": recent, "disagreed": disagreed_recent},
+                "rate": round(disagreed_recent / recent, 4) if recent else None,
+                "upper_95": round(upper, 4),
+                "alert": bool(recent) and upper > settings.max_disagreement,
+                "note": SINGLE_PLAN_NOTE if Route.SINGLE in entry.by_route else None,
+                "by_route": {
+                    route: {"audited": audited, "disagreed": disagreed}
+                    for route, (audited, disagreed) in sorted(entry.by_route.items())
+                },
+            },
+        }
+
+    def snapshot(self, settings: AuditSettings) -> dict[str, Any]:
+        """The ``GET /v1/mai/stats`` body."""
+        share = self.audit_tokens / self.served_tokens if self.served_tokens else 0.0
+        return {
+            "classes": {cls: self.class_body(cls, settings) for cls in sorted(self.classes)},
+            "audit": {
+                "rate": settings.rate,
+                "reference": settings.reference.value,
+                "max_disagreement": settings.max_disagreement,
+                "window": settings.window,
+                "extra_token_share": round(share, 4),
+                "not_run": dict(sorted(self.not_run.items())),
+                "measures": "disagreement with the reference policy, not error against the truth",
+            },
+        }
+
+
+class AuditBook(_Statistics):
     """The statistics of one ingress replica, or of all merged: requests per class and route, audits
     and disagreements since start and over the last ``window`` audits of each class, audits not run
     (shed, cancelled, failed), and what audits cost in tokens against served work.
 
-    A replica reports its whole ``state()`` (cumulative, plain data) and the stats holder keeps the
-    latest state of each replica and merges them (``merged``): a replica's death loses what it counted
-    since its last report, the holder's death nothing the replicas still hold."""
+    A replica reports what changed since the holder's last acknowledgement (serve_app/edge/
+    stats_reporter.py): its counts of the classes that changed and the audits appended to their windows
+    since (``audited`` counts them, so the i-th of a window of n is audit ``audited - n + i + 1``).
+    The stats holder keeps all replicas' statistics merged (``MergedAudits``): a replica's death loses
+    what it counted since its last report, the holder's death nothing the replicas still hold.
+    ``state()`` and ``merged`` are the whole books and their exact merge, the reference the holder's
+    merged view is tested against."""
 
     def __init__(self, window: int):
         self.window = window
@@ -193,56 +258,127 @@ class AuditBook:
             pair[1] += disagreed
         return {route: wilson_interval(d, n)[1] for route, (n, d) in counts.items()}
 
-    def snapshot(self, settings: AuditSettings) -> dict[str, Any]:
-        """The ``GET /v1/mai/stats`` body."""
-        classes = {}
-        for cls, entry in sorted(self.classes.items()):
-            recent = len(entry.recent)
-            disagreed_recent = sum(disagreed for _, disagreed, _ in entry.recent)
-            upper = wilson_interval(disagreed_recent, recent)[1]
-            classes[cls] = {
-                "requests": entry.requests,
-                "routes": dict(sorted(entry.routes.items())),
-                "plans": dict(sorted(entry.plans.items())),
-                "audit": {
-                    "audited": entry.audited,
-                    "disagreed": entry.disagreed,
-                    "window": {"audited": recent, "disagreed": disagreed_recent},
-                    "rate": round(disagreed_recent / recent, 4) if recent else None,
-                    "upper_95": round(upper, 4),
-                    "alert": bool(recent) and upper > settings.max_disagreement,
-                    "note": SINGLE_PLAN_NOTE if Route.SINGLE in entry.by_route else None,
-                    "by_route": {
-                        route: {"audited": audited, "disagreed": disagreed}
-                        for route, (audited, disagreed) in sorted(entry.by_route.items())
-                    },
-                },
-            }
-        share = self.audit_tokens / self.served_tokens if self.served_tokens else 0.0
-        return {
-            "classes": classes,
-            "audit": {
-                "rate": settings.rate,
-                "reference": settings.reference.value,
-                "max_disagreement": settings.max_disagreement,
-                "window": settings.window,
-                "extra_token_share": round(share, 4),
-                "not_run": dict(sorted(self.not_run.items())),
-                "measures": "disagreement with the reference policy, not error against the truth",
-            },
-        }
+    def _window(self, cls: str) -> tuple[int, int]:
+        recent = self.classes[cls].recent
+        return len(recent), sum(disagreed for _, disagreed, _ in recent)
+
+
+class _MergedClass(_Counts):
+    """A class's counts summed over the replicas, its window of all replicas' latest audits
+    ``(disagreed, route)``, and the window's counts, kept as audits enter and leave it."""
+
+    def __init__(self, window: int):
+        super().__init__()
+        self.window: LatestWindow[tuple[bool, str]] = LatestWindow(window)
+        self.window_disagreed = 0
+        self.window_routes: dict[str, list[int]] = {}  # route -> [audited, disagreed] in the window
+
+    def _count(self, item: tuple[bool, str], sign: int) -> None:
+        disagreed, route = item
+        self.window_disagreed += sign * disagreed
+        pair = self.window_routes.setdefault(route, [0, 0])
+        pair[0] += sign
+        pair[1] += sign * disagreed
+        if not pair[0]:
+            del self.window_routes[route]
+
+
+class MergedAudits(_Statistics):
+    """Every replica's audit statistics as one book, kept up to date report by report (the stats
+    holder's, serve_app/edge/stats_holder.py): each count the sum of the replicas' latest counts (a
+    report moves it by the difference from that replica's previous one), each class's window the
+    latest ``window`` audits of all replicas (``windows.LatestWindow``, by ``(at, rank, seq)``) with
+    its counts updated as an audit enters or leaves it. For the same reports it reads as
+    ``AuditBook.merged`` of the replicas' states in rank order, without rebuilding anything."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.classes: dict[str, _MergedClass] = {}
+        self.served_tokens = 0
+        self.audit_tokens = 0
+        self.not_run: Counter = Counter()
+
+    def _class(self, cls: str) -> _MergedClass:
+        if cls not in self.classes:
+            self.classes[cls] = _MergedClass(self.window)
+        return self.classes[cls]
+
+    def count(self, cls: str, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:
+        """A replica's counts of ``cls`` went from ``old`` (None: none reported) to ``new``, both as
+        ``AuditBook.state()`` gives a class's (``recent`` not read)."""
+        entry = self._class(cls)
+        old = old or {}
+        entry.requests += new["requests"] - old.get("requests", 0)
+        entry.audited += new["audited"] - old.get("audited", 0)
+        entry.disagreed += new["disagreed"] - old.get("disagreed", 0)
+        _move(entry.routes, new["routes"], old.get("routes", {}))
+        _move(entry.plans, new.get("plans", {}), old.get("plans", {}))
+        for route in new["by_route"].keys() | old.get("by_route", {}).keys():
+            now, before = new["by_route"].get(route, (0, 0)), old.get("by_route", {}).get(route, (0, 0))
+            if tuple(now) != tuple(before):
+                counts = entry.by_route.setdefault(route, [0, 0])
+                counts[0] += now[0] - before[0]
+                counts[1] += now[1] - before[1]
+                if counts == [0, 0]:
+                    del entry.by_route[route]
+
+    def count_totals(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:
+        """A replica's ``served_tokens``, ``audit_tokens`` and ``not_run`` went from ``old`` to ``new``."""
+        old = old or {}
+        self.served_tokens += new["served_tokens"] - old.get("served_tokens", 0)
+        self.audit_tokens += new["audit_tokens"] - old.get("audit_tokens", 0)
+        _move(self.not_run, new["not_run"], old.get("not_run", {}))
+
+    def add_audit(self, cls: str, key: Key, disagreed: bool, route: str) -> None:
+        """One audit of a replica's window, at ``key`` ``(at, rank, seq)``."""
+        entry = self._class(cls)
+        item = (bool(disagreed), route)
+        kept, evicted = entry.window.add(key, item)
+        if kept:
+            entry._count(item, 1)
+        if evicted is not None:
+            entry._count(evicted, -1)
+
+    def exit_bounds(self, cls: str) -> dict[str, float]:
+        """As ``AuditBook.exit_bounds``: per early-exit route, the 95 % upper bound over the window."""
+        entry = self.classes.get(cls)
+        routes = entry.window_routes if entry is not None else {}
+        return {route: wilson_interval(d, n)[1] for route, (n, d) in routes.items()}
+
+    def _window(self, cls: str) -> tuple[int, int]:
+        entry = self.classes[cls]
+        return len(entry.window), entry.window_disagreed
+
+
+def _move(counter: Counter, new: Mapping[str, int], old: Mapping[str, int]) -> None:
+    """Add ``new - old`` to ``counter``, key by key; a count that falls to 0 leaves it."""
+    for key in new.keys() | old.keys():
+        change = new.get(key, 0) - old.get(key, 0)
+        if change:
+            counter[key] += change
+            if not counter[key]:
+                del counter[key]
+
+
+def alert_line(cls: str, entry: Mapping[str, Any], reference: str, limit: float) -> str | None:
+    """The warning for ``cls`` (its ``GET /v1/mai/stats`` entry) when its disagreement bound is over
+    ``limit``; None when it is not."""
+    audit = entry["audit"]
+    if not audit["alert"]:
+        return None
+    window = audit["window"]
+    line = (
+        f"class {cls}: early exits disagreed with the {reference} policy on "
+        f"{window['disagreed']} of the last {window['audited']} audits (rate {audit['rate']}, "
+        f"95 % upper bound {audit['upper_95']} > max_disagreement {limit})"
+    )
+    return line + (f"; {audit['note']}" if audit.get("note") else "")
 
 
 def alerts(snapshot: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
     """``(class, line)`` for each class whose disagreement bound is over the configured maximum."""
-    limit = snapshot["audit"]["max_disagreement"]
+    audit = snapshot["audit"]
     for cls, entry in snapshot["classes"].items():
-        audit = entry["audit"]
-        if audit["alert"]:
-            window, reference = audit["window"], snapshot["audit"]["reference"]
-            line = (
-                f"class {cls}: early exits disagreed with the {reference} policy on "
-                f"{window['disagreed']} of the last {window['audited']} audits (rate {audit['rate']}, "
-                f"95 % upper bound {audit['upper_95']} > max_disagreement {limit})"
-            )
-            yield cls, line + (f"; {audit['note']}" if audit.get("note") else "")
+        line = alert_line(cls, entry, audit["reference"], audit["max_disagreement"])
+        if line is not None:
+            yield cls, line

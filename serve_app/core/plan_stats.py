@@ -2,21 +2,25 @@
 stage times and large-model tokens, and the estimates read from them (``plans.PlanEstimates``).
 
 A sliding window is the decay: an estimate follows the traffic within one window. Every ingress
-replica keeps its own book and reports its ``state()``; the stats holder merges the replicas' books
-(the latest ``window`` observations of each class, by time), as it merges the audit books. Pure.
+replica keeps its own book and reports the observations appended since its last acknowledged report;
+the stats holder keeps the latest ``window`` observations of each class of all replicas, by time
+(``MergedPlans``), with the counts and exact sums the estimates are read from, as it merges the audit
+books. ``PlanBook.merged`` is the exact merge of whole books, the reference it is tested against. Pure.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, fields
 from typing import Any
 
 from .plans import Plan, PlanEstimates
 from .routes import COMPLETED, STAGE1_EXITS
 from .trace import Trace
+from .windows import Key, LatestWindow
 
 # The weight, in requests, of reason-first's settle rate as derived from the sequential plans' rates
 # (p1 + (1 - p1) p2: a question both short answers agree on is taken to agree after reasoning too),
@@ -67,14 +71,17 @@ def observe(trace: Trace, at: float) -> Observation | None:
 
 
 class PlanBook:
-    """The last ``window`` observations of each class."""
+    """The last ``window`` observations of each class, and how many were ever appended to each
+    (the i-th of a window of n is observation ``appended - n + i + 1`` of its class)."""
 
     def __init__(self, window: int):
         self.window = window
         self.classes: dict[str, deque[Observation]] = {}
+        self.appended: Counter = Counter()
 
     def record(self, cls: str, observation: Observation) -> None:
         self.classes.setdefault(cls, deque(maxlen=self.window)).append(observation)
+        self.appended[cls] += 1
 
     def state(self) -> dict[str, list[list[Any]]]:
         return {cls: [list(astuple(o)) for o in observations] for cls, observations in self.classes.items()}
@@ -95,6 +102,25 @@ class PlanBook:
         return estimates_of(self.classes.get(cls, ()))
 
 
+# The measured quantities an estimate is the mean of: PlanEstimates' field and Observation's alike.
+MEANS = (
+    "stage1_s",
+    "small_short_s",
+    "large_short_s",
+    "reasoning_s",
+    "transfer_s",
+    "large_short_tokens",
+    "transfer_tokens",
+)
+ROW = tuple(f.name for f in fields(Observation))  # an observation as a row: its fields in this order
+_STAGED = (Plan.SEQUENTIAL, Plan.EAGER)
+
+
+def row_of(observation: Observation) -> tuple[Any, ...]:
+    """``observation`` as plain data (``Observation(*row)`` gives it back)."""
+    return tuple(getattr(observation, name) for name in ROW)
+
+
 def _mean(values: Iterable[float | int | None]) -> float | None:
     present = [value for value in values if value is not None]
     return statistics.fmean(present) if present else None
@@ -104,26 +130,50 @@ def _share(hits: int, runs: int) -> float | None:
     return hits / runs if runs else None
 
 
+def _tally(o: Observation) -> tuple[int, int, int, int, int]:
+    """What ``o`` adds to ``rates``' counts: (staged, settled_early, settled_reasoned, first,
+    settled_first)."""
+    if o.plan in _STAGED:
+        early = o.route in STAGE1_EXITS
+        return 1, early, not early and o.route == "agree_reasoned", 0, 0
+    if o.plan == Plan.REASON_FIRST:
+        return 0, 0, 0, 1, o.route == "agree_reasoned"
+    return 0, 0, 0, 0, 0
+
+
+def rates(
+    staged: int, settled_early: int, settled_reasoned: int, first: int, settled_first: int
+) -> tuple[float | None, float | None, float | None]:
+    """``p1``, ``p2`` and ``q`` from the counts of a class's observations: its stage-1 runs
+    (sequential, eager), those stage 1 settled, those the reasoned answer settled after a stage-1
+    disagreement, its reason-first runs and those their verification settled. The one place the
+    rates and reason-first's prior are computed, whether the counts come from a book or from the
+    stats holder's running counts."""
+    p1 = _share(settled_early, staged)
+    p2 = _share(settled_reasoned, staged - settled_early)
+    prior = None if p1 is None else (1.0 if p1 == 1 else (None if p2 is None else p1 + (1 - p1) * p2))
+    if prior is None:
+        q = _share(settled_first, first)
+    else:
+        weight = REASON_FIRST_PRIOR_WEIGHT
+        q = (settled_first + weight * prior) / (first + weight)
+    return p1, p2, q
+
+
 def estimates_of(observations: Iterable[Observation]) -> PlanEstimates:
     """The estimates of one class from its observations."""
     observations = list(observations)
-    staged = [o for o in observations if o.plan in (Plan.SEQUENTIAL, Plan.EAGER)]
-    settled_early = sum(o.route in STAGE1_EXITS for o in staged)
-    reasoned = [o for o in staged if o.route not in STAGE1_EXITS]
-    p1 = _share(settled_early, len(staged))
-    p2 = _share(sum(o.route == "agree_reasoned" for o in reasoned), len(reasoned))
-    first = [o for o in observations if o.plan == Plan.REASON_FIRST]
-    settled_first = sum(o.route == "agree_reasoned" for o in first)
-    prior = None if p1 is None else (1.0 if p1 == 1 else (None if p2 is None else p1 + (1 - p1) * p2))
-    if prior is None:
-        q = _share(settled_first, len(first))
-    else:
-        weight = REASON_FIRST_PRIOR_WEIGHT
-        q = (settled_first + weight * prior) / (len(first) + weight)
+    counts = [0, 0, 0, 0, 0]
+    for o in observations:
+        if o.plan in _STAGED or o.plan == Plan.REASON_FIRST:
+            for index, count in enumerate(_tally(o)):
+                counts[index] += count
+    staged, _, _, first, _ = counts
+    p1, p2, q = rates(*counts)
     return PlanEstimates(
         requests=len(observations),
-        stage1_runs=len(staged),
-        reason_first_runs=len(first),
+        stage1_runs=staged,
+        reason_first_runs=first,
         p1=p1,
         p2=p2,
         q=q,
@@ -135,3 +185,117 @@ def estimates_of(observations: Iterable[Observation]) -> PlanEstimates:
         large_short_tokens=_mean(o.large_short_tokens for o in observations),
         transfer_tokens=_mean(o.transfer_tokens for o in observations),
     )
+
+
+# Every finite float is an integer multiple of 2**-1074 (the least subnormal): as that integer, sums
+# are exact, and one correctly rounded division gives what ``math.fsum`` gives (``_mean``'s sum).
+_SCALE_BITS = 1074
+_SCALE = 1 << _SCALE_BITS
+
+
+def exact(value: float) -> int:
+    """``value`` (finite) as an integer count of 2**-1074."""
+    numerator, denominator = value.as_integer_ratio()
+    return numerator << (_SCALE_BITS + 1 - denominator.bit_length())
+
+
+def exact_mean(total: int, count: int) -> float:
+    """The mean of ``count`` values whose ``exact`` sum is ``total``: bit for bit
+    ``statistics.fmean`` of them (``fsum(values) / count``, the sum correctly rounded)."""
+    return (total / _SCALE) / count
+
+
+# What an observation adds to a window's running counts and sums (``_terms``): its ``_tally``, and per
+# quantity of ``MEANS`` its ``exact`` value (None: not measured; a float: infinite or NaN, which no
+# integer holds: the mean of a window holding one is read from the window itself).
+_Terms = tuple[tuple[int, int, int, int, int], tuple[int | float | None, ...]]
+_UNTALLIED = (0, 0, 0, 0, 0)
+
+
+def _terms(o: Observation) -> _Terms:
+    values: list[int | float | None] = []
+    for name in MEANS:
+        value = getattr(o, name)
+        values.append(exact(value) if value is not None and math.isfinite(value) else value)
+    tally = _tally(o) if o.plan in _STAGED or o.plan == Plan.REASON_FIRST else _UNTALLIED
+    return tally, tuple(values)
+
+
+class _MergedClass:
+    """A class's latest observations of all replicas (each with its ``_terms``) and the counts and
+    exact sums read from them."""
+
+    def __init__(self, window: int):
+        self.window: LatestWindow[tuple[Observation, _Terms]] = LatestWindow(window)
+        self.counts = [0, 0, 0, 0, 0]  # rates' arguments
+        self.totals = [0] * len(MEANS)  # per quantity, the ``exact`` sum of its finite values
+        self.present = [0] * len(MEANS)  # per quantity, its values (finite or not)
+        self.unbounded = [0] * len(MEANS)  # per quantity, its infinite or NaN values
+        self.estimates: PlanEstimates | None = None  # read on demand, until the window changes
+
+    def count(self, terms: _Terms, sign: int) -> None:
+        """Add (``sign`` 1) or take out (-1) an observation's terms."""
+        tally, values = terms
+        if tally is not _UNTALLIED:
+            for index, count in enumerate(tally):
+                self.counts[index] += sign * count
+        for index, value in enumerate(values):
+            if value is None:
+                continue
+            self.present[index] += sign
+            if type(value) is int:
+                self.totals[index] += value if sign > 0 else -value
+            else:
+                self.unbounded[index] += sign
+
+    def read(self) -> PlanEstimates:
+        if self.estimates is None:
+            staged, _, _, first, _ = self.counts
+            p1, p2, q = rates(*self.counts)
+            means: dict[str, float | None] = {}
+            for index, name in enumerate(MEANS):
+                if self.unbounded[index]:
+                    means[name] = _mean(getattr(o, name) for o, _ in self.window)
+                elif self.present[index]:
+                    means[name] = exact_mean(self.totals[index], self.present[index])
+                else:
+                    means[name] = None
+            self.estimates = PlanEstimates(
+                requests=len(self.window),
+                stage1_runs=staged,
+                reason_first_runs=first,
+                p1=p1,
+                p2=p2,
+                q=q,
+                **means,
+            )
+        return self.estimates
+
+
+class MergedPlans:
+    """Every replica's plan observations as one book, kept up to date report by report (the stats
+    holder's): per class the latest ``window`` observations of all replicas (``windows.LatestWindow``,
+    by ``(at, rank, seq)``), and the counts and exact sums of what is in it, updated as an observation
+    enters or leaves. Its estimates are ``PlanBook.merged``'s, to the bit, for the same reports."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.classes: dict[str, _MergedClass] = {}
+
+    def add(self, cls: str, key: Key, observation: Observation) -> None:
+        """One observation of a replica's window, at ``key`` ``(at, rank, seq)``."""
+        entry = self.classes.get(cls)
+        if entry is None:
+            entry = self.classes[cls] = _MergedClass(self.window)
+        if not entry.window.takes(key):
+            return
+        terms = _terms(observation)
+        _, evicted = entry.window.add(key, (observation, terms))
+        entry.count(terms, 1)
+        if evicted is not None:
+            entry.count(evicted[1], -1)
+        entry.estimates = None
+
+    def estimates(self, cls: str) -> PlanEstimates:
+        entry = self.classes.get(cls)
+        return entry.read() if entry is not None else estimates_of(())

@@ -36,6 +36,7 @@ from .responses import answer_reply, chat_reply, models_list
 from .routing import Passthrough, route
 from .security import check_api_key, load_api_keys, read_body
 from .stats_holder import stats_body
+from .stats_reporter import StatsReporter
 
 logger = logging.getLogger("ray.serve")
 
@@ -131,6 +132,7 @@ class MAIIngress:
         # The statistics' one view across replicas (serve_app/edge/stats_holder.py), and this replica's
         # name there.
         self.stats_holder, self.replica = stats, name or uuid.uuid4().hex
+        self.stats_reporter = StatsReporter(self.auditor.book, self.plans.book)  # what it reports there
         self._reporter: asyncio.Task | None = None
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -222,15 +224,17 @@ class MAIIngress:
             await asyncio.sleep(interval)
             try:
                 await self._report()
-            except transport_errors() as exc:  # the holder restarting: the next report carries everything
+            except transport_errors() as exc:  # the holder restarting: it asks the next report for everything
                 self.plans.holder_failed(type(exc).__name__)
                 logger.warning("MAI audit statistics not reported; retrying in %s s", interval, exc_info=True)
             except Exception:  # a bug: logged with its traceback; the loop, and serving, go on
                 logger.exception("MAI audit statistics report failed")
 
     async def _report(self) -> None:
-        view = await self.stats_holder.report.remote(
-            self.replica, self.auditor.book.state(), self.plans.state()
+        """Report what changed since the holder's last acknowledgement (edge/stats_reporter.py) and
+        take its estimates and bounds."""
+        view = await self.stats_reporter.exchange(
+            lambda report: self.stats_holder.report.remote(self.replica, report)
         )
         self.plans.update(view)
 

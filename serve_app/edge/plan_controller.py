@@ -1,17 +1,20 @@
 """The plan controller in the ingress: it picks each cascade request's plan (serve_app/core/plan_choice.py)
 from the class's estimates (serve_app/core/plan_stats.py), and learns from every answered request.
 
-Its estimates pool this replica's observations with those of the other replicas, which the stats
-holder returns each time this replica reports (serve_app/edge/stats_holder.py); so do the audit's
-bounds that let a plan change answers. Without a holder (one replica, tests) it reads its own book and
-the auditor's. When the holder is down (the last report failed), every request runs the default plan
-and its trace says why: no request waits for, or fails with, the statistics.
+With a stats holder (serve_app/edge/stats_holder.py), a class's estimates are the holder's, read over
+every replica's reported observations and returned each time this replica reports, and so are the
+audit's bounds that let a plan change answers: for the same reported observations, the estimates,
+allowed and chosen plans of the exact merge of all replicas' books. This replica's own observations
+since its last report are not in them until its next report (within ``audit.report_interval_s``); a
+class the holder has no estimates for yet is read from this replica's own book. Without a holder (one
+replica, tests) it reads its own book and the auditor's. When the holder is down (the last report
+failed), every request runs the default plan and its trace says why: no request waits for, or fails
+with, the statistics.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -46,8 +49,8 @@ class PlanController:
     ):
         self.settings, self.audit, self.audit_book, self.clock = settings, audit, audit_book, clock
         self.book = PlanBook(settings.window)
-        # What the other replicas observed, and the audit's bounds over all replicas: from the holder.
-        self.others = PlanBook(settings.window)
+        # The estimates and the audit's bounds over all replicas: from the holder.
+        self.shared_estimates: dict[str, PlanEstimates] = {}
         self.shared_bounds: dict[str, dict[str, float]] = {}
         self.shared = shared
         self.holder_down: str | None = None  # why the last report failed; None: it did not
@@ -92,10 +95,8 @@ class PlanController:
         )
 
     def estimates(self, cls: str) -> PlanEstimates:
-        # Each book holds its class's observations in time order: merging them is linear, once per request.
-        mine, theirs = self.book.classes.get(cls, ()), self.others.classes.get(cls, ())
-        latest = list(heapq.merge(mine, theirs, key=lambda o: o.at))[-self.settings.window :]
-        return estimates_of(latest)
+        shared = self.shared_estimates.get(cls) if self.shared else None
+        return shared if shared is not None else estimates_of(self.book.classes.get(cls, ()))
 
     def answered(self, decision: Decision, result: CascadeResult) -> None:
         """Learn from a run that measures the class's plan (the server's thresholds, none relaxed):
@@ -108,12 +109,10 @@ class PlanController:
         if observation is not None:
             self.book.record(cls, observation)
 
-    def state(self) -> dict[str, Any]:
-        return self.book.state()
-
     def update(self, view: Mapping[str, Any]) -> None:
-        """The holder's reply to this replica's report: the others' observations, all audit bounds."""
-        self.others = PlanBook.merged([view["plans"]], self.settings.window)
+        """The holder's reply to this replica's report: per class, the estimates and the audit's bounds
+        over all replicas."""
+        self.shared_estimates = {cls: PlanEstimates(**fields) for cls, fields in view["estimates"].items()}
         self.shared_bounds = dict(view["exit_bounds"])
         self.holder_down = None
 

@@ -1,31 +1,65 @@
-"""The one view of the statistics across ingress replicas: a small deployment every replica reports
-its whole books to (the audit's ``AuditBook.state()`` and the plans' ``PlanBook.state()``, every
-``audit.report_interval_s`` and before it answers ``GET /v1/mai/stats``). It keeps each replica's
-latest report and merges them on read; its reply to a report is what the reporting replica's plan
-controller needs from the others (their plan observations, the audit's bounds over all replicas).
+"""The one view of the statistics across ingress replicas: a small deployment every replica reports to
+(every ``audit.report_interval_s`` and before it answers ``GET /v1/mai/stats``) what changed since the
+holder's last acknowledgement (serve_app/edge/stats_reporter.py). It keeps every replica's statistics
+merged, up to date report by report: the counts summed, per class one window of all replicas' latest
+audits and one of their latest plan observations (``MergedAudits``, ``MergedPlans``). A report costs
+what it carries, a reply what the classes are: per class the plan estimates over all replicas'
+observations and the audit's bounds, which is what a replica's plan controller reads.
+
+For the same reports, its view is the exact merge of the replicas' whole books (``AuditBook.merged``,
+``PlanBook.merged`` of their states in the order the replicas first reported): the same counts,
+windows, estimates (to the bit), bounds, allowed and chosen plans. The windows are the latest ``window``
+by time over all replicas, which needs only one merged window per class as long as each replica's
+clock does not go back.
 
 What a death loses: a replica's, what it counted since its last report (its earlier reports stay
-here); the holder's, nothing for long, since every live replica reports its whole books again within
-one interval (the books of replicas that died before the holder are lost with it).
+here); the holder's, nothing for long: a replica it does not know gets ``{"resend": true}`` and reports
+everything again at once, so every live replica's statistics are back within one interval (those of
+replicas that died before the holder are lost with it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ray import serve
 
-from ..core.audit import AuditBook, AuditSettings, alerts
+from ..core.audit import AuditSettings, MergedAudits, alert_line
 from ..core.plan_choice import AdaptiveSettings, allowed_plans, plan_summary, reference_plan
-from ..core.plan_stats import PlanBook
+from ..core.plan_stats import MergedPlans, Observation
+from ..core.plans import PlanEstimates
 
 logger = logging.getLogger("ray.serve")
+ESTIMATES = tuple(field.name for field in dataclasses.fields(PlanEstimates))  # a reply's, per class
+
+
+class AuditView(Protocol):
+    """What ``stats_body`` reads of the audit statistics: ``AuditBook`` or ``MergedAudits``."""
+
+    @property
+    def classes(self) -> Mapping[str, Any]: ...
+
+    def snapshot(self, settings: AuditSettings) -> dict[str, Any]: ...
+
+    def exit_bounds(self, cls: str) -> dict[str, float]: ...
+
+
+class PlanView(Protocol):
+    """What ``stats_body`` reads of the plan observations: ``PlanBook`` or ``MergedPlans``."""
+
+    @property
+    def classes(self) -> Mapping[str, Any]: ...
+
+    def estimates(self, cls: str) -> PlanEstimates: ...
 
 
 def stats_body(
-    audits: AuditBook, plans: PlanBook, settings: AuditSettings, adaptive: AdaptiveSettings
+    audits: AuditView, plans: PlanView, settings: AuditSettings, adaptive: AdaptiveSettings
 ) -> dict[str, Any]:
     """The ``GET /v1/mai/stats`` body: the audit statistics and, per class, its plans."""
     body = audits.snapshot(settings)
@@ -43,47 +77,117 @@ def stats_body(
     return body
 
 
+@dataclass
+class _Replica:
+    """What the holder applied of one replica's reports."""
+
+    rank: int  # the order it first reported in: ties of time in a window go to the lower rank
+    number: int = 0  # its last report whose counts were applied
+    counts: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # class -> its counts, as applied
+    totals: Mapping[str, Any] | None = None
+    audits: dict[str, int] = field(default_factory=dict)  # class -> the last audit of its window applied
+    plans: dict[str, int] = field(default_factory=dict)  # class -> the last plan observation applied
+
+
 class AuditStats:
-    """The holder's logic, without Ray: the latest books per replica, merged; one warning line when a
-    class goes over its disagreement bound."""
+    """The holder's logic, without Ray: all replicas' statistics merged, up to date per report; one
+    warning line when a class goes over its disagreement bound."""
 
     def __init__(self, settings: AuditSettings, adaptive: AdaptiveSettings | None = None):
         self.settings = settings
         self.adaptive = adaptive or AdaptiveSettings()
-        self.states: dict[str, dict[str, Any]] = {}
-        self.plan_states: dict[str, Mapping[str, Any]] = {}
+        self.audits = MergedAudits(settings.window)
+        self.plans = MergedPlans(self.adaptive.window)
+        self.replicas: dict[str, _Replica] = {}
         self.alerting: set[str] = set()
+        # Per class, what a reply carries, read again only once the class's window has changed.
+        self._bounds: dict[str, dict[str, float]] = {}
+        self._estimates: dict[str, dict[str, Any]] = {}
+        # Serve runs a deployment's sync methods in a thread pool: one report or snapshot at a time.
+        self._lock = threading.Lock()
 
-    def report(
-        self, replica: str, state: dict[str, Any], plans: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """Keep ``replica``'s books; return the others' plan observations and the audit's bounds."""
-        self.states[replica] = state
-        if plans is not None:
-            self.plan_states[replica] = plans
-        audits = self._audits()
-        snapshot = audits.snapshot(self.settings)
-        alerting = {cls for cls, entry in snapshot["classes"].items() if entry["audit"]["alert"]}
-        for cls, line in alerts(snapshot):
-            if cls not in self.alerting:
+    def report(self, replica: str, report: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply ``replica``'s report (``StatsReporter.report``); return what was applied of it and,
+        per class, the plan estimates and audit bounds over all replicas. ``{"resend": True}`` for a
+        report that is not full from a replica this holder does not know (it restarted)."""
+        with self._lock:
+            known = self.replicas.get(replica)
+            if known is None:
+                if not report["full"]:
+                    return {"resend": True}
+                known = self.replicas[replica] = _Replica(rank=len(self.replicas))
+            fresh = report["number"] > known.number  # counts older than the ones applied are ignored
+            if fresh:
+                known.number = report["number"]
+                self.audits.count_totals(report["totals"], known.totals)
+                known.totals = report["totals"]
+            acked_audits = {}
+            for cls, entry in report["audits"].items():
+                if fresh:
+                    self.audits.count(cls, entry, known.counts.get(cls))
+                    known.counts[cls] = {key: value for key, value in entry.items() if key != "recent"}
+                acked_audits[cls] = self._add_audits(known, cls, entry)
+            acked_plans = {cls: self._add_plans(known, cls, entry) for cls, entry in report["plans"].items()}
+            self._warn(report["audits"])
+            return {
+                "acked": {"audits": acked_audits, "plans": acked_plans},
+                "estimates": {cls: self._estimates_of(cls) for cls in self.plans.classes},
+                "exit_bounds": {cls: self._exit_bounds(cls) for cls in self.audits.classes},
+            }
+
+    def _add_audits(self, known: _Replica, cls: str, entry: Mapping[str, Any]) -> int:
+        """Add the audits of ``entry["recent"]`` the holder does not have; the last one it has."""
+        applied, last = known.audits.get(cls, 0), entry["audited"]
+        recent = entry["recent"]
+        first = last - len(recent) + 1
+        for seq in range(max(first, applied + 1), last + 1):
+            at, disagreed, route = recent[seq - first]
+            self.audits.add_audit(cls, (at, known.rank, seq), disagreed, route)
+        if last > applied:
+            self._bounds.pop(cls, None)
+        known.audits[cls] = max(applied, last)
+        return known.audits[cls]
+
+    def _add_plans(self, known: _Replica, cls: str, entry: Mapping[str, Any]) -> int:
+        applied, last = known.plans.get(cls, 0), entry["appended"]
+        rows = entry["rows"]
+        first = last - len(rows) + 1
+        for seq in range(max(first, applied + 1), last + 1):
+            observation = Observation(*rows[seq - first])
+            self.plans.add(cls, (observation.at, known.rank, seq), observation)
+        if last > applied:
+            self._estimates.pop(cls, None)
+        known.plans[cls] = max(applied, last)
+        return known.plans[cls]
+
+    def _estimates_of(self, cls: str) -> dict[str, Any]:
+        if cls not in self._estimates:
+            estimates = self.plans.estimates(cls)
+            self._estimates[cls] = {name: getattr(estimates, name) for name in ESTIMATES}
+        return self._estimates[cls]
+
+    def _exit_bounds(self, cls: str) -> dict[str, float]:
+        if cls not in self._bounds:
+            self._bounds[cls] = self.audits.exit_bounds(cls)
+        return self._bounds[cls]
+
+    def _warn(self, classes: Iterable[str]) -> None:
+        """Log one warning for each of ``classes`` that went into alert (only a report can move a class's
+        window, so the classes it touched are the ones to check)."""
+        settings = self.settings
+        for cls in classes:
+            body = self.audits.class_body(cls, settings)
+            line = alert_line(cls, body, settings.reference.value, settings.max_disagreement)
+            if line is None:
+                self.alerting.discard(cls)
+            elif cls not in self.alerting:
+                self.alerting.add(cls)
                 logger.warning("MAI audit alert: %s", line)
-        self.alerting = alerting
-        others = [state for name, state in self.plan_states.items() if name != replica]
-        return {
-            "plans": self._plans(others).state(),
-            "exit_bounds": {cls: audits.exit_bounds(cls) for cls in audits.classes},
-        }
 
     def snapshot(self) -> dict[str, Any]:
-        return stats_body(
-            self._audits(), self._plans(self.plan_states.values()), self.settings, self.adaptive
-        )
-
-    def _audits(self) -> AuditBook:
-        return AuditBook.merged(self.states.values(), self.settings.window)
-
-    def _plans(self, states: Iterable[Mapping[str, Any]]) -> PlanBook:
-        return PlanBook.merged(states, self.adaptive.window)
+        """The ``GET /v1/mai/stats`` body from the merged view, nothing merged again."""
+        with self._lock:
+            return stats_body(self.audits, self.plans, self.settings, self.adaptive)
 
 
 @serve.deployment(name="MAIStats", num_replicas=1, ray_actor_options={"num_cpus": 0})

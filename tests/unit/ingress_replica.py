@@ -3,6 +3,7 @@ parts (``edge.parts.build_parts``) over scripted model clients."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -100,6 +101,16 @@ class Remote:
 def holder_handle(report, snapshot) -> Any:
     """A handle to the stats holder whose ``report`` and ``snapshot`` are these functions."""
     return type("Holder", (), {"report": Remote(report), "snapshot": Remote(snapshot)})
+
+
+def report_to(holder: Any, name: str, reporter: Any) -> Any:
+    """``reporter``'s next exchange with an in-process holder (``stats_holder.AuditStats``) as ``name``:
+    the holder's reply."""
+
+    async def send(report):
+        return holder.report(name, report)
+
+    return asyncio.run(reporter.exchange(send))
 
 
 def client_of(ingress: Replica) -> TestClient:

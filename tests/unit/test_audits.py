@@ -188,6 +188,10 @@ async def test_a_failing_audit_is_counted_and_never_raised(reply, reason, caplog
 
 def test_the_holder_merges_replicas_and_warns_once_when_a_class_goes_over_its_bound():
     from serve_app.core.audit import AuditBook
+    from serve_app.core.plan_stats import PlanBook
+    from serve_app.edge.stats_reporter import StatsReporter
+
+    from .ingress_replica import report_to
 
     settings = AuditSettings(rate=1.0, window=100, max_disagreement=0.05)
     holder = AuditStats(settings)
@@ -197,9 +201,10 @@ def test_the_holder_merges_replicas_and_warns_once_when_a_class_goes_over_its_bo
     log.addHandler(handler)
     try:
         books = [AuditBook(100), AuditBook(100)]
+        reporters = [StatsReporter(book, PlanBook(10)) for book in books]
         for index in range(30):
             books[index % 2].record_audit("yes_no", "agree_short", index % 3 == 0, 1, at=index)
-            holder.report(f"replica-{index % 2}", books[index % 2].state())
+            report_to(holder, f"replica-{index % 2}", reporters[index % 2])
     finally:
         log.removeHandler(handler)
     snapshot = holder.snapshot()
@@ -236,8 +241,12 @@ def test_the_stats_endpoint_answers_the_schema_behind_the_api_key():
 def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts():
     from ray.exceptions import ActorDiedError
 
+    from serve_app.core.audit import AuditBook
+    from serve_app.core.plan_stats import PlanBook
+    from serve_app.edge.stats_reporter import StatsReporter
+
     from ..images import chat_body
-    from .ingress_replica import CONFIG, client_of, holder_handle, replica
+    from .ingress_replica import CONFIG, client_of, holder_handle, replica, report_to
 
     holder = AuditStats(CONFIG.cascade.audit)
     ingress = replica(
@@ -245,11 +254,17 @@ def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts()
         ScriptedVLM({S: "[[yes]]"}),
         stats=holder_handle(holder.report, holder.snapshot),
     )
-    holder.report("replica-gone", ingress.auditor.book.state() | {"served_tokens": 7})  # a replica that died
+    gone = AuditBook(CONFIG.cascade.audit.window)  # a replica that reported, then died
+    gone.served_tokens = 7
+    report_to(holder, "replica-gone", StatsReporter(gone, PlanBook(1)))
     client = client_of(ingress)
     assert client.post("/v1/chat/completions", json=chat_body()).status_code == 200
     body = client.get("/v1/mai/stats").json()
-    assert body["classes"]["yes_no"]["requests"] == 1 and set(holder.states) == {"replica-gone", "replica-a"}
+    assert body["classes"]["yes_no"]["requests"] == 1 and set(holder.replicas) == {
+        "replica-gone",
+        "replica-a",
+    }
+    assert holder.audits.served_tokens == 7 + ingress.auditor.book.served_tokens  # the dead one's stays
 
     def restarting(*args):
         raise ActorDiedError()

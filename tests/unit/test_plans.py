@@ -4,6 +4,7 @@ over every outcome of its verifications, and the estimates read from observed tr
 
 import itertools
 import math
+import statistics
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,14 @@ from hypothesis import strategies as st
 from evaluation.replay import RecordedStage, engine_seconds, replay
 from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions
-from serve_app.core.plan_stats import REASON_FIRST_PRIOR_WEIGHT, Observation, PlanBook, estimates_of
+from serve_app.core.plan_stats import (
+    REASON_FIRST_PRIOR_WEIGHT,
+    Observation,
+    PlanBook,
+    estimates_of,
+    exact,
+    exact_mean,
+)
 from serve_app.core.plans import Plan, PlanEstimates, expected_cost
 
 share = st.floats(0, 1, allow_nan=False)
@@ -143,3 +151,24 @@ def test_merged_replica_books_hold_the_latest_window_of_all_observations(events,
         # each replica keeps its own latest window, so the latest window of all is among them
         assert list(merged.classes.get(cls, ())) == list(one.classes.get(cls, ()))
         assert merged.estimates(cls) == one.estimates(cls)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
+            st.integers(-(2**53), 2**53),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_exact_sum_gives_fmean_bit_for_bit(values):
+    """The stats holder's running sums (``MergedPlans``) give the means one book's ``fmean`` gives."""
+    total = sum(exact(value) for value in values)
+    expected = statistics.fmean(values)
+    assert repr(exact_mean(total, len(values))) == repr(expected)
+    if len(values) > 1:  # what leaves a window is subtracted exactly
+        rest = total - exact(values[0])
+        assert repr(exact_mean(rest, len(values) - 1)) == repr(statistics.fmean(values[1:]))
