@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.local_server import deploy
 
+from .cells import cell
 from .load import ANSWER, run_load, stats
 from .schedule import run_order
 from .summary import compare, summarize
@@ -80,3 +81,42 @@ def interleaved(
         "runs": runs,
         "summary": compare(runs, *rates, METRICS),
     }
+
+
+def off_on_table(result: dict[str, Any], intro: str) -> list[str]:
+    """The table of an audits-off-against-on result: ``intro``, then per rate its runs' latency,
+    throughput, errors and audits run and not run, and the on/off ratios of the medians."""
+    lines = [intro]
+    runs, summary = result["runs"], result["summary"]
+    off, on = list(runs)
+    label = {off: f"off (rate {off})", on: f"rate {on}"}
+    lines += [
+        "",
+        "| audits | runs | p50 s | p99 s | requests/s | errors | audits run, per run | audits not run, per "
+        "run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rate, results in runs.items():
+        reasons = sorted({key for run in results for key in run if key.startswith("not_run_")})
+        not_run = "; ".join(
+            f"{key.removeprefix('not_run_')} {', '.join(str(run.get(key, 0)) for run in results)}"
+            for key in reasons
+        )
+        errors = sum(run["errors"] for run in results)
+        lines.append(
+            f"| {label[rate]} | {len(results)} | {cell(summary[rate]['p50_s'], 2)} | "
+            f"{cell(summary[rate]['p99_s'], 2)} | {cell(summary[rate]['requests_per_s'], 2)} | "
+            f"{errors} of {sum(run['requests'] for run in results)} | "
+            f"{', '.join(str(run.get('audited', 0)) for run in results)} | {not_run or '–'} |"
+        )
+    ratios = summary.get("ratios", {})
+    names = {"p50_s": "p50", "p99_s": "p99", "requests_per_s": "requests/s"}
+    ratio_text = ", ".join(f"{names[key]} **{ratios[key]}×**" for key in names if key in ratios)
+    audited = sum(run.get("audited", 0) for run in runs[on])
+    skipped = sum(value for run in runs[on] for key, value in run.items() if key.startswith("not_run_"))
+    lines += [
+        "",
+        f"Rate {on} against off, the ratio of the medians: {ratio_text or '–'}. Of the {audited + skipped} "
+        f"audits sampled at rate {on}, {audited} ran and {skipped} did not.",
+    ]
+    return lines
