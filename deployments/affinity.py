@@ -18,9 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
-from .engine_ids import parse_engine_request_id
-
-AUDIT_PREFIX = "audit-"  # serve_app.edge.auditor's: an audit's request id is audit-<request id>
+from .engine_ids import AUDIT_PREFIX, parse_engine_request_id
 
 
 def call_key(engine_request_id: str | None) -> str | None:

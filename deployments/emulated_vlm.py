@@ -45,6 +45,7 @@ from .emulated_script import (
     scripted_answer,
     scripted_confidence,
 )
+from .engine_ids import AUDIT_PREFIX
 from .priority_slots import PrioritySlots
 from .settings import EmulationSettings
 
@@ -89,7 +90,7 @@ class EmulatedVLM:
         key, prompt_kind, answer_kind = parse_call_id(getattr(request, "request_id", None))
         self._stats["calls"][prompt_kind] += 1
         if prompt_kind != PASSTHROUGH:
-            self._calls.append((time.time(), key.removeprefix("audit-")))
+            self._calls.append((time.time(), key.removeprefix(AUDIT_PREFIX)))
         messages = [dict(message) for message in request.messages]
         prompt_tokens = estimate_prompt_tokens(messages, settings.image_tokens)
         max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)

@@ -13,6 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# An audit's calls name the request ``audit-<audited request id>``: the engines (the emulated one's
+# script, the stage-affinity router) read them as the audited request's.
+AUDIT_PREFIX = "audit-"
+
 _ENGINE_REQUEST_ID = re.compile(
     r"^mai-(?P<request>.+)-(?P<stage>[a-z0-9_]+)-(?P<kind>[a-z0-9]+)-(?P<answer>[a-z_]+)-(?P<n>\d+)$"
 )

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from deployments.engine_ids import AUDIT_PREFIX
+
 from ..core.audit import AuditBook, AuditSettings, is_sampled
 from ..core.cascade import Cascade, ModelUnavailableError
 from ..core.contracts import EngineError
@@ -33,7 +35,6 @@ from .responses import usage_of
 
 logger = logging.getLogger("ray.serve")
 
-AUDIT_PREFIX = "audit-"
 RELAXED_PREFIX = "relaxed:"
 
 

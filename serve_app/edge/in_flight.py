@@ -20,9 +20,14 @@ class InFlight:
     async def complete(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
     ) -> Completion:
-        counter = "audits" if call.is_audit else "count"
-        setattr(self, counter, getattr(self, counter) + 1)
+        self._add(call, 1)
         try:
             return await self.client.complete(messages, max_tokens=max_tokens, call=call, decoding=decoding)
         finally:
-            setattr(self, counter, getattr(self, counter) - 1)
+            self._add(call, -1)
+
+    def _add(self, call: EngineCall, change: int) -> None:
+        if call.is_audit:
+            self.audits += change
+        else:
+            self.count += change
