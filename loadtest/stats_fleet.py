@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from serve_app.core.audit import AuditBook, AuditSettings, alerts
+from serve_app.core.audit import AuditBook, AuditSettings
+from serve_app.core.audit_alerts import alerts
+from serve_app.core.overload import fleet_overload
 from serve_app.core.plan_choice import AdaptiveSettings
 from serve_app.core.plan_stats import Observation, PlanBook
 from serve_app.core.routes import EARLY_EXITS
@@ -192,7 +194,7 @@ class MergeAllHolder:
     def snapshot(self) -> dict[str, Any]:
         audits = AuditBook.merged(self.states.values(), self.settings.window)
         plans = PlanBook.merged(self.plan_states.values(), self.adaptive.window)
-        return stats_body(audits, plans, self.settings, self.adaptive)
+        return stats_body(audits, plans, self.settings, self.adaptive, overload=fleet_overload(False, []))
 
 
 # ------------------------------------------------------------------------------------------------

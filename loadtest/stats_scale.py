@@ -169,7 +169,8 @@ def exact_merge_matches(holder: AuditStats, replicas: list[Replica], settings: S
     ranked = sorted(replicas, key=lambda replica: holder.replicas[replica.name].rank)
     audits = AuditBook.merged([replica.audits.state() for replica in ranked], settings.audit_window)
     plans = PlanBook.merged([replica.plans.state() for replica in ranked], settings.plan_window)
-    return holder.snapshot() == stats_body(audits, plans, holder.settings, holder.adaptive)
+    body = holder.snapshot()  # its overload view is the replicas' levels, not a merge: taken as it is
+    return body == stats_body(audits, plans, holder.settings, holder.adaptive, overload=body["overload"])
 
 
 def measure_after(

@@ -30,8 +30,10 @@ def build_ingress(
 ) -> Application:
     """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
     for sparse reasoning transfer, the attention scorer."""
-    ingress = config.ingress
-    stats = AuditStatsHolder.bind(config.cascade.audit, config.cascade.adaptive)  # type: ignore[attr-defined]  # a Deployment
+    ingress, cascade = config.ingress, config.cascade
+    stats = AuditStatsHolder.bind(  # type: ignore[attr-defined]  # a Deployment
+        cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled
+    )
     return MAIIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         autoscaling_config=ingress.autoscaling.to_serve(),
         max_ongoing_requests=ingress.max_ongoing_requests,

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .model_tokens import flat_tokens, nested_tokens
 from .options import Policy
 from .routes import EARLY_EXITS, Route
 from .windows import Key, LatestWindow
@@ -91,6 +92,7 @@ class _Counts:
     disagreed: int = 0
     by_route: dict[str, list[int]] = field(default_factory=dict)  # route -> [audited, disagreed]
     plans: Counter = field(default_factory=Counter)  # the cascade plans its requests ran
+    tokens: Counter = field(default_factory=Counter)  # its requests' tokens per model (model_tokens.py)
 
 
 @dataclass
@@ -120,6 +122,7 @@ class _Statistics:
             "requests": entry.requests,
             "routes": dict(sorted(entry.routes.items())),
             "plans": dict(sorted(entry.plans.items())),
+            "tokens": nested_tokens(entry.tokens),
             "audit": {
                 "audited": entry.audited,
                 "disagreed": entry.disagreed,
@@ -145,6 +148,7 @@ class _Statistics:
                 "reference": settings.reference.value,
                 "max_disagreement": settings.max_disagreement,
                 "window": settings.window,
+                "report_interval_s": settings.report_interval_s,
                 "extra_token_share": round(share, 4),
                 "not_run": dict(sorted(self.not_run.items())),
                 "measures": "disagreement with the reference policy, not error against the truth",
@@ -172,12 +176,21 @@ class AuditBook(_Statistics):
         self.audit_tokens = 0
         self.not_run: Counter = Counter()  # reason -> audits sampled but not run to the end
 
-    def record_request(self, cls: str, route: str, tokens: int, plan: str | None = None) -> None:
+    def record_request(
+        self,
+        cls: str,
+        route: str,
+        tokens: int,
+        plan: str | None = None,
+        tokens_by_model: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
+        """A served request: ``tokens`` in all and, per model, as ``Trace.tokens()`` gives them."""
         entry = self._class(cls)
         entry.requests += 1
         entry.routes[route] += 1
         if plan is not None:
             entry.plans[plan] += 1
+        entry.tokens.update(flat_tokens(tokens_by_model or {}))
         self.served_tokens += tokens
 
     def record_audit(self, cls: str, route: str, disagreed: bool, tokens: int, at: float) -> None:
@@ -209,6 +222,7 @@ class AuditBook(_Statistics):
                     "requests": entry.requests,
                     "routes": dict(entry.routes),
                     "plans": dict(entry.plans),
+                    "tokens": dict(entry.tokens),
                     "audited": entry.audited,
                     "disagreed": entry.disagreed,
                     "by_route": {route: list(counts) for route, counts in entry.by_route.items()},
@@ -233,6 +247,7 @@ class AuditBook(_Statistics):
                 merged.requests += entry["requests"]
                 merged.routes.update(entry["routes"])
                 merged.plans.update(entry.get("plans", {}))
+                merged.tokens.update(entry.get("tokens", {}))
                 merged.audited += entry["audited"]
                 merged.disagreed += entry["disagreed"]
                 for route, (audited, disagreed) in entry["by_route"].items():
@@ -313,6 +328,7 @@ class MergedAudits(_Statistics):
         entry.disagreed += new["disagreed"] - old.get("disagreed", 0)
         _move(entry.routes, new["routes"], old.get("routes", {}))
         _move(entry.plans, new.get("plans", {}), old.get("plans", {}))
+        _move(entry.tokens, new.get("tokens", {}), old.get("tokens", {}))
         for route in new["by_route"].keys() | old.get("by_route", {}).keys():
             now, before = new["by_route"].get(route, (0, 0)), old.get("by_route", {}).get(route, (0, 0))
             if tuple(now) != tuple(before):
@@ -358,27 +374,3 @@ def _move(counter: Counter, new: Mapping[str, int], old: Mapping[str, int]) -> N
             counter[key] += change
             if not counter[key]:
                 del counter[key]
-
-
-def alert_line(cls: str, entry: Mapping[str, Any], reference: str, limit: float) -> str | None:
-    """The warning for ``cls`` (its ``GET /v1/mai/stats`` entry) when its disagreement bound is over
-    ``limit``; None when it is not."""
-    audit = entry["audit"]
-    if not audit["alert"]:
-        return None
-    window = audit["window"]
-    line = (
-        f"class {cls}: early exits disagreed with the {reference} policy on "
-        f"{window['disagreed']} of the last {window['audited']} audits (rate {audit['rate']}, "
-        f"95 % upper bound {audit['upper_95']} > max_disagreement {limit})"
-    )
-    return line + (f"; {audit['note']}" if audit.get("note") else "")
-
-
-def alerts(snapshot: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
-    """``(class, line)`` for each class whose disagreement bound is over the configured maximum."""
-    audit = snapshot["audit"]
-    for cls, entry in snapshot["classes"].items():
-        line = alert_line(cls, entry, audit["reference"], audit["max_disagreement"])
-        if line is not None:
-            yield cls, line

@@ -142,7 +142,6 @@ class _Run(StageCalls):
         self.plan = plan
 
     async def execute(self) -> CascadeResult:
-        started = self._now()
         plans = {
             Plan.SEQUENTIAL: self._cascade,
             Plan.EAGER: self._cascade,
@@ -166,7 +165,7 @@ class _Run(StageCalls):
             return await policies[self.options.policy]()
         finally:
             await self._cancel_outstanding()
-            self.trace.latency_s = self._now() - started
+            self.trace.latency_s = self._now() - self.run_started
 
     # -- policies ---------------------------------------------------------------------------
 

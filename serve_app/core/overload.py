@@ -18,6 +18,7 @@ The queue is the large model's calls in flight from this ingress replica. Pure: 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -31,6 +32,11 @@ class Level(IntEnum):
     NORMAL = 0
     SHED = 1
     RELAX = 2
+
+    @property
+    def label(self) -> str:
+        """The level as the trace and the statistics name it: ``normal``, ``shed`` or ``relax``."""
+        return self.name.lower()
 
 
 class RelaxTo(BaseModel):
@@ -146,3 +152,14 @@ def relaxed_options(options: CascadeOptions, relax_to: RelaxTo) -> tuple[Cascade
         update["min_confidence"] = relax_to.min_confidence
     changed = {name: [getattr(options, name), value] for name, value in update.items()}
     return options.model_copy(update=update), changed
+
+
+def fleet_overload(enabled: bool, levels: Iterable[str]) -> dict[str, Any]:
+    """``overload`` in the ``GET /v1/mai/stats`` body: whether ``cascade.overload`` is on, the highest of
+    the ingress replicas' ``levels`` (their labels; ``normal`` when there are none) and how many replicas
+    are at each level."""
+    replicas = {level.label: 0 for level in Level}
+    for label in levels:
+        replicas[label] += 1
+    highest = max((level for level in Level if replicas[level.label]), default=Level.NORMAL)
+    return {"enabled": enabled, "level": highest.label, "replicas": replicas}

@@ -55,6 +55,9 @@ class StageCalls:
         self.question, self.options, self.request_id, self.trace = question, options, request_id, trace
         self.audit_priority = audit_priority  # None: served; else an audit's engine priority
         self.kind: str = question.kind or "text"
+        # When the run started, on the cascade's clock: the request's latency and each stage's start
+        # are read from it.
+        self.run_started = self._now()
         self._tasks: list[asyncio.Task] = []
         # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
         self._token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
@@ -161,6 +164,7 @@ class StageCalls:
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
         self.trace.stages.append(stage)
         started = self._now()
+        stage.start_s = started - self.run_started
         try:
             completion = await asyncio.wait_for(
                 self.clients[model].complete(

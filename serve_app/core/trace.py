@@ -34,6 +34,7 @@ class StageRecord:
     prompt_tokens: int = 0
     cached_tokens: int | None = None  # of prompt_tokens, served from the prefix cache; None: not reported
     completion_tokens: int = 0
+    start_s: float = 0.0  # seconds from the request's start to this call's (the cascade's clock)
     latency_s: float = 0.0
     answer: str | None = None  # parsed answer, None when nothing could be parsed
     confidence: float | None = None  # probability of the parsed answer's tokens; None without logprobs

@@ -81,7 +81,9 @@ class Auditor:
         if job.options.policy is not Policy.CASCADE:
             return
         cls = class_of(result.trace.kind, job.task)
-        self.book.record_request(cls, result.route, tokens_of(result), result.trace.plan)
+        self.book.record_request(
+            cls, result.route, tokens_of(result), result.trace.plan, tokens_by_model=result.trace.tokens()
+        )
         if result.route not in AUDITED or not is_sampled(job.request_id, self.settings):
             return
         route = audited_route(result)

@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from ray import serve
 
 from ..config import AppConfig, Security
+from ..core.overload import fleet_overload
 from ..core.question_class import class_of
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
@@ -132,7 +133,8 @@ class MAIIngress:
         # The statistics' one view across replicas (serve_app/edge/stats_holder.py), and this replica's
         # name there.
         self.stats_holder, self.replica = stats, name or uuid.uuid4().hex
-        self.stats_reporter = StatsReporter(self.auditor.book, self.plans.book)  # what it reports there
+        # What it reports there.
+        self.stats_reporter = StatsReporter(self.auditor.book, self.plans.book, self.overload.level_label)
         self._reporter: asyncio.Task | None = None
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -174,8 +176,11 @@ class MAIIngress:
         """The audit statistics of every replica, merged (docs/api.md, "Audits")."""
         check_api_key(request.headers, self.api_keys)
         cascade = self.config.cascade
-        if self.stats_holder is None:
-            return stats_body(self.auditor.book, self.plans.book, cascade.audit, cascade.adaptive)
+        if self.stats_holder is None:  # this replica alone: its own overload level
+            overload = fleet_overload(cascade.overload.enabled, [self.overload.level_label()])
+            return stats_body(
+                self.auditor.book, self.plans.book, cascade.audit, cascade.adaptive, overload=overload
+            )
         try:
             await self._report()
             return await self.stats_holder.snapshot.remote()

@@ -60,5 +60,9 @@ class OverloadGuard:
         if overload is not None and self.metrics is not None:
             self.metrics.record_overload(overload["level"], result.route)
 
+    def level_label(self) -> str:
+        """This replica's level, as its reports to the stats holder carry it."""
+        return self.state.level.label
+
     def sheds_audits(self) -> bool:
         return self.settings.enabled and self.state.level >= Level.SHED

@@ -16,26 +16,38 @@ What a death loses: a replica's, what it counted since its last report (its earl
 here); the holder's, nothing for long: a replica it does not know gets ``{"resend": true}`` and reports
 everything again at once, so every live replica's statistics are back within one interval (those of
 replicas that died before the holder are lost with it).
+
+Every report also says the replica's overload level; the body's ``overload`` is the highest level of
+the replicas heard from within the last ``LIVE_INTERVALS`` intervals (by the holder's clock, at
+receipt), so a replica that died or was scaled down leaves it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ray import serve
 
-from ..core.audit import AuditSettings, MergedAudits, alert_line
+from ..core.audit import AuditSettings, MergedAudits
+from ..core.audit_alerts import alert_line
+from ..core.model_tokens import nested_tokens
+from ..core.overload import Level, fleet_overload
 from ..core.plan_choice import AdaptiveSettings, allowed_plans, plan_summary, reference_plan
 from ..core.plan_stats import MergedPlans, Observation
 from ..core.plans import PlanEstimates
 
 logger = logging.getLogger("ray.serve")
 ESTIMATES = tuple(field.name for field in dataclasses.fields(PlanEstimates))  # a reply's, per class
+# A replica counts in the body's overload level while its last report is at most this many
+# ``report_interval_s`` old.
+LIVE_INTERVALS = 3
 
 
 class AuditView(Protocol):
@@ -59,11 +71,18 @@ class PlanView(Protocol):
 
 
 def stats_body(
-    audits: AuditView, plans: PlanView, settings: AuditSettings, adaptive: AdaptiveSettings
+    audits: AuditView,
+    plans: PlanView,
+    settings: AuditSettings,
+    adaptive: AdaptiveSettings,
+    *,
+    overload: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The ``GET /v1/mai/stats`` body: the audit statistics and, per class, its plans."""
+    """The ``GET /v1/mai/stats`` body: the audit statistics, per class its plans, and ``overload``
+    (``overload.fleet_overload``)."""
     body = audits.snapshot(settings)
     body["adaptive"] = {"mode": adaptive.mode, "objective": adaptive.objective, "window": adaptive.window}
+    body["overload"] = dict(overload)
     for cls in sorted(set(plans.classes) | set(body["classes"])):
         allowed = allowed_plans(
             adaptive,
@@ -72,7 +91,9 @@ def stats_body(
             exit_bounds=audits.exit_bounds(cls),
             max_disagreement=settings.max_disagreement,
         )
-        entry = body["classes"].setdefault(cls, {"requests": 0, "routes": {}, "plans": {}, "audit": None})
+        entry = body["classes"].setdefault(
+            cls, {"requests": 0, "routes": {}, "plans": {}, "tokens": nested_tokens({}), "audit": None}
+        )
         entry["plan"] = plan_summary(adaptive, cls, plans.estimates(cls), allowed)
     return body
 
@@ -87,15 +108,27 @@ class _Replica:
     totals: Mapping[str, Any] | None = None
     audits: dict[str, int] = field(default_factory=dict)  # class -> the last audit of its window applied
     plans: dict[str, int] = field(default_factory=dict)  # class -> the last plan observation applied
+    overload: str = Level.NORMAL.label  # its overload level, as its last report applied said
+    reported_at: float = -math.inf  # when that report arrived, by the holder's clock
 
 
 class AuditStats:
     """The holder's logic, without Ray: all replicas' statistics merged, up to date per report; one
-    warning line when a class goes over its disagreement bound."""
+    warning line when a class goes over its disagreement bound. ``overload_enabled``: whether
+    ``cascade.overload`` is on; ``clock``: when a report arrives (the replicas' overload levels count
+    while their reports are recent)."""
 
-    def __init__(self, settings: AuditSettings, adaptive: AdaptiveSettings | None = None):
+    def __init__(
+        self,
+        settings: AuditSettings,
+        adaptive: AdaptiveSettings | None = None,
+        *,
+        overload_enabled: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.settings = settings
         self.adaptive = adaptive or AdaptiveSettings()
+        self.overload_enabled, self.clock = overload_enabled, clock
         self.audits = MergedAudits(settings.window)
         self.plans = MergedPlans(self.adaptive.window)
         self.replicas: dict[str, _Replica] = {}
@@ -119,6 +152,7 @@ class AuditStats:
             fresh = report["number"] > known.number  # counts older than the ones applied are ignored
             if fresh:
                 known.number = report["number"]
+                known.overload, known.reported_at = report["overload"], self.clock()
                 self.audits.count_totals(report["totals"], known.totals)
                 known.totals = report["totals"]
             acked_audits = {}
@@ -184,10 +218,18 @@ class AuditStats:
                 self.alerting.add(cls)
                 logger.warning("MAI audit alert: %s", line)
 
+    def _overload(self) -> dict[str, Any]:
+        """The body's ``overload``: the levels of the replicas heard from within ``LIVE_INTERVALS``."""
+        since = self.clock() - LIVE_INTERVALS * self.settings.report_interval_s
+        live = [known.overload for known in self.replicas.values() if known.reported_at >= since]
+        return fleet_overload(self.overload_enabled, live)
+
     def snapshot(self) -> dict[str, Any]:
         """The ``GET /v1/mai/stats`` body from the merged view, nothing merged again."""
         with self._lock:
-            return stats_body(self.audits, self.plans, self.settings, self.adaptive)
+            return stats_body(
+                self.audits, self.plans, self.settings, self.adaptive, overload=self._overload()
+            )
 
 
 @serve.deployment(name="MAIStats", num_replicas=1, ray_actor_options={"num_cpus": 0})

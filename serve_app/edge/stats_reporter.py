@@ -2,9 +2,10 @@
 the holder's last acknowledgement, so a report costs what changed, not the windows.
 
 A report carries, per class whose counts changed since the last acknowledged report, the replica's
-absolute counts (requests, routes, plans, audited, disagreed, by route) and the audits appended to its
-window since; per class with new plan observations, those observations; and always the replica's
-totals (served and audit tokens, audits not run). Counts are absolute, so the holder adds the
+absolute counts (requests, routes, plans, tokens per model, audited, disagreed, by route) and the audits
+appended to its window since; per class with new plan observations, those observations; and always the
+replica's totals (served and audit tokens, audits not run) and its overload level (``normal``,
+``shed`` or ``relax``: serve_app/core/overload.py). Counts are absolute, so the holder adds the
 difference from the last it applied and a repeat changes nothing; window entries are numbered per class
 (``AuditBook``'s ``audited``, ``PlanBook``'s ``appended``), so the holder skips those it has. A lost
 reply costs a resend of the same entries, nothing else.
@@ -22,6 +23,7 @@ from itertools import islice
 from typing import Any
 
 from ..core.audit import AuditBook
+from ..core.overload import Level
 from ..core.plan_stats import PlanBook, row_of
 
 
@@ -30,11 +32,18 @@ def _tail(window: Any, count: int) -> list[Any]:
     return list(islice(reversed(window), min(count, len(window))))[::-1]
 
 
-class StatsReporter:
-    """What this replica has reported and the holder acknowledged, and the next report."""
+def _always_normal() -> str:
+    return Level.NORMAL.label
 
-    def __init__(self, audits: AuditBook, plans: PlanBook):
-        self.audits, self.plans = audits, plans
+
+class StatsReporter:
+    """What this replica has reported and the holder acknowledged, and the next report.
+    ``overload_level``: the replica's overload level now (its ``OverloadGuard.level_label``)."""
+
+    def __init__(
+        self, audits: AuditBook, plans: PlanBook, overload_level: Callable[[], str] = _always_normal
+    ):
+        self.audits, self.plans, self.overload_level = audits, plans, overload_level
         self.number = 0  # the reports made: the holder ignores the counts of one older than it applied
         self.full = True  # the next report carries everything
         self.acked_counts: dict[str, tuple[int, int]] = {}  # class -> (requests, audited) acknowledged
@@ -58,6 +67,7 @@ class StatsReporter:
                 "requests": entry.requests,
                 "routes": dict(entry.routes),
                 "plans": dict(entry.plans),
+                "tokens": dict(entry.tokens),
                 "audited": entry.audited,
                 "disagreed": entry.disagreed,
                 "by_route": {route: list(pair) for route, pair in entry.by_route.items()},
@@ -76,6 +86,7 @@ class StatsReporter:
             "full": self.full,
             "audits": audits,
             "plans": plans,
+            "overload": self.overload_level(),
             "totals": {
                 "served_tokens": book.served_tokens,
                 "audit_tokens": book.audit_tokens,

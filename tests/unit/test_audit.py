@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from serve_app.core.audit import AuditBook, AuditSettings, alerts, is_sampled, wilson_interval
+from serve_app.core.audit import AuditBook, AuditSettings, is_sampled, wilson_interval
+from serve_app.core.audit_alerts import alerts
 from serve_app.core.question_class import class_of
 
 
@@ -51,8 +52,12 @@ def test_wilson_interval():
 def test_the_snapshot_counts_per_class_and_route_over_the_window():
     settings = AuditSettings(rate=1.0, window=4, max_disagreement=0.05)
     book = AuditBook(settings.window)
-    for route in ("agree_short", "agree_short", "transfer"):
-        book.record_request(class_of("yes_no"), route, tokens=100)
+    for index, route in enumerate(("agree_short", "agree_short", "transfer")):
+        by_model = {
+            "small": {"prompt_tokens": 40, "cached_tokens": 8, "completion_tokens": 2 + index},
+            "large": {"prompt_tokens": 50, "cached_tokens": 0, "completion_tokens": 0},
+        }
+        book.record_request(class_of("yes_no"), route, tokens=100, tokens_by_model=by_model)
     book.record_request(class_of("text", "chartqa"), "agree_short", tokens=100)
     for disagreed in (True, True, False, False, False, False):  # the first two fall out of the window
         book.record_audit("yes_no", "agree_short", disagreed, tokens=50, at=len(book.classes))
@@ -60,6 +65,12 @@ def test_the_snapshot_counts_per_class_and_route_over_the_window():
 
     yes_no = snapshot["classes"]["yes_no"]
     assert yes_no["requests"] == 3 and yes_no["routes"] == {"agree_short": 2, "transfer": 1}
+    assert yes_no["tokens"] == {
+        "small": {"prompt_tokens": 120, "completion_tokens": 9},  # cached tokens are not counted here
+        "large": {"prompt_tokens": 150, "completion_tokens": 0},
+    }
+    no_tokens = {"prompt_tokens": 0, "completion_tokens": 0}
+    assert snapshot["classes"]["text/chartqa"]["tokens"] == {"small": no_tokens, "large": no_tokens}
     audit = yes_no["audit"]
     assert (audit["audited"], audit["disagreed"]) == (6, 2)
     assert audit["window"] == {"audited": 4, "disagreed": 0} and audit["rate"] == 0.0
@@ -68,7 +79,7 @@ def test_the_snapshot_counts_per_class_and_route_over_the_window():
     assert snapshot["classes"]["text/chartqa"]["audit"]["rate"] is None
     assert not snapshot["classes"]["text/chartqa"]["audit"]["alert"]
     assert snapshot["audit"]["extra_token_share"] == round(300 / 400, 4)
-    assert snapshot["audit"]["reference"] == "transfer"
+    assert snapshot["audit"]["reference"] == "transfer" and snapshot["audit"]["report_interval_s"] == 5.0
     [(cls, line)] = alerts(snapshot)
     assert cls == "yes_no"
     assert "class yes_no" in line and "0 of the last 4 audits" in line and "max_disagreement 0.05" in line
@@ -110,7 +121,11 @@ def test_the_holder_merging_replicas_reports_gives_one_books_statistics(events, 
             if is_audit:
                 book.record_audit(cls, route, disagreed, tokens=3, at=at)
             else:
-                book.record_request(cls, route, tokens=10)
+                by_model = {
+                    "small": {"prompt_tokens": at, "completion_tokens": 1},
+                    "large": {"prompt_tokens": 3},
+                }
+                book.record_request(cls, route, tokens=10, tokens_by_model=by_model)
         if report:
             reports[replica] = replicas[replica].state()
     final = {index: replica.state() for index, replica in enumerate(replicas)}
@@ -127,12 +142,13 @@ def test_the_holder_merging_replicas_reports_gives_one_books_statistics(events, 
 
 def test_the_state_is_plain_data():
     book = AuditBook(5)
-    book.record_request("yes_no", "agree_short", 10)
+    book.record_request("yes_no", "agree_short", 10, tokens_by_model={"large": {"completion_tokens": 4}})
     book.record_audit("yes_no", "agree_short", True, 5, at=1.5)
     book.record_not_run("shed")
     state = json.loads(json.dumps(book.state()))
     merged = AuditBook.merged([state], 5).snapshot(AuditSettings())
     assert merged == book.snapshot(AuditSettings()) and merged["audit"]["not_run"] == {"shed": 1}
+    assert merged["classes"]["yes_no"]["tokens"]["large"] == {"prompt_tokens": 0, "completion_tokens": 4}
 
 
 @pytest.mark.parametrize(

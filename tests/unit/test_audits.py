@@ -82,6 +82,16 @@ async def test_a_sampled_early_exit_is_answered_again_by_the_reference_and_compa
         "agree_short": {"audited": 1, "disagreed": 1}
     }
     assert auditor.book.audit_tokens > 0 and auditor.book.served_tokens > 0
+    # Per model, the served request's tokens only: the audit's are counted apart.
+    served = result.trace.tokens()
+    assert stats["tokens"] == {
+        model: {
+            "prompt_tokens": served[model]["prompt_tokens"],
+            "completion_tokens": served[model]["completion_tokens"],
+        }
+        for model in ("small", "large")
+    }
+    assert stats["tokens"]["small"]["prompt_tokens"] > 0 and stats["tokens"]["large"]["completion_tokens"] > 0
 
 
 async def test_an_agreeing_reference_counts_an_audit_without_disagreement():
@@ -224,10 +234,22 @@ def test_the_stats_endpoint_answers_the_schema_behind_the_api_key():
         return client_of(replica(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}), api_keys=keys))
 
     client = api(())
-    assert client.post("/v1/chat/completions", json=chat_body()).status_code == 200
+    reply = client.post("/v1/chat/completions", json=chat_body())
+    assert reply.status_code == 200
     body = client.get("/v1/mai/stats").json()
     assert body["classes"]["yes_no"]["requests"] == 1
     assert body["classes"]["yes_no"]["routes"] == {"agree_short": 1}
+    served = reply.json()["mai"]["trace"]["tokens"]
+    assert body["classes"]["yes_no"]["tokens"] == {
+        model: {kind: served[model][kind] for kind in ("prompt_tokens", "completion_tokens")}
+        for model in ("small", "large")
+    }
+    assert body["audit"]["report_interval_s"] == 5.0
+    assert body["overload"] == {
+        "enabled": False,
+        "level": "normal",
+        "replicas": {"normal": 1, "shed": 0, "relax": 0},
+    }
     assert set(body["classes"]["yes_no"]["audit"]) >= {"audited", "disagreed", "rate", "upper_95", "alert"}
     assert body["audit"]["reference"] == "transfer" and body["audit"]["rate"] == 0.0
     assert "not error against the truth" in body["audit"]["measures"]
@@ -258,12 +280,19 @@ def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts()
     gone.served_tokens = 7
     report_to(holder, "replica-gone", StatsReporter(gone, PlanBook(1)))
     client = client_of(ingress)
-    assert client.post("/v1/chat/completions", json=chat_body()).status_code == 200
+    reply = client.post("/v1/chat/completions", json=chat_body())
+    assert reply.status_code == 200
     body = client.get("/v1/mai/stats").json()
     assert body["classes"]["yes_no"]["requests"] == 1 and set(holder.replicas) == {
         "replica-gone",
         "replica-a",
     }
+    served = reply.json()["mai"]["trace"]["tokens"]
+    assert body["classes"]["yes_no"]["tokens"]["large"] == {
+        "prompt_tokens": served["large"]["prompt_tokens"],
+        "completion_tokens": served["large"]["completion_tokens"],
+    }
+    assert body["overload"]["replicas"] == {"normal": 2, "shed": 0, "relax": 0}  # both reported lately
     assert holder.audits.served_tokens == 7 + ingress.auditor.book.served_tokens  # the dead one's stays
 
     def restarting(*args):
@@ -280,7 +309,7 @@ def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts()
 
 
 async def test_a_single_model_plan_is_audited_and_its_alert_says_the_reference_may_be_weaker():
-    from serve_app.core.audit import alerts
+    from serve_app.core.audit_alerts import alerts
     from serve_app.core.plans import Plan
 
     cascade, auditor, *_, metrics = setup({S: "[[yes]]", R: "It is a cat. [[no]]"}, {T: "[[no]]"})

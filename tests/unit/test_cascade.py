@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from evaluation.replay import VirtualClockLoop, recorded_stages, replay
 from serve_app.core.cascade import Cascade, ModelUnavailableError
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, Question
 from serve_app.core.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
@@ -259,6 +260,84 @@ async def test_eager_reasoning_is_used_once_when_stage_one_disagrees():
     # Reasoning overlapped stage 1: about 0.5 s, where one after the other takes 1.0 s (a wide margin,
     # so a loaded machine does not fail it).
     assert loop.time() - started < 0.9
+
+
+def on_a_virtual_clock(coroutine):
+    """``coroutine`` run on a virtual clock (``evaluation.replay``): the scripted delays take no wall time
+    and the trace's times are exact."""
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
+def starts(result) -> dict[str, float]:
+    return {stage.name: stage.start_s for stage in result.trace.stages}
+
+
+ESCALATING = {S: "[[A]]", R: "The curves meet at 400.\n[[C]]"}, {S: "[[B]]", T: "[[C]]"}
+
+
+def test_each_stage_starts_when_the_stages_it_waits_for_have_ended():
+    small, large = models(*ESCALATING, small_delays={S: 0.25, R: 1.0}, large_delays={S: 0.5, T: 0.125})
+    result = on_a_virtual_clock(run(small, large, question=CHOICE))
+    assert result.route == "transfer"
+    # Stage 1 starts at once; the reasoning when the later short answer ended; the transfer after it.
+    assert starts(result) == {
+        "short_small": 0.0,
+        "short_large": 0.0,
+        "reason_small": 0.5,
+        "transfer_large": 1.5,
+    }
+    assert result.trace.latency_s == 1.625
+    assert [stage["start_s"] for stage in result.trace.to_dict()["stages"]] == [0.0, 0.0, 0.5, 1.5]
+
+
+def test_an_eager_reasoning_starts_beside_stage_one():
+    small, large = models(*ESCALATING, small_delays={S: 0.25, R: 1.0}, large_delays={S: 0.5, T: 0.125})
+    result = on_a_virtual_clock(run(small, large, question=CHOICE, eager_reasoning=True))
+    assert result.route == "transfer"
+    assert starts(result) == {
+        "reason_small": 0.0,
+        "short_small": 0.0,
+        "short_large": 0.0,
+        "transfer_large": 1.0,
+    }
+    assert result.trace.latency_s == 1.125
+
+
+async def test_a_stage_starts_on_the_event_loops_clock_from_the_requests_start():
+    small, large = models(*ESCALATING, small_delays={S: 0.1}, large_delays={S: 0.3})
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    result = await run(small, large, question=CHOICE)
+    after = loop.time()
+    by_name = {stage.name: stage for stage in result.trace.stages}
+    # Wide margins, so that a loaded machine does not fail it: stage 1 starts at once, the reasoning
+    # once the large short answer's 0.3 s have passed.
+    assert 0 <= by_name["short_small"].start_s < 0.15 and 0 <= by_name["short_large"].start_s < 0.15
+    reasoning, transfer = by_name["reason_small"], by_name["transfer_large"]
+    assert 0.29 <= reasoning.start_s <= transfer.start_s <= result.trace.latency_s <= after - before
+
+
+def test_a_recording_without_start_times_replays_with_them():
+    """A calibration pass recorded before stages had a start (``evaluation.run.prediction_of`` keeps no
+    ``start_s``) still replays, and the replay's trace has them."""
+    rows = [
+        {"name": "short_small", "status": "ok", "answer": "A", "latency_s": 0.25},
+        {"name": "short_large", "status": "ok", "answer": "B", "latency_s": 0.5},
+        {"name": "reason_small", "status": "ok", "answer": "C", "latency_s": 1.0},
+        {"name": "transfer_large", "status": "ok", "answer": "C", "latency_s": 0.125},
+    ]
+    [result] = replay({"q": CHOICE}, CascadeOptions(), {"q": recorded_stages(rows)}).values()
+    assert result.route == "transfer"
+    assert starts(result) == {
+        "short_small": 0.0,
+        "short_large": 0.0,
+        "reason_small": 0.5,
+        "transfer_large": 1.5,
+    }
 
 
 async def test_cancelling_the_request_cancels_the_model_calls():

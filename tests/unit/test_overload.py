@@ -14,10 +14,11 @@ from serve_app.core.overload import Level, OverloadSettings, OverloadState, Rela
 from serve_app.core.plan_choice import PlanChoice, decide_plan
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
+from serve_app.edge.stats_holder import AuditStats
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
-from .ingress_replica import client_of, replica
+from .ingress_replica import client_of, holder_handle, replica
 
 S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
 SETTINGS = OverloadSettings(max_large_queue=10, relax_after_s=2, restore_below=4, restore_after_s=5)
@@ -133,7 +134,7 @@ def test_bad_overload_settings_are_refused_at_start_naming_the_key(cascade, key)
 # In an ingress replica.
 
 
-def overloaded_replica(queue, clock, relax_to=None, **audit):
+def overloaded_replica(queue, clock, relax_to=None, *, stats=None, name="replica-a", **audit):
     config = load_app_config(
         BASE
         | {
@@ -154,7 +155,10 @@ def overloaded_replica(queue, clock, relax_to=None, **audit):
     # above the relaxed 0.7, and more confident than the small one's 0.6.
     small = ScriptedVLM({S: "[[no]]", R: "[[yes]]"}, confidences={S: 0.6, R: 0.9})
     large = ScriptedVLM({S: "[[yes]]", T: "[[yes]]"}, confidences={S: 0.8, T: 0.9})
-    return replica(small, large, config, large_queue=lambda: queue[0], clock=lambda: clock[0]), large
+    ingress = replica(
+        small, large, config, large_queue=lambda: queue[0], clock=lambda: clock[0], stats=stats, name=name
+    )
+    return ingress, large
 
 
 def ask(client):
@@ -228,3 +232,51 @@ def test_overloaded_only_relaxed_answers_are_audited_and_they_count_apart():
     audited = stats["classes"]["yes_no"]["audit"]["by_route"]
     assert audited == {"relaxed:confident_large": {"audited": 1, "disagreed": 0}}
     assert stats["classes"]["yes_no"]["routes"] == {"agree_reasoned": 1, "confident_large": 1}
+
+
+def overload_in_stats(client):
+    return client.get("/v1/mai/stats").json()["overload"]
+
+
+def test_the_stats_say_a_lone_replicas_own_overload_level():
+    queue, clock = [0], [0.0]
+    ingress, _ = overloaded_replica(queue, clock)
+    client = client_of(ingress)
+    assert overload_in_stats(client) == {
+        "enabled": True,
+        "level": "normal",
+        "replicas": {"normal": 1, "shed": 0, "relax": 0},
+    }
+    queue[0] = 9
+    ask(client)
+    assert overload_in_stats(client) == {
+        "enabled": True,
+        "level": "shed",
+        "replicas": {"normal": 0, "shed": 1, "relax": 0},
+    }
+    clock[0] = 1.5
+    ask(client)
+    assert overload_in_stats(client)["level"] == "relax"
+
+
+def test_the_stats_say_the_highest_level_of_the_replicas_the_holder_heard_from_lately():
+    now = [0.0]
+    holder = AuditStats(load_app_config(BASE).cascade.audit, overload_enabled=True, clock=lambda: now[0])
+    handle = holder_handle(holder.report, holder.snapshot)
+    busy, _ = overloaded_replica([9], [0.0], stats=handle, name="busy")
+    calm, _ = overloaded_replica([0], [0.0], stats=handle, name="calm")
+    busy_client, calm_client = client_of(busy), client_of(calm)
+    ask(busy_client)  # past the bound: shed
+    ask(calm_client)
+    assert overload_in_stats(busy_client)["level"] == "shed"  # it reports before it answers
+    assert overload_in_stats(calm_client) == {
+        "enabled": True,
+        "level": "shed",
+        "replicas": {"normal": 1, "shed": 1, "relax": 0},
+    }
+    now[0] = 3 * holder.settings.report_interval_s + 1  # the busy replica has not reported since
+    assert overload_in_stats(calm_client) == {
+        "enabled": True,
+        "level": "normal",
+        "replicas": {"normal": 1, "shed": 0, "relax": 0},
+    }

@@ -1,17 +1,20 @@
 """The stats holder's incremental merge (serve_app/edge/stats_holder.py) and the replicas' reports
 (serve_app/edge/stats_reporter.py), against the exact merge of the replicas' whole books
 (``AuditBook.merged``, ``PlanBook.merged``): the same body, bounds, estimates to the bit, allowed and
-chosen plans, through lost replies and holder restarts."""
+chosen plans, tokens per model, through lost replies and holder restarts; and the replicas' overload
+levels as the holder last heard them."""
 
 import asyncio
 import dataclasses
 import logging
 import pickle
+from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.core.audit import AuditBook, AuditSettings
+from serve_app.core.overload import fleet_overload
 from serve_app.core.plan_choice import (
     AdaptiveSettings,
     allowed_plans,
@@ -36,6 +39,21 @@ TIME = st.integers(0, 8).map(float)
 SECONDS = st.one_of(st.none(), st.floats(0, 1e4, allow_nan=False), st.sampled_from([0.1, 0.2, 0.3, 1e-310]))
 TOKENS = st.one_of(st.none(), st.integers(0, 5000))
 REPLICA = st.integers(0, 3)  # modulo the replicas drawn
+LEVELS = ["normal", "shed", "relax"]
+MODELS, KINDS = ("small", "large"), ("prompt_tokens", "completion_tokens")
+# A request's tokens per model, as ``Trace.tokens()`` gives them (zeros and cached tokens too).
+TOKENS_BY_MODEL = st.fixed_dictionaries(
+    {
+        model: st.fixed_dictionaries(
+            {
+                "prompt_tokens": st.integers(0, 3000),
+                "cached_tokens": TOKENS,
+                "completion_tokens": st.integers(0, 300),
+            }
+        ).map(lambda tokens: {kind: count or 0 for kind, count in tokens.items()})
+        for model in MODELS
+    }
+)
 CLASS = st.integers(0, 2)  # modulo the classes drawn
 AUDIT = st.tuples(st.just("audit"), REPLICA, CLASS, st.sampled_from(ROUTES[:3]), st.booleans(), TIME)
 OBSERVE = st.tuples(
@@ -50,13 +68,19 @@ OBSERVE = st.tuples(
 EVENTS = st.lists(
     st.one_of(
         st.tuples(
-            st.just("request"), REPLICA, CLASS, st.sampled_from(ROUTES), st.sampled_from([None, *PLANS])
+            st.just("request"),
+            REPLICA,
+            CLASS,
+            st.sampled_from(ROUTES),
+            st.sampled_from([None, *PLANS]),
+            TOKENS_BY_MODEL,
         ),
         AUDIT,
         AUDIT,  # twice as likely as the others: windows fill up
         OBSERVE,
         OBSERVE,
         st.tuples(st.just("not_run"), REPLICA, st.sampled_from(["shed", "failed"])),
+        st.tuples(st.just("level"), REPLICA, st.sampled_from(LEVELS)),  # its overload level moves
         st.tuples(st.just("report"), REPLICA, st.booleans()),  # True: the reply is lost
         st.tuples(st.just("restart")),
     ),
@@ -71,9 +95,20 @@ class Lost(Exception):
 
 class Replica:
     def __init__(self, name: str, audit_window: int, plan_window: int):
-        self.name, self.clock = name, 0.0
+        self.name, self.clock, self.level = name, 0.0, "normal"
         self.audits, self.plans = AuditBook(audit_window), PlanBook(plan_window)
-        self.reporter = StatsReporter(self.audits, self.plans)
+        self.reporter = StatsReporter(self.audits, self.plans, lambda: self.level)
+        self.tokens: Counter = Counter()  # (class, model, kind) -> its requests' tokens, tallied here
+
+
+@dataclasses.dataclass
+class Reported:
+    """A replica as the holder last applied its report."""
+
+    audits: dict
+    plans: dict
+    level: str
+    tokens: Counter
 
 
 def exchange(holder: AuditStats, replica: Replica, reported: dict, *, lose: bool = False):
@@ -82,7 +117,9 @@ def exchange(holder: AuditStats, replica: Replica, reported: dict, *, lose: bool
     async def send(report):
         reply = holder.report(replica.name, report)
         if not reply.get("resend"):
-            reported[replica.name] = (replica.audits.state(), replica.plans.state())
+            reported[replica.name] = Reported(
+                replica.audits.state(), replica.plans.state(), replica.level, Counter(replica.tokens)
+            )
             if lose:
                 raise Lost()
         return reply
@@ -99,9 +136,14 @@ def bits(estimates) -> str:
 
 
 def check_the_same_view(holder: AuditStats, reported: dict, reply, audit: AuditSettings, adaptive):
-    audits = AuditBook.merged([state for state, _ in reported.values()], audit.window)
-    plans = PlanBook.merged([state for _, state in reported.values()], adaptive.window)
-    assert holder.snapshot() == stats_body(audits, plans, audit, adaptive)
+    audits = AuditBook.merged([replica.audits for replica in reported.values()], audit.window)
+    plans = PlanBook.merged([replica.plans for replica in reported.values()], adaptive.window)
+    overload = fleet_overload(False, [replica.level for replica in reported.values()])
+    body = holder.snapshot()
+    assert body == stats_body(audits, plans, audit, adaptive, overload=overload)
+    tallied = sum((replica.tokens for replica in reported.values()), Counter())
+    for cls, entry in body["classes"].items():  # the tokens as the replicas tallied them, not as reported
+        assert entry["tokens"] == {m: {k: tallied[cls, m, k] for k in KINDS} for m in MODELS}
     assert set(holder.audits.classes) == set(audits.classes)
     assert set(holder.plans.classes) == set(plans.classes)
     controller = PlanController(adaptive, audit, AuditBook(audit.window), shared=True)
@@ -144,7 +186,7 @@ def test_the_holder_gives_the_exact_merge_of_what_was_reported(
     adaptive = AdaptiveSettings(mode="learn", window=plan_window, min_samples=min_samples, explore=0.3)
     fleet = [Replica(f"r{index}", audit_window, plan_window) for index in range(replicas)]
     holder = AuditStats(audit, adaptive)
-    reported: dict = {}  # name -> (audit state, plan state) the holder applied last, in its rank order
+    reported: dict = {}  # name -> what the holder applied last (``Reported``), in its rank order
     for event in events:
         kind = event[0]
         if kind == "restart":  # the holder dies and Serve starts another: it knows nobody
@@ -154,8 +196,9 @@ def test_the_holder_gives_the_exact_merge_of_what_was_reported(
         if kind in ("request", "audit", "observe"):
             event = (*event[:2], CLASSES[event[2] % classes], *event[3:])
         if kind == "request":
-            _, _, cls, route, plan = event
-            replica.audits.record_request(cls, route, tokens=7, plan=plan)
+            _, _, cls, route, plan, by_model = event
+            replica.audits.record_request(cls, route, tokens=7, plan=plan, tokens_by_model=by_model)
+            replica.tokens.update({(cls, m, k): by_model[m][k] for m in MODELS for k in KINDS})
         elif kind == "audit":
             _, _, cls, route, disagreed, at = event
             replica.clock = max(replica.clock, at)
@@ -169,6 +212,8 @@ def test_the_holder_gives_the_exact_merge_of_what_was_reported(
             replica.plans.record(cls, observation)
         elif kind == "not_run":
             replica.audits.record_not_run(event[2], tokens=2)
+        elif kind == "level":
+            replica.level = event[2]
         else:
             reply = exchange(holder, replica, reported, lose=event[2])
             check_the_same_view(holder, reported, reply, audit, adaptive)
@@ -322,3 +367,53 @@ def test_ties_of_time_go_as_a_stable_sort_of_the_replicas_in_the_order_they_firs
     assert list(holder.audits.exit_bounds("yes_no")) == ["agree_short"]  # a's, the later in the sort
     assert holder.plans.estimates("yes_no") == plans.estimates("yes_no")
     assert holder.plans.estimates("yes_no").stage1_s == 1.0
+
+
+def levels(holder: AuditStats) -> tuple[str, dict]:
+    overload = holder.snapshot()["overload"]
+    return overload["level"], overload["replicas"]
+
+
+def test_the_overload_level_is_the_highest_of_the_replicas_heard_from_within_three_intervals():
+    now = [0.0]
+    holder = AuditStats(AuditSettings(report_interval_s=5.0), overload_enabled=True, clock=lambda: now[0])
+    assert holder.snapshot()["overload"] == {
+        "enabled": True,
+        "level": "normal",
+        "replicas": {"normal": 0, "shed": 0, "relax": 0},
+    }
+    a, b, c = (Replica(name, 10, 10) for name in "abc")
+    a.level, b.level = "relax", "shed"
+    report_to(holder, "a", a.reporter)
+    now[0] = 10.0
+    report_to(holder, "b", b.reporter)
+    report_to(holder, "c", c.reporter)
+    assert levels(holder) == ("relax", {"normal": 1, "shed": 1, "relax": 1})
+    now[0] = 15.0  # a's report is three intervals old: it still counts
+    assert levels(holder) == ("relax", {"normal": 1, "shed": 1, "relax": 1})
+    now[0] = 15.5  # older than that: a is gone from the view (its counts stay)
+    assert levels(holder) == ("shed", {"normal": 1, "shed": 1, "relax": 0})
+    a.level = "normal"
+    quiet = a.reporter.report()  # nothing else changed: the level travels all the same
+    assert quiet["audits"] == {} and quiet["overload"] == "normal"
+    a.reporter.acknowledged(holder.report("a", quiet))
+    assert levels(holder) == ("shed", {"normal": 2, "shed": 1, "relax": 0})
+    now[0] = 100.0
+    assert levels(holder) == ("normal", {"normal": 0, "shed": 0, "relax": 0})
+
+
+def test_a_late_report_moves_no_level_and_overload_off_says_so():
+    now = [0.0]
+    holder = AuditStats(AuditSettings(), clock=lambda: now[0])
+    replica = Replica("a", 10, 10)
+    replica.level = "shed"
+    late = replica.reporter.report()
+    replica.reporter.full = True  # the late one was never acknowledged: the next is full again
+    replica.level = "normal"
+    report_to(holder, "a", replica.reporter)
+    holder.report("a", late)  # older than the one applied
+    assert holder.snapshot()["overload"] == {
+        "enabled": False,
+        "level": "normal",
+        "replicas": {"normal": 1, "shed": 0, "relax": 0},
+    }
