@@ -1,12 +1,14 @@
 # Set-up and everyday commands. Everything installs into .venv at the repository root.
 #   make serve        install the CPU stack, serve configs/mai-cpu.yaml (the trained demo models) on 127.0.0.1:8000
 #   make test         install the CPU stack, build the random-weight tiny models, run ruff and mypy, then the whole test suite
+#                     (the console's browser tests need Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver)
 #   make test-unit    the product's unit tests alone (pytest -m unit), under a minute
 #   make test-tools   the tools' tests (mai-eval, benches, training, docs) but those that train (-m slow)
 #   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa side by side, about 40 min
 #   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
 #   make calibrate-demo  the verification thresholds on easy-vqa's validation split: bench/results/demo-calibration
 #   make lmms-eval    lmms-eval 0.7.3 in its own environment (.venv-lmms), to run the field's harness against a server
+#   make console-screenshot  the console's picture (docs/images/console.png) from the CPU stack, in headless Chromium
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -18,7 +20,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # replicas, no extra thread hops); `make serve` and the tests run Serve's default mode, because in
 # throughput mode `serve run` took 33 s to exit on Ctrl-C here (the controller's 30 s shutdown timeout).
 
-.PHONY: install models demo-models serve lint test test-unit test-tools bench eval-demo calibrate-demo lmms-eval clean
+.PHONY: install models demo-models serve lint test test-unit test-tools bench eval-demo calibrate-demo lmms-eval console-screenshot clean
 
 install: $(VENV)/.installed
 
@@ -56,6 +58,10 @@ eval-demo: install
 
 calibrate-demo: install
 	$(PY) -m evaluation.demo_eval --calibrate
+
+# Needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver).
+console-screenshot: install
+	$(PY) -m harness.console_screenshot
 
 # lmms-eval pins other versions than the serving stack, so it lives in its own environment: the CPU
 # torch first and kept by a constraint, then lmms-eval; PyPI's torchvision does not import beside a

@@ -24,6 +24,7 @@ from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
 from ..engines.client import LLMServerClient, attention_scorer
 from ..engines.failures import transport_errors
+from .console import add_console_routes, console_files, console_settings
 from .decision import Decision, Observer
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
@@ -77,6 +78,8 @@ def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
         "/v1/mai/answer", ingress.answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest)
     )
     api.add_api_route("/v1/mai/stats", ingress.stats, methods=["GET"])
+    settings = console_settings(ingress.cascade.selectors, ingress.config.cascade.audit.report_interval_s)
+    add_console_routes(api, console_files(), settings)
     return api
 
 

@@ -1,0 +1,138 @@
+// The live view: `/v1/mai/stats` read every few seconds (never faster than the replicas report to the
+// stats holder), per question class its requests, route shares, plan and why, audit disagreement with
+// its 95 % bound, tokens per model; the overload level; requests per second from successive counts.
+
+import { call } from "./api.js";
+import { count, el, hook, percent, svg, tone } from "./dom.js";
+
+const HISTORY = 60; // the points a sparkline keeps
+let previous = null; // { at, total, byClass }
+const rates = { total: [], byClass: new Map() };
+const cards = new Map(); // class -> its card's parts
+
+function push(series, value) {
+  series.push(value);
+  if (series.length > HISTORY) series.shift();
+}
+
+function sparkline(target, series) {
+  if (series.length < 2) return;
+  const width = 120;
+  const height = 24;
+  const top = Math.max(...series, 1e-9);
+  const step = width / (series.length - 1);
+  const points = series.map((value, i) => `${(i * step).toFixed(1)},${(height - 2 - ((height - 4) * value) / top).toFixed(1)}`);
+  target.replaceChildren(svg("polyline", { points: points.join(" "), fill: "none", class: "spark-line" }));
+}
+
+function card(name) {
+  if (cards.has(name)) return cards.get(name);
+  const parts = {
+    requests: el("strong", {}),
+    rps: el("span", { class: "muted" }),
+    spark: svg("svg", { class: "spark", viewBox: "0 0 120 24", preserveAspectRatio: "none" }),
+    shares: el("div", { class: "shares" }),
+    legend: el("div", { class: "legend" }),
+    plan: el("p", {}),
+    audit: el("p", {}),
+    tokens: el("p", { class: "muted" }),
+  };
+  parts.node = el(
+    "article",
+    { class: "class-card", "data-mai": "class", "data-class": name },
+    el("header", {}, el("h3", {}, name), el("span", {}, parts.requests, " requests "), parts.rps, parts.spark),
+    parts.shares,
+    parts.legend,
+    parts.plan,
+    parts.audit,
+    parts.tokens,
+  );
+  cards.set(name, parts);
+  hook("classes").append(parts.node);
+  return parts;
+}
+
+function routeShares(parts, routes, requests) {
+  const entries = Object.entries(routes).sort((a, b) => b[1] - a[1]);
+  parts.shares.replaceChildren(
+    ...entries.map(([route, n]) => {
+      const segment = el("span", { class: `share ${tone(route)}`, title: `${route}: ${n}` });
+      segment.style.width = `${(100 * n) / Math.max(requests, 1)}%`;
+      return segment;
+    }),
+  );
+  parts.legend.replaceChildren(
+    ...entries.map(([route, n]) => el("span", { class: "legend-item" }, el("span", { class: `swatch ${tone(route)}` }), `${route} ${percent(n / Math.max(requests, 1))}`)),
+  );
+}
+
+function auditText(audit, settings) {
+  if (!audit || !audit.window.audited) return `no audit yet (audits sample ${percent(settings.rate, 1)} of early exits against ${settings.reference})`;
+  const w = audit.window;
+  const alert = audit.alert ? ` · ALERT: over the ${percent(settings.max_disagreement, 1)} allowed` : "";
+  return `audits: ${w.disagreed} of the last ${w.audited} disagreed with ${settings.reference} (${percent(audit.rate, 1)}; 95 % bound ${percent(audit.upper_95, 1)})${alert}`;
+}
+
+function tokensText(tokens) {
+  if (!tokens) return "";
+  return Object.entries(tokens)
+    .map(([model, t]) => `${model}: ${count(t.prompt_tokens)} prompt · ${count(t.completion_tokens)} completion tokens`)
+    .join("  |  ");
+}
+
+function render(body, at) {
+  const classes = body.classes ?? {};
+  const total = Object.values(classes).reduce((sum, entry) => sum + entry.requests, 0);
+  const overload = body.overload;
+  hook("overload").textContent = overload ? (overload.enabled ? overload.level : "off") : "–";
+  hook("overload").className = overload ? tone(`level-${overload.level}`) : "";
+  hook("audit-share").textContent = percent(body.audit?.extra_token_share, 1);
+  if (previous) {
+    const elapsed = Math.max(at - previous.at, 1e-3);
+    const rate = Math.max(total - previous.total, 0) / elapsed;
+    push(rates.total, rate);
+    hook("rps").textContent = rate.toFixed(2);
+    sparkline(hook("rps-spark"), rates.total);
+  }
+  for (const [name, entry] of Object.entries(classes)) {
+    const parts = card(name);
+    parts.requests.textContent = count(entry.requests);
+    if (previous) {
+      const before = previous.byClass[name] ?? 0;
+      const series = rates.byClass.get(name) ?? [];
+      push(series, Math.max(entry.requests - before, 0) / Math.max(at - previous.at, 1e-3));
+      rates.byClass.set(name, series);
+      parts.rps.textContent = `${series[series.length - 1].toFixed(2)}/s`;
+      sparkline(parts.spark, series);
+    }
+    routeShares(parts, entry.routes ?? {}, entry.requests);
+    const plan = entry.plan;
+    parts.plan.textContent = plan ? `plan ${plan.plan}: ${plan.reason}` : "plan: not chosen yet";
+    parts.audit.textContent = auditText(entry.audit, body.audit);
+    parts.audit.className = entry.audit?.alert ? "alert" : "";
+    parts.tokens.textContent = tokensText(entry.tokens);
+  }
+  previous = { at, total, byClass: Object.fromEntries(Object.entries(classes).map(([n, e]) => [n, e.requests])) };
+}
+
+/** Read the statistics every `intervalS` seconds, for ever; a failed read says why and tries again. */
+export function startLive(intervalS) {
+  const status = hook("live-status");
+  const every = Math.max(intervalS, 2);
+  async function tick() {
+    try {
+      const { data } = await call("v1/mai/stats");
+      const at = performance.now() / 1000;
+      render(data, at);
+      const classes = Object.keys(data.classes ?? {}).length;
+      status.textContent = `${classes ? "" : "No request answered yet. "}Updated ${new Date().toLocaleTimeString()}, every ${every} s (the replicas report every ${intervalS} s).`;
+      status.classList.remove("error");
+    } catch (error) {
+      status.textContent = `Statistics not read: ${error.message}`;
+      status.classList.add("error");
+    } finally {
+      setTimeout(tick, every * 1000);
+    }
+  }
+  tick();
+}

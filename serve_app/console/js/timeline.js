@@ -1,0 +1,124 @@
+// The trace as a timeline: one bar per stage on a shared time axis (a stage's start offset and its
+// latency), the two calls of stage 1 side by side in time, and each check between stages with the
+// two answers, their confidences and the verdict.
+
+import { el, seconds, tone } from "./dom.js";
+
+// The stages each kind of check compares: the check's row follows the last of them.
+const CHECKED = {
+  short: ["short_small", "short_large"],
+  reasoned: ["reason_small", "stage2_small", "short_large"],
+  confident_large: ["short_small", "short_large"],
+};
+
+function end(stage) {
+  return (stage.start_s ?? 0) + (stage.latency_s ?? 0);
+}
+
+function place(node, from, to, total) {
+  node.style.left = `${(100 * from) / total}%`;
+  node.style.width = `${Math.max((100 * (to - from)) / total, 0.6)}%`;
+}
+
+function tokens(stage) {
+  const cached = stage.cached_tokens ? `, ${stage.cached_tokens} cached` : "";
+  return `${stage.prompt_tokens} in${cached} · ${stage.completion_tokens} out`;
+}
+
+function answerText(answer, confidence) {
+  if (answer === null || answer === undefined) return "no answer read";
+  const sure = confidence === null || confidence === undefined ? "" : ` (${confidence.toFixed(2)})`;
+  return `“${answer}”${sure}`;
+}
+
+function stageRow(stage, total, transfer) {
+  const bar = el(
+    "div",
+    {
+      class: `bar ${tone(stage.model)} status-${stage.status}`,
+      "data-mai": "stage",
+      "data-stage": stage.name,
+      title: stage.error ?? stage.output ?? "",
+    },
+    el("span", { class: "bar-label" }, seconds(stage.latency_s)),
+  );
+  place(bar, stage.start_s ?? 0, end(stage), total);
+  const said = stage.status === "ok" ? answerText(stage.answer, stage.confidence) : `${stage.status}: ${stage.error ?? ""}`;
+  const detail = [`${stage.model} · ${stage.prompt_kind} · ${tokens(stage)} · ${seconds(stage.latency_s)}`, said];
+  if (stage.name === "transfer_large" && transfer) {
+    detail.push(`read ${transfer.tokens_after} of ${transfer.tokens_before} ${transfer.unit} of the reasoning (${transfer.selector})`);
+  }
+  if (stage.replica) detail.push(`replica ${stage.replica}`);
+  return el(
+    "div",
+    { class: "row" },
+    el("div", { class: "row-name" }, el("strong", {}, stage.name), ...detail.map((line) => el("span", { class: "muted" }, line))),
+    el("div", { class: "track" }, bar),
+  );
+}
+
+function checkRow(check, at, total) {
+  const verdict = check.stage === "confident_large" ? (check.accepted ? "large confident: accepted" : "not confident enough") : check.matched ? "agree" : "disagree";
+  const pair = check.answers.map((answer, i) => answerText(answer, check.confidences[i])).join(" vs ");
+  const stops = check.accepted ? " · the cascade stops here" : "";
+  const marker = el("div", { class: `check-mark ${check.accepted ? "accepted" : "rejected"}` });
+  marker.style.left = `${(100 * at) / total}%`;
+  const text = el("span", { class: `check-text ${check.matched ? "agree" : "disagree"}${at > total / 2 ? " before" : ""}` }, `${pair} → ${verdict}${stops}`);
+  text.style.left = `${(100 * at) / total}%`;
+  return el(
+    "div",
+    { class: "row check", "data-mai": "check", "data-check": check.stage },
+    el("div", { class: "row-name" }, el("strong", {}, `check: ${check.stage}`)),
+    el("div", { class: "track" }, marker, text),
+  );
+}
+
+function axis(total) {
+  const ticks = el("div", { class: "track axis" });
+  for (const share of [0, 0.25, 0.5, 0.75, 1]) {
+    const tick = el("span", { class: "tick" }, seconds(share * total));
+    tick.style.left = `${100 * share}%`;
+    ticks.append(tick);
+  }
+  return el("div", { class: "row" }, el("div", { class: "row-name muted" }, "time since the request arrived"), ticks);
+}
+
+/** Render `trace` (the reply's `trace`) into `container`. */
+export function renderTrace(container, trace) {
+  const stages = trace.stages ?? [];
+  const total = Math.max(trace.latency_s ?? 0, ...stages.map(end), 1e-3);
+  const rows = stages.map((stage) => ({ node: stageRow(stage, total, trace.transfer), name: stage.name }));
+  for (const check of trace.checks ?? []) {
+    const compared = CHECKED[check.stage] ?? [];
+    let after = -1;
+    let at = 0;
+    rows.forEach((row, i) => {
+      if (compared.includes(row.name)) after = i;
+    });
+    while (after >= 0 && after + 1 < rows.length && rows[after + 1].name.startsWith("check:")) after += 1;
+    for (const stage of stages) if (compared.includes(stage.name)) at = Math.max(at, end(stage));
+    const row = { node: checkRow(check, at, total), name: `check:${check.stage}` };
+    if (after < 0) rows.push(row);
+    else rows.splice(after + 1, 0, row);
+  }
+  container.replaceChildren(...rows.map((row) => row.node), axis(total));
+}
+
+/** One bar for a reply that carries no trace (a passthrough), timed by the page itself. */
+export function renderUntraced(container, { model, seconds: took, usage }) {
+  const bar = el(
+    "div",
+    { class: "bar tone-passthrough", "data-mai": "stage", "data-stage": "passthrough" },
+    el("span", { class: "bar-label" }, seconds(took)),
+  );
+  place(bar, 0, took, took || 1e-3);
+  container.replaceChildren(
+    el(
+      "div",
+      { class: "row" },
+      el("div", { class: "row-name" }, el("strong", {}, "passthrough"), el("span", { class: "muted" }, `${model}${usage ? ` · ${usage.prompt_tokens} in · ${usage.completion_tokens} out` : ""} · ${seconds(took)}`), el("span", { class: "muted" }, "timed by this page: a passthrough reply carries no trace")),
+      el("div", { class: "track" }, bar),
+    ),
+    axis(took || 1e-3),
+  );
+}

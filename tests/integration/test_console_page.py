@@ -1,0 +1,125 @@
+"""The console's page in a real headless Chromium, served by the ingress's own FastAPI app (its real
+routes, API keys and statistics) in this process over *scripted* model clients: what this proves is
+the page's handling of an API key and of a server that goes away, not anything about the models (the
+end-to-end test, tests/e2e/test_console.py, asks the real stack).
+
+Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them when missing)."""
+
+import hashlib
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+
+from harness.browser import chromium, hooked, missing, page_errors, wait_until
+from serve_app.core.prompts import PromptKind
+
+from ..unit.fakes import ScriptedVLM
+from ..unit.ingress_replica import replica
+
+KEY = "console-test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class AppServer:
+    """The ingress's app under uvicorn in a thread of this process."""
+
+    def __init__(self, app):
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "AppServer":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@pytest.fixture
+def keyed_server():
+    from serve_app.edge.ingress import build_api
+
+    simple = {PromptKind.SIMPLE: "[[yes]]"}
+    ingress = replica(
+        ScriptedVLM(simple), ScriptedVLM(simple), api_keys=(hashlib.sha256(KEY.encode()).digest(),)
+    )
+    server = AppServer(build_api(ingress, ingress.config.security)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def driver():
+    problem = missing()
+    assert problem is None, problem
+    with chromium() as browser:
+        yield browser
+
+
+def hook(driver, name):
+    return hooked(driver, name)[0]
+
+
+def wait_for(condition, timeout=20):
+    wait_until(condition, timeout, "the page's change")
+
+
+def test_the_page_asks_for_the_key_shows_nothing_without_it_and_keeps_it_in_memory(keyed_server, driver):
+    driver.get(f"{keyed_server.base}/console")
+    wait_for(lambda: hook(driver, "key-form").is_displayed())
+    assert "API key is required" in hook(driver, "status").text
+    # nothing of the server's is shown without a key: no policy, no statistics
+    assert driver.find_elements("css selector", '[data-mai="policy"] option') == []
+    assert driver.find_elements("css selector", '[data-mai="class"]') == []
+
+    hook(driver, "key").send_keys("not-the-key")
+    hook(driver, "key").submit()
+    wait_for(lambda: "not valid" in hook(driver, "status").text)
+    assert driver.find_elements("css selector", '[data-mai="policy"] option') == []
+
+    hook(driver, "key").send_keys(KEY)
+    hook(driver, "key").submit()
+    wait_for(lambda: driver.find_elements("css selector", '[data-mai="policy"] option'))
+    assert not hook(driver, "key-form").is_displayed()
+    wait_for(lambda: "Updated" in hook(driver, "live-status").text)
+    stored = driver.execute_script(
+        "return JSON.stringify([{...localStorage}, {...sessionStorage}, document.cookie])"
+    )
+    assert KEY not in stored
+    assert KEY not in driver.page_source
+    # the two refused /v1/models calls are the only errors the page logged
+    assert all("401" in message for message in page_errors(driver))
+
+
+def test_a_server_that_went_away_is_said_on_the_page(keyed_server, driver):
+    driver.get(f"{keyed_server.base}/console")
+    wait_for(lambda: hook(driver, "key-form").is_displayed())
+    hook(driver, "key").send_keys(KEY)
+    hook(driver, "key").submit()
+    wait_for(lambda: "Updated" in hook(driver, "live-status").text)
+    keyed_server.stop()
+    wait_for(lambda: "not reachable" in hook(driver, "live-status").text, timeout=30)
+    hook(driver, "question").send_keys("Is it red?")
+    hook(driver, "ask").click()
+    wait_for(lambda: hook(driver, "error").is_displayed())
+    assert "not reachable" in hook(driver, "error").text

@@ -1,0 +1,117 @@
+"""``GET /console``: the page's files served by the ingress's own app, with a strict
+Content-Security-Policy, nothing else of the package, and nothing in the page that loads from elsewhere
+or runs inline (the browser tests, tests/integration/test_console_page.py and
+tests/e2e/test_console.py, drive it)."""
+
+import re
+import tomllib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from serve_app.core.plans import Plan
+from serve_app.core.prompts import PromptKind
+from serve_app.edge.console import CSP, console_files
+
+from .fakes import ScriptedVLM
+from .ingress_replica import client_of, replica
+
+ROOT = Path(__file__).resolve().parents[2]
+CONSOLE = ROOT / "serve_app" / "console"
+SVG_NAMESPACE = "http://www.w3.org/2000/svg"
+
+
+@pytest.fixture(scope="module")
+def client():
+    simple = {PromptKind.SIMPLE: "[[yes]]"}
+    return client_of(replica(ScriptedVLM(simple), ScriptedVLM(simple)))
+
+
+def test_the_page_and_every_file_it_loads_come_with_the_policy(client):
+    page = client.get("/console")
+    assert page.status_code == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    loaded = re.findall(r'(?:src|href)="(console/[^"]+)"', page.text)
+    assert {"console/console.css", "console/js/main.js", "console/icon.svg"} <= set(loaded)
+    for path in [*loaded, "console/js/playground.js", "console/examples/shape.png"]:
+        response = client.get(f"/{path}")
+        assert response.status_code == 200, path
+        assert response.headers["content-security-policy"] == CSP
+        assert response.headers["x-content-type-options"] == "nosniff"
+    assert client.get("/console/js/api.js").headers["content-type"].startswith("text/javascript")
+    assert (
+        client.get("/console/examples/shape.png").content == (ROOT / "docs/examples/shape.png").read_bytes()
+    )
+    assert CSP.startswith("default-src 'self'")
+
+
+def test_only_the_consoles_own_files_are_served(client):
+    for path in ("/console/../config.py", "/console/..%2fconfig.py", "/console/nothing.js", "/console/js"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.json()["error"]["code"] in ("not_found", None)
+    served = set(console_files())
+    assert not any(name.endswith(".py") for name in served)
+    assert client.get("/console/", follow_redirects=False).headers["location"] == "../console"
+
+
+def test_the_settings_name_what_a_request_may_set_here(client):
+    settings = client.get("/console/settings.json").json()
+    assert settings["plans"] == [plan.value for plan in Plan]
+    assert "full" in settings["transfer_selectors"]
+    assert settings["report_interval_s"] == 5.0
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.script_text = ""
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.script_text += data
+
+
+def test_the_page_has_no_inline_code_and_names_every_hook():
+    parser = _Tags()
+    parser.feed((CONSOLE / "index.html").read_text())
+    assert parser.script_text.strip() == ""
+    for tag, attrs in parser.tags:
+        assert "style" not in attrs, tag
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        if tag == "script":
+            assert attrs.get("src", "").startswith("console/"), attrs
+    hooks = {attrs.get("data-mai") for _, attrs in parser.tags}
+    assert {"image", "question", "ask", "answer", "route"} <= hooks
+    scripts = "".join(path.read_text() for path in (CONSOLE / "js").glob("*.js"))
+    for hook in ("stage", "class"):  # made by the scripts, one per stage bar and per class
+        assert f'"data-mai": "{hook}"' in scripts
+    assert "innerHTML" not in scripts and "eval(" not in scripts and "localStorage" not in scripts
+
+
+def test_nothing_in_the_console_points_outside_the_server():
+    for path in CONSOLE.rglob("*"):
+        if path.suffix not in {".html", ".css", ".js", ".svg"}:
+            continue
+        text = path.read_text().replace(SVG_NAMESPACE, "")
+        assert not re.search(r"https?:|//[a-z0-9.-]+\.[a-z]{2,}", text, re.IGNORECASE), path
+        assert "@import" not in text and "url(" not in text, path
+
+
+def test_every_console_file_ships_in_the_package():
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    patterns = package_data["serve_app"]
+    root = ROOT / "serve_app"
+    shipped = {path for pattern in patterns for path in root.glob(pattern) if path.is_file()}
+    assert set(console_files()) == {str(path.relative_to(CONSOLE)) for path in shipped}
+    assert all(path.is_relative_to(CONSOLE) for path in shipped)
