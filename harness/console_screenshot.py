@@ -50,7 +50,7 @@ def changed(driver: Any, name: str) -> Any:
 def ask_example(driver: Any, index: int) -> str:
     """Click the ``index``-th example (its image and question) and ask; the answer shown."""
     button = driver.find_elements("css selector", '[data-mai="examples"] button')[index]
-    name = button.find_element("css selector", "img").get_attribute("alt")
+    name = button.find_element("css selector", "img").get_attribute("data-file")
     button.click()
     wait_until(lambda: hook(driver, "image-name").text.startswith(name), 10, "the example's image")
     done = hook(driver, "ask-form").get_attribute("data-done")

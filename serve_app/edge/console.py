@@ -6,18 +6,18 @@ inline, nothing from elsewhere. The page holds no data: everything it shows come
 
 ``/console/settings.json`` tells the page what a request may set on this server (the plans, the
 transfer selectors it has) and how often its statistics move (``audit.report_interval_s``): server
-configuration, no traffic data.
+configuration, no traffic data, behind the API key like the API.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import PurePosixPath
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from ..core.plans import Plan
@@ -79,8 +79,14 @@ def console_settings(selectors: Iterable[str], report_interval_s: float) -> dict
     }
 
 
-def add_console_routes(api: FastAPI, console: Mapping[str, ConsoleFile], settings: dict[str, Any]) -> None:
-    """``GET /console`` (the page) and ``GET /console/<file>`` on ``api``."""
+def add_console_routes(
+    api: FastAPI,
+    console: Mapping[str, ConsoleFile],
+    settings: dict[str, Any],
+    authorize: Callable[[Mapping[str, str]], None],
+) -> None:
+    """``GET /console`` (the page) and ``GET /console/<file>`` on ``api``. ``authorize``: the API key
+    check, which ``settings.json`` passes like every API call (the page's own files hold no data)."""
 
     def serve(name: str) -> Response:
         file = console.get(name)
@@ -91,12 +97,14 @@ def add_console_routes(api: FastAPI, console: Mapping[str, ConsoleFile], setting
     async def page() -> Response:
         return serve("index.html")
 
-    async def console_file(path: str) -> Response:
+    async def console_file(path: str, request: Request) -> Response:
         if path == "settings.json":
+            authorize(request.headers)
             return JSONResponse(settings, headers=HEADERS)
-        if not path:  # the page's links are relative to /console, not /console/
+        if path in ("", "index.html"):  # the page's links are relative to /console itself
             return RedirectResponse("../console", status_code=308)
         return serve(path)
 
-    api.add_api_route("/console", page, methods=["GET"], include_in_schema=False)
-    api.add_api_route("/console/{path:path}", console_file, methods=["GET"], include_in_schema=False)
+    methods = ["GET", "HEAD"]
+    api.add_api_route("/console", page, methods=methods, include_in_schema=False)
+    api.add_api_route("/console/{path:path}", console_file, methods=methods, include_in_schema=False)

@@ -79,7 +79,9 @@ def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
     )
     api.add_api_route("/v1/mai/stats", ingress.stats, methods=["GET"])
     settings = console_settings(ingress.cascade.selectors, ingress.config.cascade.audit.report_interval_s)
-    add_console_routes(api, console_files(), settings)
+    add_console_routes(
+        api, console_files(), settings, lambda headers: check_api_key(headers, ingress.api_keys)
+    )
     return api
 
 

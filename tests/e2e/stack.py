@@ -23,7 +23,8 @@ LOG = Path(tempfile.gettempdir()) / "mai-serve-e2e.log"
 @pytest.fixture(scope="session")
 def server():
     """`serve run configs/mai-cpu.yaml`, once for the whole session: every e2e module asks it.
-    test_serve_cpu.py's last test stops it with SIGINT (and checks the exit), so that module runs last."""
+    ``test_shuts_down_cleanly_on_sigint`` stops it with SIGINT and checks the exit; conftest.py runs it
+    after every other end-to-end test."""
     for name in ("demo-small", "demo-large"):
         assert (ROOT / "models" / name / "model.safetensors").exists(), (
             f"models/{name} is missing from the checkout"

@@ -53,7 +53,25 @@ def test_only_the_consoles_own_files_are_served(client):
         assert response.json()["error"]["code"] in ("not_found", None)
     served = set(console_files())
     assert not any(name.endswith(".py") for name in served)
-    assert client.get("/console/", follow_redirects=False).headers["location"] == "../console"
+    for path in ("/console/", "/console/index.html"):  # the page's links are relative to /console
+        response = client.get(path, follow_redirects=False)
+        assert response.status_code == 308 and response.headers["location"] == "../console"
+    assert client.head("/console").status_code == 200
+
+
+def test_with_api_keys_the_page_loads_but_its_settings_need_the_key():
+    import hashlib
+
+    simple = {PromptKind.SIMPLE: "[[yes]]"}
+    keyed = client_of(
+        replica(ScriptedVLM(simple), ScriptedVLM(simple), api_keys=(hashlib.sha256(b"k1").digest(),))
+    )
+    assert keyed.get("/console").status_code == 200
+    assert keyed.get("/console/js/main.js").status_code == 200
+    refused = keyed.get("/console/settings.json")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    allowed = keyed.get("/console/settings.json", headers={"authorization": "Bearer k1"})
+    assert allowed.status_code == 200 and allowed.headers["content-security-policy"] == CSP
 
 
 def test_the_settings_name_what_a_request_may_set_here(client):

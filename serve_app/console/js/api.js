@@ -10,6 +10,12 @@ export class ApiError extends Error {
 }
 
 let apiKey = null;
+let unauthorized = () => {};
+
+/** `listener(message)` is told of every 401 the API answers. */
+export function onUnauthorized(listener) {
+  unauthorized = listener;
+}
 
 export function setApiKey(key) {
   apiKey = key ? key : null;
@@ -58,11 +64,15 @@ export async function call(path, { method = "GET", body } = {}) {
   }
   if (!response.ok) {
     const error = data && typeof data === "object" ? data.error : null;
+    if (response.status === 401) unauthorized(error?.message ?? "the API key was refused");
     if (error && typeof error.message === "string") {
       const code = error.code ? ` (${error.code})` : "";
       throw new ApiError(`${response.status}${code}: ${error.message}`, response.status, error.code ?? null);
     }
     throw new ApiError(describe(response.status, text), response.status, null);
+  }
+  if (data === null || typeof data !== "object") {
+    throw new ApiError(`The server answered ${path} with something that is not JSON: is this MAI Serve?`, response.status, null);
   }
   return { data, headers: response.headers, status: response.status };
 }

@@ -5,7 +5,9 @@
 import { call } from "./api.js";
 import { count, el, hook, percent, svg, tone } from "./dom.js";
 
-const HISTORY = 60; // the points a sparkline keeps
+const HISTORY = 60; // the readings a sparkline keeps
+const MIN_INTERVAL_S = 2;
+const DEFAULT_INTERVAL_S = 5;
 let previous = null; // { at, total, byClass }
 const rates = { total: [], byClass: new Map() };
 const cards = new Map(); // class -> its card's parts
@@ -80,6 +82,20 @@ function tokensText(tokens) {
     .join("  |  ");
 }
 
+function forget(name) {
+  cards.get(name)?.node.remove();
+  cards.delete(name);
+  rates.byClass.delete(name);
+}
+
+/** Whether the counts went back since the last reading (the statistics holder restarted): no rate is
+ * read across it. */
+function wentBack(classes, total) {
+  if (!previous) return false;
+  if (total < previous.total) return true;
+  return Object.entries(classes).some(([name, entry]) => entry.requests < (previous.byClass[name] ?? 0));
+}
+
 function render(body, at) {
   const classes = body.classes ?? {};
   const total = Object.values(classes).reduce((sum, entry) => sum + entry.requests, 0);
@@ -87,9 +103,11 @@ function render(body, at) {
   hook("overload").textContent = overload ? (overload.enabled ? overload.level : "off") : "–";
   hook("overload").className = overload ? tone(`level-${overload.level}`) : "";
   hook("audit-share").textContent = percent(body.audit?.extra_token_share, 1);
+  if (wentBack(classes, total)) previous = null;
+  for (const name of [...cards.keys()]) if (!(name in classes)) forget(name);
+  const elapsed = previous ? Math.max(at - previous.at, 1e-3) : null;
   if (previous) {
-    const elapsed = Math.max(at - previous.at, 1e-3);
-    const rate = Math.max(total - previous.total, 0) / elapsed;
+    const rate = (total - previous.total) / elapsed;
     push(rates.total, rate);
     hook("rps").textContent = rate.toFixed(2);
     sparkline(hook("rps-spark"), rates.total);
@@ -98,9 +116,8 @@ function render(body, at) {
     const parts = card(name);
     parts.requests.textContent = count(entry.requests);
     if (previous) {
-      const before = previous.byClass[name] ?? 0;
       const series = rates.byClass.get(name) ?? [];
-      push(series, Math.max(entry.requests - before, 0) / Math.max(at - previous.at, 1e-3));
+      push(series, (entry.requests - (previous.byClass[name] ?? 0)) / elapsed);
       rates.byClass.set(name, series);
       parts.rps.textContent = `${series[series.length - 1].toFixed(2)}/s`;
       sparkline(parts.spark, series);
@@ -115,23 +132,30 @@ function render(body, at) {
   previous = { at, total, byClass: Object.fromEntries(Object.entries(classes).map(([n, e]) => [n, e.requests])) };
 }
 
-/** Read the statistics every `intervalS` seconds, for ever; a failed read says why and tries again. */
+/** Seconds between two readings: the replicas' report interval, never under MIN_INTERVAL_S. */
+function every(intervalS) {
+  return Number.isFinite(intervalS) ? Math.max(intervalS, MIN_INTERVAL_S) : DEFAULT_INTERVAL_S;
+}
+
+/** Read the statistics every report interval, for ever; a failed read says why and tries again. */
 export function startLive(intervalS) {
   const status = hook("live-status");
-  const every = Math.max(intervalS, 2);
+  let seconds = every(intervalS);
   async function tick() {
     try {
       const { data } = await call("v1/mai/stats");
       const at = performance.now() / 1000;
       render(data, at);
+      const reported = data.audit?.report_interval_s;
+      seconds = every(reported ?? intervalS);
       const classes = Object.keys(data.classes ?? {}).length;
-      status.textContent = `${classes ? "" : "No request answered yet. "}Updated ${new Date().toLocaleTimeString()}, every ${every} s (the replicas report every ${intervalS} s).`;
+      status.textContent = `${classes ? "" : "No cascade request answered yet. "}Updated ${new Date().toLocaleTimeString()}, every ${seconds} s (the replicas report every ${reported ?? intervalS} s).`;
       status.classList.remove("error");
     } catch (error) {
       status.textContent = `Statistics not read: ${error.message}`;
       status.classList.add("error");
     } finally {
-      setTimeout(tick, every * 1000);
+      setTimeout(tick, seconds * 1000);
     }
   }
   tick();

@@ -41,10 +41,24 @@ async function preview(blob) {
   }
 }
 
+let picking = 0; // the latest image picked: an earlier one still loading is dropped
+
+/** Take `blob` as the image to send (Ask waits until it is read). */
 export async function useImage(blob, name) {
-  image = { dataUrl: await readAsDataUrl(blob), name };
-  const readable = await preview(blob);
-  hook("image-name").textContent = `${name} · ${count(blob.size)} bytes${readable ? "" : " · not readable as an image here"}`;
+  const pick = ++picking;
+  hook("ask").disabled = true;
+  try {
+    const dataUrl = await readAsDataUrl(blob);
+    if (pick !== picking) return;
+    const readable = await preview(blob);
+    if (pick !== picking) return;
+    image = { dataUrl, name };
+    hook("image-name").textContent = `${name} · ${count(blob.size)} bytes${readable ? "" : " · not readable as an image here"}`;
+  } catch (error) {
+    if (pick === picking) showError(`The image could not be read: ${error.message}`);
+  } finally {
+    if (pick === picking) hook("ask").disabled = false;
+  }
 }
 
 function showError(message) {
@@ -135,8 +149,9 @@ async function ask(event) {
   const target = targets.get(hook("policy").value);
   const question = hook("question").value;
   const options = {};
-  if (hook("plan").value) options.plan = hook("plan").value;
-  if (hook("selector").value.trim()) options.transfer_selector = hook("selector").value.trim();
+  if (hook("plan").value && !hook("plan").disabled) options.plan = hook("plan").value;
+  const selector = hook("selector").value.trim();
+  if (selector && !hook("selector").disabled) options.transfer_selector = selector;
   button.disabled = true;
   const started = performance.now();
   const timer = setInterval(() => {
@@ -173,7 +188,10 @@ export function setTargets(models) {
       options.push(el("option", { value }, `${entry.id} (passthrough to the model)`));
     }
   }
+  const chosen = select.value;
   select.replaceChildren(...options);
+  if (targets.has(chosen)) select.value = chosen;
+  fitOptions();
 }
 
 /** The plans and transfer selectors this server offers (`/console/settings.json`). */
@@ -189,11 +207,16 @@ async function loadExamples() {
     const { examples } = await response.json();
     for (const example of examples) {
       const url = `console/examples/${example.file}`;
-      const button = el("button", { type: "button", class: "example", title: `${example.question} (the dataset says: ${example.dataset_answer})` }, el("img", { src: url, alt: example.file, width: 40, height: 40 }));
+      const button = el("button", { type: "button", class: "example", title: `${example.question} (the dataset says: ${example.dataset_answer})` }, el("img", { src: url, alt: `example ${example.file}: ${example.question}`, "data-file": example.file, width: 40, height: 40 }));
       button.addEventListener("click", async () => {
         hook("question").value = example.question;
-        const blob = await (await fetch(url)).blob();
-        await useImage(blob, example.file);
+        try {
+          const response = await fetch(url);
+          if (!response.ok) throw new Error(`HTTP ${response.status}`);
+          await useImage(await response.blob(), example.file);
+        } catch (error) {
+          showError(`The example ${example.file} could not be loaded: ${error.message}`);
+        }
       });
       box.append(button);
     }
@@ -202,7 +225,19 @@ async function loadExamples() {
   }
 }
 
+/** The options a request to `target` may set: the plan for the cascade, the selector for the plans
+ * and policies that transfer; a model id gets the request unchanged. */
+function fitOptions() {
+  const target = targets.get(hook("policy").value);
+  const policy = target?.policy;
+  hook("plan").disabled = policy !== "cascade";
+  hook("selector").disabled = policy !== "cascade" && policy !== "transfer";
+}
+
 export function startPlayground() {
+  // A file dropped anywhere else must not make the browser leave the page (and forget the key).
+  for (const type of ["dragover", "drop"]) document.addEventListener(type, (event) => event.preventDefault());
+  hook("policy").addEventListener("change", fitOptions);
   const input = hook("image");
   input.addEventListener("change", () => {
     if (input.files.length) useImage(input.files[0], input.files[0].name);

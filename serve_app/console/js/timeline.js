@@ -11,13 +11,26 @@ const CHECKED = {
   confident_large: ["short_small", "short_large"],
 };
 
+/** The stages, each with its start: the trace's `start_s`; a trace without it (an older server) has
+ * its stages laid one after another, and says so in their title. */
+function withStarts(stages) {
+  if (stages.every((stage) => typeof stage.start_s === "number")) return stages;
+  let at = 0;
+  return stages.map((stage) => {
+    const placed = { ...stage, start_s: at, error: stage.error ?? "placed one after another: this trace has no start times" };
+    at += stage.latency_s ?? 0;
+    return placed;
+  });
+}
+
 function end(stage) {
   return (stage.start_s ?? 0) + (stage.latency_s ?? 0);
 }
 
 function place(node, from, to, total) {
-  node.style.left = `${(100 * from) / total}%`;
-  node.style.width = `${Math.max((100 * (to - from)) / total, 0.6)}%`;
+  const left = Math.min((100 * from) / total, 99.4);
+  node.style.left = `${left}%`;
+  node.style.width = `${Math.min(Math.max((100 * (to - from)) / total, 0.6), 100 - left)}%`;
 }
 
 function tokens(stage) {
@@ -43,7 +56,7 @@ function stageRow(stage, total, transfer) {
     el("span", { class: "bar-label" }, seconds(stage.latency_s)),
   );
   place(bar, stage.start_s ?? 0, end(stage), total);
-  const said = stage.status === "ok" ? answerText(stage.answer, stage.confidence) : `${stage.status}: ${stage.error ?? ""}`;
+  const said = stage.status === "ok" ? answerText(stage.answer, stage.confidence) : [stage.status, stage.error].filter(Boolean).join(": ");
   const detail = [`${stage.model} · ${stage.prompt_kind} · ${tokens(stage)} · ${seconds(stage.latency_s)}`, said];
   if (stage.name === "transfer_large" && transfer) {
     detail.push(`read ${transfer.tokens_after} of ${transfer.tokens_before} ${transfer.unit} of the reasoning (${transfer.selector})`);
@@ -57,19 +70,44 @@ function stageRow(stage, total, transfer) {
   );
 }
 
+// Whose answers a check holds, in its order (serve_app/core/cascade.py: _verified, _confident_large).
+const CHECK_SIDES = {
+  short: ["small", "large"],
+  reasoned: ["small reasoned", "large"],
+  confident_large: ["large", "small"],
+};
+
+function verdictOf(check) {
+  if (check.stage === "confident_large") {
+    if (check.accepted) return `the large answer is confident enough (≥ ${check.min_confidence}): accepted`;
+    return `not settled by the large answer alone (threshold ${check.min_confidence})`;
+  }
+  if (check.accepted) return "agree";
+  if (check.matched) return `agree, but not both confident enough (min_confidence ${check.min_confidence})`;
+  return "disagree";
+}
+
 function checkRow(check, at, total) {
-  const verdict = check.stage === "confident_large" ? (check.accepted ? "large confident: accepted" : "not confident enough") : check.matched ? "agree" : "disagree";
-  const pair = check.answers.map((answer, i) => answerText(answer, check.confidences[i])).join(" vs ");
-  const stops = check.accepted ? " · the cascade stops here" : "";
+  const sides = CHECK_SIDES[check.stage] ?? check.answers.map((_, i) => `answer ${i + 1}`);
+  const pair = check.answers
+    .map((answer, i) => `${sides[i]} ${answerText(answer, check.confidences[i])}${check.valid?.[i] === false ? " (not valid for the question)" : ""}`)
+    .join(" vs ");
+  const outcome = check.accepted ? "agree" : "disagree";
   const marker = el("div", { class: `check-mark ${check.accepted ? "accepted" : "rejected"}` });
   marker.style.left = `${(100 * at) / total}%`;
-  const text = el("span", { class: `check-text ${check.matched ? "agree" : "disagree"}${at > total / 2 ? " before" : ""}` }, `${pair} → ${verdict}${stops}`);
-  text.style.left = `${(100 * at) / total}%`;
+  const label = el("span", { class: `check-text ${outcome}${at > total / 2 ? " before" : ""}` }, check.accepted ? "the cascade stops here" : "goes on");
+  label.style.left = `${(100 * at) / total}%`;
   return el(
     "div",
     { class: "row check", "data-mai": "check", "data-check": check.stage },
-    el("div", { class: "row-name" }, el("strong", {}, `check: ${check.stage}`)),
-    el("div", { class: "track" }, marker, text),
+    el(
+      "div",
+      { class: "row-name" },
+      el("strong", {}, `check: ${check.stage}`),
+      el("span", { class: "muted" }, pair),
+      el("span", { class: `verdict ${outcome}` }, verdictOf(check)),
+    ),
+    el("div", { class: "track" }, marker, label),
   );
 }
 
@@ -80,12 +118,16 @@ function axis(total) {
     tick.style.left = `${100 * share}%`;
     ticks.append(tick);
   }
-  return el("div", { class: "row" }, el("div", { class: "row-name muted" }, "time since the request arrived"), ticks);
+  return el("div", { class: "row" }, el("div", { class: "row-name muted" }, "seconds since the cascade started"), ticks);
 }
 
 /** Render `trace` (the reply's `trace`) into `container`. */
 export function renderTrace(container, trace) {
-  const stages = trace.stages ?? [];
+  const stages = withStarts(trace.stages ?? []);
+  if (!stages.length) {
+    container.replaceChildren(el("p", { class: "muted" }, "No stage ran: the request ended before any model was called."));
+    return;
+  }
   const total = Math.max(trace.latency_s ?? 0, ...stages.map(end), 1e-3);
   const rows = stages.map((stage) => ({ node: stageRow(stage, total, trace.transfer), name: stage.name }));
   for (const check of trace.checks ?? []) {
