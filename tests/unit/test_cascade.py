@@ -279,32 +279,24 @@ def starts(result) -> dict[str, float]:
 ESCALATING = {S: "[[A]]", R: "The curves meet at 400.\n[[C]]"}, {S: "[[B]]", T: "[[C]]"}
 
 
-def test_each_stage_starts_when_the_stages_it_waits_for_have_ended():
+@pytest.mark.parametrize(
+    "eager, expected, latency",
+    [
+        # Stage 1 starts at once; the reasoning when the later short answer ended; the transfer after it.
+        (False, {"short_small": 0.0, "short_large": 0.0, "reason_small": 0.5, "transfer_large": 1.5}, 1.625),
+        # An eager reasoning starts beside stage 1.
+        (True, {"reason_small": 0.0, "short_small": 0.0, "short_large": 0.0, "transfer_large": 1.0}, 1.125),
+    ],
+    ids=["sequential", "eager"],
+)
+def test_each_stage_starts_when_the_stages_it_waits_for_have_ended(eager, expected, latency):
     small, large = models(*ESCALATING, small_delays={S: 0.25, R: 1.0}, large_delays={S: 0.5, T: 0.125})
-    result = on_a_virtual_clock(run(small, large, question=CHOICE))
+    result = on_a_virtual_clock(run(small, large, question=CHOICE, eager_reasoning=eager))
     assert result.route == "transfer"
-    # Stage 1 starts at once; the reasoning when the later short answer ended; the transfer after it.
-    assert starts(result) == {
-        "short_small": 0.0,
-        "short_large": 0.0,
-        "reason_small": 0.5,
-        "transfer_large": 1.5,
-    }
-    assert result.trace.latency_s == 1.625
-    assert [stage["start_s"] for stage in result.trace.to_dict()["stages"]] == [0.0, 0.0, 0.5, 1.5]
-
-
-def test_an_eager_reasoning_starts_beside_stage_one():
-    small, large = models(*ESCALATING, small_delays={S: 0.25, R: 1.0}, large_delays={S: 0.5, T: 0.125})
-    result = on_a_virtual_clock(run(small, large, question=CHOICE, eager_reasoning=True))
-    assert result.route == "transfer"
-    assert starts(result) == {
-        "reason_small": 0.0,
-        "short_small": 0.0,
-        "short_large": 0.0,
-        "transfer_large": 1.0,
-    }
-    assert result.trace.latency_s == 1.125
+    assert starts(result) == expected
+    assert result.trace.latency_s == latency
+    stages = result.trace.to_dict()["stages"]
+    assert {stage["name"]: stage["start_s"] for stage in stages} == expected
 
 
 async def test_a_stage_starts_on_the_event_loops_clock_from_the_requests_start():

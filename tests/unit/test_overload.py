@@ -242,18 +242,15 @@ def test_the_stats_say_a_lone_replicas_own_overload_level():
     queue, clock = [0], [0.0]
     ingress, _ = overloaded_replica(queue, clock)
     client = client_of(ingress)
+    lone = {"normal": 0, "shed": 0, "relax": 0}
     assert overload_in_stats(client) == {
         "enabled": True,
         "level": "normal",
-        "replicas": {"normal": 1, "shed": 0, "relax": 0},
+        "replicas": {**lone, "normal": 1},
     }
     queue[0] = 9
     ask(client)
-    assert overload_in_stats(client) == {
-        "enabled": True,
-        "level": "shed",
-        "replicas": {"normal": 0, "shed": 1, "relax": 0},
-    }
+    assert overload_in_stats(client) == {"enabled": True, "level": "shed", "replicas": {**lone, "shed": 1}}
     clock[0] = 1.5
     ask(client)
     assert overload_in_stats(client)["level"] == "relax"
