@@ -99,6 +99,20 @@ class _Counts:
 class _Class(_Counts):
     recent: deque = field(default_factory=deque)  # the last ``window`` audits: (at, disagreed, route)
 
+    def data(self, recent: Iterable[tuple[float, bool, str]]) -> dict[str, Any]:
+        """The class's counts as plain data, with ``recent`` as its window's entries (the whole window
+        in ``AuditBook.state``, the entries not yet acknowledged in a replica's report)."""
+        return {
+            "requests": self.requests,
+            "routes": dict(self.routes),
+            "plans": dict(self.plans),
+            "tokens": dict(self.tokens),
+            "audited": self.audited,
+            "disagreed": self.disagreed,
+            "by_route": {route: list(pair) for route, pair in self.by_route.items()},
+            "recent": [list(item) for item in recent],
+        }
+
 
 class _Statistics:
     """What the ``GET /v1/mai/stats`` body reads, of one book or of all replicas merged: the classes'
@@ -217,19 +231,7 @@ class AuditBook(_Statistics):
     def state(self) -> dict[str, Any]:
         """Everything counted, as plain data (what a replica reports)."""
         return {
-            "classes": {
-                cls: {
-                    "requests": entry.requests,
-                    "routes": dict(entry.routes),
-                    "plans": dict(entry.plans),
-                    "tokens": dict(entry.tokens),
-                    "audited": entry.audited,
-                    "disagreed": entry.disagreed,
-                    "by_route": {route: list(counts) for route, counts in entry.by_route.items()},
-                    "recent": [list(item) for item in entry.recent],
-                }
-                for cls, entry in self.classes.items()
-            },
+            "classes": {cls: entry.data(entry.recent) for cls, entry in self.classes.items()},
             "served_tokens": self.served_tokens,
             "audit_tokens": self.audit_tokens,
             "not_run": dict(self.not_run),

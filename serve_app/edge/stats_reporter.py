@@ -63,16 +63,7 @@ class StatsReporter:
                 continue
             self._sent[cls] = counts
             new = entry.audited - (0 if self.full else self.acked_audits.get(cls, 0))
-            audits[cls] = {
-                "requests": entry.requests,
-                "routes": dict(entry.routes),
-                "plans": dict(entry.plans),
-                "tokens": dict(entry.tokens),
-                "audited": entry.audited,
-                "disagreed": entry.disagreed,
-                "by_route": {route: list(pair) for route, pair in entry.by_route.items()},
-                "recent": [list(item) for item in _tail(entry.recent, new)],
-            }
+            audits[cls] = entry.data(_tail(entry.recent, new))
         plans: dict[str, Any] = {}
         for cls, observations in self.plans.classes.items():
             appended = self.plans.appended[cls]
