@@ -9,6 +9,7 @@
 #   make calibrate-demo  the verification thresholds on easy-vqa's validation split: bench/results/demo-calibration
 #   make lmms-eval    lmms-eval 0.7.3 in its own environment (.venv-lmms), to run the field's harness against a server
 #   make console-screenshot  the console's picture (docs/images/console.png) from the CPU stack, in headless Chromium
+#   make gpu-stack-check  resolve the gpu extra on PyPI (metadata only) and check its CUDA major against k8s/Dockerfile
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -20,7 +21,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # replicas, no extra thread hops); `make serve` and the tests run Serve's default mode, because in
 # throughput mode `serve run` took 33 s to exit on Ctrl-C here (the controller's 30 s shutdown timeout).
 
-.PHONY: install models demo-models serve lint test test-unit test-tools bench eval-demo calibrate-demo lmms-eval console-screenshot clean
+.PHONY: install models demo-models serve lint test test-unit test-tools bench eval-demo calibrate-demo lmms-eval console-screenshot gpu-stack-check clean
 
 install: $(VENV)/.installed
 
@@ -58,6 +59,11 @@ eval-demo: install
 
 calibrate-demo: install
 	$(PY) -m evaluation.demo_eval --calibrate
+
+# The GPU stack from package metadata (k8s/gpu_stack.py): resolve the gpu extra for the serving image on
+# PyPI, no download and no GPU, and check it; `$(PY) k8s/gpu_stack.py` rewrites requirements/gpu-resolution.json.
+gpu-stack-check: install
+	$(PY) k8s/gpu_stack.py --check
 
 # Needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver).
 console-screenshot: install

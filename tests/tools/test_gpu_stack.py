@@ -1,0 +1,222 @@
+"""The GPU stack (k8s/gpu_stack.py): the committed resolution of the gpu extra, pyproject's pins and
+k8s/Dockerfile's base image agree on one CUDA major; each check fails on an input crafted to break it;
+and one live resolution against PyPI (metadata only, no download) passes the same checks."""
+
+import copy
+import importlib.util
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_gpu_stack():
+    spec = importlib.util.spec_from_file_location("k8s_gpu_stack", ROOT / "k8s" / "gpu_stack.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_stack = load_gpu_stack()
+SUMMARY = json.loads((ROOT / "requirements" / "gpu-resolution.json").read_text())
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+DOCKERFILE = (ROOT / "k8s" / "Dockerfile").read_text()
+GPU_PINS = gpu_stack.exact_pins(PYPROJECT["project"]["optional-dependencies"]["gpu"])
+
+
+def with_requires(package, replace=None, add=()):
+    """The committed summary with ``package``'s requirements changed: ``replace`` maps a requirement's
+    name to its new text (None drops it), ``add`` appends requirements."""
+    summary = copy.deepcopy(SUMMARY)
+    requires = []
+    for text in summary["requires_dist"][package]:
+        name = Requirement(text).name
+        if replace and name in replace:
+            if replace[name] is not None:
+                requires.append(replace[name])
+        else:
+            requires.append(text)
+    summary["requires_dist"][package] = requires + list(add)
+    return summary
+
+
+def with_gpu_extra(**pins):
+    pyproject = copy.deepcopy(PYPROJECT)
+    extra = pyproject["project"]["optional-dependencies"]["gpu"]
+    for name, version in pins.items():
+        extra[:] = [text for text in extra if Requirement(text).name.split("[")[0] != name]
+        if version is not None:
+            extra.append(f"{name}=={version}")
+    return pyproject
+
+
+def test_the_committed_stack_passes_every_check():
+    assert gpu_stack.check_all(SUMMARY, PYPROJECT, DOCKERFILE) == []
+    base = gpu_stack.base_image(DOCKERFILE)
+    assert gpu_stack.stack_majors(SUMMARY) == {base.cuda_major}
+    assert {item.package for item in gpu_stack.cuda_evidence(SUMMARY)} == {"torch", "vllm"}
+
+
+def test_the_cli_checks_the_committed_files_offline(capsys):
+    assert gpu_stack.main(["--offline"]) == 0
+    assert "consistent" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("line", "ray", "python", "cuda", "major"),
+    [
+        ("FROM rayproject/ray:2.60.0-py311-cu130", "2.60.0", "3.11", "13.0", 13),
+        ("FROM rayproject/ray-llm:2.60.0-py311-cu128", "2.60.0", "3.11", "12.8", 12),
+        ("FROM rayproject/ray:2.57.0-py312-cu121 AS base", "2.57.0", "3.12", "12.1", 12),
+    ],
+)
+def test_the_base_image_is_read_off_the_from_line(line, ray, python, cuda, major):
+    base = gpu_stack.base_image(f"# a comment\n{line}\nRUN true\n")
+    assert (base.ray, base.python, base.cuda, base.cuda_major) == (ray, python, cuda, major)
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "message"),
+    [
+        ("RUN true\n", "found 0"),
+        ("FROM rayproject/ray:2.60.0-py311-cu130\nFROM nvidia/cuda:13.0.0-runtime-ubuntu22.04\n", "found 2"),
+        ("FROM nvidia/cuda:13.0.0-devel-ubuntu22.04\n", "is not <image>:<ray>-py3XX-cuXYZ"),
+        ("FROM rayproject/ray:2.60.0-py311-gpu\n", "is not <image>:<ray>-py3XX-cuXYZ"),
+    ],
+)
+def test_a_from_line_without_a_readable_cuda_version_is_refused(dockerfile, message):
+    with pytest.raises(ValueError, match=message):
+        gpu_stack.base_image(dockerfile)
+    assert any(message in problem for problem in gpu_stack.check_all(SUMMARY, PYPROJECT, dockerfile))
+
+
+@pytest.mark.parametrize(
+    ("requirement", "majors"),
+    [
+        ('nvidia-nccl-cu13==2.29.7; platform_system == "Linux"', {13}),
+        ("nvidia-cutlass-dsl[cu13]==4.8.0", {13}),
+        ("humming-kernels[cu12]==0.1.17", {12}),
+        ("cupy-cuda12x", {12}),
+        ("nvidia_cuda_runtime_cu12", {12}),
+        ("cuda-toolkit[cublas,cudart]==13.0.3", {13}),  # the resolved version below
+        ("nvidia-cudnn-frontend>=1.19.1", set()),
+        ("nvidia-cufft", set()),  # CUDA 13's cuFFT is 12.x: a library's own version says nothing
+        ("torchvision==0.28.0", set()),
+    ],
+)
+def test_cuda_majors_come_from_names_extras_and_cuda_versions(requirement, majors):
+    resolved = {"cuda-toolkit": "13.0.3.0", "nvidia-cufft": "12.0.0.61"}
+    assert gpu_stack.cuda_majors(Requirement(requirement), resolved) == majors
+
+
+def test_two_cuda_majors_in_torch_and_vllm_fail():
+    summary = with_requires(
+        "torch", replace={"nvidia-nccl-cu13": 'nvidia-nccl-cu12==2.27.5; platform_system == "Linux"'}
+    )
+    [problem] = gpu_stack.check_one_cuda_major(summary)
+    assert "more than one CUDA major [12, 13]" in problem and "nvidia-nccl-cu12" in problem
+    assert gpu_stack.check_one_cuda_major(with_requires("vllm", add=["humming-kernels[cu12]==0.1.17"]))
+
+
+def test_a_torch_without_cuda_requirements_fails():
+    cuda = [text for text in SUMMARY["requires_dist"]["torch"] if "cu" in Requirement(text).name]
+    summary = with_requires("torch", replace={Requirement(text).name: None for text in cuda})
+    assert gpu_stack.check_one_cuda_major(summary) == [
+        "torch 2.13.0 names no CUDA major in its requirements (a CPU build?)"
+    ]
+
+
+def test_requirements_behind_an_extra_or_another_platform_are_not_counted():
+    summary = with_requires(
+        "vllm",
+        add=['nixl-cu12==1.0; extra == "kv"', 'cupy-cuda12x; platform_system == "Windows"'],
+    )
+    assert gpu_stack.check_one_cuda_major(summary) == []
+    assert gpu_stack.stack_majors(summary) == {13}
+
+
+def test_a_base_image_of_another_cuda_major_fails():
+    dockerfile = DOCKERFILE.replace(
+        "rayproject/ray:2.60.0-py311-cu130", "rayproject/ray-llm:2.60.0-py311-cu128"
+    )
+    [problem] = gpu_stack.check_base_image(SUMMARY, gpu_stack.base_image(dockerfile), GPU_PINS)
+    assert "is CUDA 12.8 (major 12), but torch and vLLM require CUDA major 13" in problem
+
+
+def test_a_base_image_of_another_python_or_ray_fails():
+    base = gpu_stack.base_image("FROM rayproject/ray:2.59.0-py312-cu130\n")
+    problems = gpu_stack.check_base_image(SUMMARY, base, GPU_PINS)
+    assert len(problems) == 2
+    assert "runs Python 3.12, the resolution is for Python 3.11" in problems[0]
+    assert "is Ray 2.59.0, the gpu extra pins ray==2.60.0" in problems[1]
+
+
+@pytest.mark.parametrize(
+    ("pins", "expected"),
+    [
+        ({"torch": None}, "the gpu extra does not pin torch; vllm 0.32.0 requires torch==2.13.0"),
+        (
+            {"torchvision": None},
+            "the gpu extra does not pin torchvision; vllm 0.32.0 requires torchvision==0.28.0",
+        ),
+        ({"torch": "2.14.1"}, "the gpu extra pins torch==2.14.1, vllm 0.32.0 requires torch==2.13.0"),
+        (
+            {"torchaudio": "2.12.0"},
+            "the gpu extra pins torchaudio==2.12.0, vllm 0.32.0 requires torchaudio==2.11.0",
+        ),
+    ],
+)
+def test_torch_pins_other_than_vllms_fail(pins, expected):
+    gpu_pins = gpu_stack.exact_pins(with_gpu_extra(**pins)["project"]["optional-dependencies"]["gpu"])
+    assert gpu_stack.check_torch_pins(SUMMARY, gpu_pins) == [expected]
+
+
+def test_a_gpu_ray_other_than_the_cpu_ray_fails():
+    pyproject = with_gpu_extra(ray="2.59.0")
+    assert gpu_stack.check_ray_pins(pyproject) == [
+        "the gpu extra pins ray==2.59.0, the cpu extra ray==2.60.0"
+    ]
+    assert gpu_stack.check_ray_pins(PYPROJECT) == []
+
+
+def test_a_summary_resolved_from_another_gpu_extra_fails():
+    [problem] = gpu_stack.check_summary_current(SUMMARY, with_gpu_extra(vllm="0.31.0"))
+    assert "the gpu extra now asks for" in problem and "vllm==0.31.0" in problem
+    summary = copy.deepcopy(SUMMARY)
+    summary["packages"]["torch"] = "2.13.0+cpu"
+    assert gpu_stack.check_summary_current(summary, PYPROJECT) == [
+        "requirements/gpu-resolution.json resolved torch to 2.13.0+cpu, the pin is 2.13.0"
+    ]
+
+
+def test_a_resolved_package_of_another_cuda_major_fails_unless_tolerated():
+    assert "nvidia-cutlass-dsl-libs-cu12" in SUMMARY["packages"]  # the one TOLERATED names, with its reason
+    summary = copy.deepcopy(SUMMARY)
+    summary["packages"]["nvidia-nccl-cu12"] = "2.27.5"
+    assert gpu_stack.check_other_majors(summary) == [
+        "nvidia-nccl-cu12 2.27.5 is for CUDA 12, the stack is CUDA 13"
+    ]
+
+
+def test_the_pip_command_resolves_metadata_only_for_the_images_platform():
+    command = gpu_stack.pip_command(["vllm==0.32.0"], "3.11", Path("r.json"))
+    for flag in ["--dry-run", "--isolated", "--ignore-installed", "--only-binary=:all:"]:
+        assert flag in command
+    assert command[command.index("--python-version") + 1] == "3.11"
+    assert "manylinux_2_35_x86_64" in command and "manylinux_2_36_x86_64" not in command
+
+
+def test_a_live_resolution_against_pypi_passes_the_same_checks():
+    """pip's dry run against PyPI (metadata only, under a minute): the pins resolve as committed."""
+    python = gpu_stack.base_image(DOCKERFILE).python
+    summary = gpu_stack.resolve(gpu_stack.gpu_requirements(PYPROJECT), python)
+    assert gpu_stack.check_all(summary, PYPROJECT, DOCKERFILE) == []
+    for name in ["torch", "torchvision", "vllm", "ray"]:
+        assert summary["packages"][name] == SUMMARY["packages"][name]
+    assert summary["requires_dist"] == SUMMARY["requires_dist"]
