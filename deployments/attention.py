@@ -1,10 +1,14 @@
 """Attention-based selection of reasoning tokens (the paper's §5.3, sparse reasoning transfer).
 
-vLLM returns no attention weights, so this runs one prefill with transformers in eager attention mode:
-the transfer prompt (image, question, the small model's reasoning, the instruction), and reads the
-attention that the prompt's final position gives each reasoning token at one layer, averaged over
-heads. The reasoning tokens are ranked by it and the smallest set whose share of the reasoning's
-attention reaches ``delta`` is kept, in its original order.
+vLLM returns no attention weights, so this runs one prefill with transformers: the transfer prompt
+(image, question, the small model's reasoning, the instruction), and reads the attention that the
+prompt's final position gives each reasoning token at one layer, averaged over heads. The reasoning
+tokens are ranked by it and the smallest set whose share of the reasoning's attention reaches
+``delta`` is kept, in its original order.
+
+The prefill never holds an attention matrix: every layer runs PyTorch's scaled-dot-product attention,
+and the one layer read also computes the softmax row of the final position (``last_row_attention``,
+as transformers' eager attention computes it), so memory grows with the sequence, not its square.
 
 ``ReasoningScorer`` is the plain class, no Ray here; ``deployments/scorer.py`` is the Ray Serve
 deployment around it, so the ingress stays light.
@@ -14,11 +18,24 @@ from __future__ import annotations
 
 import base64
 import io
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 GAP = " … "  # between runs of kept tokens that were not adjacent
+TORCH_DEVICES = {"cpu": "cpu", "gpu": "cuda"}  # the configuration's device names -> torch's
+ATTENTION = "mai_last_row"  # the attention implementation registered below, by this name
+
+_capture = threading.local()  # per calling thread: the attention module read and the row it gave
+
+
+def torch_device(device: str) -> str:
+    """torch's name for a configured device: ``gpu`` (the configuration's word, as for the model
+    deployments) is torch's ``cuda``."""
+    if device not in TORCH_DEVICES:
+        raise ValueError(f"scorer device must be one of {sorted(TORCH_DEVICES)}, got {device!r}")
+    return TORCH_DEVICES[device]
 
 
 def select_by_mass(weights: Sequence[float], delta: float) -> list[int]:
@@ -53,8 +70,45 @@ def runs(indices: Sequence[int]) -> list[list[int]]:
     return grouped
 
 
+def last_row_attention(query, key, attention_mask, scaling: float):
+    """Attention weights of the last query position over every key, ``(batch, heads, keys)``, computed
+    as transformers' eager attention computes that row: softmax in float32, back to the query's dtype.
+    ``query`` is ``(batch, heads, queries, dim)``; ``key`` ``(batch, kv_heads, keys, dim)``, each key
+    head shared by ``heads // kv_heads`` consecutive query heads; ``attention_mask`` None (causal: the
+    last position sees every key), boolean (True attends) or additive, ``(batch, 1, queries, keys)``."""
+    import torch
+
+    batch, kv_heads, length, dim = key.shape
+    last = query[:, :, -1, :].reshape(batch, kv_heads, -1, dim)  # (batch, kv_heads, group, dim)
+    scores = (torch.matmul(last, key.transpose(2, 3)) * scaling).reshape(batch, -1, length)
+    if attention_mask is not None:
+        row = attention_mask[:, :, -1, :length]  # (batch, 1, keys)
+        scores = scores.masked_fill(~row, float("-inf")) if row.dtype == torch.bool else scores + row
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+
+
+def _attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """PyTorch's scaled-dot-product attention; the module being read also keeps its last row."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if module is getattr(_capture, "module", None):
+        _capture.row = last_row_attention(
+            query, key, attention_mask, module.scaling if scaling is None else scaling
+        )
+    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+
+
+def register_attention() -> None:
+    """Make ``ATTENTION`` a transformers attention implementation, with scaled-dot-product masks."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
 class ReasoningScorer:
-    """Loads a Qwen3-VL checkpoint with eager attention and selects reasoning tokens by attention."""
+    """Loads a Qwen3-VL checkpoint and selects reasoning tokens by one layer's attention."""
 
     MARK = "\u0000MAI-REASONING\u0000"
 
@@ -64,15 +118,16 @@ class ReasoningScorer:
         import torch
         from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
+        register_attention()
         self.torch = torch
-        self.device = device
+        self.device = torch_device(device)
         self.max_reasoning_tokens = max_reasoning_tokens
         self.processor = AutoProcessor.from_pretrained(source)
         self.model = (
             Qwen3VLForConditionalGeneration.from_pretrained(
-                source, attn_implementation="eager", dtype=getattr(torch, dtype)
+                source, attn_implementation=ATTENTION, dtype=getattr(torch, dtype)
             )
-            .to(device)  # type: ignore[arg-type]  # transformers' stub types .to as the model's own call
+            .to(self.device)  # type: ignore[arg-type]  # transformers' stub types .to as the model's own call
             .eval()
         )
         self.layers = self.model.config.text_config.num_hidden_layers
@@ -86,9 +141,7 @@ class ReasoningScorer:
         reasoning_ids = tokenizer(reasoning, add_special_tokens=False).input_ids[: self.max_reasoning_tokens]
         if not reasoning_ids:
             return {"text": "", "tokens_before": 0, "tokens_after": 0, "mass": 0.0, "seconds": 0.0}
-        if not -self.layers <= layer < self.layers:
-            raise ValueError(f"layer {layer} does not exist: the scorer model has {self.layers} layers")
-        weights = self._attention(image_url, question, reasoning_ids, layer)
+        weights = self.attention(image_url, question, reasoning_ids, layer)
         kept = select_by_mass(weights, delta)
         text = GAP.join(tokenizer.decode([reasoning_ids[i] for i in run]).strip() for run in runs(kept))
         total = sum(weights)
@@ -100,9 +153,10 @@ class ReasoningScorer:
             "seconds": time.perf_counter() - started,
         }
 
-    def _attention(
-        self, image_url: str | None, question: str, reasoning_ids: list[int], layer: int
-    ) -> list[float]:
+    def inputs(
+        self, image_url: str | None, question: str, reasoning_ids: list[int]
+    ) -> tuple[dict[str, Any], int]:
+        """The transfer prompt's model inputs, and the position of its first reasoning token."""
         torch = self.torch
         content: list[dict[str, Any]] = [{"type": "image"}] if image_url else []
         content.append({"type": "text", "text": f"{question}\nReasoning: {self.MARK}\nAnswer the question."})
@@ -124,12 +178,26 @@ class ReasoningScorer:
                     [prefix.mm_token_type_ids, torch.zeros_like(middle), torch.zeros_like(suffix)], dim=1
                 ),
             }
-        with torch.no_grad():
-            output = self.model(
-                **{key: value.to(self.device) for key, value in inputs.items()}, output_attentions=True
-            )
-        final_row = output.attentions[layer][0].float().mean(dim=0)[-1]  # heads averaged, last position
-        start = prefix.input_ids.shape[1]
+        return {key: value.to(self.device) for key, value in inputs.items()}, prefix.input_ids.shape[1]
+
+    def attention(
+        self, image_url: str | None, question: str, reasoning_ids: list[int], layer: int
+    ) -> list[float]:
+        """The head-averaged attention the prompt's final position gives each reasoning token at
+        ``layer`` (-1: the last). One prefill without the language-model head or a KV cache."""
+        if not -self.layers <= layer < self.layers:
+            raise ValueError(f"layer {layer} does not exist: the scorer model has {self.layers} layers")
+        inputs, start = self.inputs(image_url, question, reasoning_ids)
+        _capture.module, _capture.row = self.model.model.language_model.layers[layer].self_attn, None
+        try:
+            with self.torch.no_grad():
+                self.model.model(**inputs, use_cache=False)
+            row = _capture.row
+        finally:
+            _capture.module = _capture.row = None
+        if row is None:
+            raise RuntimeError(f"layer {layer} of the scorer model computed no attention")
+        final_row = row[0].float().mean(dim=0)  # heads averaged
         return final_row[start : start + len(reasoning_ids)].tolist()
 
 

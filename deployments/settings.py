@@ -168,10 +168,11 @@ def local_folder(source: str) -> Path | None:
 
 
 class ScorerSettings(Strict):
-    """The AttentionScorer deployment: one transformers prefill (eager attention) per transfer."""
+    """The AttentionScorer deployment: one transformers prefill per transfer, reading one layer's
+    attention row."""
 
     source: str | None = Field(None, description="a Qwen3-VL checkpoint; default: the small model's source")
-    device: Literal["cpu", "gpu"] = "cpu"
+    device: Literal["cpu", "gpu"] = Field("cpu", description="gpu: torch's cuda device")
     dtype: str = "float32"
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
