@@ -41,6 +41,7 @@ demo-models: install
 	$(VENV)/bin/mai-train-demo --out models
 
 serve: install
+	@echo "MAI Serve on http://127.0.0.1:8000: /healthz answers once the ingress is up, /readyz is 200 once every model answers"
 	$(VENV)/bin/serve run configs/mai-cpu.yaml
 
 lint: install

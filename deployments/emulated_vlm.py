@@ -212,6 +212,10 @@ class EmulatedVLM:
             decoded += step
             yield decoded
 
+    async def check_health(self) -> None:
+        """LLMServer's health check, which the ingress's readiness check calls: a replica that exists
+        answers."""
+
     async def stats(self) -> dict[str, Any]:
         return {**self._stats, "calls": dict(self._stats["calls"]), "running": self._running}
 

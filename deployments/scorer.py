@@ -29,6 +29,10 @@ class AttentionScorer:
             "AttentionScorer loaded %s on %s (%d layers)", source, settings.device, self.scorer.layers
         )
 
+    async def check_health(self) -> None:
+        """The ingress's readiness check (and Serve's health check): the checkpoint is loaded once the
+        replica exists."""
+
     async def select(
         self, image_url: str | None, question: str, reasoning: str, delta: float, layer: int
     ) -> dict:

@@ -6,6 +6,7 @@ import copy
 import os
 import random
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -97,14 +98,35 @@ def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -
     before = serve.status().applications.get(name)
     client = _get_global_client()
     client.deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))
+    started = time.monotonic()
     wait_running(name, timeout_s, after=before.last_deployed_time_s if before else None)
+    wait_ready(client.root_url, timeout_s - (time.monotonic() - started))
+
+
+def wait_ready(base_url: str, timeout_s: float) -> None:
+    """Until the application at ``base_url`` answers ``GET /readyz`` with 200: every model deployment
+    answers the ingress's own check (serve_app/edge/readiness.py). Past ``timeout_s``, the last answer
+    (a 503 names what is still loading) is in the error."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{base_url.rstrip('/')}/readyz", timeout=10)
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        else:
+            if response.status_code == 200:
+                return
+            last = f"{response.status_code} {response.text[:300]}"
+        time.sleep(0.5)
+    raise TimeoutError(f"{base_url}/readyz not 200 after {timeout_s:g} s: {last}")
 
 
 def wait_running(name: str, timeout_s: float, *, after: float | None = None) -> None:
     """Until the application, deployed later than ``after``, is RUNNING; its deploy error, raised,
     when it fails."""
-    import time
-
     from ray import serve
 
     deadline = time.monotonic() + timeout_s

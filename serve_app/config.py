@@ -27,6 +27,14 @@ class IngressDeployment(Strict):
     num_cpus: float = Field(0.0, ge=0)
 
 
+class Readiness(Strict):
+    """A request that arrives before every model deployment answers (serve_app/edge/readiness.py) waits
+    up to ``wait_s`` for them, before its ``request_timeout_s`` starts; then it gets a 503 naming those
+    still loading. 0: one quick check, no wait."""
+
+    wait_s: float = Field(30.0, ge=0, le=3600, description="seconds a request waits for the models")
+
+
 class Limits(Strict):
     """What a request may carry. Beyond these the request gets a 4xx and no model is called."""
 
@@ -160,6 +168,7 @@ class AppConfig(Strict):
     security: Security = Security()
     transfer_selection: TransferSelection = TransferSelection()
     autoscaling: AppAutoscaling = AppAutoscaling()
+    readiness: Readiness = Readiness()
     request_timeout_s: float = Field(300.0, gt=0)
     # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged;
     # serve_app/edge/routing.py says what fits), or always one of them. A request's `mai.route` overrides it.

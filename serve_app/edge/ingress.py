@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from ray import serve
 
 from ..config import AppConfig, Security
@@ -33,6 +34,8 @@ from .metrics import IngressMetrics, RequestMetrics
 from .parts import IngressParts, build_parts
 from .passthrough import chat_request, check_has_text, checked_images, forward
 from .protocol import AnswerRequest, ChatRequest, openapi_body
+from .readiness import readiness_reply
+from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, models_list
 from .routing import Passthrough, route
@@ -67,6 +70,7 @@ def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
             allow_headers=["authorization", "content-type", "x-api-key", "x-request-id"],
         )
     api.add_api_route("/healthz", ingress.healthz, methods=["GET"])
+    api.add_api_route("/readyz", ingress.readyz, methods=["GET"])
     api.add_api_route("/v1/models", ingress.models, methods=["GET"])
     api.add_api_route(
         "/v1/chat/completions",
@@ -106,7 +110,16 @@ class MAIIngress:
         )
         # Requests for a model id go to that model's LLMServer unchanged (serve_app/edge/passthrough.py).
         handles = {config.small.model_id: small, config.large.model_id: large}
-        self.assemble(config, parts, handles, stats, load_api_keys(config.security))
+        # Every deployment the app needs answers before requests run (serve_app/edge/readiness.py).
+        probes = {
+            f"small model {config.small.model_id}": handle_probe(small),
+            f"large model {config.large.model_id}": handle_probe(large),
+        }
+        if scorer is not None:
+            probes["attention scorer"] = handle_probe(scorer)
+        self.assemble(
+            config, parts, handles, stats, load_api_keys(config.security), readiness=ReadinessGate(probes)
+        )
         logger.info(
             "MAI ingress: API keys %s",
             f"required ({len(self.api_keys)} configured)" if self.api_keys else "off",
@@ -120,10 +133,14 @@ class MAIIngress:
         stats: Any,
         api_keys: Any,
         name: str | None = None,
+        *,
+        readiness: ReadinessGate | None = None,
     ) -> None:
         """The replica over its parts (``parts.build_parts``): what ``__init__`` does once it has built
-        them from its handles, and what the tests do over scripted ones."""
+        them from its handles, and what the tests do over scripted ones. ``readiness``: the check of
+        the model deployments (none: nothing to wait for)."""
         self.config, self.api_keys, self.model_handles = config, api_keys, model_handles
+        self.readiness = readiness or ReadinessGate({})
         self.model_roles = {config.small.model_id: "small", config.large.model_id: "large"}
         self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
         self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
@@ -151,7 +168,15 @@ class MAIIngress:
         return self.demand.report()
 
     async def healthz(self) -> dict[str, str]:
+        """Liveness: the ingress answers, whatever the models do."""
         return {"status": "ok"}
+
+    async def readyz(self) -> JSONResponse:
+        """Readiness: 200 once every model deployment answers a check, else 503 naming those that do
+        not (serve_app/edge/readiness.py); the check is reused for a few seconds."""
+        check = await self.readiness.current()
+        status, body, headers = readiness_reply(check, self.readiness.now())
+        return JSONResponse(body, status_code=status, headers=headers)
 
     async def models(self, request: Request):
         check_api_key(request.headers, self.api_keys)
@@ -196,6 +221,7 @@ class MAIIngress:
             ) from None
 
     async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
+        await self.readiness.wait(self.config.readiness.wait_s)
         self._start_reporting()
         self.demand.arrived()
         decision = self._decide(job)
@@ -257,6 +283,7 @@ class MAIIngress:
         model_id, reason = decision.model_id, decision.reason
         check_has_text(decision.payload)
         payload = await checked_images(decision.payload, self.config.limits, self._fetch_image)
+        await self.readiness.wait(self.config.readiness.wait_s)
         headers = {"x-mai-route": "passthrough"}
         extra = None
         if reason is not None:

@@ -12,8 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..images import data_url
-
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:8000"
 STARTUP_S = 420
@@ -41,7 +39,7 @@ def server():
         preexec_fn=_default_sigint,
     )
     try:
-        _wait_until_answering(process)
+        _wait_until_ready(process)
         yield process
     finally:
         process.send_signal(signal.SIGINT)
@@ -79,16 +77,20 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _wait_until_answering(process: subprocess.Popen) -> None:
-    """The ingress answers /healthz before the engines are loaded; wait for a real answer."""
+def _wait_until_ready(process: subprocess.Popen) -> None:
+    """The ingress answers /healthz before the engines are loaded; /readyz is 200 once every model
+    deployment answers (serve_app/edge/readiness.py)."""
     deadline = time.monotonic() + STARTUP_S
-    body = {"image": data_url(), "question": "Is the shape red?", "policy": "small"}
+    last = "no answer"
     while time.monotonic() < deadline:
         assert process.poll() is None, f"serve run exited with {process.returncode}:\n{_log_tail()}"
         try:
-            if httpx.post(f"{BASE}/v1/mai/answer", json=body, timeout=60).status_code == 200:
+            response = httpx.get(f"{BASE}/readyz", timeout=30)
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        else:
+            if response.status_code == 200:
                 return
-        except httpx.HTTPError:
-            pass
-        time.sleep(3)
-    pytest.fail(f"the app did not answer within {STARTUP_S} s:\n{_log_tail()}")
+            last = f"{response.status_code} {response.text[:300]}"
+        time.sleep(2)
+    pytest.fail(f"/readyz not 200 within {STARTUP_S} s (last: {last}):\n{_log_tail()}")

@@ -249,6 +249,9 @@ class ScriptedLLMServer:
             await asyncio.sleep(0.01)
         yield "data: [DONE]\n\n"
 
+    async def check_health(self) -> None:
+        """LLMServer's health check, which the ingress's readiness check calls."""
+
     async def calls(self) -> list[dict]:
         return list(self._calls)
 

@@ -117,7 +117,14 @@ def test_ports_probes_images_and_versions_agree():
             images.add(container["image"])
             ports = {port["name"]: port["containerPort"] for port in container["ports"]}
             assert ports["serve"] == serve_port and ports["metrics"] == 8080
-            assert container["readinessProbe"]["httpGet"] == {"path": "/-/healthz", "port": serve_port}
+    for group in GROUPS.values():  # a worker takes traffic while its Serve proxy answers
+        [container] = group["template"]["spec"]["containers"]
+        assert container["readinessProbe"]["httpGet"] == {"path": "/-/healthz", "port": serve_port}
+    # KubeRay deploys serveConfigV2 only once the head pod is ready: a head probe on Serve's port
+    # (the proxy's /-/healthz, the app's /readyz) would never pass.
+    for container in CLUSTER["headGroupSpec"]["template"]["spec"]["containers"]:
+        probe = container.get("readinessProbe") or {}
+        assert (probe.get("httpGet") or {}).get("port") not in (serve_port, "serve"), probe
     [image] = images
     assert image.endswith(f"-ray{ray_pin()}"), image
     assert f"-t {image} " in dockerfile  # the build command in the Dockerfile makes the image the pods run
