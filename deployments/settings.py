@@ -135,6 +135,25 @@ class ModelDeployment(Strict):
                 "prefix_cache_routing and stage_affinity are two request routers: set "
                 "stage_affinity.enabled: false to use prefix_cache_routing"
             )
+        if self.shares_a_gpu() and "kv_cache_memory_bytes" not in self.engine_kwargs:
+            raise ValueError(
+                f"{self.model_id}: bundle GPU {self.gpu_share()} shares a GPU with another engine, so it "
+                "needs engine_kwargs.kv_cache_memory_bytes: vLLM sizes its KV cache from memory measured "
+                "over the whole device, and engines starting together miscount each other's"
+            )
+        budget = self.engine_kwargs.get("kv_cache_memory_bytes")
+        if budget is not None and (not isinstance(budget, int) or budget <= 0):
+            raise ValueError(
+                f"{self.model_id}: engine_kwargs.kv_cache_memory_bytes must be a positive number of bytes, "
+                f"got {budget!r}"
+            )
+        limits = self.engine_kwargs.get("limit_mm_per_prompt", {})
+        unknown = sorted(set(limits) - {"image", "video", "audio"})
+        if unknown:
+            raise ValueError(
+                f"{self.model_id}: engine_kwargs.limit_mm_per_prompt names {', '.join(unknown)}; "
+                "the modalities are image, video and audio"
+            )
         bound = self.stage_affinity.max_queue
         if bound is not None and bound > self.max_ongoing_requests:
             raise ValueError(
@@ -142,6 +161,16 @@ class ModelDeployment(Strict):
                 f"({self.max_ongoing_requests}): a replica takes no more"
             )
         return self
+
+    def gpu_share(self) -> float:
+        """The share of a GPU the engine's bundle asks for (0 on CPU)."""
+        if self.device != "gpu":
+            return 0.0
+        return float((self.bundle or {"GPU": 1.0}).get("GPU", 0.0))
+
+    def shares_a_gpu(self) -> bool:
+        """Whether the engine runs on a fraction of a GPU, beside another engine."""
+        return self.engine == "vllm" and 0 < self.gpu_share() < 1
 
     def affinity_max_queue(self) -> int:
         """The stage-affinity queue bound: as configured, else half of max_ongoing_requests."""

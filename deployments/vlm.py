@@ -19,7 +19,8 @@ STAGE_AFFINITY_ROUTER = "deployments.stage_router:StageAffinityRouter"
 ENGINE_DEFAULTS: dict[str, Any] = {
     "enable_prefix_caching": True,  # every stage of a request shares the image+question prefix
     "enable_prompt_tokens_details": True,  # report cached prompt tokens in usage
-    "limit_mm_per_prompt": {"image": 1},
+    # A cascade request carries one image and never a video: vLLM then profiles no video at start.
+    "limit_mm_per_prompt": {"image": 1, "video": 0},
 }
 
 
@@ -56,6 +57,16 @@ def deployment_options(spec: ModelDeployment) -> dict[str, Any]:
     return options
 
 
+def engine_kwargs(spec: ModelDeployment) -> dict[str, Any]:
+    """The vLLM engine arguments of one model: MAI's defaults under the config's own."""
+    return {**ENGINE_DEFAULTS, **spec.engine_kwargs}
+
+
+def images_per_prompt(spec: ModelDeployment) -> int:
+    """How many images one prompt may carry to this model's engine (``limit_mm_per_prompt``)."""
+    return int(engine_kwargs(spec)["limit_mm_per_prompt"].get("image", 1))
+
+
 def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
     """The keyword arguments of ``ray.serve.llm.LLMConfig`` for one model (pure; no Ray import)."""
     local = spec.local_source()
@@ -68,7 +79,7 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model_loading_config": {"model_id": spec.model_id, "model_source": str(local or spec.source)},
         "accelerator_config": {"kind": spec.device},
-        "engine_kwargs": {**ENGINE_DEFAULTS, **spec.engine_kwargs},
+        "engine_kwargs": engine_kwargs(spec),
         "placement_group_config": {"bundle_per_worker": engine_bundle(spec)},
         "deployment_config": deployment_options(spec),
         "runtime_env": {"env_vars": dict(spec.env)},

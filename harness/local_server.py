@@ -83,8 +83,7 @@ def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -
     from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeDeploySchema
 
-    from serve_app.app import COUPLED_POLICY
-    from serve_app.config import load_app_config
+    from serve_app.config import COUPLED_POLICY, load_app_config
     from serve_app.core.scaling import ScalingPolicy
 
     application: dict[str, Any] = {

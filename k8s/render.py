@@ -54,7 +54,7 @@ def pinned_serve_config(serve_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(template: dict[str, Any], serve_config: dict[str, Any]) -> dict[str, Any]:
-    from serve_app.app import check_application
+    from serve_app.config import check_application
 
     pinned = pinned_serve_config(serve_config)
     for application in pinned["applications"]:

@@ -15,14 +15,9 @@ from ray.serve import Application
 from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
-from .core.scaling import ScalingPolicy
 from .edge.ingress import MAIIngress
 from .edge.stats_holder import AuditStatsHolder
 from .engines.model_limits import with_model_limits
-
-# The application-level autoscaling policy of ``autoscaling.policy: coupled``: Ray Serve reads it from
-# the application's entry in a config file (beside ``args``), never from the builder.
-COUPLED_POLICY = "serve_app.edge.autoscaling_policy:coupled_policy"
 
 
 def build_ingress(
@@ -46,26 +41,6 @@ def build_scorer(config: AppConfig) -> Application | None:
     if not config.transfer_selection.attention:
         return None
     return build_scorer_deployment(config.transfer_selection.scorer, config.scorer_source())
-
-
-def check_application(application: dict[str, Any]) -> AppConfig:
-    """An application entry of a Serve config file: its ``args`` validated, and its
-    ``autoscaling_policy`` the one ``args.autoscaling.policy`` needs (coupled: ours; per-deployment:
-    none, so that each deployment's own applies)."""
-    config = load_app_config(application.get("args", {}))
-    named = (application.get("autoscaling_policy") or {}).get("policy_function")
-    coupled = config.autoscaling.policy is ScalingPolicy.COUPLED
-    if coupled and named != COUPLED_POLICY:
-        raise ValueError(
-            "args.autoscaling.policy is coupled: the application needs "
-            f"autoscaling_policy: {{policy_function: {COUPLED_POLICY}}} (found {named!r})"
-        )
-    if not coupled and named is not None:
-        raise ValueError(
-            f"autoscaling_policy {named!r} is set, but args.autoscaling.policy is "
-            f"{config.autoscaling.policy.value}: set it to coupled, or remove autoscaling_policy"
-        )
-    return config
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, Strict, local_folder
+from deployments.vlm import images_per_prompt
 
 from .core.audit import AuditSettings
 from .core.options import CascadeOptions
@@ -18,6 +19,10 @@ from .core.plan_choice import AdaptiveSettings
 from .core.plans import Plan
 from .core.scaling import ScalingPolicy
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
+
+# The application-level autoscaling policy of ``autoscaling.policy: coupled``: Ray Serve reads it from
+# the application's entry in a config file (beside ``args``), never from the builder.
+COUPLED_POLICY = "serve_app.edge.autoscaling_policy:coupled_policy"
 
 
 class IngressDeployment(Strict):
@@ -39,8 +44,11 @@ class Limits(Strict):
     """What a request may carry. Beyond these the request gets a 4xx and no model is called."""
 
     max_images: int = Field(1, ge=1, description="images of a cascade request")
-    max_passthrough_images: int = Field(
-        8, ge=1, description="images of a request passed to a model unchanged"
+    max_passthrough_images: int | None = Field(
+        None,
+        ge=1,
+        description="images of a request passed to a model unchanged (default: what the engines take, "
+        "their limit_mm_per_prompt image count)",
     )
     max_image_bytes: int = Field(10 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(4096 * 4096, ge=1)
@@ -184,6 +192,44 @@ class AppConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _passthrough_images_the_engines_take(self) -> AppConfig:
+        """Passthrough's image limit is the engines' (``limit_mm_per_prompt``): more would pass the
+        ingress and fail at the engine."""
+        engines = min(images_per_prompt(model) for model in (self.small, self.large))
+        configured = self.limits.max_passthrough_images
+        if configured is None:
+            limits = self.limits.model_copy(update={"max_passthrough_images": engines})
+            object.__setattr__(self, "limits", limits)
+        elif configured > engines:
+            raise ValueError(
+                f"limits.max_passthrough_images {configured} exceeds the {engines} image(s) a prompt may "
+                "carry to the engines (engine_kwargs.limit_mm_per_prompt.image): raise that, or lower this"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _engines_sharing_a_gpu_fit_it(self) -> AppConfig:
+        """Two engines on fractions of one GPU: each checks at start that the device's free memory
+        covers its gpu_memory_utilization share, so the two shares must fit the device together."""
+        models = (("small", self.small), ("large", self.large))
+        if not all(model.shares_a_gpu() for _, model in models):
+            return self
+        if sum(model.gpu_share() for _, model in models) > 1:
+            return self  # the bundles cannot share one GPU: each engine gets its own
+        shares = {
+            f"{role}.engine_kwargs.gpu_memory_utilization": float(
+                model.engine_kwargs.get("gpu_memory_utilization", 0.9)
+            )
+            for role, model in models
+        }
+        if sum(shares.values()) > 1:
+            raise ValueError(
+                f"{' + '.join(f'{key} ({value})' for key, value in shares.items())} exceed one GPU: both "
+                "engines share it (fractional GPU bundles), and each needs its share free at start"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _default_selector_deployed(self) -> AppConfig:
         selector = self.cascade.transfer_selector
         try:
@@ -233,3 +279,23 @@ class AppConfig(Strict):
 def load_app_config(args: dict[str, Any]) -> AppConfig:
     """Validate ``args``; a ``ValueError`` names every offending key."""
     return AppConfig.model_validate(args)
+
+
+def check_application(application: dict[str, Any]) -> AppConfig:
+    """An application entry of a Serve config file: its ``args`` validated, and its
+    ``autoscaling_policy`` the one ``args.autoscaling.policy`` needs (coupled: ours; per-deployment:
+    none, so that each deployment's own applies)."""
+    config = load_app_config(application.get("args", {}))
+    named = (application.get("autoscaling_policy") or {}).get("policy_function")
+    coupled = config.autoscaling.policy is ScalingPolicy.COUPLED
+    if coupled and named != COUPLED_POLICY:
+        raise ValueError(
+            "args.autoscaling.policy is coupled: the application needs "
+            f"autoscaling_policy: {{policy_function: {COUPLED_POLICY}}} (found {named!r})"
+        )
+    if not coupled and named is not None:
+        raise ValueError(
+            f"autoscaling_policy {named!r} is set, but args.autoscaling.policy is "
+            f"{config.autoscaling.policy.value}: set it to coupled, or remove autoscaling_policy"
+        )
+    return config

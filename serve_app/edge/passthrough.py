@@ -47,9 +47,10 @@ async def checked_images(payload: dict[str, Any], limits: Limits, fetch: ImageFe
                 continue
             count += 1
             param = f"messages.{m}.content.{p}.image_url"
-            if count > limits.max_passthrough_images:
+            allowed = limits.max_passthrough_images or 1  # AppConfig sets it from the engines' limit
+            if count > allowed:
                 raise RequestError(
-                    f"the request has more than {limits.max_passthrough_images} images",
+                    f"the request has more than {allowed} image{'s' if allowed > 1 else ''}",
                     param="messages",
                     code="too_many_images",
                 )

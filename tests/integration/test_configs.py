@@ -36,7 +36,7 @@ def test_config_builds_llm_configs(name):
         assert router["request_router_class"] == "deployments.stage_router:StageAffinityRouter"
         assert 1 <= router["request_router_kwargs"]["max_queue"] <= deployment["max_ongoing_requests"]
         assert llm.engine_kwargs["enable_prefix_caching"] is True
-        assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": 1}
+        assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": 1, "video": 0}
         assert llm.engine_kwargs["max_model_len"] >= config.cascade.max_tokens.reasoning + 1024
 
 
@@ -58,6 +58,10 @@ def test_one_gpu_config_shares_the_gpu_and_its_memory():
     assert large["model_loading_config"]["model_source"] == "Qwen/Qwen3-VL-8B-Instruct"
     gpu = [kwargs["placement_group_config"]["bundle_per_worker"]["GPU"] for kwargs in (small, large)]
     assert sum(gpu) <= 1  # both placement groups fit on one GPU
+    # Each engine has a fixed KV budget, and the free memory each checks for at start fits both.
+    for kwargs in (small, large):
+        assert kwargs["engine_kwargs"]["kv_cache_memory_bytes"] > 0
+    assert sum(kwargs["engine_kwargs"]["gpu_memory_utilization"] for kwargs in (small, large)) <= 1
     memory = [kwargs["engine_kwargs"]["gpu_memory_utilization"] for kwargs in (small, large)]
     assert sum(memory) < 1 and memory[1] > memory[0]
     for kwargs in (small, large):
@@ -128,7 +132,7 @@ def test_each_config_names_the_autoscaling_policy_its_args_ask_for(name, policy)
     config asking for coupled scaling must carry it, one asking for per-deployment must not."""
     from ray.serve.schema import ServeDeploySchema
 
-    from serve_app.app import check_application
+    from serve_app.config import check_application
 
     serve_config = yaml.safe_load((ROOT / "configs" / name).read_text())
     ServeDeploySchema.model_validate(serve_config)  # what `serve run` / `serve deploy` check
@@ -142,3 +146,70 @@ def test_each_config_names_the_autoscaling_policy_its_args_ask_for(name, policy)
         named = application | {"autoscaling_policy": {"policy_function": "x:y"}}
         with pytest.raises(ValueError, match="autoscaling.policy"):
             check_application(named)
+
+
+CHECKPOINTS = ROOT / "configs" / "checkpoints"
+RELEASED_CHECKPOINTS = {"small": str(CHECKPOINTS / "qwen3-vl-2b"), "large": str(CHECKPOINTS / "qwen3-vl-8b")}
+
+
+@pytest.mark.parametrize(
+    ("name", "executor", "gpu_share"),
+    [("mai.yaml", "ray", 1.0), ("mai-1gpu.yaml", "ray", 0.49), ("mai-cpu.yaml", "mp", None)],
+)
+def test_every_shipped_config_becomes_the_engine_vllm_would_build(name, executor, gpu_share):
+    """The whole path a deployment takes before its engine starts, in the installed ray.serve.llm and
+    vLLM: LLMConfig -> ray.serve.llm's engine settings (executor, bundles, fractional-GPU variable) ->
+    vLLM's full engine configuration (types, ranges, the context against the model's own), with the
+    GPU models read from the released Qwen3-VL checkpoints' config files."""
+    from serve_app.engines.engine_check import check_config
+
+    checkpoints = RELEASED_CHECKPOINTS if name != "mai-cpu.yaml" else {}
+    result = check_config(yaml.safe_load((ROOT / "configs" / name).read_text()), checkpoints)
+    for role in ("small", "large"):
+        model = result["models"][role]
+        assert model["executor"] == executor  # GPUs: vLLM's Ray executor, as ray.serve.llm always runs it
+        assert model["limit_mm_per_prompt"] == {"image": 1, "video": 0}
+        if gpu_share is not None:
+            assert [bundle["GPU"] for bundle in model["bundles"]] == [gpu_share]
+            fractional = gpu_share < 1
+            assert (model["per_worker_gpus"] == str(gpu_share)) is fractional
+            assert (model["kv_cache_memory_bytes"] is not None) is fractional
+        budget = model["image_budget"]
+        assert budget["max_image_tokens"] + budget["largest_stage_tokens"] < model["max_model_len"]
+    assert result["max_prompt_bytes"] >= 1000
+    assert result["max_passthrough_images"] == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"scheduling_policy": "prio"}, "policy"),
+        ({"max_model_len": 10_000_000}, "max_model_len"),
+        ({"max_num_seqs": 0}, "max_num"),
+        ({"gpu_memory_utilisation": 0.9}, "gpu_memory_utilisation"),
+    ],
+)
+def test_a_misspelt_or_out_of_range_engine_key_fails_here_not_on_a_cluster(change, refusal):
+    from serve_app.engines.engine_check import check_config
+
+    serve_config = yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text())
+    serve_config["applications"][0]["args"]["large"]["engine_kwargs"].update(change)
+    with pytest.raises(Exception, match=refusal):
+        check_config(serve_config, RELEASED_CHECKPOINTS)
+
+
+def test_mai_check_config_names_each_failing_config_in_one_line(tmp_path, capsys):
+    from serve_app.engines.engine_check import main
+
+    shared = yaml.safe_load((ROOT / "configs" / "mai-1gpu.yaml").read_text())
+    for role in ("small", "large"):
+        shared["applications"][0]["args"][role]["engine_kwargs"].pop("kv_cache_memory_bytes")
+    bad = tmp_path / "shared.yaml"
+    bad.write_text(yaml.safe_dump(shared))
+    report = tmp_path / "check.json"
+    checkpoints = [f"--checkpoint={role}={path}" for role, path in RELEASED_CHECKPOINTS.items()]
+    assert main([str(bad), *checkpoints, "--json", str(report)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "kv_cache_memory_bytes" in line and "small" in line
+    assert "error" in json.loads(report.read_text())[str(bad)]

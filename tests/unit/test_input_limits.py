@@ -16,7 +16,7 @@ from serve_app.edge.errors import RequestError, request_error_of
 from serve_app.edge.jobs import parse_json
 from serve_app.engines.client import _completion_of
 from serve_app.engines.failures import error_response_failure, input_error_code
-from serve_app.engines.model_limits import geometry, prompt_bytes_left, with_model_limits
+from serve_app.engines.model_limits import context_budgets, geometry, with_model_limits
 
 from ..images import chat_body, data_url
 from .build import answer_job, chat_job
@@ -103,7 +103,8 @@ def test_the_limits_are_learnt_from_the_served_models_processor_and_context():
     assert limits.max_prompt_bytes == 4096 - (budgets.reasoning + budgets.transfer) - image_tokens - 512
     kept = config.model_copy(update={"limits": limits.model_copy(update={"max_image_aspect_ratio": 50.0})})
     assert with_model_limits(kept).limits.max_image_aspect_ratio == 50.0  # a configured limit is kept
-    assert prompt_bytes_left(AppConfig.model_validate(MODELS), []) is None  # no max_model_len: no check
+    # No max_model_len, no processor: nothing to derive the check from.
+    assert context_budgets(AppConfig.model_validate(MODELS), [None, None]) is None
 
 
 def test_geometry_asks_the_processors_own_resize():

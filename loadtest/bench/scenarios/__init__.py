@@ -14,6 +14,7 @@ from . import (
     audit_shed,
     autoscaling,
     autoscaling_real,
+    config_check,
     eager,
     logprobs,
     overhead,
@@ -49,5 +50,6 @@ SCENARIOS = {
         overload,
         shipped,
         autoscaling_real,
+        config_check,
     )
 }
