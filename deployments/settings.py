@@ -121,6 +121,10 @@ class ModelDeployment(Strict):
         False, description="route requests with the same prefix to the same replica"
     )
     stage_affinity: StageAffinity = StageAffinity()
+    # How the model reads a prompt's question and instruction (serve_app/core/prompts.py, PromptLayout):
+    # separate_line is the paper's (the instruction on a line of its own); joined, back to back, is for a
+    # model trained that way (the demo models).
+    prompt_layout: Literal["separate_line", "joined"] = "separate_line"
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelDeployment:

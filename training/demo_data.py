@@ -36,7 +36,18 @@ from harness.easy_vqa import (
     shows,
 )
 from serve_app.core.answers import infer_kind
-from serve_app.core.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm, build_messages
+from serve_app.core.prompts import (
+    TEMPLATES,
+    TRANSFER_TEMPLATES,
+    PromptKind,
+    PromptLayout,
+    TransferForm,
+    build_messages,
+)
+
+# The layout the committed demo models learnt: question and instruction back to back (configs/mai-cpu.yaml
+# declares it as their prompt_layout).
+DEMO_LAYOUT = PromptLayout.JOINED
 
 
 @dataclass(frozen=True)
@@ -164,7 +175,14 @@ def make_example(
         seen = perturbed(facts, rng, shape_error=mix.shape_error, colour_error=mix.colour_error)
         return transfer_example(image_url, question, qa.answer, reasoning_text(seen, qa.question), rng)
     messages = build_messages(
-        image_url, question, (), kind, prompt_kind, reasoning=reasoning, transfer_form=transfer_form
+        image_url,
+        question,
+        (),
+        kind,
+        prompt_kind,
+        reasoning=reasoning,
+        transfer_form=transfer_form,
+        layout=DEMO_LAYOUT,
     )
     return Example(messages, target)
 
@@ -182,6 +200,7 @@ def transfer_example(
         PromptKind.TRANSFER,
         reasoning=reference,
         transfer_form=rng.choice((TransferForm.ACCORDING, TransferForm.REFERENCE)),
+        layout=DEMO_LAYOUT,
     )
     return Example(messages, f"[[{answer}]]")
 

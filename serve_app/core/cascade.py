@@ -54,6 +54,7 @@ from .either_or import choices_note
 from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
 from .plans import Plan
+from .prompts import PromptLayout
 from .stages import Reasoned, StageCalls
 from .trace import (
     LARGE,
@@ -91,8 +92,16 @@ class Cascade:
         large: VLMClient,
         *,
         selectors: Mapping[str, TransferSelector] | None = None,
+        layouts: Mapping[str, PromptLayout] | None = None,
     ):
         self.clients: dict[str, VLMClient] = {SMALL: small, LARGE: large}
+        # How each model reads a prompt's question and instruction (prompts.PromptLayout): the paper's
+        # layout unless a model was trained on another.
+        self.layouts: dict[str, PromptLayout] = {
+            SMALL: PromptLayout.SEPARATE_LINE,
+            LARGE: PromptLayout.SEPARATE_LINE,
+            **(layouts or {}),
+        }
         self.selectors: dict[str, TransferSelector] = {**DEFAULT_SELECTORS, **(selectors or {})}
 
     async def run(
@@ -137,7 +146,14 @@ class _Run(StageCalls):
             else choices_note(question.question, question.choices),
         )
         super().__init__(
-            cascade.clients, cascade.selectors, question, options, request_id, trace, audit_priority
+            cascade.clients,
+            cascade.selectors,
+            question,
+            options,
+            request_id,
+            trace,
+            audit_priority,
+            layouts=cascade.layouts,
         )
         self.plan = plan
 

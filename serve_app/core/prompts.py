@@ -4,6 +4,11 @@ Two families: ``short`` ("...answer the question using a single word or phrase..
 open answers) and ``choice`` ("...answer with the option's letter from the given choices...").
 Every message is laid out image -> question (with lettered options) -> instruction, so all stages
 of one request share the image+question prefix and hit the engine's prefix cache.
+
+The question and the instruction go in one text part, joined as the model's ``PromptLayout`` says:
+chat templates (Qwen-VL's among them) render a message's text parts back to back, so the separation
+the paper uses (Appendix C, after lmms-eval: the instruction on a line of its own) has to be in the
+text itself, whatever the model's family.
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ class TransferForm(StrEnum):
     ACCORDING = "according"  # "According to previous thinking: ..." (POPE, ChartQA)
     REFERENCE = "reference"  # "The following is a reference answer from a smaller model ..."
 
+
+class PromptLayout(StrEnum):
+    """How the question and the instruction meet in the text the model reads."""
+
+    SEPARATE_LINE = "separate_line"  # the paper's: the instruction on a line of its own
+    JOINED = "joined"  # back to back, with nothing between (how two text parts render in Qwen's template)
+
+
+LAYOUT_SEPARATORS: dict[PromptLayout, str] = {PromptLayout.SEPARATE_LINE: "\n", PromptLayout.JOINED: ""}
 
 SHORT, CHOICE = "short", "choice"
 
@@ -132,17 +146,18 @@ def build_messages(
     reasoning: str | None = None,
     transfer_form: TransferForm | None = None,
     system: Sequence[str] = (),
+    layout: PromptLayout = PromptLayout.SEPARATE_LINE,
 ) -> list[dict]:
-    """One OpenAI chat message: [image, question (+ options), instruction] as content parts, after the
-    client's ``system`` messages, if any."""
+    """One OpenAI chat message: the image, then one text part of the question (+ options) and the
+    instruction joined as ``layout`` says, after the client's ``system`` messages, if any."""
     content: list[dict] = []
     if image_url is not None:
         content.append({"type": "image_url", "image_url": {"url": image_url}})
-    content.append({"type": "text", "text": question_text(question, choices)})
-    content.append(
-        {
-            "type": "text",
-            "text": instruction(prompt_kind, kind, reasoning=reasoning, transfer_form=transfer_form),
-        }
+    text = LAYOUT_SEPARATORS[layout].join(
+        (
+            question_text(question, choices),
+            instruction(prompt_kind, kind, reasoning=reasoning, transfer_form=transfer_form),
+        )
     )
+    content.append({"type": "text", "text": text})
     return [{"role": "system", "content": text} for text in system] + [{"role": "user", "content": content}]

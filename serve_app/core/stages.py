@@ -23,7 +23,7 @@ from .contracts import (
     VLMClient,
 )
 from .options import CascadeOptions
-from .prompts import PromptKind, build_messages
+from .prompts import PromptKind, PromptLayout, build_messages
 from .trace import LARGE, StageRecord, Trace, TransferRecord
 from .transfer_selectors import count_words
 
@@ -50,8 +50,11 @@ class StageCalls:
         request_id: str,
         trace: Trace,
         audit_priority: int | None = None,
+        *,
+        layouts: Mapping[str, PromptLayout] | None = None,
     ):
         self.clients, self.selectors = clients, selectors
+        self.layouts = layouts or {}
         self.question, self.options, self.request_id, self.trace = question, options, request_id, trace
         self.audit_priority = audit_priority  # None: served; else an audit's engine priority
         self.kind: str = question.kind or "text"
@@ -160,6 +163,7 @@ class StageCalls:
             reasoning=reasoning,
             transfer_form=self.options.transfer_form,
             system=self.question.system,
+            layout=self.layouts.get(model, PromptLayout.SEPARATE_LINE),
         )
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
         self.trace.stages.append(stage)

@@ -12,6 +12,8 @@ from typing import Any
 from ..config import AppConfig
 from ..core.cascade import Cascade
 from ..core.contracts import TransferSelector, VLMClient
+from ..core.prompts import PromptLayout
+from ..core.trace import LARGE, SMALL
 from .auditor import Auditor
 from .demand_meter import DemandMeter
 from .in_flight import InFlight
@@ -47,7 +49,11 @@ def build_parts(
     the replicas' books. ``large_queue`` and ``clock`` replace what the overload guard reads (the large
     model's calls in flight from this replica, the monotonic clock)."""
     small_calls, large_calls = InFlight(small), InFlight(large)
-    cascade = Cascade(small_calls, large_calls, selectors=selectors)
+    layouts = {
+        SMALL: PromptLayout(config.small.prompt_layout),
+        LARGE: PromptLayout(config.large.prompt_layout),
+    }
+    cascade = Cascade(small_calls, large_calls, selectors=selectors, layouts=layouts)
     audit = config.cascade.audit
     auditor = Auditor(
         cascade,

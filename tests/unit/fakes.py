@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from serve_app.core.answers import answer_span
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, TokenLogprob
 from serve_app.core.options import GREEDY, Decoding
-from serve_app.core.prompts import PromptKind
+from serve_app.core.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind
+
+# The first words of every instruction template: where a prompt's instruction starts after its question.
+TEMPLATE_OPENINGS = tuple(
+    {
+        template.split("{reasoning}")[0][:24]
+        for template in (*TEMPLATES.values(), *TRANSFER_TEMPLATES.values())
+    }
+)
 
 
 @dataclass
@@ -76,4 +84,7 @@ class ScriptedVLM:
         return [call.prompt_kind for call in self.calls if call.cancelled]
 
     def instruction_of(self, index: int) -> str:
-        return self.calls[index].messages[-1]["content"][-1]["text"]
+        """The instruction of call ``index``: its prompt's text from the template's first words on."""
+        text = self.calls[index].messages[-1]["content"][-1]["text"]
+        starts = [text.find(opening) for opening in TEMPLATE_OPENINGS if opening in text]
+        return text[min(starts) :]

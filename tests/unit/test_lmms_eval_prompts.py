@@ -169,10 +169,11 @@ def test_pope_through_the_cascade_the_stages_carry_only_the_papers_instructions(
     assert [call.prompt_kind for call in calls] == [S, R, S, T]
     for call in calls:  # every stage: the image, the bare question, the stage's own instruction
         [message] = call.messages
-        image, question, instruction = message["content"]
-        assert question["text"] == "Is there a dog in the image?"
+        image, text = message["content"]
+        question, instruction = text["text"].split("\n", 1)  # the paper's layout: a line of its own
+        assert question == "Is there a dog in the image?"
         if call.prompt_kind in (S, R):
-            assert instruction["text"] == TEMPLATES[(call.prompt_kind, SHORT)]
+            assert instruction == TEMPLATES[(call.prompt_kind, SHORT)]
     trace = result.trace.to_dict()
     assert trace["format_instruction"]["form"] == "single_word_or_phrase"
     assert trace["format_instruction"]["text"] == "Answer the question using a single word or phrase."
@@ -188,12 +189,10 @@ def test_mmbench_through_the_cascade_reads_the_options_and_replies_with_a_letter
 
     assert (result.route, result.answer) == ("agree_short", "A")
     for call in small.calls + large.calls:
-        question = call.messages[0]["content"][1]["text"]
-        assert question == (
+        assert call.messages[0]["content"][1]["text"] == (
             "Look at the map. Which of these states is farthest north?\n"
-            "A. West Virginia\nB. Louisiana\nC. Arizona\nD. Oklahoma"
+            "A. West Virginia\nB. Louisiana\nC. Arizona\nD. Oklahoma\n" + TEMPLATES[(S, CHOICE)]
         )
-        assert call.messages[0]["content"][2]["text"] == TEMPLATES[(S, CHOICE)]
     trace = result.trace.to_dict()
     assert trace["kind"] == "choice" and trace["format_instruction"]["form"] == "option_letter_directly"
     assert trace["choices_from_text"] == ["West Virginia", "Louisiana", "Arizona", "Oklahoma"]

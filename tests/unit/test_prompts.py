@@ -1,9 +1,11 @@
 import pytest
 
 from serve_app.core.prompts import (
+    LAYOUT_SEPARATORS,
     TEMPLATES,
     TRANSFER_TEMPLATES,
     PromptKind,
+    PromptLayout,
     TransferForm,
     build_messages,
     default_transfer_form,
@@ -79,24 +81,77 @@ def test_stage2_and_transfer_need_the_reasoning():
         instruction(PromptKind.TRANSFER, "text")
 
 
-def test_messages_are_image_then_question_then_instruction():
+def test_messages_are_image_then_question_then_instruction_on_a_line_of_its_own():
     [message] = build_messages(IMAGE, "Which one?", ["cat", "dog"], "choice", PromptKind.SIMPLE)
     assert message["role"] == "user"
-    image, question, instr = message["content"]
+    image, text = message["content"]
     assert image == {"type": "image_url", "image_url": {"url": IMAGE}}
-    assert question == {"type": "text", "text": "Which one?\nA. cat\nB. dog"}
-    assert instr["text"].startswith("Without thinking")
+    assert text["text"] == "Which one?\nA. cat\nB. dog\n" + TEMPLATES[(PromptKind.SIMPLE, "choice")]
 
 
-def test_all_stages_of_a_request_share_the_image_and_question_prefix():
-    prefixes = []
+def test_a_model_trained_on_the_joined_layout_reads_question_and_instruction_back_to_back():
+    [message] = build_messages(
+        IMAGE, "Is it red?", [], "yes_no", PromptKind.SIMPLE, layout=PromptLayout.JOINED
+    )
+    assert message["content"][1]["text"] == "Is it red?" + TEMPLATES[(PromptKind.SIMPLE, "short")]
+
+
+@pytest.mark.parametrize("layout", list(PromptLayout))
+def test_all_stages_of_a_request_share_the_image_and_question_prefix(layout):
+    texts = []
     for prompt_kind in PromptKind:
         reasoning = "some reasoning" if prompt_kind in (PromptKind.STAGE2, PromptKind.TRANSFER) else None
-        [message] = build_messages(IMAGE, "Is it red?", [], "yes_no", prompt_kind, reasoning=reasoning)
-        prefixes.append(message["content"][:2])
-    assert all(prefix == prefixes[0] for prefix in prefixes)
+        [message] = build_messages(
+            IMAGE, "Is it red?", [], "yes_no", prompt_kind, reasoning=reasoning, layout=layout
+        )
+        assert message["content"][0] == {"type": "image_url", "image_url": {"url": IMAGE}}
+        texts.append(message["content"][1]["text"])
+    prefix = "Is it red?" + LAYOUT_SEPARATORS[layout]
+    assert all(text.startswith(prefix) for text in texts)
 
 
 def test_question_text_letters_the_options():
     assert question_text("Q?", ["x", "y", "z"]) == "Q?\nA. x\nB. y\nC. z"
     assert question_text("  Q?  ") == "Q?"
+
+
+def test_a_model_setting_names_exactly_the_layouts_the_prompt_builder_knows():
+    import typing
+
+    from deployments.settings import ModelDeployment
+
+    declared = typing.get_args(ModelDeployment.model_fields["prompt_layout"].annotation)
+    assert set(declared) == {layout.value for layout in PromptLayout}
+    assert ModelDeployment.model_fields["prompt_layout"].default == PromptLayout.SEPARATE_LINE
+
+
+@pytest.mark.parametrize("model", ["demo-small", "demo-large"])
+def test_the_text_each_model_reads_after_its_chat_template(model):
+    """Rendered by the model's own chat template (which joins text parts with nothing between): the
+    paper's layout puts the instruction on a line of its own; the joined layout renders exactly the
+    two-part message the demo models were trained on."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(Path(__file__).resolve().parents[2] / "models" / model))
+
+    def rendered(messages):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    question, simple = "What is the color of the shape?", TEMPLATES[(PromptKind.SIMPLE, "short")]
+    paper = build_messages(IMAGE, question, [], "text", PromptKind.SIMPLE)
+    assert f"<|vision_end|>{question}\n{simple}<|im_end|>" in rendered(paper)
+    joined = build_messages(IMAGE, question, [], "text", PromptKind.SIMPLE, layout=PromptLayout.JOINED)
+    trained = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": IMAGE}},
+                {"type": "text", "text": question},
+                {"type": "text", "text": simple},
+            ],
+        }
+    ]
+    assert rendered(joined) == rendered(trained)
+    assert f"{question}{simple}" in rendered(joined)

@@ -85,12 +85,15 @@ def shared_prefix_tokens(model_folder: str, question: str) -> dict[str, int]:
     pair (16 image tokens), and how many of them the three share from the start (image + question)."""
     from transformers import AutoTokenizer
 
-    from serve_app.core.prompts import PromptKind, build_messages
+    from harness.local_server import config_args
+    from serve_app.config import load_app_config
+    from serve_app.core.prompts import PromptKind, PromptLayout, build_messages
 
     tokenizer = AutoTokenizer.from_pretrained(model_folder)
+    layout = PromptLayout(load_app_config(config_args("mai-cpu.yaml")).small.prompt_layout)
 
     def ids(kind: PromptKind, **extra: Any) -> list[int]:
-        messages = build_messages("data:,", question, (), "yes_no", kind, **extra)
+        messages = build_messages("data:,", question, (), "yes_no", kind, layout=layout, **extra)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return tokenizer(text.replace("<|image_pad|>", "<|image_pad|>" * 16), add_special_tokens=False)[
             "input_ids"
