@@ -2,9 +2,10 @@
 
 Every real part runs on them (vLLM's Qwen3-VL model, the Qwen3-VL processor, the chat template, Ray
 Serve LLM); their answers are noise. Nothing is downloaded: the byte-level BPE tokenizer is trained
-here on a small built-in corpus.
+here on a small built-in corpus. ``mai-build-tiny`` also builds a tiny Gemma 3 (training.tiny_gemma3),
+a second model family for cross-family pairs.
 
-    mai-build-tiny --out models            # writes models/tiny-small and models/tiny-large
+    mai-build-tiny --out models    # writes models/tiny-small, models/tiny-large and models/tiny-gemma3
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from training import tiny_gemma3
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -238,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild checkpoints that already exist")
     args = parser.parse_args(argv)
     build(args.out, force=args.force)
+    tiny_gemma3.build(args.out, training_corpus(), force=args.force)
     return 0
 
 
