@@ -57,6 +57,12 @@ class AuditSettings(BaseModel):
         "lower values first, so above 0 audits wait behind served calls (needs scheduling_policy: "
         "priority in both vLLM engines' engine_kwargs); 0 runs them as served calls",
     )
+    alert_min_samples: int = Field(
+        30,
+        ge=1,
+        description="audits a class's window needs before its disagreement rate alone raises an alert "
+        "(with fewer, only a 95 % lower bound over max_disagreement does)",
+    )
     seed: int = 0
     report_interval_s: float = Field(
         5.0, gt=0, description="how often each ingress replica reports its statistics to the holder"
@@ -70,6 +76,49 @@ def is_sampled(request_id: str, settings: AuditSettings) -> bool:
         return False
     digest = hashlib.sha256(f"{settings.seed}:{request_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < settings.rate
+
+
+def alert_evidence(disagreed: int, audited: int, settings: AuditSettings) -> str | None:
+    """Why a class's window of audits raises an alert, or None: the exact 95 % lower bound of its
+    disagreement (``exact_lower_bound``) is over ``max_disagreement``, or the window holds at least
+    ``alert_min_samples`` audits and their rate is over it. An upper bound over the allowance is no
+    evidence of disagreement, and neither is one disagreeing audit (its exact lower bound is 2.5 %)."""
+    if audited == 0:
+        return None
+    lower = exact_lower_bound(disagreed, audited)
+    limit = settings.max_disagreement
+    if lower > limit:
+        return f"exact 95 % lower bound {lower:.3f} > {limit} over {audited} audits"
+    if audited >= settings.alert_min_samples and disagreed / audited > limit:
+        return (
+            f"rate {disagreed / audited:.3f} > {limit} over {audited} >= {settings.alert_min_samples} audits"
+        )
+    return None
+
+
+def exact_lower_bound(disagreed: int, audited: int, alpha: float = 0.05) -> float:
+    """The Clopper-Pearson (exact) lower bound of a disagreement rate at 1 - ``alpha`` two-sided: the
+    rate at which ``disagreed`` or more of ``audited`` happen with probability ``alpha / 2``. Unlike
+    Wilson's, it never claims more than the counts show (1 of 1: 0.025)."""
+    if disagreed == 0:
+        return 0.0
+
+    log_choose = [
+        math.lgamma(audited + 1) - math.lgamma(k + 1) - math.lgamma(audited - k + 1) for k in range(disagreed)
+    ]
+
+    def tail(rate: float) -> float:  # P(X >= disagreed) for X ~ Binomial(audited, rate), 0 < rate < 1
+        log_rate, log_rest = math.log(rate), math.log1p(-rate)
+        below = sum(math.exp(c + k * log_rate + (audited - k) * log_rest) for k, c in enumerate(log_choose))
+        return 1.0 - below
+
+    low, high = 0.0, disagreed / audited
+    if high >= 1.0:  # all disagreed: the bound has a closed form
+        return (alpha / 2) ** (1 / audited)
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if tail(middle) < alpha / 2 else (low, middle)
+    return low
 
 
 def wilson_interval(disagreed: int, audited: int, z: float = 1.959964) -> tuple[float, float]:
@@ -132,6 +181,8 @@ class _Statistics:
         entry = self.classes[cls]
         recent, disagreed_recent = self._window(cls)
         upper = wilson_interval(disagreed_recent, recent)[1]
+        lower = exact_lower_bound(disagreed_recent, recent)
+        evidence = alert_evidence(disagreed_recent, recent, settings)
         return {
             "requests": entry.requests,
             "routes": dict(sorted(entry.routes.items())),
@@ -142,8 +193,10 @@ class _Statistics:
                 "disagreed": entry.disagreed,
                 "window": {"audited": recent, "disagreed": disagreed_recent},
                 "rate": round(disagreed_recent / recent, 4) if recent else None,
+                "lower_95": round(lower, 4),
                 "upper_95": round(upper, 4),
-                "alert": bool(recent) and upper > settings.max_disagreement,
+                "alert": evidence is not None,
+                "alert_evidence": evidence,  # why it fires; it rests on window.audited samples
                 "note": SINGLE_PLAN_NOTE if Route.SINGLE in entry.by_route else None,
                 "by_route": {
                     route: {"audited": audited, "disagreed": disagreed}
@@ -161,6 +214,7 @@ class _Statistics:
                 "rate": settings.rate,
                 "reference": settings.reference.value,
                 "max_disagreement": settings.max_disagreement,
+                "alert_min_samples": settings.alert_min_samples,
                 "window": settings.window,
                 "report_interval_s": settings.report_interval_s,
                 "extra_token_share": round(share, 4),

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from serve_app.core.audit import AuditBook, AuditSettings, is_sampled, wilson_interval
+from serve_app.core.audit import AuditBook, AuditSettings, exact_lower_bound, is_sampled, wilson_interval
 from serve_app.core.audit_alerts import alerts
 from serve_app.core.question_class import class_of
 
@@ -74,15 +74,59 @@ def test_the_snapshot_counts_per_class_and_route_over_the_window():
     audit = yes_no["audit"]
     assert (audit["audited"], audit["disagreed"]) == (6, 2)
     assert audit["window"] == {"audited": 4, "disagreed": 0} and audit["rate"] == 0.0
-    assert audit["upper_95"] == round(wilson_interval(0, 4)[1], 4) and audit["alert"]  # 4 audits bound little
+    assert audit["upper_95"] == round(wilson_interval(0, 4)[1], 4)  # 4 audits bound little...
+    assert not audit["alert"] and audit["alert_evidence"] is None  # ...and show no disagreement
     assert audit["by_route"] == {"agree_short": {"audited": 6, "disagreed": 2}}
     assert snapshot["classes"]["text/chartqa"]["audit"]["rate"] is None
     assert not snapshot["classes"]["text/chartqa"]["audit"]["alert"]
     assert snapshot["audit"]["extra_token_share"] == round(300 / 400, 4)
     assert snapshot["audit"]["reference"] == "transfer" and snapshot["audit"]["report_interval_s"] == 5.0
-    [(cls, line)] = alerts(snapshot)
-    assert cls == "yes_no"
-    assert "class yes_no" in line and "0 of the last 4 audits" in line and "max_disagreement 0.05" in line
+    assert list(alerts(snapshot)) == []
+
+
+@pytest.mark.parametrize(
+    ("disagreed", "audited", "alert"),
+    [
+        (1, 1, False),  # one disagreeing audit is no evidence: its exact lower bound is 2.5 %
+        (2, 2, True),  # two of two: the exact lower bound is 15.8 %
+        (3, 4, True),
+        (1, 10, False),
+        (2, 29, False),  # rate 6.9 % but under alert_min_samples, lower bound 0.8 %
+        (3, 30, True),  # rate 10 % over 30 audits: the minimum is reached
+        (1, 30, False),  # rate 3.3 %: within the allowance
+        (50, 1000, False),  # rate 5 %: not over it
+    ],
+)
+def test_an_alert_fires_only_with_evidence(disagreed, audited, alert):
+    settings = AuditSettings(rate=1.0, window=1000, max_disagreement=0.05, alert_min_samples=30)
+    book = AuditBook(settings.window)
+    for index in range(audited):
+        book.record_audit("yes_no", "agree_short", index < disagreed, tokens=1, at=index)
+    snapshot = book.snapshot(settings)
+    audit = snapshot["classes"]["yes_no"]["audit"]
+    assert audit["alert"] is alert and (audit["alert_evidence"] is not None) is alert
+    assert audit["lower_95"] == round(exact_lower_bound(disagreed, audited), 4)
+    assert snapshot["audit"]["alert_min_samples"] == 30
+    lines = list(alerts(snapshot))
+    assert len(lines) == int(alert)
+    if alert:
+        [(cls, line)] = lines
+        assert cls == "yes_no" and f"{disagreed} of the last {audited} audits" in line
+        assert "max_disagreement 0.05" in line and audit["alert_evidence"] in line
+
+
+def test_the_exact_lower_bound_matches_clopper_pearson():
+    # Published Clopper-Pearson lower limits (two-sided 95 %).
+    for (disagreed, audited), expected in {
+        (0, 5): 0.0,
+        (1, 1): 0.025,
+        (2, 2): 0.1581,
+        (1, 10): 0.0025,
+        (5, 100): 0.0164,
+        (50, 1000): 0.0373,
+    }.items():
+        assert round(exact_lower_bound(disagreed, audited), 4) == expected
+    assert exact_lower_bound(900, 5000) > 0.16  # large windows stay in floating range
 
 
 def test_a_class_well_within_its_bound_raises_no_alert():
@@ -172,6 +216,7 @@ def test_mai_eval_stats_prints_the_servers_statistics_as_a_table(monkeypatch, ca
     book = AuditBook(10)
     book.record_request("yes_no/pope", "agree_short", 10)
     book.record_audit("yes_no/pope", "agree_short", True, 5, at=1.0)
+    book.record_audit("yes_no/pope", "agree_short", True, 5, at=2.0)  # two of two: evidence
     book.record_not_run("shed")
     seen = {}
 
@@ -183,7 +228,7 @@ def test_mai_eval_stats_prints_the_servers_statistics_as_a_table(monkeypatch, ca
     assert main(["stats", "--url", "http://host:8000/", "--api-key", "k1"]) == 0
     out = capsys.readouterr().out
     assert seen == {"url": "http://host:8000/v1/mai/stats", "headers": {"Authorization": "Bearer k1"}}
-    assert "| yes_no/pope | all | 1 | 1 | 1 | 100.0 % |" in out and "ALERT" in out
+    assert "| yes_no/pope | all | 1 | 2 | 2 | 100.0 % |" in out and "ALERT" in out
     assert "not error against the truth" in out and "audits not run: shed 1" in out
 
     monkeypatch.setattr(httpx, "get", lambda url, headers, timeout: httpx.Response(401, text="no key"))

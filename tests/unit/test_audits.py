@@ -213,13 +213,14 @@ def test_the_holder_merges_replicas_and_warns_once_when_a_class_goes_over_its_bo
         books = [AuditBook(100), AuditBook(100)]
         reporters = [StatsReporter(book, PlanBook(10)) for book in books]
         for index in range(30):
-            books[index % 2].record_audit("yes_no", "agree_short", index % 3 == 0, 1, at=index)
+            # disagreement at 50 %: evidence from the third audit on (2 of 3: exact lower bound 9 %)
+            books[index % 2].record_audit("yes_no", "agree_short", index % 2 == 0, 1, at=index)
             report_to(holder, f"replica-{index % 2}", reporters[index % 2])
     finally:
         log.removeHandler(handler)
     snapshot = holder.snapshot()
     assert snapshot["classes"]["yes_no"]["audit"]["audited"] == 30
-    assert snapshot["classes"]["yes_no"]["audit"]["disagreed"] == 10
+    assert snapshot["classes"]["yes_no"]["audit"]["disagreed"] == 15
     warnings = [record.getMessage() for record in records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and "class yes_no" in warnings[0]
 
@@ -314,11 +315,13 @@ async def test_a_single_model_plan_is_audited_and_its_alert_says_the_reference_m
 
     cascade, auditor, *_, metrics = setup({S: "[[yes]]", R: "It is a cat. [[no]]"}, {T: "[[no]]"})
     job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL), "mai", request_id="r1")
-    result = await cascade.run(job.question, job.options, request_id=job.request_id)
-    auditor.served(job, result)
-    await asyncio.gather(*auditor.running)
+    for request_id in ("r1", "r2"):  # two disagreeing audits: evidence (one is not)
+        job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL), "mai", request_id=request_id)
+        result = await cascade.run(job.question, job.options, request_id=job.request_id)
+        auditor.served(job, result)
+        await asyncio.gather(*auditor.running)
     assert (result.route, result.answer) == ("single", "yes")
-    assert metrics.audits == [("yes_no", "single", True)]
+    assert metrics.audits == [("yes_no", "single", True)] * 2
     snapshot = auditor.book.snapshot(auditor.settings)
     assert "may be the weaker answerer" in snapshot["classes"]["yes_no"]["audit"]["note"]
     [(cls, line)] = list(alerts(snapshot))

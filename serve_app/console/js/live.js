@@ -71,8 +71,9 @@ function routeShares(parts, routes, requests) {
 function auditText(audit, settings) {
   if (!audit || !audit.window.audited) return `no audit yet (audits sample ${percent(settings.rate, 1)} of early exits against ${settings.reference})`;
   const w = audit.window;
-  const alert = audit.alert ? ` · ALERT: over the ${percent(settings.max_disagreement, 1)} allowed` : "";
-  return `audits: ${w.disagreed} of the last ${w.audited} disagreed with ${settings.reference} (${percent(audit.rate, 1)}; 95 % bound ${percent(audit.upper_95, 1)})${alert}`;
+  const alert = audit.alert ? ` · ALERT (${audit.alert_evidence})` : "";
+  const few = !audit.alert && w.audited < settings.alert_min_samples ? ` · ${w.audited} of the ${settings.alert_min_samples} audits an alert on the rate needs` : "";
+  return `audits: ${w.disagreed} of the last ${w.audited} disagreed with ${settings.reference} (${percent(audit.rate, 1)}; 95 % interval ${percent(audit.lower_95, 1)}–${percent(audit.upper_95, 1)})${alert}${few}`;
 }
 
 function tokensText(tokens) {
