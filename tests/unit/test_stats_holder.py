@@ -324,7 +324,9 @@ def test_a_report_carries_what_changed_not_the_windows():
 
 
 def test_the_holder_warns_once_per_alert_and_again_after_the_class_recovered():
-    audit = AuditSettings(rate=1.0, window=10, max_disagreement=0.3)
+    # The first alert rests on the exact lower bound (4 of 4 disagreed), the second on the rate over a
+    # full window of alert_min_samples audits (4 of 10, 40 % > 30 %).
+    audit = AuditSettings(rate=1.0, window=10, max_disagreement=0.3, alert_min_samples=10)
     holder, replica = AuditStats(audit), Replica("a", 10, 10)
     log, records = logging.getLogger("ray.serve"), []
     handler = logging.Handler()
@@ -339,6 +341,7 @@ def test_the_holder_warns_once_per_alert_and_again_after_the_class_recovered():
         log.removeHandler(handler)
     warnings = [record.getMessage() for record in records if "MAI audit alert" in record.getMessage()]
     assert len(warnings) == 2 and all("class yes_no" in line for line in warnings)
+    assert "lower bound" in warnings[0] and "over 10 >= 10 audits" in warnings[1]
 
 
 def test_the_estimates_of_one_book_and_of_the_running_sums_agree_on_odd_values():
