@@ -84,9 +84,15 @@ def test_every_scenario_is_data_with_its_own_result_file():
     results = [s.result for s in render.sections()]
     assert len(results) == len(set(results)), "two sections render the same file"
     for name, s in SCENARIOS.items():
-        assert s.name == name and s.runnable and s.config in ("mai-cpu.yaml", "mai-emulated.yaml")
+        # config None: the scenario deploys nothing (config_check reads every shipped config)
+        assert (
+            s.name == name
+            and s.runnable
+            and s.config in ("mai-cpu.yaml", "mai-cpu-mixed.yaml", "mai-emulated.yaml", None)
+        )
         parameters_record(s.parameters)  # JSON-ready
         json.dumps(parameters_record(s.parameters))
+    assert [name for name, s in SCENARIOS.items() if s.config is None] == ["config_check"]
 
 
 def test_the_writer_puts_the_flat_provenance_last_and_refuses_a_meta_without_its_command(tmp_path):

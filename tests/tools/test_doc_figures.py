@@ -166,6 +166,9 @@ def test_every_scenario_result_names_the_config_and_checkpoints_it_ran():
         if not scenario.path.exists():
             continue
         meta = json.loads(scenario.path.read_text())["meta"]
+        if scenario.config is None:  # deploys nothing: no config, no checkpoints to name
+            assert "config" not in meta, f"{scenario.result}: meta.config"
+            continue
         assert meta.get("config") == f"configs/{scenario.config}", f"{scenario.result}: meta.config"
         assert meta.get("checkpoints"), f"{scenario.result}: meta.checkpoints"
 
