@@ -26,6 +26,8 @@ from typing import Any
 
 from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.plan_choice import CalibratedEstimates
+from serve_app.core.plan_stats import Observation, estimates_of, observe
 from serve_app.core.plans import Objective, Plan
 from serve_app.core.question_parsing import QuestionFormatError, read_question
 from serve_app.core.routes import STAGE1_EXITS, Route
@@ -103,6 +105,7 @@ class Replay:
     latency_s: float
     engine_s: float
     large_total_tokens: int = 0  # prompt and completion: the large model's share of the work
+    observation: Observation | None = None  # what the server's plan controller would learn of it
 
 
 def recorded_questions(
@@ -149,6 +152,7 @@ def _replayed(q: RecordedQuestion, result: CascadeResult | BaseException) -> Rep
         result.trace.latency_s,
         engine_seconds(result),
         large["prompt_tokens"] + large["completion_tokens"],
+        observe(result.trace, 0.0),
     )
 
 
@@ -279,10 +283,16 @@ def precision_note(n: int, accuracy: float, max_accuracy_loss: float | None) -> 
     )
 
 
-def cascade_yaml(rule: Rule, comment: str, plans: Mapping[str, str] | None = None) -> str:
+def cascade_yaml(
+    rule: Rule,
+    comment: str,
+    plans: Mapping[str, str] | None = None,
+    calibrated: Mapping[str, Mapping[str, float | None]] | None = None,
+) -> str:
     """The ``cascade:`` section of the chosen rule and, when given, the plan table per answer kind
     (``cascade.adaptive.table``: applied as it is with ``mode: table``, allowed to the controller with
-    ``mode: learn``)."""
+    ``mode: learn``) and what the replays measured of each kind's plans (``cascade.adaptive.calibrated``:
+    the estimates a ``mode: learn`` server starts from)."""
     lines = [f"# {line}" for line in comment.splitlines()]
     lines += ["cascade:", f"  min_confidence: {rule.min_confidence:g}"]
     if rule.confident_large is not None:
@@ -290,9 +300,21 @@ def cascade_yaml(rule: Rule, comment: str, plans: Mapping[str, str] | None = Non
     if plans:
         table = ", ".join(f"{kind}: {plan}" for kind, plan in sorted(plans.items()))
         lines += [
-            "  # per answer kind: the cheapest plan under the objective within the goal's accuracy",
-            f"  adaptive: {{mode: table, table: {{{table}}}}}",
+            "  adaptive:",
+            "    mode: table",
+            "    # per answer kind: the cheapest plan under the objective within the goal's accuracy",
+            f"    table: {{{table}}}",
         ]
+        if calibrated:
+            lines.append(
+                "    # per answer kind: what the replays measured (a learn-mode server starts from it)"
+            )
+            lines.append("    calibrated:")
+            for kind, estimates in sorted(calibrated.items()):
+                fields = ", ".join(
+                    f"{name}: {value:.6g}" for name, value in estimates.items() if value is not None
+                )
+                lines.append(f"      {kind}: {{{fields}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -309,13 +331,20 @@ def plan_table(
     table: dict[str, dict[str, Any]] = {}
     for kind in sorted({q.kind for q in questions}):
         of_kind = [q for q in questions if q.kind == kind]
-        plans = {
-            plan.value: summarize(plan.value, run_replay(of_kind, rule.options(plan=plan))) for plan in Plan
-        }
+        replays = {plan: run_replay(of_kind, rule.options(plan=plan)) for plan in Plan}
+        plans = {plan.value: summarize(plan.value, replayed) for plan, replayed in replays.items()}
         floor = plans[Plan.TRANSFER.value]["accuracy"] - max_accuracy_loss
         fitting = [plan for plan in plans if plans[plan]["accuracy"] >= floor]
         chosen = min(fitting, key=lambda plan: plans[plan][cost])
-        table[kind] = {"questions": len(of_kind), "plan": chosen, "objective": objective, "plans": plans}
+        observations = [r.observation for replayed in replays.values() for r in replayed if r.observation]
+        estimates = CalibratedEstimates.of(estimates_of(observations)).model_dump()
+        table[kind] = {
+            "questions": len(of_kind),
+            "plan": chosen,
+            "objective": objective,
+            "plans": plans,
+            "estimates": estimates,
+        }
     return table
 
 
@@ -380,5 +409,6 @@ def calibration_summary(
         rule,
         f"mai-eval calibrate on {dataset} ({len(questions)} questions)\n{goal}",
         plans={kind: entry["plan"] for kind, entry in summary["plans"].items()},
+        calibrated={kind: entry["estimates"] for kind, entry in summary["plans"].items()},
     )
     return summary, rules, yaml_text

@@ -4,8 +4,11 @@
 - ``table``: the plan a calibration wrote for the class (``mai-eval calibrate``; a ``<kind>/<task>``
   class falls back to its kind's entry), else ``default``: reproducible, nothing learnt.
 - ``learn``: the allowed plan of least expected cost (``plans.expected_cost``) under ``objective``,
-  from the class's estimates (``plan_stats``). A class with fewer than ``min_samples`` observations
-  runs ``default``; a seeded share ``explore`` of each class runs ``sequential`` or ``eager`` (the
+  from the class's estimates (``plan_stats``), seeded by what a calibration measured of the class
+  (``calibrated``, written by ``mai-eval calibrate``: it counts as ``calibration_weight``
+  observations, which the class's own then outweigh). A class with fewer than ``min_samples``
+  observations (the calibration's counted in) runs the calibrated table's plan if it names one, else
+  ``default``; a seeded share ``explore`` of each class runs ``sequential`` or ``eager`` (the
   cheaper) so that stage 1's agreement stays measured while another plan serves the class. Another
   plan replaces the default only when it is expected to save at least ``min_saving`` of the default's
   cost: the per-request cost leaves out the work a plan adds beside the request (eager's cancelled
@@ -24,6 +27,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -40,6 +44,40 @@ from .plans import (
 )
 
 UNITS = {"latency": "s", "engine_time": " engine-s", "large_tokens": " large-model tokens"}
+
+
+class PlanBasis(StrEnum):
+    """What a request's plan rests on (the trace's ``plan_basis``, the stats' ``basis``)."""
+
+    CONFIGURED = "configured"  # the config or the request names it: nothing measured
+    CALIBRATION = "calibration"  # what a calibration on labelled data measured, no observation yet
+    CALIBRATION_AND_OBSERVATIONS = "calibration+observations"  # the calibration, refined by traffic
+    OBSERVATIONS = "observations"  # the class's own traffic alone
+
+
+_RATE = Field(None, ge=0, le=1, allow_inf_nan=False)
+_MEAN = Field(None, ge=0, allow_inf_nan=False)
+
+
+class CalibratedEstimates(BaseModel):
+    """What ``mai-eval calibrate`` measured of one class's plans (``plans.PlanEstimates``' rates and
+    means, replayed on its labelled set): the estimates a fresh server starts from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    p1: float | None = _RATE
+    p2: float | None = _RATE
+    q: float | None = _RATE
+    stage1_s: float | None = _MEAN
+    small_short_s: float | None = _MEAN
+    large_short_s: float | None = _MEAN
+    reasoning_s: float | None = _MEAN
+    transfer_s: float | None = _MEAN
+    large_short_tokens: float | None = _MEAN
+    transfer_tokens: float | None = _MEAN
+
+    @classmethod
+    def of(cls, estimates: PlanEstimates) -> CalibratedEstimates:
+        return cls(**{name: getattr(estimates, name) for name in cls.model_fields})
 
 
 class AdaptiveSettings(BaseModel):
@@ -61,6 +99,12 @@ class AdaptiveSettings(BaseModel):
     plans: tuple[Plan, ...] = Field(tuple(Plan), min_length=1, description="the plans the controller may run")
     default: Plan = Plan.SEQUENTIAL
     table: dict[str, Plan] = Field(default_factory=dict, description="class -> plan, from mai-eval calibrate")
+    calibrated: dict[str, CalibratedEstimates] = Field(
+        default_factory=dict, description="class -> what mai-eval calibrate measured of its plans"
+    )
+    calibration_weight: int | None = Field(
+        None, ge=1, description="observations a class's calibrated estimates count as (default min_samples)"
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -83,6 +127,41 @@ class PlanChoice:
     reason: str
     expected: Mapping[Plan, float | None] = field(default_factory=dict)
     relaxed_from: Plan | None = None  # the plan chosen before the overload guard relaxed it
+    basis: PlanBasis = PlanBasis.CONFIGURED
+
+
+def seeded_estimates(
+    settings: AdaptiveSettings, cls: str, observed: PlanEstimates
+) -> tuple[PlanEstimates, PlanBasis]:
+    """``observed`` with the class's calibrated estimates counted in as ``calibration_weight``
+    observations (a ``<kind>/<task>`` class falls back to its kind's), and what the result rests on.
+    Each rate and mean is the weighted mean of the two, over the observations that measure it."""
+    calibrated = settings.calibrated.get(cls) or settings.calibrated.get(cls.split("/", 1)[0])
+    if calibrated is None:
+        return observed, PlanBasis.OBSERVATIONS if observed.requests else PlanBasis.CONFIGURED
+    weight = settings.calibration_weight or settings.min_samples
+    counts = {
+        "p1": observed.stage1_runs,
+        "p2": observed.stage1_runs,
+        "q": observed.reason_first_runs,
+    }
+    merged: dict[str, float | None] = {}
+    for name in CalibratedEstimates.model_fields:
+        prior, seen = getattr(calibrated, name), getattr(observed, name)
+        n = counts.get(name, observed.requests)
+        if prior is None or seen is None or n == 0:
+            merged[name] = seen if prior is None else prior
+        else:
+            merged[name] = (weight * prior + n * seen) / (weight + n)
+    estimates = dataclasses.replace(
+        observed,
+        requests=observed.requests + weight,
+        stage1_runs=observed.stage1_runs + (weight if calibrated.p1 is not None else 0),
+        reason_first_runs=observed.reason_first_runs + (weight if calibrated.q is not None else 0),
+        **merged,
+    )
+    basis = PlanBasis.CALIBRATION_AND_OBSERVATIONS if observed.requests else PlanBasis.CALIBRATION
+    return estimates, basis
 
 
 FORCED = "forced by the request (mai.options.plan or eager_reasoning)"
@@ -98,7 +177,9 @@ def decide_plan(
     ``relax_eager``, an eager plan runs sequential (the same answers, less small-model work)."""
     choice = PlanChoice(options.resolved_plan(), FORCED) if forced else choose()
     if relax_eager and choice.plan is Plan.EAGER:
-        return PlanChoice(Plan.SEQUENTIAL, choice.reason + RELAXED_EAGER, choice.expected, Plan.EAGER)
+        return dataclasses.replace(
+            choice, plan=Plan.SEQUENTIAL, reason=choice.reason + RELAXED_EAGER, relaxed_from=Plan.EAGER
+        )
     return choice
 
 
@@ -156,23 +237,30 @@ def choose_plan(
     """The plan of one request of class ``cls`` (``draw``: its ``explore_draw``)."""
     if settings.mode == "off":
         return PlanChoice(settings.default, "cascade.adaptive is off: the default plan")
+    table_plan = _table_plan(settings.table, cls)
     if settings.mode == "table":
-        plan = _table_plan(settings.table, cls)
-        if plan is None:
+        if table_plan is None:
             return PlanChoice(settings.default, f"{cls}: not in the plan table; the default plan")
-        return PlanChoice(plan, f"{cls}: the calibrated plan table")
+        return PlanChoice(table_plan, f"{cls}: the calibrated plan table", basis=PlanBasis.CALIBRATION)
+    observed = estimates.requests
+    estimates, basis = seeded_estimates(settings, cls, estimates)
     if estimates.requests < settings.min_samples:
-        return PlanChoice(
-            settings.default,
-            f"{cls}: {estimates.requests} of {settings.min_samples} observations; the default plan",
-        )
+        count = f"{observed} of {settings.min_samples} observations"
+        if table_plan is not None and table_plan in allowed:
+            return PlanChoice(
+                table_plan, f"{cls}: {count}; the calibrated plan table", basis=PlanBasis.CALIBRATION
+            )
+        return PlanChoice(settings.default, f"{cls}: {count}; the default plan")
     objective = settings.objective
     expected = {plan: expected_cost(plan, estimates, objective) for plan in allowed}
     staged = [plan for plan in ANSWER_IDENTICAL if plan in allowed]
     if staged and draw < settings.explore:
         plan = min(staged, key=lambda p: _order(expected[p]))
         return PlanChoice(
-            plan, f"{cls}: explore ({settings.explore:g} of requests keep stage 1 measured)", expected
+            plan,
+            f"{cls}: explore ({settings.explore:g} of requests keep stage 1 measured)",
+            expected,
+            basis=basis,
         )
     known = [plan for plan in allowed if expected[plan] is not None]
     if not known:
@@ -184,7 +272,16 @@ def choose_plan(
         bar = default_cost * (1 - settings.min_saving)
         known = [plan for plan in known if plan is settings.default or _order(expected[plan]) <= bar]
     plan = min(known, key=lambda p: _order(expected[p]))  # ties: the order of ``plans``
-    return PlanChoice(plan, _why(cls, plan, estimates, expected, objective), expected)
+    why = _why(cls, plan, estimates, expected, objective) + BASIS_NOTES[basis]
+    return PlanChoice(plan, why, expected, basis=basis)
+
+
+BASIS_NOTES = {
+    PlanBasis.CONFIGURED: "",
+    PlanBasis.OBSERVATIONS: "",
+    PlanBasis.CALIBRATION: " (the calibration's estimates; no observation yet)",
+    PlanBasis.CALIBRATION_AND_OBSERVATIONS: " (the calibration's estimates refined by observations)",
+}
 
 
 def _order(cost: float | None) -> float:
@@ -213,6 +310,7 @@ def plan_summary(
     return {
         "plan": choice.plan.value,
         "reason": choice.reason,
+        "basis": choice.basis.value,
         "objective": settings.objective,
         "estimates": {
             name: round(value, 4) if isinstance(value, float) else value

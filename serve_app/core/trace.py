@@ -98,6 +98,7 @@ class Trace:
     # None for a policy that is not the cascade.
     plan: str | None = None
     plan_reason: str | None = None
+    plan_basis: str | None = None  # what the plan rests on: configured, calibration, observations, ...
     route: str | None = None
     answer_parsed: bool = False
     answer_valid: bool = False  # the served answer is one of its kind (answers.is_valid)

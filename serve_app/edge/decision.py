@@ -28,6 +28,7 @@ class Decision:
     def stamp(self, result: CascadeResult) -> None:
         """Record in the trace why the plan ran and the overload it ran under."""
         result.trace.plan_reason = self.plan.reason if self.plan is not None else None
+        result.trace.plan_basis = self.plan.basis.value if self.plan is not None else None
         result.trace.overload = self.overload
 
 

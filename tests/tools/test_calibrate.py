@@ -124,6 +124,17 @@ def test_the_table_names_the_cheapest_plan_within_the_goal_single_model_plans_in
     assert plan_table([wrong_small] * 4, Rule(), objective="latency")["yes_no"]["plan"] == "large"
 
 
+def test_the_table_records_what_the_server_would_have_learnt_of_each_kind():
+    """The estimates a learn-mode server starts from are those its plan controller would read from
+    the replayed traces: stage 1 never settles here (the short answers disagree), the reasoning always
+    does (it agrees with the large short answer), and the stage times are the recorded ones."""
+    q = recorded(stage("yes", 0.9, 2, 0.1), stage("no", 0.9, 3, 0.3), stage("no", 0.9, 40, 1.0), stage("no"))
+    estimates = plan_table([q] * 4, Rule(), objective="latency")["yes_no"]["estimates"]
+    assert (estimates["p1"], estimates["p2"]) == (0.0, 1.0)
+    assert estimates["large_short_s"] == pytest.approx(0.3) and estimates["reasoning_s"] == pytest.approx(1.0)
+    assert estimates["stage1_s"] == pytest.approx(0.3)
+
+
 def test_costs_add_up_along_the_route():
     q = recorded(
         stage("yes", 0.9, 2, 0.1),
@@ -239,6 +250,13 @@ def test_the_yaml_is_the_cascade_section():
     models = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
     adaptive = load_app_config(models | section).cascade.adaptive  # a section the server accepts
     assert adaptive.mode == "table" and adaptive.table == {"yes_no": Plan.REASON_FIRST, "text": Plan.EAGER}
+    calibrated = {"yes_no": {"p1": 0.04, "p2": 0.5, "q": None, "reasoning_s": 0.61234567}}
+    section = yaml.safe_load(
+        cascade_yaml(Rule(0.8), "x", plans={"yes_no": "small-reason"}, calibrated=calibrated)
+    )
+    adaptive = load_app_config(models | section).cascade.adaptive
+    assert adaptive.calibrated["yes_no"].p1 == 0.04 and adaptive.calibrated["yes_no"].q is None
+    assert adaptive.calibrated["yes_no"].reasoning_s == pytest.approx(0.612346)
 
 
 @pytest.mark.parametrize("value", [-1, 2])

@@ -10,11 +10,14 @@ from serve_app.config import load_app_config
 from serve_app.core.options import Policy
 from serve_app.core.plan_choice import (
     AdaptiveSettings,
+    CalibratedEstimates,
+    PlanBasis,
     allowed_plans,
     choose_plan,
     explore_draw,
     plan_summary,
     reference_plan,
+    seeded_estimates,
 )
 from serve_app.core.plans import SINGLE_MODEL, Plan, PlanEstimates
 
@@ -176,3 +179,59 @@ def test_only_requests_under_the_servers_own_thresholds_feed_the_class_estimates
         assert reply.status_code == 200, reply.text
     observed = ingress.plans.book.classes["yes_no"]
     assert [o.plan for o in observed] == ["sequential", "eager"]  # the server's thresholds, any plan
+
+
+# ---------------------------------------------------------------- the calibration's plan from request one
+
+
+def test_a_fresh_class_runs_the_calibrated_table_plan_from_its_first_request():
+    settings = AdaptiveSettings(mode="learn", explore=0.0, table={"yes_no": Plan.SMALL_REASON})
+    fresh = PlanEstimates()
+    for cls in ("yes_no", "yes_no/pope"):  # a task's class falls back to its kind's entry
+        choice = choose_plan(settings, cls, fresh, list(allowed(settings, cls=cls)), draw=0.5)
+        assert choice.plan is Plan.SMALL_REASON and choice.basis is PlanBasis.CALIBRATION
+        assert "0 of 50 observations; the calibrated plan table" in choice.reason
+    other = choose_plan(settings, "text", fresh, list(allowed(settings, cls="text")), draw=0.5)
+    assert other.plan is Plan.SEQUENTIAL and other.basis is PlanBasis.CONFIGURED  # no entry: the default
+    # Once measured, the class's own estimates decide among the allowed plans.
+    measured = choose_plan(settings, "yes_no", YES_NO, list(allowed(settings)), draw=0.5)
+    assert measured.basis is PlanBasis.OBSERVATIONS
+
+
+CALIBRATED = CalibratedEstimates.of(YES_NO)
+
+
+def test_calibrated_estimates_seed_a_fresh_class_and_observations_refine_them():
+    settings = AdaptiveSettings(mode="learn", explore=0.0, calibrated={"yes_no": CALIBRATED})
+    seeded, basis = seeded_estimates(settings, "yes_no/pope", PlanEstimates())
+    assert basis is PlanBasis.CALIBRATION
+    assert (seeded.requests, seeded.stage1_runs, seeded.p1, seeded.reasoning_s) == (50, 50, 0.04, 0.6)
+    # 150 observations at p1 0.5 and reasoning 1.2 s against the calibration's 50: a weighted mean.
+    observed = dataclasses.replace(YES_NO, requests=150, stage1_runs=150, p1=0.5, reasoning_s=1.2)
+    refined, basis = seeded_estimates(settings, "yes_no", observed)
+    assert basis is PlanBasis.CALIBRATION_AND_OBSERVATIONS and refined.requests == 200
+    assert refined.p1 == pytest.approx((50 * 0.04 + 150 * 0.5) / 200)
+    assert refined.reasoning_s == pytest.approx((50 * 0.6 + 150 * 1.2) / 200)
+    heavier = AdaptiveSettings(mode="learn", calibrated={"yes_no": CALIBRATED}, calibration_weight=150)
+    assert seeded_estimates(heavier, "yes_no", observed)[0].p1 == pytest.approx((0.04 + 0.5) / 2)
+    # A quantity the calibration did not measure is the observations' alone.
+    partial = AdaptiveSettings(mode="learn", calibrated={"yes_no": CalibratedEstimates(p1=0.1)})
+    assert seeded_estimates(partial, "yes_no", observed)[0].reasoning_s == 1.2
+    assert seeded_estimates(settings, "text", observed)[1] is PlanBasis.OBSERVATIONS  # not calibrated
+
+
+def test_with_calibrated_estimates_the_first_request_runs_the_cheapest_plan_and_says_so():
+    settings = AdaptiveSettings(mode="learn", explore=0.0, calibrated={"yes_no": CALIBRATED})
+    from_seed = choose_plan(settings, "yes_no", PlanEstimates(), list(allowed(settings)), draw=0.5)
+    from_observations = choose_plan(LEARN, "yes_no", YES_NO, list(allowed()), draw=0.5)
+    assert from_seed.plan is from_observations.plan  # the same estimates, the same choice
+    assert from_seed.basis is PlanBasis.CALIBRATION and "no observation yet" in from_seed.reason
+    summary = plan_summary(settings, "yes_no", PlanEstimates(), allowed(settings))
+    assert summary["basis"] == "calibration" and summary["plan"] == from_seed.plan.value
+
+
+def test_calibrated_estimates_are_validated_at_start():
+    with pytest.raises(ValidationError, match="p1"):
+        AdaptiveSettings(mode="learn", calibrated={"yes_no": {"p1": 1.5}})
+    with pytest.raises(ValidationError, match="stage1_secs"):
+        AdaptiveSettings(mode="learn", calibrated={"yes_no": {"stage1_secs": 0.3}})
