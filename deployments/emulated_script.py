@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 import uuid
 
 from . import paper_profile
@@ -97,6 +98,23 @@ def reply_pieces(answer: str, prompt_kind: str, tokens: int) -> tuple[str, str, 
         return "", answer, ""
     filler = max(0, round((tokens - 3) / 1.3))
     return (" ".join(["step"] * filler) + "\n" if filler else "") + "[[", answer, "]]"
+
+
+def constrained_pieces(
+    pieces: tuple[str, str, str], regex: str, answer_kind: str
+) -> tuple[str, str, str] | None:
+    """``pieces`` as a reply that matches ``regex`` (a request's structured outputs, as the cascade
+    asks them: ``[[answer]]``, after free text for a reasoning): the answer bracketed, a short reply
+    without filler, and, when the scripted answer is not one the form admits, the first of the kind's
+    scripted answers that is. None when no scripted reply matches (the engine refuses the grammar)."""
+    before, answer, _ = pieces
+    candidates = [answer, *_ANSWERS.get(answer_kind, ())]
+    for free in (before.removesuffix("[["), ""):
+        for candidate in candidates:
+            shaped = (free + "[[", candidate, "]]")
+            if re.fullmatch(regex, "".join(shaped)):
+                return shaped
+    return None
 
 
 def scripted_confidence(

@@ -35,6 +35,7 @@ from .emulated_script import (
     PASSTHROUGH,
     PROMPT_KINDS,
     completion_tokens,
+    constrained_pieces,
     estimate_prompt_tokens,
     open_answer_words,
     parse_call_id,
@@ -103,6 +104,13 @@ class EmulatedVLM:
         pieces = reply_pieces(
             scripted_answer(route, self.role, prompt_kind, answer_kind), prompt_kind, tokens
         )
+        regex = getattr(getattr(request, "structured_outputs", None), "regex", None)
+        if regex is not None:  # structured outputs, honoured as vLLM's would be
+            shaped = constrained_pieces(pieces, regex, answer_kind)
+            if shaped is None:
+                yield self._error(f"structured outputs: no reply of this engine matches the regex {regex!r}")
+                return
+            pieces = shaped
         async for _ in self._decoding(prompt_tokens, tokens, getattr(request, "priority", 0) or 0):
             pass
         logprobs = None
@@ -110,6 +118,13 @@ class EmulatedVLM:
             confidence = scripted_confidence(settings, key, self.role, prompt_kind, route)
             logprobs = {"content": reply_logprobs(pieces, confidence)}
         yield self._response(["".join(pieces)], prompt_tokens, tokens, logprobs)
+
+    @staticmethod
+    def _error(message: str) -> Any:
+        """A 400 as vLLM's server sends one: the request's structured outputs cannot be followed."""
+        from ray.serve.llm.openai_api_models import ErrorResponse
+
+        return ErrorResponse(error={"message": message, "type": "BadRequestError", "code": 400})
 
     def _response(
         self, texts: list[str], prompt_tokens: int, tokens: int, logprobs: dict | None = None

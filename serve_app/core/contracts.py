@@ -61,6 +61,9 @@ class EngineCall:
     # None: a served call. An int: an audit's call, sent at that engine priority (vLLM runs lower
     # values first; served calls run at 0), so audits wait behind served calls.
     audit_priority: int | None = None
+    # The regex the completion must match (the engine's structured outputs: answer_forms.py); None:
+    # free text.
+    constraint: str | None = None
 
     @property
     def is_audit(self) -> bool:
@@ -105,6 +108,11 @@ class EngineUnavailableError(EngineError):
 
 class EngineTimeoutError(EngineError, TimeoutError):
     """The engine did not answer within the client's own deadline."""
+
+
+class ConstraintRejectedError(EngineError):
+    """The engine refused the grammar a call asked its completion to follow (structured outputs it
+    does not support, or cannot compile): the stage is asked again without it."""
 
 
 class InputRejectedError(EngineError):

@@ -102,6 +102,9 @@ class CascadeOptions(BaseModel):
     # A stage-1 disagreement is settled by the large model's short answer, without reasoning, when
     # that answer is at least this confident (route confident_large). None: off, the paper's rule.
     confident_large: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    # Answers valid by construction (answer_forms.py): where the answer kind is closed (yes/no, a
+    # choice, a number), every stage asks its engine for that form with structured outputs.
+    structured_answers: bool = False
 
     @model_validator(mode="before")
     @classmethod

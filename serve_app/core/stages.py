@@ -6,13 +6,17 @@ has in flight. ``cascade._Run`` composes them into the algorithm; here is only h
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .answer_forms import answer_form
 from .answers import extract_answer
 from .confidence import answer_confidence
 from .contracts import (
+    Completion,
+    ConstraintRejectedError,
     EngineCall,
     EngineError,
     InputRejectedError,
@@ -58,6 +62,12 @@ class StageCalls:
         self.question, self.options, self.request_id, self.trace = question, options, request_id, trace
         self.audit_priority = audit_priority  # None: served; else an audit's engine priority
         self.kind: str = question.kind or "text"
+        # The answer's closed form every stage asks for, when the options ask for one (None: free).
+        self.form = (
+            answer_form(self.kind, question.choices, options_named=question.options_named)
+            if options.structured_answers
+            else None
+        )
         # When the run started, on the cascade's clock: the request's latency and each stage's start
         # are read from it.
         self.run_started = self._now()
@@ -166,18 +176,21 @@ class StageCalls:
             layout=self.layouts.get(model, PromptLayout.SEPARATE_LINE),
         )
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
+        stage.constraint = self.form.pattern if self.form is not None else None
         self.trace.stages.append(stage)
         started = self._now()
         stage.start_s = started - self.run_started
+        call = EngineCall(
+            self.request_id,
+            name,
+            prompt_kind,
+            self.kind,
+            self.audit_priority,
+            self.form.regex(prompt_kind) if self.form is not None else None,
+        )
         try:
             completion = await asyncio.wait_for(
-                self.clients[model].complete(
-                    messages,
-                    max_tokens=max_tokens,
-                    call=EngineCall(self.request_id, name, prompt_kind, self.kind, self.audit_priority),
-                    decoding=self.options.decoding,
-                ),
-                timeout_s,
+                self._complete(model, messages, max_tokens, call, stage), timeout_s
             )
         except asyncio.CancelledError:
             stage.status, stage.latency_s = "cancelled", self._now() - started
@@ -207,6 +220,19 @@ class StageCalls:
             if stage.answer is not None:
                 stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
         return stage
+
+    async def _complete(
+        self, model: str, messages: list[dict], max_tokens: int, call: EngineCall, stage: StageRecord
+    ) -> Completion:
+        """The model's completion of ``call``; an engine that refuses the answer's grammar is asked
+        again without it, and the stage says so."""
+        client, decoding = self.clients[model], self.options.decoding
+        try:
+            return await client.complete(messages, max_tokens=max_tokens, call=call, decoding=decoding)
+        except ConstraintRejectedError as exc:
+            stage.constraint_refused = str(exc)
+            free = dataclasses.replace(call, constraint=None)
+            return await client.complete(messages, max_tokens=max_tokens, call=free, decoding=decoding)
 
     @staticmethod
     def _now() -> float:

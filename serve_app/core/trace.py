@@ -41,6 +41,11 @@ class StageRecord:
     output: str = ""
     error: str | None = None
     replica: str | None = None  # the model replica the call ran on (stage-affinity routing)
+    # The answer's closed form the engine was asked to follow (answer_forms.py: the regex of what
+    # stands in [[ ]]); None: free text. ``constraint_refused``: why the engine refused it (the stage
+    # was asked again without it).
+    constraint: str | None = None
+    constraint_refused: str | None = None
 
     @property
     def ok(self) -> bool:

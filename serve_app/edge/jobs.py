@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import AppConfig, Limits
+from ..core.answer_forms import AnswerFormError, check_options
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
 from ..core.question_parsing import QuestionFormatError, read_question
@@ -205,6 +206,19 @@ def _question(
     return question
 
 
+def check_answer_form(question: Question, options: CascadeOptions, param: str) -> None:
+    """With structured answers on, a choice's options must be ones a grammar can tell apart (a 400
+    naming the problem, before any model is called)."""
+    if not options.structured_answers or question.kind != "choice":
+        return
+    try:
+        check_options(question.choices)
+    except AnswerFormError as exc:
+        raise RequestError(
+            f"{exc}: with structured answers the options must differ", param=param, code="invalid_choices"
+        ) from None
+
+
 async def _with_image(question: Question, fetch_image: ImageFetcher, param: str) -> Question:
     """``question`` with its allowed remote image downloaded and checked, as a data URL."""
     url = question.image_url
@@ -313,6 +327,7 @@ async def job_from_chat(
     question = dataclasses.replace(question, system=tuple(system))
     check_prompt_size(config, [question.question, *system], "messages")
     options = _options(config, MODELS[request.model], extra.options, max_tokens, param, request.decoding())
+    check_answer_form(question, options, "mai.choices")
     include_usage = bool((request.stream_options or {}).get("include_usage"))
     job_id = request_id_of(request_id)
     return Job(
@@ -348,6 +363,7 @@ async def job_from_answer(
     )
     check_prompt_size(config, [question.question], "question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
+    check_answer_form(question, options, "choices")
     job_id = request_id_of(request_id)
     question = await _with_image(question, fetch_image, "image")
     return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=job_id, task=request.task)

@@ -48,6 +48,7 @@ class RequestOptions(BaseModel):
     on_large_failure: Literal["error", "small"] | None = None
     min_confidence: StrictFloat | None = None
     confident_large: StrictFloat | None = None
+    structured_answers: bool | None = None
 
 
 class ImageURL(BaseModel):

@@ -59,6 +59,8 @@ class LLMServerClient:
             **self._sampling(decoding),
             # An audit's calls wait behind served ones (scheduling_policy: priority, checked at start).
             **({"priority": call.audit_priority} if call.audit_priority else {}),
+            # The answer's closed form (core/answer_forms.py), as vLLM's structured outputs.
+            **({"structured_outputs": {"regex": call.constraint}} if call.constraint else {}),
         )
         started = time.monotonic()
         with engine_call(self.model_id):
@@ -70,7 +72,9 @@ class LLMServerClient:
                 raise
             except StopAsyncIteration:
                 raise EngineUnavailableError(f"{self.model_id} returned no response") from None
-        completion = _completion_of(item, self.model_id, time.monotonic() - started)
+        completion = _completion_of(
+            item, self.model_id, time.monotonic() - started, constrained=call.constraint is not None
+        )
         return dataclasses.replace(completion, replica=routed_replicas.take(request.request_id))
 
     def _sampling(self, decoding: Decoding) -> dict[str, Any]:
@@ -86,10 +90,10 @@ class LLMServerClient:
         return fields
 
 
-def _completion_of(item: Any, model_id: str, latency_s: float) -> Completion:
+def _completion_of(item: Any, model_id: str, latency_s: float, *, constrained: bool = False) -> Completion:
     error = getattr(item, "error", None)
     if error is not None and not hasattr(item, "choices"):
-        raise error_response_failure(error, model_id)
+        raise error_response_failure(error, model_id, constrained=constrained)
     if isinstance(item, list | str):
         raise EngineUnavailableError(f"{model_id} streamed a response to a non-streaming request")
     choices = getattr(item, "choices", None) or []

@@ -8,10 +8,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.contracts import EngineError, EngineUnavailableError, InputRejectedError
+from ..core.contracts import (
+    ConstraintRejectedError,
+    EngineError,
+    EngineUnavailableError,
+    InputRejectedError,
+)
 
 _CONTEXT = ("context length", "maximum context", "too long", "max_model_len", "exceeds the model")
 _IMAGE = ("processor", "image", "aspect ratio", "pixel", "height", "width")
+# What a refusal of a request's structured outputs (its grammar) says, in vLLM's words.
+_GRAMMAR = ("structured output", "structured_output", "grammar", "regex", "xgrammar", "guidance")
 
 
 def input_error_code(message: str) -> str:
@@ -25,12 +32,16 @@ def input_error_code(message: str) -> str:
     return "invalid_request"
 
 
-def error_response_failure(error: Any, model_id: str) -> EngineError:
+def error_response_failure(error: Any, model_id: str, *, constrained: bool = False) -> EngineError:
     """An engine's ``ErrorResponse`` (or its ``error`` field): a 4xx refuses the input
-    (``InputRejectedError``, with the status kept), anything else is the engine failing."""
+    (``InputRejectedError``, with the status kept), or, for a call that asked for structured outputs
+    (``constrained``) and names them, the grammar (``ConstraintRejectedError``); anything else is the
+    engine failing."""
     detail = getattr(error, "error", error)
     status = int(getattr(detail, "code", 500) or 500)
     message = getattr(detail, "message", None) or str(detail)
+    if constrained and 400 <= status < 500 and any(words in message.lower() for words in _GRAMMAR):
+        return ConstraintRejectedError(f"{model_id}: {message}")
     if 400 <= status < 500:
         return InputRejectedError(f"{model_id}: {message}", input_error_code(message), status)
     return EngineUnavailableError(f"{model_id} failed: {message}")

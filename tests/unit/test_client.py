@@ -150,6 +150,26 @@ async def test_an_audits_calls_carry_its_engine_priority_and_served_calls_none()
     assert [request.priority for request in handle.requests] == [0, 5]  # vLLM's default is 0
 
 
+async def test_a_constrained_call_asks_vllm_for_structured_outputs_and_a_free_one_does_not():
+    from serve_app.core.answer_forms import answer_form
+    from serve_app.core.contracts import ConstraintRejectedError, EngineCall
+    from serve_app.core.prompts import PromptKind
+    from serve_app.engines.client import LLMServerClient
+
+    regex = answer_form("yes_no").regex(PromptKind.SIMPLE)
+    handle = RecordingHandle(response("[[yes]]", None))
+    client = LLMServerClient(handle, "m", logprobs=False)
+    messages = [{"role": "user", "content": "Hi"}]
+    await client.complete(messages, max_tokens=4, call=EngineCall("r1", "short_small", PromptKind.SIMPLE))
+    constrained = EngineCall("r1", "short_large", PromptKind.SIMPLE, "yes_no", constraint=regex)
+    await client.complete(messages, max_tokens=4, call=constrained)
+    free, asked = handle.requests
+    assert free.structured_outputs is None and asked.structured_outputs.regex == regex  # vLLM's type
+    refused = Obj(error=Obj(code=400, message="xgrammar could not compile the regex"))
+    with pytest.raises(ConstraintRejectedError):
+        _completion_of(refused, "m", 0.1, constrained=True)
+
+
 def test_an_audit_priority_needs_engines_that_schedule_by_priority():
     base = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
     audit = {"cascade": {"audit": {"priority": 1}}}
