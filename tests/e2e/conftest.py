@@ -1,14 +1,21 @@
 from .stack import server  # noqa: F401  (the session's real stack)
 
 LAST = "test_shuts_down_cleanly_on_sigint"  # it stops the session's server
+OWN_STACK = ("test_mixed_pair.py",)  # modules that serve another config: after the session's stack
 
 
 def pytest_collection_modifyitems(items):
     """The test that stops the shared server runs right after the other end-to-end tests, whatever the
-    order of their files (and before any other folder's tests start a Ray of their own)."""
-    stops = [item for item in items if item.originalname == LAST]
-    if not stops:
+    order of their files (and before any other folder's tests start a Ray of their own); the modules
+    with a stack of their own run right after it."""
+    stops = [item for item in items if item.originalname == LAST][:1]
+    own = [item for item in items if item.path.name in OWN_STACK]
+    if not stops and not own:
         return
-    items.remove(stops[0])
+    first = next((i for i, item in enumerate(items) if item.path.parent.name == "e2e"), len(items))
+    later = stops + own
+    for item in later:
+        items.remove(item)
     end_to_end = [i for i, item in enumerate(items) if item.path.parent.name == "e2e"]
-    items.insert(end_to_end[-1] + 1 if end_to_end else len(items), stops[0])
+    at = end_to_end[-1] + 1 if end_to_end else min(first, len(items))
+    items[at:at] = later

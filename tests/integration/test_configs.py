@@ -19,7 +19,7 @@ def app_args(name: str) -> dict:
     return application["args"]
 
 
-@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml"])
+@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml", "mai-cpu-mixed.yaml"])
 def test_config_builds_llm_configs(name):
     from ray.serve.llm import LLMConfig
 
@@ -88,7 +88,7 @@ def test_cpu_config_uses_the_committed_demo_models(tmp_path):
         llm_config_kwargs(missing)
 
 
-@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml"])
+@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml", "mai-cpu-mixed.yaml"])
 def test_engine_kwargs_are_arguments_the_pinned_vllm_knows(name):
     """Every engine argument (ours and the config's) is split by ray.serve.llm's own code into vLLM's
     engine and frontend arguments and builds vLLM's argument classes, on the vLLM version the GPU extra
@@ -124,6 +124,7 @@ def test_engine_kwargs_are_arguments_the_pinned_vllm_knows(name):
         ("mai.yaml", "coupled"),
         ("mai-emulated.yaml", "coupled"),
         ("mai-cpu.yaml", "coupled"),
+        ("mai-cpu-mixed.yaml", "coupled"),
         ("mai-1gpu.yaml", "per-deployment"),
     ],
 )
@@ -154,7 +155,12 @@ RELEASED_CHECKPOINTS = {"small": str(CHECKPOINTS / "qwen3-vl-2b"), "large": str(
 
 @pytest.mark.parametrize(
     ("name", "executor", "gpu_share"),
-    [("mai.yaml", "ray", 1.0), ("mai-1gpu.yaml", "ray", 0.49), ("mai-cpu.yaml", "mp", None)],
+    [
+        ("mai.yaml", "ray", 1.0),
+        ("mai-1gpu.yaml", "ray", 0.49),
+        ("mai-cpu.yaml", "mp", None),
+        ("mai-cpu-mixed.yaml", "mp", None),
+    ],
 )
 def test_every_shipped_config_becomes_the_engine_vllm_would_build(name, executor, gpu_share):
     """The whole path a deployment takes before its engine starts, in the installed ray.serve.llm and
@@ -163,7 +169,7 @@ def test_every_shipped_config_becomes_the_engine_vllm_would_build(name, executor
     GPU models read from the released Qwen3-VL checkpoints' config files."""
     from serve_app.engines.engine_check import check_config
 
-    checkpoints = RELEASED_CHECKPOINTS if name != "mai-cpu.yaml" else {}
+    checkpoints = RELEASED_CHECKPOINTS if executor == "ray" else {}  # the CPU configs' models are local
     result = check_config(yaml.safe_load((ROOT / "configs" / name).read_text()), checkpoints)
     for role in ("small", "large"):
         model = result["models"][role]

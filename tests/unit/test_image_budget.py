@@ -93,3 +93,18 @@ def test_a_context_too_small_for_the_budgets_is_refused_at_start_with_the_number
 def test_the_demo_models_budget_is_their_processors():
     config = with_model_limits(load_app_config(config_args("mai-cpu.yaml")))
     assert config.limits.max_prompt_bytes is not None and config.limits.max_prompt_bytes > 1000
+
+
+def test_a_mixed_pair_bounds_the_prompt_by_the_gemma_image_budget():
+    """configs/mai-cpu-mixed.yaml: the demo Qwen3-VL small (64 tokens an image at most) and the tiny
+    Gemma 3 large (256, its config.json's mm_tokens_per_image): the learnt prompt bound is what the
+    Gemma context leaves; the same pair with a Qwen3-VL large would leave 192 bytes more."""
+    from serve_app.engines.model_limits import TEMPLATE_TOKENS
+
+    args = config_args("mai-cpu-mixed.yaml")
+    budgets = load_app_config(args).cascade.max_tokens
+    stage = max(budgets.reasoning + budgets.transfer, budgets.explain, budgets.reasoning + budgets.stage2)
+    mixed = with_model_limits(load_app_config(args)).limits.max_prompt_bytes
+    assert mixed == 4096 - 256 - stage - TEMPLATE_TOKENS
+    args["large"] |= {"model_id": "demo-large", "source": "./models/demo-large"}
+    assert with_model_limits(load_app_config(args)).limits.max_prompt_bytes == mixed + 256 - 64
