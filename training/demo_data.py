@@ -13,21 +13,22 @@ built by ``serve_app.core.prompts``, so the models learn exactly the prompts the
 
 Yes/no questions are drawn balanced and every question is written the way clients type it
 (``harness.easy_vqa``: ``BalancedYesNo``, ``question_variant``), so the question text alone cannot
-answer them and the checkpoints answer them all alike.
+answer them and the checkpoints answer them all alike. People's phrasings (``harness.phrasings``:
+"Is the shape red?", "Is it a circle or a triangle?", "How many shapes are there?") are read the same
+way (``answer_of``), and a question is given the prompt the server gives it (``prompt_answer_kind``).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.easy_vqa import (
     COLOURS,
     QA,
     SHAPES,
     ImageFacts,
-    answer_from_facts,
     asks_colour,
     display_question,
     is_negated,
@@ -35,7 +36,8 @@ from harness.easy_vqa import (
     question_variant,
     shows,
 )
-from serve_app.core.answers import infer_kind
+from harness.phrasings import TRAINING, answer_of, asks_yes_no, counts_shapes, either_or_of, every_question
+from serve_app.core.contracts import Question
 from serve_app.core.prompts import (
     TEMPLATES,
     TRANSFER_TEMPLATES,
@@ -45,9 +47,11 @@ from serve_app.core.prompts import (
     build_messages,
 )
 
-# The layout the committed demo models learnt: question and instruction back to back (configs/mai-cpu.yaml
-# declares it as their prompt_layout).
-DEMO_LAYOUT = PromptLayout.JOINED
+# The layout the demo models learn: the paper's, the instruction on a line of its own after the
+# question. The committed checkpoints were trained on PromptLayout.JOINED (configs/mai-cpu.yaml declares
+# it for them); each training report names the layout it used (mai-demo.json: prompt_layout), and the
+# config changes together with the checkpoints.
+DEMO_LAYOUT = PromptLayout.SEPARATE_LINE
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,14 @@ class Example:
 
 
 _CORNERS = {"circle": "no corners", "rectangle": "four corners", "triangle": "three corners"}
+
+
+def prompt_answer_kind(question: str) -> str:
+    """The answer kind the server builds ``question``'s prompts for (``serve_app.core.stages``): as it
+    infers it, but an either/or question that names its options is asked as it is, with the
+    short-answer prompt."""
+    asked = Question(question)
+    return "text" if asked.options_named else asked.kind or "text"
 
 
 def rationale(facts: ImageFacts, question: str) -> str:
@@ -69,7 +81,16 @@ def rationale(facts: ImageFacts, question: str) -> str:
         f"It has {_CORNERS[facts.shape]}, so it is a {facts.shape}.",
     ]
     asked_colour, asked_shape = mentioned(question, COLOURS), mentioned(question, SHAPES)
-    if infer_kind(question) == "yes_no":
+    named = either_or_of(question)
+    if named is not None:
+        attribute, (first, second) = named
+        article = "a " if attribute == "shape" else ""
+        shown = facts.colour if attribute == "colour" else facts.shape
+        steps.append(f"The question asks if it is {article}{first} or {article}{second}.")
+        steps.append(f"The image shows {shown}.")
+    elif counts_shapes(question):
+        steps.append("The question asks how many shapes there are.")
+    elif asks_yes_no(question):
         thing = " ".join(word for word in (asked_colour, asked_shape or "shape") if word)
         negated = " not" if is_negated(question) else ""
         seen = shows(facts, asked_colour, asked_shape)
@@ -113,7 +134,9 @@ def comparison_drill(rng: random.Random) -> tuple[str, str]:
 
 def reasoning_text(facts: ImageFacts, question: str) -> str:
     """What the Reasoning prompt should produce: the steps, then the answer they reach."""
-    answer = answer_from_facts(facts, question)
+    answer = answer_of(facts, question)
+    if answer is None:
+        raise ValueError(f"an image showing a {facts.colour} {facts.shape} does not answer {question!r}")
     return f"{rationale(facts, question)} So the answer is {answer}. [[{answer}]]"
 
 
@@ -127,6 +150,19 @@ def perturbed(
     if rng.random() < shape_error:
         shape = rng.choice([s for s in SHAPES if s != shape])
     return ImageFacts(colour, shape)
+
+
+def reading(facts: ImageFacts, question: str, rng: random.Random, mix: PromptMix) -> ImageFacts:
+    """``facts`` as a weaker model reads them for ``question`` (``perturbed`` at ``mix``'s rates); for
+    an either/or question a misread value is the other option (a reader offered two picks one)."""
+    seen = perturbed(facts, rng, shape_error=mix.shape_error, colour_error=mix.colour_error)
+    named = either_or_of(question)
+    if named is not None:
+        attribute, options = named
+        if getattr(seen, attribute) not in options:
+            [other] = [option for option in options if option != getattr(facts, attribute)]
+            seen = replace(seen, **{attribute: other})
+    return seen
 
 
 @dataclass(frozen=True)
@@ -159,7 +195,7 @@ def make_example(
     """One training example of ``prompt_kind`` for ``qa`` (whose image shows ``facts``); the question in
     its display form, or with ``variant`` as a client might type it (``question_variant``)."""
     question = question_variant(qa.question, rng) if variant else display_question(qa.question)
-    kind = infer_kind(question)
+    kind = prompt_answer_kind(question)
     reasoning = None
     transfer_form = None
     if prompt_kind is PromptKind.SIMPLE:
@@ -168,11 +204,11 @@ def make_example(
         target = reasoning_text(facts, qa.question)
     elif prompt_kind is PromptKind.STAGE2:
         # The model's own reasoning, right or wrong: stage 2 reports the answer it reached.
-        seen = perturbed(facts, rng, shape_error=mix.shape_error, colour_error=mix.colour_error)
+        seen = reading(facts, qa.question, rng, mix)
         reasoning = reasoning_text(seen, qa.question)
-        target = f"[[{answer_from_facts(seen, qa.question)}]]"
+        target = f"[[{answer_of(seen, qa.question)}]]"
     else:
-        seen = perturbed(facts, rng, shape_error=mix.shape_error, colour_error=mix.colour_error)
+        seen = reading(facts, qa.question, rng, mix)
         return transfer_example(image_url, question, qa.answer, reasoning_text(seen, qa.question), rng)
     messages = build_messages(
         image_url,
@@ -196,7 +232,7 @@ def transfer_example(
         image_url,
         question,
         (),
-        infer_kind(question),
+        prompt_answer_kind(question),
         PromptKind.TRANSFER,
         reasoning=reference,
         transfer_form=rng.choice((TransferForm.ACCORDING, TransferForm.REFERENCE)),
@@ -208,11 +244,12 @@ def transfer_example(
 def misreading(facts: ImageFacts, question: str, rng: random.Random) -> ImageFacts:
     """``facts`` with the colour, the shape or both changed so that they answer ``question`` wrongly
     (a reference reasoning to check that the large model does not follow a wrong one)."""
+    truth = answer_of(facts, question)
     readings = [
         ImageFacts(colour, shape)
         for colour in COLOURS
         for shape in SHAPES
-        if answer_from_facts(ImageFacts(colour, shape), question) != answer_from_facts(facts, question)
+        if answer_of(ImageFacts(colour, shape), question) not in (truth, None)
     ]
     if not readings:
         raise ValueError(f"no reading of the image answers {question!r} differently")
@@ -221,8 +258,10 @@ def misreading(facts: ImageFacts, question: str, rng: random.Random) -> ImageFac
 
 def tokenizer_corpus(qas: Sequence[QA], facts: dict[int, ImageFacts]) -> list[str]:
     """Text the demo tokenizer learns its merges from: every prompt template, the questions in the
-    forms clients type them, and the reasoning, so that prompts and answers are a few tokens each."""
+    forms clients type them, every question of the training phrasings (``harness.phrasings.TRAINING``;
+    never a held-out one), and the reasoning, so that prompts and answers are a few tokens each."""
     lines = list(TEMPLATES.values()) + list(TRANSFER_TEMPLATES.values())
+    lines += [question for template in TRAINING for question in every_question(template)]
     rng = random.Random(0)
     for qa in qas[:5000]:
         lines.append(display_question(qa.question))

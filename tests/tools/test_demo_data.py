@@ -1,8 +1,10 @@
 """Training examples of the demo models: facts read off easy-vqa's answers, grounded rationales, and
 messages that are exactly the server's prompts."""
 
+import json
 import random
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -21,20 +23,32 @@ from harness.easy_vqa import (
     is_negated,
     question_variant,
 )
+from harness.local_server import config_args
 from serve_app.core.answers import extract_answer
-from serve_app.core.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind, TransferForm
+from serve_app.core.prompts import (
+    LAYOUT_SEPARATORS,
+    TEMPLATES,
+    TRANSFER_TEMPLATES,
+    PromptKind,
+    PromptLayout,
+    TransferForm,
+    build_messages,
+)
 from training.demo_data import (
+    DEMO_LAYOUT,
     PromptMix,
     comparison_drill,
     comparison_step,
     make_example,
     misreading,
     perturbed,
+    prompt_answer_kind,
     rationale,
     reasoning_text,
     tokenizer_corpus,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 BLUE_CIRCLE = ImageFacts("blue", "circle")
 MIX = PromptMix(simple=1, reasoning=1, stage2=1, transfer=1, shape_error=0.5, colour_error=0.5)
 
@@ -188,8 +202,11 @@ def test_examples_use_the_servers_prompts(kind):
     qa = QA(0, "is there not a red shape?", "yes")
     example = make_example("data:image/png;base64,AAAA", qa, BLUE_CIRCLE, kind, random.Random(1), MIX)
     [message] = example.messages
-    image, question, instruction = message["content"]
-    assert image["type"] == "image_url" and question["text"] == "Is there not a red shape?"
+    image, text = message["content"]
+    # The question, then the instruction, joined as the demo models' layout says.
+    question, separator = "Is there not a red shape?", LAYOUT_SEPARATORS[DEMO_LAYOUT]
+    assert image["type"] == "image_url" and text["text"].startswith(question + separator)
+    instruction = {"text": text["text"].removeprefix(question + separator)}
     # The instruction is the served template of that kind (for a transfer, of either form), with
     # the reasoning where the template takes one.
     served = (
@@ -206,14 +223,78 @@ def test_examples_use_the_servers_prompts(kind):
         assert instruction["text"] == TEMPLATES[(PromptKind.SIMPLE, "short")] and example.target == "[[yes]]"
 
 
+def test_the_next_training_uses_the_papers_layout():
+    assert DEMO_LAYOUT is PromptLayout.SEPARATE_LINE
+
+
+def test_the_cpu_config_declares_the_layout_each_checkpoint_learnt():
+    """configs/mai-cpu.yaml's prompt_layout for each demo model is the one its training report names
+    (the committed checkpoints predate the field: they learnt the joined layout)."""
+    args = config_args("mai-cpu.yaml")
+    for role in ("small", "large"):
+        report = json.loads((ROOT / args[role]["source"] / "mai-demo.json").read_text())
+        assert args[role].get("prompt_layout", "separate_line") == report.get("prompt_layout", "joined"), role
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("Is the shape red or brown?", "text"),  # the options named: asked as it is, short answer
+        ("Is it a circle or a triangle?", "text"),
+        ("How many shapes are there?", "number"),
+        ("Is the shape not blue?", "yes_no"),
+        ("What colour is the shape?", "text"),
+    ],
+)
+def test_phrased_questions_get_the_servers_prompts(question, kind):
+    assert prompt_answer_kind(question) == kind
+    qa = QA(0, question, "x")
+    example = make_example("data:,", qa, BLUE_CIRCLE, PromptKind.SIMPLE, random.Random(0), MIX)
+    assert example.messages == build_messages(
+        "data:,", question, (), kind, PromptKind.SIMPLE, layout=DEMO_LAYOUT
+    )
+    assert example.messages[0]["content"][-1]["text"].endswith(TEMPLATES[(PromptKind.SIMPLE, "short")])
+
+
+@pytest.mark.parametrize(
+    ("question", "says", "answer"),
+    [
+        (
+            "Is the shape red or blue?",
+            "The question asks if it is red or blue. The image shows blue.",
+            "blue",
+        ),
+        (
+            "Is it a circle or a triangle?",
+            "The question asks if it is a circle or a triangle. The image shows circle.",
+            "circle",
+        ),
+        ("How many shapes are there?", "The question asks how many shapes there are.", "1"),
+        ("Isn't it a circle?", "They match, so there is a circle.", "yes"),
+        ("Is the shape not blue?", "The question says not, so no is right.", "no"),
+    ],
+)
+def test_reasoning_about_phrased_questions(question, says, answer):
+    assert rationale(BLUE_CIRCLE, question).endswith(says)
+    assert reasoning_text(BLUE_CIRCLE, question).endswith(f"So the answer is {answer}. [[{answer}]]")
+
+
+def test_reasoning_refuses_a_question_the_image_cannot_answer():
+    with pytest.raises(ValueError, match="does not answer"):
+        reasoning_text(BLUE_CIRCLE, "Is the shape red or green?")
+
+
 def test_stage2_reports_its_reasoning_while_transfer_answers_the_truth():
     qa = QA(0, "what shape is in the image?", "circle")
     rng = random.Random(3)
     stage2 = [make_example(None, qa, BLUE_CIRCLE, PromptKind.STAGE2, rng, MIX) for _ in range(40)]
     transfer = [make_example(None, qa, BLUE_CIRCLE, PromptKind.TRANSFER, rng, MIX) for _ in range(40)]
+    asked = "What shape is in the image?" + LAYOUT_SEPARATORS[DEMO_LAYOUT]
     for example in stage2:
-        in_context = extract_answer(example.messages[0]["content"][-1]["text"].split("\n")[0])
-        assert example.target == f"[[{in_context}]]"
+        # After the question: "According to previous thinking: <reasoning>", then the instruction.
+        text = example.messages[0]["content"][-1]["text"]
+        in_context = extract_answer(text.removeprefix(asked).split("\n")[0])
+        assert text.startswith(asked) and example.target == f"[[{in_context}]]"
     assert {example.target for example in stage2} > {"[[circle]]"}  # wrong reasoning gives wrong answers
     assert {example.target for example in transfer} == {"[[circle]]"}
     contexts = defaultdict(int)

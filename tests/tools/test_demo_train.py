@@ -93,6 +93,10 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     assert report["final_loss"] < 3.0  # from about 6.2 (uniform over 512 tokens)
     folder = tmp_path / "demo-small"
     assert json.loads((folder / "mai-demo.json").read_text())["spec"]["model"]["name"] == "demo-small"
+    # The report names the layout the model learnt, and its accuracy on people's phrasings.
+    assert report["prompt_layout"] == "separate_line"
+    phrased = report["validation_phrased_simple_accuracy"]
+    assert set(phrased) == {"seen", "held out"} and all(0 <= v <= 1 for v in phrased["seen"].values())
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     assert model.config.text_config.hidden_size == spec.model.hidden_size
     # the verdict's accuracy at the end is the written model's

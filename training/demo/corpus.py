@@ -17,6 +17,7 @@ from harness.easy_vqa import (
     held_out_images,
     question_type,
 )
+from harness.phrasings import TRAINING, PhrasedQuestions
 from serve_app.core.prompts import PromptKind
 from training.demo.progress import progress_bar
 from training.demo.recipes import DemoSpec
@@ -136,14 +137,20 @@ def question_drawer(corpus: Corpus, spec: DemoSpec, rng: random.Random) -> Calla
     by_type: dict[str, list[QA]] = defaultdict(list)
     for qa in corpus.train:
         by_type[question_type(qa.question, qa.answer)].append(qa)
-    train_yes_no = BalancedYesNo(corpus.facts, {qa.image_id for qa in corpus.train})
+    train_images = {qa.image_id for qa in corpus.train}
+    train_yes_no = BalancedYesNo(corpus.facts, train_images)
     draw = [name for name, times in spec.type_weights for _ in range(times)]
+    # People's phrasings, a share of the questions: the training templates only, never a held-out one.
+    phrased = PhrasedQuestions(corpus.facts, train_images, TRAINING) if spec.phrased_share else None
 
-    def question(kind: str) -> QA:
+    def question() -> QA:
+        if phrased is not None and rng.random() < spec.phrased_share:
+            return phrased.draw(rng)
+        kind = rng.choice(draw)
         return train_yes_no.draw(rng) if kind == "yes/no" else rng.choice(by_type[kind])
 
     def batch_questions() -> list[QA]:
-        return [question(rng.choice(draw)) for _ in range(spec.batch_size)]
+        return [question() for _ in range(spec.batch_size)]
 
     return batch_questions
 

@@ -15,6 +15,7 @@ from harness.easy_vqa import (
     display_question,
     question_type,
 )
+from harness.phrasings import TEMPLATES, PhrasedQA, PhrasedQuestions
 from serve_app.core.prompts import PromptKind
 from training.demo.corpus import Collator, Corpus, drill_batch
 from training.demo.recipes import DemoSpec
@@ -36,6 +37,8 @@ COMPARISON_DRILL_CHECKED = 400
 REASONING_CHECKED = 200
 # Validation questions of each group (balanced yes/no; colour and shape) for the transfer check.
 TRANSFER_CHECKED = 200
+# Questions in people's phrasings, every template (held-out ones included), on the validation images.
+PHRASED_CHECKED = 400
 
 
 def greedy_matches(
@@ -76,6 +79,31 @@ def simple_accuracy(
             right["all"].append(correct)
     model.train()
     return {kind: sum(values) / len(values) for kind, values in right.items()}
+
+
+def phrased_accuracy(
+    model, corpus: Corpus, collator: Collator, qas: list[PhrasedQA], batch_size: int = 64
+) -> dict[str, dict[str, float]]:
+    """Greedy accuracy of the Simple prompt on questions in people's phrasings, by form and over
+    all, for the training templates ("seen") and the held-out ones apart."""
+    right: dict[str, dict[str, list[bool]]] = {"seen": defaultdict(list), "held out": defaultdict(list)}
+    rng, mix = random.Random(0), PromptMix(1, 0, 0, 0)
+    model.eval()
+    for start in range(0, len(qas), batch_size):
+        chunk = qas[start : start + batch_size]
+        examples = [
+            make_example("image", qa, corpus.facts[qa.image_id], PromptKind.SIMPLE, rng, mix) for qa in chunk
+        ]
+        for qa, correct in zip(chunk, greedy_matches(model, corpus, collator, chunk, examples), strict=True):
+            group = right["held out" if qa.held_out else "seen"]
+            group[qa.form].append(correct)
+            group["all"].append(correct)
+    model.train()
+    return {
+        part: {form: round(sum(values) / len(values), 3) for form, values in sorted(by_form.items())}
+        for part, by_form in right.items()
+        if by_form
+    }
 
 
 def transfer_accuracy(
@@ -192,11 +220,13 @@ def checked_verdict_accuracy(model, tokenizer) -> float:
 
 @dataclass(frozen=True)
 class ValidationQuestions:
-    """The held-out questions a model's training reports on: up to 400 of easy-vqa's own (``sample``)
-    and 400 generated balanced yes/no (``balanced_yes_no``), all about the validation images."""
+    """The held-out questions a model's training reports on: up to 400 of easy-vqa's own (``sample``),
+    400 generated balanced yes/no (``balanced_yes_no``) and PHRASED_CHECKED in people's phrasings
+    (``phrased``, every template), all about the validation images."""
 
     sample: list[QA]
     balanced_yes_no: list[QA]
+    phrased: list[PhrasedQA]
 
     @classmethod
     def of(cls, corpus: Corpus) -> ValidationQuestions:
@@ -204,7 +234,12 @@ class ValidationQuestions:
         images = sorted({qa.image_id for qa in corpus.validation} & set(corpus.facts))
         balanced_rng = random.Random(1)
         yes_no = BalancedYesNo(corpus.facts, images)
-        return cls(sample, [yes_no.draw(balanced_rng) for _ in range(400)])
+        phrased_rng, phrasings = random.Random(2), PhrasedQuestions(corpus.facts, images, TEMPLATES)
+        return cls(
+            sample,
+            [yes_no.draw(balanced_rng) for _ in range(400)],
+            [phrasings.draw(phrased_rng) for _ in range(PHRASED_CHECKED)],
+        )
 
 
 @dataclass(frozen=True)
@@ -214,15 +249,17 @@ class ValidationResults:
     simple: dict[str, float]  # Simple accuracy by kind, then on balanced yes/no and as typed
     reasoning: dict | None  # Reasoning accuracy on balanced yes/no, if the model learnt Reasoning
     transfer: dict[str, dict[str, float]] | None  # transfer_accuracy, if the model learnt transfer
+    phrased: dict[str, dict[str, float]]  # phrased_accuracy: Simple, by form, seen and held-out templates
 
 
 def validate(
     model, corpus: Corpus, collator: Collator, spec: DemoSpec, questions: ValidationQuestions
 ) -> ValidationResults:
-    """Simple accuracy on the validation questions (by kind, on balanced yes/no, and on the sample as
-    typed); Reasoning accuracy on REASONING_CHECKED balanced yes/no, if ``spec`` teaches Reasoning; and
-    how the model uses a reference reasoning on TRANSFER_CHECKED balanced yes/no and as many colour and
-    shape questions, if ``spec`` teaches transfer."""
+    """Simple accuracy on the validation questions (by kind, on balanced yes/no, on the sample as
+    typed, and on people's phrasings by form, seen and held-out templates apart); Reasoning accuracy
+    on REASONING_CHECKED balanced yes/no, if ``spec`` teaches Reasoning; and how the model uses a
+    reference reasoning on TRANSFER_CHECKED balanced yes/no and as many colour and shape questions, if
+    ``spec`` teaches transfer."""
     validation, validation_balanced = questions.sample, questions.balanced_yes_no
     accuracy = simple_accuracy(model, corpus, collator, validation)
     accuracy["balanced yes/no"] = simple_accuracy(model, corpus, collator, validation_balanced)["all"]
@@ -252,4 +289,5 @@ def validate(
         if spec.mix.transfer
         else None
     )
-    return ValidationResults(accuracy, reasoning, transfer)
+    phrased = phrased_accuracy(model, corpus, collator, questions.phrased)
+    return ValidationResults(accuracy, reasoning, transfer, phrased)

@@ -20,6 +20,7 @@ from training.demo.phases import (
     transfer_training,
 )
 from training.demo.recipes import DemoSpec
+from training.demo_data import DEMO_LAYOUT
 from training.tiny import build_model
 
 
@@ -119,7 +120,13 @@ def train(
         "validation_questions": len(validation.sample),
         "validation_reasoning_accuracy": results.reasoning,
         "validation_transfer": results.transfer,
-        "data": "easy-vqa train split (validation: the committed held-out images); yes/no generated balanced",
+        "validation_phrased_simple_accuracy": results.phrased,
+        "validation_phrased_questions": len(validation.phrased),
+        # The prompt layout the model learnt: configs/mai-cpu.yaml must declare it (prompt_layout).
+        "prompt_layout": DEMO_LAYOUT.value,
+        "data": "easy-vqa train split (validation: the committed held-out images); yes/no generated "
+        f"balanced; a share of {spec.phrased_share} of the questions in people's phrasings "
+        "(harness.phrasings, training templates only)",
     }
     (target / "mai-demo.json").write_text(json.dumps(report, indent=2) + "\n")
     accuracy = results.simple
