@@ -1,7 +1,8 @@
 """Either/or questions: "Is it red or blue?", "Is the shape a circle or a triangle?" ask to choose
 between the options they name, never for yes or no ("Is the shape red or not?" still does).
 
-The options are read from the asked sentence (the last one ending in "?"), which opens with an
+The options are read from the asked sentence (the last one ending in "?", or, in a text with no "?"
+at all, its last sentence: people leave it out), which opens with an
 auxiliary verb as a yes/no question does: the option after the last "or" runs to the question mark,
 or to a preposition that starts a phrase after it ("a cat or a dog in the picture"); the option
 before it has as many words ("a circle or a triangle"), and a list before it is split on commas
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import re
 
+# An auxiliary verb opens a yes/no question, contracted negatives too ("Isn't it red?", "Can't you
+# see a circle?", "Won't ...").
 YES_NO_START = re.compile(
-    r"^(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have|had|am|may|might|must)\b",
+    r"^(?:(?:is|are|was|were|does|do|did|could|would|should|has|have|had|must|might|need)(?:n['’]t)?"
+    r"|can(?:['’]t|not)?|won['’]t|will|am|may|ain['’]t)(?![\w'’])",
     re.IGNORECASE,
 )
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -37,9 +41,13 @@ def asked_sentence(text: str) -> str:
 def either_or_options(question: str) -> tuple[str, ...]:
     """The options an either/or question names, in its order; () when it is not one."""
     asked = asked_sentence(question)
-    if not asked.endswith("?") or not YES_NO_START.match(asked):
+    if asked.endswith("?"):
+        asked = asked[:-1]
+    elif "?" in question:  # a question mark elsewhere: this sentence is not the one asked
         return ()
-    parts = _OR.split(asked[:-1].strip())
+    if not YES_NO_START.match(asked):
+        return ()
+    parts = _OR.split(asked.strip().rstrip("."))
     if len(parts) != 2:
         return ()
     before, after = parts

@@ -261,6 +261,15 @@ def test_decimals_beyond_one_percent_of_the_larger_disagree(value, ratio):
         ("What colour is the shape?", None, "text"),
         ("Which city is shown?", ["Paris", "Rome"], "choice"),
         ("What is the size of real GDP?\nA. 500\nB. 450\nC. 400\nD. 600", None, "choice"),
+        # contracted negatives open yes/no questions too
+        ("Isn't the shape a triangle?", None, "yes_no"),
+        ("Can’t you see a circle?", None, "yes_no"),
+        ("Won't it rain?", None, "yes_no"),
+        ("Island or sea?", None, "text"),  # no auxiliary verb, only its letters
+        # people leave the question mark out of an either/or question, never out of another sentence
+        ("Is the shape red or brown", None, "choice"),
+        ("Is it red or brown. Is it a circle?", None, "yes_no"),
+        ("Is the shape red or not", None, "yes_no"),
     ],
 )
 def test_infer_kind(question, choices, kind):
