@@ -70,20 +70,18 @@ gpu-stack-check: install
 console-screenshot: install
 	$(PY) -m harness.console_screenshot
 
-# lmms-eval pins other versions than the serving stack, so it lives in its own environment: the CPU
-# torch first and kept by a constraint, then lmms-eval; PyPI's torchvision does not import beside a
-# CPU torch and lmms-eval's OpenAI backend does not need it.
+# lmms-eval pins other versions than the serving stack, so it lives in its own environment, installed
+# as a lock like the serving stack: the versions tests/e2e/test_lmms_eval.py runs against the CPU stack
+# (refreshing it: docs/evaluation.md).
 LMMS_VENV := .venv-lmms
 LMMS_PIP  := $(LMMS_VENV)/bin/python -m pip --quiet --disable-pip-version-check
 
 lmms-eval: $(LMMS_VENV)/.installed
 
-$(LMMS_VENV)/.installed: requirements/lmms-eval.txt
+$(LMMS_VENV)/.installed: requirements/lmms-eval-lock.txt
 	$(PYTHON) -m venv $(LMMS_VENV)
 	$(LMMS_PIP) install --upgrade pip
-	$(LMMS_PIP) install torch==2.14.1
-	$(LMMS_PIP) install -c requirements/lmms-eval.txt -r requirements/lmms-eval.txt
-	$(LMMS_PIP) uninstall --yes torchvision
+	$(LMMS_PIP) install --no-deps -r requirements/lmms-eval-lock.txt
 	touch $@
 
 test-unit: models

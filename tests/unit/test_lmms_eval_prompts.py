@@ -199,5 +199,8 @@ def test_mmbench_through_the_cascade_reads_the_options_and_replies_with_a_letter
 
 
 def test_the_vendored_version_is_the_one_make_lmms_eval_installs():
-    pins = (Path(__file__).resolve().parents[2] / "requirements" / "lmms-eval.txt").read_text().split()
-    assert f"lmms-eval=={lmms.VERSION}" in pins
+    requirements = Path(__file__).resolve().parents[2] / "requirements"
+    assert f"lmms-eval=={lmms.VERSION}" in (requirements / "lmms-eval.txt").read_text().split()
+    lock = (requirements / "lmms-eval-lock.txt").read_text().splitlines()
+    pins = dict(line.replace("_", "-").lower().split("==") for line in lock if not line.startswith("#"))
+    assert pins["lmms-eval"] == lmms.VERSION
