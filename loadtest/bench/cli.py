@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.paths import RESULTS
+from harness.paths import CONFIGS, RESULTS
 
 from . import __doc__ as PACKAGE_DOC
 from .scenario import Scenario
@@ -19,9 +19,10 @@ def listing() -> str:
     rows = []
     for scenario in SCENARIOS.values():
         parameters = ", ".join(f"{key}={value}" for key, value in vars(scenario.parameters).items())
+        served = "; takes --config and --url" if scenario.takes_config else ""
         rows.append(
             f"{scenario.name:18} {scenario.config or '':18} bench/results/{scenario.result}\n"
-            f"{'':18} {scenario.title}; parameters: {parameters or 'none'}"
+            f"{'':18} {scenario.title}; parameters: {parameters or 'none'}{served}"
         )
     return "\n".join(rows)
 
@@ -42,6 +43,39 @@ def parse_overrides(pairs: list[str], chosen: list[Scenario]) -> dict[str, str]:
     return overrides
 
 
+def config_name(text: str) -> str:
+    """The config a ``--config`` names (``configs/mai.yaml``, ``mai.yaml`` or a path to it), as its name
+    under configs/; a file elsewhere is refused: a result's provenance names its config there."""
+    given = Path(text).expanduser()
+    for path in (given, CONFIGS / given):
+        if path.is_file():
+            resolved = path.resolve()
+            if not resolved.is_relative_to(CONFIGS.resolve()):
+                raise ValueError(
+                    f"--config {text}: not under {CONFIGS} (results name their config there: copy it in)"
+                )
+            return resolved.relative_to(CONFIGS.resolve()).as_posix()
+    raise ValueError(f"--config {text}: no such file (looked in . and {CONFIGS})")
+
+
+def check_served(config: str | None, url: str | None, chosen: list[Scenario]) -> None:
+    """``--config`` and ``--url`` only for scenarios that take them; the config valid for the app."""
+    if config is None and url is None:
+        return
+    if fixed := [scenario.name for scenario in chosen if not scenario.takes_config]:
+        takers = ", ".join(name for name, scenario in SCENARIOS.items() if scenario.takes_config)
+        raise ValueError(
+            f"--config/--url: {', '.join(fixed)} deploy their own config; only {takers} take one"
+        )
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ValueError(f"--url {url}: expected http://HOST:PORT or https://...")
+    if config is not None:
+        from harness.local_server import config_args
+        from serve_app.config import load_app_config
+
+        load_app_config(config_args(config))  # names the offending keys
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.bench",
@@ -58,6 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="KEY=VALUE",
         help="set a parameter of every chosen scenario that has it (repeatable)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="serve this config (a file under configs/) instead of the scenario's own, on a local Ray "
+        "with the machine's CPUs and GPUs; only for the scenarios that take one (see --list)",
+    )
+    parser.add_argument(
+        "--url",
+        metavar="URL",
+        help="measure a server already serving --config (e.g. `serve run`'s http://127.0.0.1:8000): "
+        "no local Ray, nothing deployed; API key from $MAI_API_KEY when it needs one",
     )
     parser.add_argument(
         "--render", action="store_true", help="only re-render bench/RESULTS.md from bench/results"
@@ -84,11 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [SCENARIOS[name] for name in names]
     try:
         overrides = parse_overrides(args.param, chosen)
+        config = None if args.config is None else config_name(args.config)
+        check_served(config, args.url, chosen)
     except ValueError as error:
         parser.error(str(error))
     from .runner import run_scenarios
 
-    run_scenarios(chosen, overrides, args.out.resolve())
+    run_scenarios(chosen, overrides, args.out.resolve(), config=config, url=args.url)
     if args.out.resolve() == RESULTS:
         print(write_report(), file=sys.stderr)
     return 0

@@ -18,10 +18,14 @@ from harness.paths import RESULTS
 
 @dataclass
 class Bench:
-    """What a scenario's run is given: the local server's URL, and the emulated datasets' records
-    (the scripted questions every emulated scenario sends), built on first use."""
+    """What a scenario's run is given: the server's URL, the config it serves or is to serve (under
+    configs/; None: the scenario's own), whether that server already serves it (``served``: deploy
+    nothing), and the emulated datasets' records (the scripted questions every emulated scenario
+    sends), built on first use."""
 
     url: str
+    config: str | None = None
+    served: bool = False
 
     @cached_property
     def records(self) -> list[dict[str, Any]]:
@@ -46,6 +50,9 @@ class Scenario:
     run: Callable[[Bench, Any], dict[str, Any]] | None = None
     parameters: Any = NoParameters()
     command: str | None = None  # the command that writes the file, for a scenario without a run
+    # Whether its run serves ``Bench.config`` (or a server already serving it), so that it takes
+    # ``--config`` and ``--url``; the others deploy their own config.
+    takes_config: bool = False
 
     @property
     def path(self) -> Path:

@@ -16,6 +16,7 @@ from . import (
     autoscaling_real,
     config_check,
     eager,
+    first_run,
     logprobs,
     mixed_pair,
     overhead,
@@ -31,6 +32,7 @@ from . import (
 SCENARIOS = {
     module.SCENARIO.name: module.SCENARIO
     for module in (
+        first_run,
         real,
         paper,
         overhead,
