@@ -12,9 +12,10 @@ through the config schema as `serve run` does, runs it, writes its result throug
 the flat provenance record (`harness/results.py`, `harness/provenance.py`) and re-renders
 bench/RESULTS.md (`render.py`). A scenario that takes a config (`first_run`) serves another one with
 `--config`, or measures a server already serving it with `--url` (no local Ray). A scenario
-(`scenarios/<name>.py`) is its parameters as data, its run and its table. What scenarios share: request bodies and load (`load.py`), the rotated interleaving
-(`schedule.py`), medians with their spread (`summary.py`), and the libraries of families of
-scenarios (`real_stack.py`, `plans.py`, `audits.py`, `surges.py`, `analytic.py`, `direct.py`).
+(`scenarios/<name>.py`) is its parameters as data, its run and its table. What scenarios share:
+request bodies and load (`load.py`), the rotated interleaving (`schedule.py`), medians with their
+spread (`summary.py`), and the libraries of families of scenarios (`real_stack.py`, `plans.py`,
+`audits.py`, `surges.py`, `analytic.py`, `direct.py`).
 
 Figures from the emulated engines are a capacity model (latency, never accuracy); everything in one
 scenario runs side by side on one local Ray, and its figures are ratios of runs made together.
