@@ -227,15 +227,16 @@ def write_tasks(folder: Path, pope: Sequence[Mapping[str, str]], shapes: Sequenc
 # ---------------------------------------------------------------- running lmms-eval
 
 
-def run_lmms_eval(url: str, policy: str, task: str, out: Path, concurrency: int) -> Path:
-    """One lmms-eval run of ``task`` against ``policy``; the samples file it wrote."""
-    target = out / f"{task}--{policy}"
-    shutil.rmtree(target, ignore_errors=True)
+def lmms_eval_command(
+    python: Path, url: str, policy: str, task: str, include_path: Path, out: Path, concurrency: int
+) -> list[str]:
+    """The lmms-eval command line that runs ``task`` (from ``include_path``) against ``policy`` at
+    ``url``, through its OpenAI backend, writing samples and results under ``out``."""
     model_args = (
         f"model_version={policy},base_url={url}/v1,api_key=none,num_concurrent={concurrency},timeout=300"
     )
-    command = [
-        str(LMMS_VENV / "bin" / "python"),
+    return [
+        str(python),
         "-m",
         "lmms_eval",
         "--model",
@@ -246,16 +247,26 @@ def run_lmms_eval(url: str, policy: str, task: str, out: Path, concurrency: int)
         "--tasks",
         task,
         "--include_path",
-        str(TASKS_DIR),
+        str(include_path),
         "--output_path",
-        str(target),
+        str(out),
         "--log_samples",
-        "--verbosity",
-        "WARNING",
     ]
-    env = os.environ | {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "none"}
+
+
+# lmms-eval offline: the task's data is local, and its OpenAI backend wants a key.
+LMMS_EVAL_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "none"}
+
+
+def run_lmms_eval(url: str, policy: str, task: str, out: Path, concurrency: int) -> Path:
+    """One lmms-eval run of ``task`` against ``policy``; the samples file it wrote."""
+    target = out / f"{task}--{policy}"
+    shutil.rmtree(target, ignore_errors=True)
+    command = lmms_eval_command(
+        LMMS_VENV / "bin" / "python", url, policy, task, TASKS_DIR, target, concurrency
+    ) + ["--verbosity", "WARNING"]
     started = time.monotonic()
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, env=os.environ | LMMS_EVAL_ENV, stdout=subprocess.DEVNULL)
     print(f"  {task} / {policy}: {time.monotonic() - started:.0f} s", file=sys.stderr)
     [samples] = target.rglob(f"*_samples_{task}.jsonl")
     return samples

@@ -7,7 +7,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -102,15 +102,19 @@ def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -
     wait_ready(client.root_url, timeout_s - (time.monotonic() - started))
 
 
-def wait_ready(base_url: str, timeout_s: float) -> None:
+def wait_ready(
+    base_url: str, timeout_s: float, *, check: Callable[[], None] = lambda: None, interval_s: float = 0.5
+) -> None:
     """Until the application at ``base_url`` answers ``GET /readyz`` with 200: every model deployment
     answers the ingress's own check (serve_app/edge/readiness.py). Past ``timeout_s``, the last answer
-    (a 503 names what is still loading) is in the error."""
+    (a 503 names what is still loading) is in the ``TimeoutError``; ``check`` runs before each try
+    (it raises when the server it waits for has gone)."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     while time.monotonic() < deadline:
+        check()
         try:
             response = httpx.get(f"{base_url.rstrip('/')}/readyz", timeout=10)
         except httpx.HTTPError as exc:
@@ -119,7 +123,7 @@ def wait_ready(base_url: str, timeout_s: float) -> None:
             if response.status_code == 200:
                 return
             last = f"{response.status_code} {response.text[:300]}"
-        time.sleep(0.5)
+        time.sleep(interval_s)
     raise TimeoutError(f"{base_url}/readyz not 200 after {timeout_s:g} s: {last}")
 
 

@@ -12,8 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+
+from harness.local_server import wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:8000"
@@ -107,17 +108,11 @@ def _default_sigint() -> None:
 def _wait_until_ready(process: subprocess.Popen, log_path: Path) -> None:
     """The ingress answers /healthz before the engines are loaded; /readyz is 200 once every model
     deployment answers (serve_app/edge/readiness.py)."""
-    deadline = time.monotonic() + STARTUP_S
-    last = "no answer"
-    while time.monotonic() < deadline:
+
+    def alive() -> None:
         assert process.poll() is None, f"serve run exited with {process.returncode}:\n{_log_tail(log_path)}"
-        try:
-            response = httpx.get(f"{BASE}/readyz", timeout=30)
-        except httpx.HTTPError as exc:
-            last = type(exc).__name__
-        else:
-            if response.status_code == 200:
-                return
-            last = f"{response.status_code} {response.text[:300]}"
-        time.sleep(2)
-    pytest.fail(f"/readyz not 200 within {STARTUP_S} s (last: {last}):\n{_log_tail(log_path)}")
+
+    try:
+        wait_ready(BASE, STARTUP_S, check=alive, interval_s=2)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}:\n{_log_tail(log_path)}")

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.lmms_eval_bench import IN_FORMAT, LMMS_VENV, UTILS, pope_records, pope_yaml
+from evaluation.lmms_eval_bench import (
+    IN_FORMAT,
+    LMMS_EVAL_ENV,
+    LMMS_VENV,
+    UTILS,
+    lmms_eval_command,
+    pope_records,
+    pope_yaml,
+)
 from harness.jsonl import write_jsonl
 
 from .stack import BASE, ROOT
@@ -56,27 +64,9 @@ def write_task(folder: Path, lmms_python: Path) -> None:
 def test_lmms_eval_answers_every_question_through_the_openai_backend(lmms_python, server, tmp_path):
     tasks, out = tmp_path / "tasks", tmp_path / "out"
     write_task(tasks, lmms_python)
-    model_args = f"model_version=mai,base_url={BASE}/v1,api_key=none,num_concurrent={QUESTIONS},timeout=300"
-    command = [
-        str(lmms_python),
-        "-m",
-        "lmms_eval",
-        "--model",
-        "openai",
-        "--force_simple",
-        "--model_args",
-        model_args,
-        "--tasks",
-        TASK,
-        "--include_path",
-        str(tasks),
-        "--limit",
-        str(QUESTIONS),
-        "--output_path",
-        str(out),
-        "--log_samples",
-    ]
-    env = os.environ | {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "none"}
+    command = lmms_eval_command(lmms_python, BASE, "mai", TASK, tasks, out, QUESTIONS)
+    command += ["--limit", str(QUESTIONS)]
+    env = os.environ | LMMS_EVAL_ENV
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_S)
     output = _tail(done.stdout + done.stderr)
     assert done.returncode == 0, f"lmms-eval exited {done.returncode}:\n{output}"
