@@ -4,7 +4,7 @@
 Where the kind is closed — yes/no, a choice (the option letters, or the options an either/or question
 names), a number — every stage whose answer is verified or served asks its engine for that form. The
 ``[[answer]]`` format stays: a short answer is exactly ``[[<answer>]]``; a reasoning or an explanation
-is free text up to its final ``[[<answer>]]``. Open text is not constrained.
+is free text without ``[[`` up to its constrained ``[[<answer>]]``. Open text is not constrained.
 
 What it does to an answer's confidence: vLLM masks the tokens the grammar forbids before it computes
 the logprobs it reports, so a constrained token's probability is the model's renormalised over the
@@ -23,6 +23,10 @@ from .prompts import PromptKind
 
 # Prompt kinds whose completion is free text up to its final [[answer]].
 FREE_TEXT_FIRST = (PromptKind.REASONING, PromptKind.EXPLAIN)
+# The free text before it: anything but "[[", so the first "[[" a reasoning writes opens its answer
+# (a bracket the text could hold would let a model write [[circle]] to a yes/no question and run on).
+# No lookahead: the engines' regex grammars (xgrammar, guidance) have none.
+_FREE_TEXT = r"(?:[^\[]|\[[^\[])*"
 _NUMBER = r"-?[0-9]+(?:\.[0-9]+)?"
 
 
@@ -40,7 +44,7 @@ class AnswerForm:
     def regex(self, prompt_kind: PromptKind) -> str:
         """The whole completion's regex for a stage of ``prompt_kind``."""
         bracketed = rf"\[\[{self.pattern}\]\]"
-        return r"[\s\S]*" + bracketed if prompt_kind in FREE_TEXT_FIRST else bracketed
+        return _FREE_TEXT + bracketed if prompt_kind in FREE_TEXT_FIRST else bracketed
 
 
 def answer_form(kind: str, choices: Sequence[str] = (), *, options_named: bool = False) -> AnswerForm | None:

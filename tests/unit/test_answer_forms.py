@@ -45,9 +45,12 @@ def test_a_short_answer_is_exactly_one_of_the_forms_answers(form, good, bad):
 def test_a_reasoning_is_free_text_up_to_its_final_constrained_answer():
     form = answer_form("yes_no")
     for prompt_kind in (R, E):
-        assert matches(form, prompt_kind, "I see a red shape.\nIt is [[red]] so: [[yes]]")
+        assert matches(form, prompt_kind, "I see a red shape.\nIt is red, so: [[yes]]")
         assert not matches(form, prompt_kind, "I see a red shape. [[maybe]]")
         assert not matches(form, prompt_kind, "[[yes]] because it is red")  # the answer ends it
+        assert matches(form, prompt_kind, "It is red [a single bracket]. [[no]]")
+        # The first [[ a reasoning writes opens its answer: no [[circle]] to a yes/no question.
+        assert not matches(form, prompt_kind, "It is a [[circle]], so [[no]]")
 
 
 def test_open_text_is_free_and_options_a_grammar_cannot_tell_apart_are_named():
@@ -150,3 +153,22 @@ def test_the_server_setting_and_a_requests_override_and_a_400_for_options_a_gram
     )
     assert "options 0 and 2 are the same" in refused.value.message
     assert answer_job(off, twice).question.choices == ("red", "blue", "Red")  # answered today: kept
+
+
+def test_an_either_or_question_keeps_its_named_options_through_the_chat_api():
+    """The chat job copies the question with its system messages: the copy still names its options,
+    so its form is the options' text, never letters."""
+    from serve_app.config import AppConfig
+
+    from ..images import chat_body
+    from .build import chat_job
+
+    on = AppConfig.model_validate(MODELS | {"cascade": {"structured_answers": True}})
+    body = chat_body("Is the shape red or blue?")
+    body["messages"].insert(0, {"role": "system", "content": "Answer briefly."})
+    question = chat_job(on, body).question
+    assert question.system == ("Answer briefly.",)
+    assert question.options_named and question.choices == ("red", "blue")
+    assert answer_form(question.kind, question.choices, options_named=question.options_named).pattern == (
+        "(?:red|blue)"
+    )
