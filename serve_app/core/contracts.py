@@ -8,7 +8,7 @@ decoding)``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from .answers import KINDS, infer_kind
@@ -31,8 +31,9 @@ class Question:
     choices_from_text: tuple[str, ...] = ()  # the options read from the client's text, () if none
     # The choices are the options an either/or question names ("Is it red or blue?", either_or.py):
     # the stages get the question as asked with the short-answer prompt, the reply is the option's text.
-    # Set when neither ``choices`` nor ``kind`` was given; never by the caller.
-    options_named: bool = field(default=False, init=False)
+    # Set when neither ``choices`` nor ``kind`` was given, never by the caller; an init field only so
+    # that ``dataclasses.replace`` keeps it (a copy with its system messages still names its options).
+    options_named: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", tuple(self.choices))
