@@ -51,8 +51,9 @@ def finished(driver) -> int:
     return int(hooked(driver, "ask-form")[0].get_attribute("data-done") or 0)
 
 
-def ask(driver, question, image: Path | None = None, selector=""):
-    """Fill the playground and ask; the answer's text, or None when the page shows an error."""
+def ask(driver, question, image: Path | None = None, selector="", plan=""):
+    """Fill the playground and ask (``plan``: a plan forced, "" the server's choice); the answer's
+    text, or None when the page shows an error."""
     if image is not None:
         hooked(driver, "image")[0].send_keys(str(image))
         wait_for(driver, lambda: image.name in (text(driver, "image-name") or ""), what="the image")
@@ -64,6 +65,11 @@ def ask(driver, question, image: Path | None = None, selector=""):
         field.clear()
         if value:
             field.send_keys(value)
+    plan_field = hooked(driver, "plan")[0]
+    if plan_field.is_enabled():
+        Select(plan_field).select_by_value(plan)
+    else:  # a policy that runs no plan
+        assert not plan, "plan is disabled for this policy"
     done = finished(driver)
     hooked(driver, "ask")[0].click()
     wait_for(driver, lambda: finished(driver) > done, timeout=ANSWER_S, what="the answer")
@@ -86,7 +92,9 @@ def test_the_page_is_served_with_a_strict_content_security_policy(server):
 
 
 def test_the_readme_question_is_answered_with_one_bar_per_stage(browser):
-    answer = ask(browser, README_QUESTION, SHAPE)
+    # The paper's order, forced: the server's calibrated plan for colour questions is the large model
+    # alone, from the first request on.
+    answer = ask(browser, README_QUESTION, SHAPE, plan="sequential")
     assert answer == "brown", text(browser, "error")
     reply = json.loads(text_of_reply(browser))
     trace = reply["trace"]

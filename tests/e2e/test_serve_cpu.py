@@ -36,6 +36,8 @@ def test_openai_client_chat_completion_with_an_image(server):
                 ],
             }
         ],
+        # The paper's order: the calibrated plan for colour questions is the large model alone.
+        extra_body={"mai": {"options": {"plan": "sequential"}}},
     )
     completion = raw.parse()
     trace = completion.model_extra["mai"]["trace"]
