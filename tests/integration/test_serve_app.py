@@ -725,12 +725,18 @@ def test_a_streamed_passthrough_arrives_in_chunks(http, calls):
         (
             "bad base64 in the second message",
             conversation(
-                ("user", IMAGE_TURN),
+                ("user", "Hi"),
                 ("assistant", "ok"),
                 ("user", [{"type": "image_url", "image_url": {"url": "data:image/png;base64,***"}}]),
             ),
             400,
             "not valid base64",
+        ),
+        (
+            "more images than the engines take (limit_mm_per_prompt: one)",
+            conversation(("user", IMAGE_TURN), ("assistant", "ok"), ("user", IMAGE_TURN)),
+            400,
+            "more than 1 image",
         ),
         (
             "pixel bomb in the second message",
