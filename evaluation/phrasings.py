@@ -195,10 +195,26 @@ def policy_answers(out: Path) -> dict[str, dict[str, str | None]]:
     return answers
 
 
+def request_times(out: Path) -> dict[str, dict[str, float]]:
+    """policy -> its mean and median seconds per request, from a ``mai-eval run`` folder's results.json
+    (none before the run has written it)."""
+    import json
+
+    path = out / "results.json"
+    if not path.exists():
+        return {}
+    policies = json.loads(path.read_text())["policies"]
+    return {
+        name: {"mean_s": round(row["latency_mean_s"], 3), "p50_s": round(row["latency_p50_s"], 3)}
+        for name, row in policies.items()
+        if row.get("latency_mean_s") is not None
+    }
+
+
 def markdown(reports: Mapping[str, Mapping[str, Any]]) -> str:
     """One line per policy: accuracy on seen and held-out templates, then per form (seen / held out),
-    and the valid share over all."""
-    header = ["policy", "seen", "held out", *FORMS, "valid"]
+    the valid share over all, and the mean seconds per request."""
+    header = ["policy", "seen", "held out", *FORMS, "valid", "s/request"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for policy, report in reports.items():
         split = report["split"]
@@ -209,6 +225,8 @@ def markdown(reports: Mapping[str, Mapping[str, Any]]) -> str:
                 " / ".join(f"{parts[s]['accuracy']}" if s in parts else "–" for s in ("seen", "held_out"))
             )
         cells.append(f"{report['all']['valid']} %" if report["all"] else "–")
+        time = report.get("time_per_request")
+        cells.append(f"{time['mean_s']}" if time else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -253,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"{dataset} is not a phrased set ({missing[0]} has no form); build one with `{PROGRAM} build`"
         )
+    times = request_times(args.out)
     reports = {
-        policy: phrasing_report(records, answers) for policy, answers in policy_answers(args.out).items()
+        policy: phrasing_report(records, answers) | {"time_per_request": times.get(policy)}
+        for policy, answers in policy_answers(args.out).items()
     }
     command = command_line(PROGRAM, sys.argv[1:] if argv is None else argv)
     written = write_result(

@@ -173,13 +173,19 @@ def test_the_report_command_reads_a_mai_eval_folder(tmp_path, capsys):
     write_jsonl(rows, out / "predictions" / "mai.jsonl")
     write_jsonl([{"id": i, "status": 503} for i in truth], out / "predictions" / "mai-small.jsonl")
     assert policy_answers(out)["mai-small"] == dict.fromkeys(truth)
+    (out / "results.json").write_text(
+        json.dumps({"policies": {"mai": {"latency_mean_s": 0.4321, "latency_p50_s": 0.25}}})
+    )
     assert phrasings.main(["report", str(out)]) == 0
     written = json.loads((out / "phrasings.json").read_text())
     assert written["policies"]["mai"]["all"]["accuracy"] == 100.0
     assert written["policies"]["mai-small"]["all"]["valid"] == 0.0
     assert set(written["policies"]["mai"]["by_form"]) == set(FORMS)
     assert written["meta"]["command"] == f"python -m evaluation.phrasings report {out}"
-    assert "| mai | 100.0 % | 100.0 % |" in capsys.readouterr().out
+    assert written["policies"]["mai"]["time_per_request"] == {"mean_s": 0.432, "p50_s": 0.25}
+    assert written["policies"]["mai-small"]["time_per_request"] is None
+    printed = capsys.readouterr().out
+    assert "| mai | 100.0 % | 100.0 % |" in printed and "| 100.0 % | 0.432 |" in printed
 
 
 def test_the_report_refuses_a_set_that_is_not_phrased(tmp_path):
