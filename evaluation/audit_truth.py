@@ -63,7 +63,7 @@ def summarise(
     """Per class (answer kind) and early-exit route: questions, the audit's disagreement (the server's
     count), and the labelled error of the served and of the reference answers on the same questions."""
     from evaluation.scoring import score
-    from serve_app.core.audit import wilson_interval
+    from serve_app.core.intervals import wilson_interval
 
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for index, reply in enumerate(served):

@@ -39,7 +39,7 @@ from harness.jsonl import write_jsonl
 from harness.paths import DATASETS, RESULTS, ROOT
 from harness.provenance import git_commit, provenance
 from harness.results import write_result
-from serve_app.core.audit import wilson_interval
+from serve_app.core.intervals import wilson_interval
 
 COMMAND = "python -m evaluation.lmms_eval_bench"
 LMMS_VENV = ROOT / ".venv-lmms"

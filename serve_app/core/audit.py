@@ -11,9 +11,7 @@ Pure: which request is audited, the statistics and their merging. The edge runs 
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .audit_alerts import alert_evidence
+from .intervals import exact_lower_bound, wilson_interval
 from .model_tokens import flat_tokens, nested_tokens
 from .options import Policy
 from .routes import EARLY_EXITS, Route
@@ -79,80 +79,6 @@ def is_sampled(request_id: str, settings: AuditSettings) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < settings.rate
 
 
-def alert_evidence(disagreed: int, audited: int, settings: AuditSettings) -> str | None:
-    """Why a class's window of audits raises an alert, or None: the exact 95 % lower bound of its
-    disagreement (``exact_lower_bound``) is over ``max_disagreement``, or the window holds at least
-    ``alert_min_samples`` audits and their rate is over it. An upper bound over the allowance is no
-    evidence of disagreement, and neither is one disagreeing audit (its exact lower bound is 2.5 %)."""
-    if audited == 0:
-        return None
-    lower = exact_lower_bound(disagreed, audited)
-    limit = settings.max_disagreement
-    if lower > limit:
-        return f"exact 95 % lower bound {lower:.3f} > {limit} over {audited} audits"
-    if audited >= settings.alert_min_samples and disagreed / audited > limit:
-        return (
-            f"rate {disagreed / audited:.3f} > {limit} over {audited} >= {settings.alert_min_samples} audits"
-        )
-    return None
-
-
-@functools.lru_cache(maxsize=4096)  # a window's counts repeat from snapshot to snapshot
-def exact_lower_bound(disagreed: int, audited: int, alpha: float = 0.05) -> float:
-    """The Clopper-Pearson (exact) lower bound of a disagreement rate at 1 - ``alpha`` two-sided: the
-    rate at which ``disagreed`` or more of ``audited`` happen with probability ``alpha / 2``, that is
-    the ``alpha / 2`` quantile of Beta(disagreed, audited - disagreed + 1). Unlike Wilson's, it never
-    claims more than the counts show (1 of 1: 0.025)."""
-    if disagreed == 0:
-        return 0.0
-    if disagreed == audited:  # the closed form
-        return (alpha / 2) ** (1 / audited)
-    a, b = disagreed, audited - disagreed + 1
-    low, high = 0.0, disagreed / audited  # P(X >= disagreed) = I_rate(a, b) rises with the rate
-    for _ in range(40):
-        middle = (low + high) / 2
-        low, high = (middle, high) if _regularized_beta(middle, a, b) < alpha / 2 else (low, middle)
-    return low
-
-
-def _regularized_beta(x: float, a: float, b: float) -> float:
-    """I_x(a, b), by the continued fraction (modified Lentz), on the side where it converges fast."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _regularized_beta(1.0 - x, b, a)
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 500):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-14:
-            break
-    return math.exp(log_front) * fraction / a
-
-
-def wilson_interval(disagreed: int, audited: int, z: float = 1.959964) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a disagreement rate; (0, 1) before any audit."""
-    if audited == 0:
-        return 0.0, 1.0
-    p = disagreed / audited
-    centre = (p + z * z / (2 * audited)) / (1 + z * z / audited)
-    half = z * math.sqrt(p * (1 - p) / audited + z * z / (4 * audited * audited)) / (1 + z * z / audited)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 @dataclass
 class _Counts:
     """A class's counts since start."""
@@ -204,7 +130,9 @@ class _Statistics:
         recent, disagreed_recent = self._window(cls)
         upper = wilson_interval(disagreed_recent, recent)[1]
         lower = exact_lower_bound(disagreed_recent, recent)
-        evidence = alert_evidence(disagreed_recent, recent, settings)
+        evidence = alert_evidence(
+            disagreed_recent, recent, settings.max_disagreement, settings.alert_min_samples
+        )
         return {
             "requests": entry.requests,
             "routes": dict(sorted(entry.routes.items())),

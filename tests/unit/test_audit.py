@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from serve_app.core.audit import AuditBook, AuditSettings, exact_lower_bound, is_sampled, wilson_interval
+from serve_app.core.audit import AuditBook, AuditSettings, is_sampled
 from serve_app.core.audit_alerts import alerts
+from serve_app.core.intervals import exact_lower_bound, wilson_interval
 from serve_app.core.question_class import class_of
 
 

@@ -110,7 +110,7 @@ def _policy_log_lines() -> int:
 
 
 def _accuracy(correct_flags: list[bool]) -> dict[str, Any]:
-    from serve_app.core.audit import wilson_interval
+    from serve_app.core.intervals import wilson_interval
 
     correct = sum(correct_flags)
     rows = correct_flags
