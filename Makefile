@@ -68,7 +68,7 @@ gpu-stack-check: install
 
 # Needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver).
 console-screenshot: install
-	$(PY) -m harness.console_screenshot
+	$(PY) docs/console_screenshot.py
 
 # lmms-eval pins other versions than the serving stack, so it lives in its own environment, installed
 # as a lock like the serving stack: the versions tests/e2e/test_lmms_eval.py runs against the CPU stack

@@ -29,12 +29,13 @@ import httpx
 from harness.paths import RESULTS
 from harness.provenance import provenance
 from harness.results import write_result
-from serve_app.core.audit import EARLY_EXITS
+from serve_app.core.paper_rule import PAPER_RULE
+from serve_app.core.routes import EARLY_EXITS
 
 COMMAND = "python -m evaluation.audit_truth"
 OUT = RESULTS / "audit" / "audit-truth.json"
 RULES: dict[str, dict[str, Any]] = {
-    "paper": {"min_confidence": 0.0, "confident_large": None},  # the paper's rule
+    "paper": PAPER_RULE,
     "calibrated": {},  # the config's calibrated thresholds
 }
 

@@ -26,13 +26,16 @@ from typing import Any
 
 from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.paper_rule import PAPER_RULE
 from serve_app.core.plan_choice import CalibratedEstimates
 from serve_app.core.plan_stats import Observation, estimates_of, observe
 from serve_app.core.plans import Objective, Plan
 from serve_app.core.question_parsing import QuestionFormatError, read_question
+from serve_app.core.roles import LARGE, SMALL
 from serve_app.core.routes import STAGE1_EXITS, Route
-from serve_app.core.trace import LARGE, SMALL, CascadeResult
+from serve_app.core.trace import CascadeResult
 
+from .calibration_report import cascade_yaml
 from .records import EvalRecord
 from .replay import RecordedStage, engine_seconds, recorded_stages, replay
 from .scoring import bootstrap_interval, score
@@ -74,7 +77,7 @@ class RecordedQuestion:
 
     @property
     def kind(self) -> str:
-        return self.question.kind or "text"
+        return self.question.kind
 
 
 @dataclass(frozen=True)
@@ -283,41 +286,6 @@ def precision_note(n: int, accuracy: float, max_accuracy_loss: float | None) -> 
     )
 
 
-def cascade_yaml(
-    rule: Rule,
-    comment: str,
-    plans: Mapping[str, str] | None = None,
-    calibrated: Mapping[str, Mapping[str, float | None]] | None = None,
-) -> str:
-    """The ``cascade:`` section of the chosen rule and, when given, the plan table per answer kind
-    (``cascade.adaptive.table``: applied as it is with ``mode: table``, allowed to the controller with
-    ``mode: learn``) and what the replays measured of each kind's plans (``cascade.adaptive.calibrated``:
-    the estimates a ``mode: learn`` server starts from)."""
-    lines = [f"# {line}" for line in comment.splitlines()]
-    lines += ["cascade:", f"  min_confidence: {rule.min_confidence:g}"]
-    if rule.confident_large is not None:
-        lines.append(f"  confident_large: {rule.confident_large:g}")
-    if plans:
-        table = ", ".join(f"{kind}: {plan}" for kind, plan in sorted(plans.items()))
-        lines += [
-            "  adaptive:",
-            "    mode: table",
-            "    # per answer kind: the cheapest plan under the objective within the goal's accuracy",
-            f"    table: {{{table}}}",
-        ]
-        if calibrated:
-            lines.append(
-                "    # per answer kind: what the replays measured (a learn-mode server starts from it)"
-            )
-            lines.append("    calibrated:")
-            for kind, estimates in sorted(calibrated.items()):
-                fields = ", ".join(
-                    f"{name}: {value:.6g}" for name, value in estimates.items() if value is not None
-                )
-                lines.append(f"      {kind}: {{{fields}}}")
-    return "\n".join(lines) + "\n"
-
-
 def plan_table(
     questions: Sequence[RecordedQuestion],
     rule: Rule,
@@ -388,7 +356,7 @@ def calibration_summary(
         "goal": goal,
         "objective": objective,
         "baselines": base,
-        "paper_rule": evaluate_rules(questions, [Rule()])[0] | {"name": "mai (paper rule)"},
+        "paper_rule": evaluate_rules(questions, [Rule(**PAPER_RULE)])[0] | {"name": "mai (paper rule)"},
         "front": [with_interval(questions, result) for result in pareto_front(rules)],
         "precision_note": precision_note(
             len(questions),

@@ -4,22 +4,27 @@ section to paste into a config) and calibration.png (accuracy against expected l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.results import write_result
+from serve_app.core.routes import ANSWERED, Route
+
+if TYPE_CHECKING:
+    from .calibrate import Rule
+
+# The routes a replayed cascade run can end at, in the table's column order; a single-model baseline
+# or plan answers at ``single`` alone, written ``single 100``.
+CASCADE_ROUTES = tuple(route for route in ANSWERED if route is not Route.SINGLE)
 
 
 def _row(result: dict[str, Any]) -> str:
     low, high = result["accuracy_95ci"]
     routes = (
-        "single 100"
-        if "single" in result["routes"]
-        else " / ".join(
-            f"{100 * result['routes'].get(route, 0):.0f}"
-            for route in ("agree_short", "confident_large", "agree_reasoned", "transfer", "fallback")
-        )
+        f"{Route.SINGLE} 100"
+        if Route.SINGLE in result["routes"]
+        else " / ".join(f"{100 * result['routes'].get(route, 0):.0f}" for route in CASCADE_ROUTES)
     )
     return (
         f"| {result['name']} | {result['accuracy']:.1f} [{low:.1f}, {high:.1f}] | "
@@ -30,8 +35,9 @@ def _row(result: dict[str, Any]) -> str:
 
 def render(summary: dict[str, Any]) -> str:
     header = [
-        "| rule or baseline | accuracy % [95 % CI] | escalated % | routes % (short / confident large / "
-        "reasoned / transfer / fallback) | small tokens/q | large tokens/q | expected latency s |",
+        "| rule or baseline | accuracy % [95 % CI] | escalated % | routes % "
+        f"({' / '.join(route.replace('_', ' ') for route in CASCADE_ROUTES)}) | small tokens/q | "
+        "large tokens/q | expected latency s |",
         "|---|---|---|---|---|---|---|",
     ]
     lines = [
@@ -150,3 +156,38 @@ def write(
         paths.append(out / "cascade.yaml")
         paths[-1].write_text(yaml_text)
     return paths
+
+
+def cascade_yaml(
+    rule: Rule,
+    comment: str,
+    plans: Mapping[str, str] | None = None,
+    calibrated: Mapping[str, Mapping[str, float | None]] | None = None,
+) -> str:
+    """The ``cascade:`` section of the chosen rule and, when given, the plan table per answer kind
+    (``cascade.adaptive.table``: applied as it is with ``mode: table``, allowed to the controller with
+    ``mode: learn``) and what the replays measured of each kind's plans (``cascade.adaptive.calibrated``:
+    the estimates a ``mode: learn`` server starts from)."""
+    lines = [f"# {line}" for line in comment.splitlines()]
+    lines += ["cascade:", f"  min_confidence: {rule.min_confidence:g}"]
+    if rule.confident_large is not None:
+        lines.append(f"  confident_large: {rule.confident_large:g}")
+    if plans:
+        table = ", ".join(f"{kind}: {plan}" for kind, plan in sorted(plans.items()))
+        lines += [
+            "  adaptive:",
+            "    mode: table",
+            "    # per answer kind: the cheapest plan under the objective within the goal's accuracy",
+            f"    table: {{{table}}}",
+        ]
+        if calibrated:
+            lines.append(
+                "    # per answer kind: what the replays measured (a learn-mode server starts from it)"
+            )
+            lines.append("    calibrated:")
+            for kind, estimates in sorted(calibrated.items()):
+                fields = ", ".join(
+                    f"{name}: {value:.6g}" for name, value in estimates.items() if value is not None
+                )
+                lines.append(f"      {kind}: {{{fields}}}")
+    return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ beside the display form, and what reasoning transfer did on the questions the ca
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,6 +15,18 @@ from typing import Any
 
 from harness.easy_vqa import COLOURS, SHAPES, question_type
 from harness.results import write_result
+from serve_app.core.paper_rule import PAPER_RULE_AND_PLAN
+from serve_app.core.roles import LARGE, ROLES, SMALL
+
+
+def run_spec(name: str, policy: str, options: Mapping[str, Any]) -> str:
+    """``mai-eval run``'s ``NAME=POLICY:key=value:...`` for ``options`` (a value in JSON, a string
+    bare), as ``RunSpec.parse`` reads it."""
+    pairs = (
+        f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in options.items()
+    )
+    return ":".join((f"{name}={policy}", *pairs))
+
 
 POLICY_ORDER = (
     "mai-small",
@@ -21,7 +34,7 @@ POLICY_ORDER = (
     "mai-small-reason",
     "mai-large-reason",
     "mai-transfer",
-    "mai-paper-rule=mai:min_confidence=0:confident_large=null:plan=sequential",
+    run_spec("mai-paper-rule", "mai", PAPER_RULE_AND_PLAN),
     "mai",
 )
 RUN_NAMES = tuple(policy.split("=")[0] for policy in POLICY_ORDER)
@@ -102,7 +115,7 @@ def compact_rows(
             row = by_id.get(record["id"])
             if row is None:
                 continue
-            tokens = {"small": 0, "large": 0}
+            tokens = dict.fromkeys(ROLES, 0)
             for stage in row.get("stages") or ():
                 tokens[stage["model"]] += stage.get("completion_tokens", 0)
             policies[policy] = [
@@ -162,8 +175,8 @@ def build_summary(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], pr
             "balanced_yes_no_95ci": _interval_of(balanced, policy) if balanced else None,
             "route_shares": {route: count / len(predictions) for route, count in sorted(routes.items())},
             "tokens": {
-                "small": sum(p[SMALL_TOKENS] for p in predictions) / len(predictions),
-                "large": sum(p[LARGE_TOKENS] for p in predictions) / len(predictions),
+                SMALL: sum(p[SMALL_TOKENS] for p in predictions) / len(predictions),
+                LARGE: sum(p[LARGE_TOKENS] for p in predictions) / len(predictions),
             },
             "p50_s": latencies[len(latencies) // 2],
             "wall_s": meta["wall_s"].get(policy),
@@ -240,7 +253,7 @@ def render(summary: dict[str, Any]) -> str:
             f"{_pct(row['accuracy'].get('yes/no'))} | "
             f"{_pct(row['accuracy'].get('color'))} | {_pct(row['accuracy'].get('shape'))} | "
             f"{_pct(row['balanced_yes_no'])} ({_interval(row.get('balanced_yes_no_95ci'))}) | {routes} | "
-            f"{row['tokens']['small']:.1f} | {row['tokens']['large']:.1f} | {row['p50_s']:.3f} | {wall} |"
+            f"{row['tokens'][SMALL]:.1f} | {row['tokens'][LARGE]:.1f} | {row['p50_s']:.3f} | {wall} |"
         )
     typed = summary.get("as_typed") or {}
     if typed:

@@ -232,7 +232,7 @@ def served_against(previous_commit: str) -> dict[str, Any] | None:
 def _kind_of(record) -> str:
     from serve_app.core.question_parsing import read_question
 
-    return read_question(record.question, record.choices, record.answer_type).kind or "text"
+    return read_question(record.question, record.choices, record.answer_type).kind
 
 
 def render(result: Mapping[str, Any]) -> str:

@@ -41,7 +41,13 @@ SPLITS = ("validation", "test")
 PER_TEMPLATE = 40
 # How each form is scored: yes/no as POPE does, a number with ChartQA's relaxed match, the rest exactly
 # (an either/or answer is the option's text, the reply the server gives).
-METRICS = {"yes_no": "yes_no", "colour": "exact", "shape": "exact", "either_or": "exact", "count": "relaxed"}
+FORM_METRICS = {
+    "yes_no": "yes_no",
+    "colour": "exact",
+    "shape": "exact",
+    "either_or": "exact",
+    "count": "relaxed",
+}
 
 
 def template_records(
@@ -70,7 +76,7 @@ def template_records(
                 "image": image_url(image),
                 "question": fill(template, slots),
                 "answer": answer(template, facts[image], slots),
-                "metric": METRICS[template.form],
+                "metric": FORM_METRICS[template.form],
                 "form": template.form,
                 "template": template.name,
                 "held_out": template.held_out,

@@ -6,7 +6,7 @@
 
 ``image`` is a data URL or a path (relative paths are read from the dataset file's folder);
 ``answer_type`` (choice, yes_no, number, text) is sent to the server so the cascade verifies with the
-right matcher, and inferred from the question when absent; ``metric`` is one of ``scoring.METRICS``.
+right matcher, and inferred from the question when absent; ``metric`` is one of ``scoring.SCORING_METRICS``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.jsonl import write_jsonl
+from serve_app.core.answers import AnswerKind
 from serve_app.edge.errors import describe_validation_error
 from serve_app.edge.images import sniff_format
 
-from .scoring import METRICS
+from .scoring import SCORING_METRICS
 
 
 class DatasetError(ValueError):
@@ -38,8 +39,8 @@ class EvalRecord(BaseModel):
     question: str = Field(min_length=1)
     choices: list[str] | None = Field(None, min_length=2, max_length=26)
     answer: str | list[str]
-    answer_type: Literal["choice", "yes_no", "number", "text"] | None = None
-    metric: Literal[METRICS]  # type: ignore[valid-type]
+    answer_type: AnswerKind | None = None
+    metric: Literal[SCORING_METRICS]  # type: ignore[valid-type]
 
     @field_validator("id", mode="before")
     @classmethod

@@ -4,19 +4,20 @@ A calibration pass records, per question, what every stage answered (its parsed 
 tokens and time). Decoding is greedy, so a stage asked again answers the same: ``ReplayClient``
 answers each stage from the recording, and ``replay`` runs ``serve_app.core.cascade`` itself over
 those clients under any options (thresholds, plans, policies). The clock is virtual
-(``VirtualClockLoop``): a stage takes its recorded time, stages that run together overlap as the plan
-orders them, and thousands of questions replay in seconds. The trace's times are the cascade's own
-(its latency, each stage's, a cancelled eager reasoning's until it was cancelled).
+(``harness.virtual_clock.VirtualClockLoop``): a stage takes its recorded time, stages that run
+together overlap as the plan orders them, and thousands of questions replay in seconds. The trace's
+times are the cascade's own (its latency, each stage's, a cancelled eager reasoning's until it was
+cancelled).
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from harness.virtual_clock import VirtualClockLoop
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import Completion, EngineCall, Question, TokenLogprob
 from serve_app.core.options import GREEDY, CascadeOptions, Decoding
@@ -41,30 +42,6 @@ Recording = Mapping[str, Mapping[str, RecordedStage]]
 class ReplayGapError(LookupError):
     """The cascade asked for a stage the recorded pass does not hold (a bug in the caller's options,
     e.g. a Stage 2 call when only inline answers were recorded): never taken for a failed model."""
-
-
-class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock jumps to the next timer whenever nothing else is ready: an
-    ``asyncio.sleep(t)`` takes no wall time and ``loop.time()`` advances by exactly ``t``.
-
-    It reads CPython's ``BaseEventLoop`` internals (``_ready``, ``_scheduled``, a timer handle's
-    ``_when``), as asyncio's own test loops do; the replay's tests fail if a Python release moves them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._virtual_now = 0.0
-
-    def time(self) -> float:
-        return self._virtual_now
-
-    def _run_once(self) -> None:
-        scheduled = self._scheduled  # type: ignore[attr-defined]
-        while scheduled and scheduled[0]._cancelled:  # a cancelled timer never moves the clock
-            heapq.heappop(scheduled)._scheduled = False
-            self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
-        if not self._ready and scheduled:  # type: ignore[attr-defined]
-            self._virtual_now = max(self._virtual_now, scheduled[0]._when)
-        super()._run_once()  # type: ignore[misc]
 
 
 class ReplayClient:

@@ -13,12 +13,12 @@ from typing import Any
 
 from harness.driver import percentile
 from harness.results import write_result
+from serve_app.core.prompts import PromptKind
+from serve_app.core.roles import ROLES
+from serve_app.core.routes import ANSWERED
 
 from .records import EvalRecord
 from .scoring import dataset_metrics
-
-ROUTES = ("agree_short", "confident_large", "agree_reasoned", "transfer", "single", "fallback")
-PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
 
 
 def summarize_policy(
@@ -37,13 +37,10 @@ def summarize_policy(
     metrics = dataset_metrics(predictions, [r.model_dump() for r in records])
 
     routes = Counter(row.get("route") for row in answered)
-    calls: dict[str, dict[str, list[int]]] = {"small": defaultdict(list), "large": defaultdict(list)}
-    per_request = {"small": 0, "large": 0}
+    calls: dict[str, dict[str, list[int]]] = {role: defaultdict(list) for role in ROLES}
+    per_request = dict.fromkeys(ROLES, 0)
     # Prompt tokens and, of them, served from the prefix cache, over the calls whose engine reported it.
-    cache: dict[str, dict[str, list[int]]] = {
-        "small": defaultdict(lambda: [0, 0]),
-        "large": defaultdict(lambda: [0, 0]),
-    }
+    cache: dict[str, dict[str, list[int]]] = {role: defaultdict(lambda: [0, 0]) for role in ROLES}
     for row in answered:
         for stage in row.get("stages", []):
             if stage.get("model") in calls:
@@ -167,19 +164,20 @@ def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -
         "",
         "## Routes (Table 10: MV S/S, MV R/S, RT)",
         "",
-        "| policy | " + " | ".join(ROUTES) + " | other |",
-        "|---|" + "---|" * (len(ROUTES) + 1),
+        "| policy | " + " | ".join(ANSWERED) + " | other |",
+        "|---|" + "---|" * (len(ANSWERED) + 1),
     ]
     for s in summaries.values():
-        other = sum(count for route, count in s["routes"].items() if route not in ROUTES)
+        other = sum(count for route, count in s["routes"].items() if route not in ANSWERED)
         cells = [
-            f"{s['routes'].get(route, 0)} ({100 * s['route_shares'].get(route, 0):.1f}%)" for route in ROUTES
+            f"{s['routes'].get(route, 0)} ({100 * s['route_shares'].get(route, 0):.1f}%)"
+            for route in ANSWERED
         ]
         lines.append(f"| {s['policy']} | " + " | ".join(cells) + f" | {other} |")
     columns = [
         (model, kind)
-        for model in ("small", "large")
-        for kind in PROMPT_KINDS
+        for model in ROLES
+        for kind in PromptKind
         if any(kind in s["tokens_per_call"][model] for s in summaries.values())
     ]
     lines += [
@@ -188,8 +186,9 @@ def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -
         "",
         "| policy | "
         + "".join(f"{model} {kind} | " for model, kind in columns)
-        + "small per request | large per request | avg #T transferred (of reasoning) |",
-        "|---|" + "---|" * (len(columns) + 3),
+        + "".join(f"{model} per request | " for model in ROLES)
+        + "avg #T transferred (of reasoning) |",
+        "|---|" + "---|" * (len(columns) + len(ROLES) + 1),
     ]
     for s in summaries.values():
         cells = "".join(f"{_fmt(s['tokens_per_call'][model].get(kind), 1)} | " for model, kind in columns)
@@ -200,14 +199,12 @@ def markdown(summaries: Mapping[str, dict[str, Any]], meta: Mapping[str, Any]) -
             if s["transfers"]
             else "–"
         )
-        lines.append(
-            f"| {s['policy']} | {cells}{_fmt(per.get('small'), 1)} | {_fmt(per.get('large'), 1)} | "
-            f"{transferred} |"
-        )
+        per_model = "".join(f"{_fmt(per.get(model), 1)} | " for model in ROLES)
+        lines.append(f"| {s['policy']} | {cells}{per_model}{transferred} |")
     cached_columns = [
         (model, kind)
-        for model in ("small", "large")
-        for kind in PROMPT_KINDS
+        for model in ROLES
+        for kind in PromptKind
         if any(kind in s.get("cached_share_per_call", {}).get(model, {}) for s in summaries.values())
     ]
     if cached_columns:
@@ -243,9 +240,8 @@ CSV_FIELDS = (
     "precision",
     "recall",
     "f1",
-    *(f"route_{route}" for route in ROUTES),
-    "small_completion_tokens_per_request",
-    "large_completion_tokens_per_request",
+    *(f"route_{route}" for route in ANSWERED),
+    *(f"{model}_completion_tokens_per_request" for model in ROLES),
     "transferred_tokens_mean",
     "wall_s",
     "requests_per_s",
@@ -263,10 +259,10 @@ def csv_rows(summaries: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
         row = {key: s.get(key) for key in CSV_FIELDS if key in s}
         row |= {name: s["metrics"].get(name) for name in ("score", "accuracy", "precision", "recall", "f1")}
         row["score_95ci_low"], row["score_95ci_high"] = s["metrics"].get("score_95ci") or (None, None)
-        row |= {f"route_{route}": s["route_shares"].get(route, 0.0) for route in ROUTES}
+        row |= {f"route_{route}": s["route_shares"].get(route, 0.0) for route in ANSWERED}
         row |= {
             f"{model}_completion_tokens_per_request": s["completion_tokens_per_request"].get(model)
-            for model in ("small", "large")
+            for model in ROLES
         }
         rows.append(row)
     return rows

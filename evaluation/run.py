@@ -22,12 +22,12 @@ import httpx
 from harness.driver import closed_loop
 from harness.jsonl import append_jsonl, read_jsonl
 from harness.provenance import file_sha256
-from serve_app.edge.protocol import MODELS
+from serve_app.edge.protocol import POLICY_OF_MODEL
 
 from .records import EvalRecord, image_data_url
 from .scoring import score
 
-POLICIES: tuple[str, ...] = tuple(MODELS)  # every policy the server offers, as OpenAI model names
+POLICIES: tuple[str, ...] = tuple(POLICY_OF_MODEL)  # every policy the server offers, as OpenAI model names
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 

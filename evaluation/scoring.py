@@ -22,7 +22,7 @@ from typing import Any
 from serve_app.core.answers import normalize, option_letter, yes_no
 from serve_app.core.scoring_rules import anls, relaxed_match
 
-METRICS = ("option", "yes_no", "relaxed", "anls", "exact")
+SCORING_METRICS = ("option", "yes_no", "relaxed", "anls", "exact")
 
 
 def _golds(answer: Any) -> list[Any]:
@@ -50,7 +50,7 @@ def score(prediction: str | None, record: Mapping[str, Any]) -> float:
     if metric == "exact":
         predicted = normalize(prediction, "text")
         return float(bool(predicted) and any(normalize(g, "text") == predicted for g in _golds(answer)))
-    raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+    raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(SCORING_METRICS)}")
 
 
 def yes_no_metrics(pairs: Iterable[tuple[str | None, str]]) -> dict[str, float]:

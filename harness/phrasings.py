@@ -23,17 +23,17 @@ import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
-from serve_app.core.answers import infer_kind
+from serve_app.core.answers import AnswerKind, infer_kind
 from serve_app.core.either_or import either_or_options
 
 from .easy_vqa import COLOURS, QA, SHAPES, ImageFacts, answer_from_facts, is_negated, mentioned, shows
 
 Form = Literal["yes_no", "colour", "shape", "either_or", "count"]
-FORMS: tuple[Form, ...] = ("yes_no", "colour", "shape", "either_or", "count")
-# The answer kind each form wants (serve_app.core.answers.KINDS): what an answer's validity is judged by.
-FORM_KINDS: dict[str, str] = {
+FORMS: tuple[Form, ...] = get_args(Form)
+# The answer kind each form wants: what an answer's validity is judged by.
+FORM_KINDS: dict[str, AnswerKind] = {
     "yes_no": "yes_no",
     "colour": "text",
     "shape": "text",

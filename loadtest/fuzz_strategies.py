@@ -11,11 +11,12 @@ def near_valid_strategies():
     from hypothesis import strategies as st
 
     from harness.datasets import sample_png_data_url
+    from serve_app.core.answers import ANSWER_KINDS
 
     png = sample_png_data_url()
     text = st.text(max_size=300)
     choices = st.none() | st.lists(st.text(max_size=40), min_size=0, max_size=30)
-    kind = st.none() | st.sampled_from(["choice", "yes_no", "number", "text", "essay", ""])
+    kind = st.none() | st.sampled_from([*ANSWER_KINDS, "essay", ""])
     options = st.none() | st.fixed_dictionaries(
         {},
         optional={

@@ -1,8 +1,8 @@
-"""The simulated fleet of the stats-holder benchmark (``loadtest/stats_scale.py``): ingress replicas
-with real books (``AuditBook``, ``PlanBook``) and their reporters, the traffic they record (about 10
-requests/s each, 12 classes with Zipf shares, early exits audited at rate 0.05) on a virtual clock,
-and the holder as it was before (``MergeAllHolder``: every replica's whole books, merged on every
-report), rebuilt from ``AuditBook.merged`` and ``PlanBook.merged``."""
+"""The simulated fleet of the stats-holder benchmark (``loadtest/bench/scenarios/stats_scale.py``):
+ingress replicas with real books (``AuditBook``, ``PlanBook``) and their reporters, the traffic they
+record (about 10 requests/s each, 12 classes with Zipf shares, early exits audited at rate 0.05) on a
+virtual clock, and the holder as it was before (``MergeAllHolder``: every replica's whole books, merged
+on every report), rebuilt from ``AuditBook.merged`` and ``PlanBook.merged``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from serve_app.core.audit_alerts import alerts
 from serve_app.core.overload import fleet_overload
 from serve_app.core.plan_choice import AdaptiveSettings
 from serve_app.core.plan_stats import Observation, PlanBook
-from serve_app.core.routes import EARLY_EXITS
+from serve_app.core.plans import WITH_STAGE1, Plan
+from serve_app.core.routes import EARLY_EXITS, Route
 from serve_app.edge.stats_holder import stats_body
 from serve_app.edge.stats_reporter import StatsReporter
 
@@ -35,7 +36,7 @@ CLASSES = [
     "yes_no/vqav2",
     "choice/scienceqa",
 ]
-PLANS = [("sequential", 0.7), ("eager", 0.1), ("reason-first", 0.1), ("transfer", 0.1)]
+PLANS = [(Plan.SEQUENTIAL, 0.7), (Plan.EAGER, 0.1), (Plan.REASON_FIRST, 0.1), (Plan.TRANSFER, 0.1)]
 
 
 @dataclass(frozen=True)
@@ -76,25 +77,27 @@ class Traffic:
     def observation(self, at: float) -> Observation:
         rng = self.rng
         plan = PLANS[bisect.bisect_left(self.plan_cumulative, rng.random())][0]
-        if plan in ("sequential", "eager"):
+        staged = plan in WITH_STAGE1
+        if staged:
             draw = rng.random()
-            route = "agree_short" if draw < 0.5 else "agree_reasoned" if draw < 0.75 else "transfer"
-        elif plan == "reason-first":
-            route = "agree_reasoned" if rng.random() < 0.6 else "transfer"
+            route = (
+                Route.AGREE_SHORT if draw < 0.5 else Route.AGREE_REASONED if draw < 0.75 else Route.TRANSFER
+            )
+        elif plan is Plan.REASON_FIRST:
+            route = Route.AGREE_REASONED if rng.random() < 0.6 else Route.TRANSFER
         else:
-            route = "transfer"
-        staged = plan in ("sequential", "eager")
-        reasoned = plan != "sequential" or route != "agree_short"
-        transferred = route == "transfer"
+            route = Route.TRANSFER
+        reasoned = plan is not Plan.SEQUENTIAL or route is not Route.AGREE_SHORT
+        transferred = route is Route.TRANSFER
         return Observation(
             at=at,
-            plan=plan,
-            route=route,
+            plan=plan.value,  # plain strings, as a trace holds them (reports are pickled)
+            route=route.value,
             stage1_s=rng.uniform(0.15, 0.6) if staged else None,
-            large_short_s=rng.uniform(0.1, 0.5) if plan != "transfer" else None,
+            large_short_s=rng.uniform(0.1, 0.5) if plan is not Plan.TRANSFER else None,
             reasoning_s=rng.uniform(0.8, 3.0) if reasoned else None,
             transfer_s=rng.uniform(0.3, 1.2) if transferred else None,
-            large_short_tokens=rng.randint(300, 900) if plan != "transfer" else None,
+            large_short_tokens=rng.randint(300, 900) if plan is not Plan.TRANSFER else None,
             transfer_tokens=rng.randint(600, 2000) if transferred else None,
             small_short_s=rng.uniform(0.1, 0.4) if staged else None,
         )
@@ -169,7 +172,7 @@ def serve_until(replica: Replica, settings: Settings, until: float) -> None:
 
 
 class MergeAllHolder:
-    """The holder before this change (its ``AuditStats.report`` and ``snapshot``): the latest whole
+    """The holder before this change (its ``StatsHolder.report`` and ``snapshot``): the latest whole
     books of each replica, all merged on every report and every snapshot."""
 
     def __init__(self, settings: AuditSettings, adaptive: AdaptiveSettings):

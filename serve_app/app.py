@@ -3,7 +3,7 @@
 small VLM (LLMServer) ─┐
                        ├─► MAIIngress (FastAPI) ◄── HTTP
 large VLM (LLMServer) ─┘        │
-                        MAIStats (the audit statistics of every ingress replica)
+                        StatsHolder (the statistics of every ingress replica: audits, plans, overload)
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from ray.serve import Application
 from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
+from .core.roles import LARGE, SMALL
 from .edge.ingress import MAIIngress
-from .edge.stats_holder import AuditStatsHolder
+from .edge.stats_holder import StatsHolderDeployment
 from .engines.model_limits import with_model_limits
 
 
@@ -26,7 +27,7 @@ def build_ingress(
     """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
     for sparse reasoning transfer, the attention scorer."""
     ingress, cascade = config.ingress, config.cascade
-    stats = AuditStatsHolder.bind(  # type: ignore[attr-defined]  # a Deployment
+    stats = StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
         cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled
     )
     return MAIIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
@@ -48,7 +49,7 @@ def build_app(args: dict[str, Any]) -> Application:
     config = with_model_limits(load_app_config(args))
     return build_ingress(
         config,
-        build_vlm_deployment(config.small, "small"),
-        build_vlm_deployment(config.large, "large"),
+        build_vlm_deployment(config.small, SMALL),
+        build_vlm_deployment(config.large, LARGE),
         build_scorer(config),
     )

@@ -17,6 +17,7 @@ from .core.options import CascadeOptions
 from .core.overload import OverloadSettings, check_floors
 from .core.plan_choice import AdaptiveSettings
 from .core.plans import Plan
+from .core.roles import LARGE, SMALL
 from .core.scaling import ScalingPolicy
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
 
@@ -121,6 +122,9 @@ class CascadeConfig(CascadeOptions):
     audit: AuditSettings = AuditSettings()
     adaptive: AdaptiveSettings = AdaptiveSettings()
     overload: OverloadSettings = OverloadSettings()
+    # Another name for ``adaptive.default: eager`` (with ``adaptive.mode: off``): every request starts
+    # the small model's reasoning together with stage 1.
+    eager_reasoning: bool = False
 
     @model_validator(mode="after")
     def _one_place_for_the_plan(self) -> CascadeConfig:
@@ -153,7 +157,7 @@ class CascadeConfig(CascadeOptions):
     def request_defaults(self) -> dict[str, Any]:
         """The defaults a request's options start from; its plan is the ingress's to set, unless the
         request forces one."""
-        return self.model_dump(exclude={"audit", "adaptive", "overload"})
+        return self.model_dump(exclude={"audit", "adaptive", "overload", "eager_reasoning"})
 
 
 class AppAutoscaling(Strict):
@@ -211,7 +215,7 @@ class AppConfig(Strict):
     def _engines_sharing_a_gpu_fit_it(self) -> AppConfig:
         """Two engines on fractions of one GPU: each checks at start that the device's free memory
         covers its gpu_memory_utilization share, so the two shares must fit the device together."""
-        models = (("small", self.small), ("large", self.large))
+        models = ((SMALL, self.small), (LARGE, self.large))
         if not all(model.shares_a_gpu() for _, model in models):
             return self
         if sum(model.gpu_share() for _, model in models) > 1:
@@ -259,7 +263,7 @@ class AppConfig(Strict):
             return self
         fcfs = [
             f"{role}.engine_kwargs.scheduling_policy"
-            for role, model in (("small", self.small), ("large", self.large))
+            for role, model in ((SMALL, self.small), (LARGE, self.large))
             if model.engine != "emulated" and model.engine_kwargs.get("scheduling_policy") != "priority"
         ]
         if fcfs:

@@ -37,7 +37,6 @@ from harness.easy_vqa import (
     shows,
 )
 from harness.phrasings import TRAINING, answer_of, asks_yes_no, counts_shapes, either_or_of, every_question
-from serve_app.core.contracts import Question
 from serve_app.core.prompts import (
     TEMPLATES,
     TRANSFER_TEMPLATES,
@@ -46,6 +45,7 @@ from serve_app.core.prompts import (
     TransferForm,
     build_messages,
 )
+from serve_app.core.question_parsing import read_question
 
 # The layout the demo models learn: the paper's, the instruction on a line of its own after the
 # question. The committed checkpoints were trained on PromptLayout.JOINED (configs/mai-cpu.yaml declares
@@ -67,8 +67,8 @@ def prompt_answer_kind(question: str) -> str:
     """The answer kind the server builds ``question``'s prompts for (``serve_app.core.stages``): as it
     infers it, but an either/or question that names its options is asked as it is, with the
     short-answer prompt."""
-    asked = Question(question)
-    return "text" if asked.options_named else asked.kind or "text"
+    asked = read_question(question)
+    return "text" if asked.options_named else asked.kind
 
 
 def rationale(facts: ImageFacts, question: str) -> str:

@@ -20,7 +20,7 @@ from serve_app.core.answer_forms import FREE_TEXT_FIRST, AnswerForm, answer_form
 from serve_app.core.answers import is_valid
 from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
-from serve_app.edge.protocol import MODELS
+from serve_app.edge.protocol import POLICY_OF_MODEL
 
 # name -> the question as sent (with ``choices`` when the options are sent).
 QUESTIONS: dict[str, dict[str, Any]] = {
@@ -101,7 +101,7 @@ def ask(
         body: dict[str, Any] = {
             "image": image,
             "question": question["question"],
-            "policy": MODELS[policy].value,
+            "policy": POLICY_OF_MODEL[policy].value,
             "options": options,
         }
         if "choices" in question:
@@ -120,7 +120,7 @@ def ask(
 def expected_form(question: dict[str, Any]) -> tuple[str, tuple[str, ...], AnswerForm | None]:
     """The kind, options and form the server should ask for: the question as the cascade reads it."""
     read = read_question(question["question"], question.get("choices"))
-    kind = read.kind or "text"
+    kind = read.kind
     return kind, read.choices, answer_form(kind, read.choices, options_named=read.options_named)
 
 

@@ -16,7 +16,7 @@ from .load import ANSWER, run_load, stats
 from .schedule import run_order
 from .summary import compare, summarize
 
-METRICS = ("p50_s", "p99_s", "requests_per_s", "errors")
+COMPARED_FIGURES = ("p50_s", "p99_s", "requests_per_s", "errors")
 
 
 def audit_counts(stats: dict[str, Any]) -> dict[str, int]:
@@ -79,7 +79,7 @@ def interleaved(
         "concurrency": concurrency,
         "requests_per_run": len(payloads),
         "runs": runs,
-        "summary": compare(runs, *rates, METRICS),
+        "summary": compare(runs, *rates, COMPARED_FIGURES),
     }
 
 

@@ -8,11 +8,16 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from serve_app.core.plans import Plan
+
 from .summary import quantiles
 
 # How the controller learns in the capacity and shift runs.
 ADAPTIVE_LEARN = {"mode": "learn", "min_samples": 50, "window": 500, "explore": 0.05}
-PLAN_LETTERS = {"sequential": "s", "eager": "e", "reason-first": "r", "transfer": "t"}
+# The plans these runs learn among, each as one letter of ``plans_in_order``.
+PLAN_LETTERS = {Plan.SEQUENTIAL: "s", Plan.EAGER: "e", Plan.REASON_FIRST: "r", Plan.TRANSFER: "t"}
+# What the letters stand for, as the results' notes say it: "s sequential, e eager, ...".
+PLAN_LEGEND = ", ".join(f"{letter} {plan}" for plan, letter in PLAN_LETTERS.items())
 
 
 def plans_of(stats: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,7 +53,7 @@ def settled_after(plans: Sequence[tuple[str, bool]]) -> dict[str, Any]:
 
 
 def plans_in_order(plans: Sequence[tuple[str, bool]]) -> str:
-    """The plans as letters (s sequential, e eager, r reason-first, t transfer), in order."""
+    """The plans as letters (``PLAN_LEGEND``), in order."""
     return "".join(PLAN_LETTERS[plan] for plan, _ in plans)
 
 

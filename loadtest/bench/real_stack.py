@@ -31,6 +31,7 @@ from evaluation.records import EvalRecord, image_data_url
 from evaluation.run import DriveSettings, RunSpec, ask
 from evaluation.scoring import bootstrap_interval
 from harness.driver import closed_loop
+from serve_app.core.roles import ROLES
 
 from .schedule import run_order
 from .summary import quantiles, spread
@@ -40,7 +41,7 @@ CONCURRENCIES = (1, 8, 32)
 REPETITIONS = 3
 BASELINE = "mai-transfer"
 WARM_UP_QUESTIONS = 4
-MODELS = ("small", "large")
+
 TOKEN_KINDS = ("prompt_tokens", "cached_tokens", "completion_tokens")
 
 
@@ -66,7 +67,7 @@ def measure(rows: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
     (from the stages of every answered request), and the scores by question id."""
     ok = [row for row in rows if row["status"] == 200]
     latencies = [row["latency_s"] for row in ok]
-    tokens = {model: dict.fromkeys(TOKEN_KINDS, 0) for model in MODELS}
+    tokens = {model: dict.fromkeys(TOKEN_KINDS, 0) for model in ROLES}
     for row in ok:
         for stage in row.get("stages", []):
             for kind in TOKEN_KINDS:
@@ -117,7 +118,7 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                         kind: _median([run["tokens_per_request"][model][kind] for run in repeats])
                         for kind in TOKEN_KINDS
                     }
-                    for model in MODELS
+                    for model in ROLES
                 },
             }
         per_question = [statistics.fmean(values) for values in scores.values()]

@@ -9,8 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.driver import Outcome, percentile
-
-MODELS = ("small", "large")
+from serve_app.core.roles import ROLES
 
 
 def quantiles(latencies: Sequence[float], digits: int = 4, prefix: str = "") -> dict[str, float | None]:
@@ -55,7 +54,7 @@ def summarize(outcomes: Sequence[Outcome], wall_s: float) -> dict[str, Any]:
             kind: sum(o.tokens.get(model, {}).get(kind, 0) for o in ok)
             for kind in ("prompt_tokens", "completion_tokens")
         }
-        for model in MODELS
+        for model in ROLES
     }
     return {
         "requests": len(outcomes),

@@ -15,11 +15,15 @@ import math
 import re
 import unicodedata
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 from .either_or import YES_NO_START, asked_sentence, either_or_options, without_article
 from .listed_choices import split_choices
 
-KINDS = ("choice", "yes_no", "number", "text")
+# The kinds of answer a question may want: the matcher that verifies and scores it. The API's
+# ``answer_type`` takes them (serve_app/edge/protocol.py), the trace and statistics name them.
+AnswerKind = Literal["choice", "yes_no", "number", "text"]
+ANSWER_KINDS: tuple[AnswerKind, ...] = get_args(AnswerKind)
 
 _BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")

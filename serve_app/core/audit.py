@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .audit_alerts import alert_evidence
 from .intervals import exact_lower_bound, wilson_interval
-from .model_tokens import flat_tokens, nested_tokens
+from .model_tokens import Tokens, nested_tokens
 from .options import Policy
 from .routes import EARLY_EXITS, Route
 from .windows import Key, LatestWindow
@@ -200,15 +200,15 @@ class AuditBook(_Statistics):
         route: str,
         tokens: int,
         plan: str | None = None,
-        tokens_by_model: Mapping[str, Mapping[str, int]] | None = None,
+        tokens_by_model: Tokens | None = None,
     ) -> None:
-        """A served request: ``tokens`` in all and, per model, as ``Trace.tokens()`` gives them."""
+        """A served request: ``tokens`` in all and, per model, as ``Trace.tokens()`` counts them."""
         entry = self._class(cls)
         entry.requests += 1
         entry.routes[route] += 1
         if plan is not None:
             entry.plans[plan] += 1
-        entry.tokens.update(flat_tokens(tokens_by_model or {}))
+        entry.tokens.update(tokens_by_model.counts() if tokens_by_model is not None else {})
         self.served_tokens += tokens
 
     def record_audit(self, cls: str, route: str, disagreed: bool, tokens: int, at: float) -> None:

@@ -50,15 +50,15 @@ from collections.abc import Awaitable, Mapping
 
 from .answers import is_valid, option_letter
 from .contracts import Question, TransferSelector, VLMClient
+from .decision import Decision
 from .either_or import choices_note
 from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
 from .plans import Plan
 from .prompts import PromptLayout
+from .roles import LARGE, SMALL
 from .stages import Reasoned, StageCalls
 from .trace import (
-    LARGE,
-    SMALL,
     AgreementCheck,
     CascadeResult,
     FallbackRecord,
@@ -111,13 +111,15 @@ class Cascade:
         *,
         request_id: str | None = None,
         audit_priority: int | None = None,
+        decision: Decision | None = None,
     ) -> CascadeResult:
         """Answer ``question`` under ``options``; every model call names ``request_id`` (a new id when
-        None) and, for an audit, the engine priority its calls run at. An unknown transfer selector is
-        refused before any model is called."""
-        options = options or CascadeOptions()
+        None) and, for an audit, the engine priority its calls run at. With the server's ``decision``
+        for the request (``decision.decide``), the request runs its options, and the trace records it.
+        An unknown transfer selector is refused before any model is called."""
+        options = decision.options if decision is not None else options or CascadeOptions()
         check_transfer_selector(options.transfer_selector, self.selectors)
-        run = _Run(self, question, options, request_id or uuid.uuid4().hex, audit_priority)
+        run = _Run(self, question, options, request_id or uuid.uuid4().hex, audit_priority, decision)
         return await run.execute()
 
 
@@ -131,13 +133,17 @@ class _Run(StageCalls):
         options: CascadeOptions,
         request_id: str,
         audit_priority: int | None = None,
+        decision: Decision | None = None,
     ):
-        kind = question.kind or "text"
-        plan = options.resolved_plan()
+        plan = options.plan or Plan.SEQUENTIAL
+        choice = decision.plan if decision is not None else None
         trace = Trace(
             policy=options.policy.value,
             plan=plan.value if options.policy is Policy.CASCADE else None,
-            kind=kind,
+            plan_reason=choice.reason if choice is not None else None,
+            plan_basis=choice.basis.value if choice is not None else None,
+            overload=decision.overload if decision is not None else None,
+            kind=question.kind,
             format_instruction=question.instruction,
             choices_from_text=list(question.choices_from_text),
             options_named=list(question.choices) if question.options_named else [],
@@ -342,7 +348,7 @@ class _Run(StageCalls):
                 stage.answer, self.question.instruction, self.kind, self.question.choices
             )
         logprobs = self._token_logprobs.get(stage.name) if self.options.decoding.logprobs else None
-        return CascadeResult(answer=answer, route=route.value, trace=self.trace, logprobs=logprobs)
+        return CascadeResult(answer=answer, trace=self.trace, logprobs=logprobs)
 
     def _terminal(self, route: Route, stage: StageRecord) -> tuple[Route, StageRecord]:
         """The served answer is valid for its kind whenever any stage gave a valid one: when the

@@ -8,11 +8,10 @@ decoding)``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from .answers import KINDS, infer_kind
-from .either_or import either_or_options
+from .answers import ANSWER_KINDS
 from .format_instructions import Instruction
 from .options import GREEDY, Decoding
 from .prompts import PromptKind
@@ -20,10 +19,13 @@ from .prompts import PromptKind
 
 @dataclass(frozen=True)
 class Question:
+    """A question as the cascade asks it. Read from a client's text by
+    ``question_parsing.read_question``, the one place its answer kind is decided."""
+
     question: str
     image_url: str | None = None
     choices: tuple[str, ...] = ()
-    kind: str | None = None  # choice | yes_no | number | text; None: inferred from the question
+    kind: str = field(kw_only=True)  # one of answers.ANSWER_KINDS
     system: tuple[str, ...] = ()  # the client's system messages: every stage's prompt starts with them
     # The client's answer-format instruction, taken out of the question text: the reply follows it
     # (question_parsing.parse_question). None: none was recognised, the text is as sent.
@@ -31,23 +33,14 @@ class Question:
     choices_from_text: tuple[str, ...] = ()  # the options read from the client's text, () if none
     # The choices are the options an either/or question names ("Is it red or blue?", either_or.py):
     # the stages get the question as asked with the short-answer prompt, the reply is the option's text.
-    # Set when neither ``choices`` nor ``kind`` was given, never by the caller; an init field only so
-    # that ``dataclasses.replace`` keeps it (a copy with its system messages still names its options).
     options_named: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", tuple(self.choices))
         object.__setattr__(self, "system", tuple(self.system))
         object.__setattr__(self, "choices_from_text", tuple(self.choices_from_text))
-        if self.kind is None and not self.choices:
-            named = either_or_options(self.question)
-            if named:
-                object.__setattr__(self, "choices", named)
-                object.__setattr__(self, "options_named", True)
-        if self.kind is None:
-            object.__setattr__(self, "kind", infer_kind(self.question, self.choices))
-        elif self.kind not in KINDS:
-            raise ValueError(f"answer kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind not in ANSWER_KINDS:
+            raise ValueError(f"answer kind must be one of {', '.join(ANSWER_KINDS)}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,15 @@ class Policy(StrEnum):
     TRANSFER = "transfer"  # the paper's "Full RT": small reasons, large always answers with it
 
 
+# Two decimal answers to a number question agree within this share of the larger, by default.
+DECIMAL_TOLERANCE = 0.01
+
 # Settings that verification no longer reads, and what replaced each (docs/api.md, "Verification").
 RETIRED = {
     "anls_threshold": "open-text answers agree only on the same words (ANLS scores the evaluation, never "
     "verification); remove it",
     "rel_tol": "verification of number answers is exact for integers and within decimal_tolerance "
-    "(default 0.01) for decimals; use decimal_tolerance",
+    f"(default {DECIMAL_TOLERANCE}) for decimals; use decimal_tolerance",
 }
 
 
@@ -78,11 +81,10 @@ class CascadeOptions(BaseModel):
     # paper's final cascade), "two_stage" asks again with the Stage 2 prompt (B.3). None: the
     # paper's choice per policy (inline for cascade and transfer, two_stage for the baselines).
     stage2_answer: Literal["inline", "two_stage"] | None = None
-    # Start the small model's reasoning together with stage 1; cancel it when stage 1 agrees.
-    eager_reasoning: bool = False
-    # The order of the cascade's stages (serve_app/core/plans.py). None: ``eager`` when
-    # ``eager_reasoning``, else the paper's ``sequential``. The ingress's controller sets it per request
-    # under ``cascade.adaptive``; a request may force it.
+    # The order of the cascade's stages (serve_app/core/plans.py); ``eager`` starts the small model's
+    # reasoning together with stage 1 and cancels it when stage 1 agrees. None: the paper's
+    # ``sequential``. A request's decision sets it (serve_app/core/decision.py): the request's own, or
+    # the plan controller's under ``cascade.adaptive``.
     plan: Plan | None = None
     # Reasoning-transfer prompt; None: the paper's choice per answer kind.
     transfer_form: TransferForm | None = None
@@ -94,7 +96,7 @@ class CascadeOptions(BaseModel):
     # Verification (serve_app/core/verification.py): two decimal answers to a number question agree
     # within this share of the larger (integers agree only when equal). Open text agrees on its words;
     # ANLS and ChartQA's 5 % are what the evaluation scores with, never what verification accepts.
-    decimal_tolerance: float = Field(0.01, ge=0, le=0.05, allow_inf_nan=False)
+    decimal_tolerance: float = Field(DECIMAL_TOLERANCE, ge=0, le=0.05, allow_inf_nan=False)
     # Verification: an agreement counts only when both answers are at least this confident (the
     # probability of the answer's tokens; an answer without one counts as not confident). 0 is the
     # paper's rule: every agreement counts.
@@ -115,11 +117,6 @@ class CascadeOptions(BaseModel):
                 if name in data:
                     raise ValueError(f"{name} is no longer a setting: {replacement}")
         return data
-
-    def resolved_plan(self) -> Plan:
-        if self.plan is not None:
-            return self.plan
-        return Plan.EAGER if self.eager_reasoning else Plan.SEQUENTIAL
 
     def resolved_stage2_answer(self) -> str:
         if self.stage2_answer is not None:

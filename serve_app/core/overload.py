@@ -140,17 +140,19 @@ class OverloadState:
         return self.level
 
 
-def relaxed_options(options: CascadeOptions, relax_to: RelaxTo) -> tuple[CascadeOptions, dict[str, Any]]:
+def relaxed_options(
+    options: CascadeOptions, relax_to: RelaxTo
+) -> tuple[CascadeOptions, dict[str, tuple[Any, Any]]]:
     """The request's options with ``relax_to``'s floors applied (a threshold already under its floor
-    stays), and what changed: ``{name: [from, to]}``. The plan is not an option here: an eager plan
-    running sequential is the plan's decision (``plan_choice.decide_plan``)."""
+    stays), and what changed: ``{name: (from, to)}``. The plan is not an option here: an eager plan
+    running sequential is part of the request's decision (``decision.decide``)."""
     update: dict[str, Any] = {}
     if relax_to.confident_large is not None and options.confident_large is not None:
         if relax_to.confident_large < options.confident_large:
             update["confident_large"] = relax_to.confident_large
     if relax_to.min_confidence is not None and relax_to.min_confidence < options.min_confidence:
         update["min_confidence"] = relax_to.min_confidence
-    changed = {name: [getattr(options, name), value] for name, value in update.items()}
+    changed = {name: (getattr(options, name), value) for name, value in update.items()}
     return options.model_copy(update=update), changed
 
 

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .options import CascadeOptions, Policy
+from .options import Policy
 from .plans import (
     ANSWER_IDENTICAL,
     EARLY_EXITS_OF,
@@ -126,7 +126,6 @@ class PlanChoice:
     plan: Plan
     reason: str
     expected: Mapping[Plan, float | None] = field(default_factory=dict)
-    relaxed_from: Plan | None = None  # the plan chosen before the overload guard relaxed it
     basis: PlanBasis = PlanBasis.CONFIGURED
 
 
@@ -162,25 +161,6 @@ def seeded_estimates(
     )
     basis = PlanBasis.CALIBRATION_AND_OBSERVATIONS if observed.requests else PlanBasis.CALIBRATION
     return estimates, basis
-
-
-FORCED = "forced by the request (mai.options.plan or eager_reasoning)"
-RELAXED_EAGER = "; overloaded (relax_to.eager_reasoning: false): eager runs sequential"
-
-
-def decide_plan(
-    options: CascadeOptions, choose: Callable[[], PlanChoice], *, forced: bool, relax_eager: bool = False
-) -> PlanChoice:
-    """The plan one cascade request runs, and why: the one place a request's plan is decided. A plan
-    the request forced (``options.resolved_plan``, where ``eager_reasoning`` maps to a plan) runs as
-    it is; otherwise ``choose`` picks (the controller: ``choose_plan``). Overloaded with
-    ``relax_eager``, an eager plan runs sequential (the same answers, less small-model work)."""
-    choice = PlanChoice(options.resolved_plan(), FORCED) if forced else choose()
-    if relax_eager and choice.plan is Plan.EAGER:
-        return dataclasses.replace(
-            choice, plan=Plan.SEQUENTIAL, reason=choice.reason + RELAXED_EAGER, relaxed_from=Plan.EAGER
-        )
-    return choice
 
 
 def reference_plan(reference: Policy) -> Plan | None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
-from .plans import Plan, PlanEstimates
+from .plans import WITH_STAGE1, Plan, PlanEstimates
 from .routes import COMPLETED, STAGE1_EXITS
 from .trace import Trace
 from .windows import Key, LatestWindow
@@ -113,7 +113,6 @@ MEANS = (
     "transfer_tokens",
 )
 ROW = tuple(f.name for f in fields(Observation))  # an observation as a row: its fields in this order
-_STAGED = (Plan.SEQUENTIAL, Plan.EAGER)
 
 
 def row_of(observation: Observation) -> tuple[Any, ...]:
@@ -133,7 +132,7 @@ def _share(hits: int, runs: int) -> float | None:
 def _tally(o: Observation) -> tuple[int, int, int, int, int]:
     """What ``o`` adds to ``rates``' counts: (staged, settled_early, settled_reasoned, first,
     settled_first)."""
-    if o.plan in _STAGED:
+    if o.plan in WITH_STAGE1:
         early = o.route in STAGE1_EXITS
         return 1, early, not early and o.route == "agree_reasoned", 0, 0
     if o.plan == Plan.REASON_FIRST:
@@ -165,7 +164,7 @@ def estimates_of(observations: Iterable[Observation]) -> PlanEstimates:
     observations = list(observations)
     counts = [0, 0, 0, 0, 0]
     for o in observations:
-        if o.plan in _STAGED or o.plan == Plan.REASON_FIRST:
+        if o.plan in WITH_STAGE1 or o.plan == Plan.REASON_FIRST:
             for index, count in enumerate(_tally(o)):
                 counts[index] += count
     staged, _, _, first, _ = counts
@@ -217,7 +216,7 @@ def _terms(o: Observation) -> _Terms:
     for name in MEANS:
         value = getattr(o, name)
         values.append(exact(value) if value is not None and math.isfinite(value) else value)
-    tally = _tally(o) if o.plan in _STAGED or o.plan == Plan.REASON_FIRST else _UNTALLIED
+    tally = _tally(o) if o.plan in WITH_STAGE1 or o.plan == Plan.REASON_FIRST else _UNTALLIED
     return tally, tuple(values)
 
 

@@ -66,6 +66,8 @@ class Plan(StrEnum):
 ANSWER_IDENTICAL = (Plan.SEQUENTIAL, Plan.EAGER)
 # One model answers alone: only a calibrated table (labels) may name one for a class, never audits.
 SINGLE_MODEL = (Plan.SMALL, Plan.LARGE, Plan.SMALL_REASON)
+# Plans that run stage 1 (both short answers): the runs stage 1's settle rate ``p1`` is read from.
+WITH_STAGE1 = (Plan.SEQUENTIAL, Plan.EAGER)
 
 # The routes at which each plan stops before the large model reads the reasoning: what an audit bounds.
 EARLY_EXITS_OF: dict[Plan, tuple[Route, ...]] = {

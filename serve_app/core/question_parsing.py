@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .answers import infer_kind
 from .contracts import Question
+from .either_or import either_or_options
 from .format_instructions import QUESTION_LABEL, Instruction, Reply, trailing_instruction
 from .listed_choices import split_choices, without_label
 
@@ -38,19 +40,16 @@ class QuestionFormatError(ValueError):
 class ParsedQuestion:
     text: str  # the question, without label, instruction or options
     choices: tuple[str, ...]  # the options: the request's, else those written in the text
-    kind: str | None  # the answer kind the request or the instruction fixes; None: inferred later
     instruction: Instruction | None  # the client's format instruction, None when none was recognised
     choices_from_text: tuple[str, ...]  # the options read from the text, () when none were written
 
 
-def parse_question(
-    text: str, choices: Sequence[str] | None = None, kind: str | None = None
-) -> ParsedQuestion:
-    """Read ``text`` (with the request's own ``choices`` and ``kind``, if any) as described above."""
+def parse_question(text: str, choices: Sequence[str] | None = None) -> ParsedQuestion:
+    """Read ``text`` (with the request's own ``choices``, if any) as described above."""
     given = tuple(choice.strip() for choice in choices) if choices else ()
-    parsed = _read(text, given, kind, take_instruction=True)
+    parsed = _read(text, given, take_instruction=True)
     if parsed.instruction is not None and not _applies(parsed.instruction, parsed.choices):
-        parsed = _read(text, given, kind, take_instruction=False)
+        parsed = _read(text, given, take_instruction=False)
     if not parsed.text:
         what = (
             f"an answer-format instruction ({parsed.instruction.text!r})" if parsed.instruction else "options"
@@ -65,19 +64,42 @@ def parse_question(
 def read_question(
     text: str, choices: Sequence[str] | None = None, kind: str | None = None, image_url: str | None = None
 ) -> Question:
-    """The cascade's question for a client's ``text`` (``parse_question``), with its image."""
-    parsed = parse_question(text, choices, kind)
+    """The cascade's question for a client's ``text`` (``parse_question``), with its image, its
+    answer kind (``kind`` when the request gives one, else ``answer_kind``) and its options."""
+    parsed = parse_question(text, choices)
+    kind, options, named = answer_kind(parsed.text, parsed.choices, kind, parsed.instruction)
     return Question(
         question=parsed.text,
         image_url=image_url,
-        choices=parsed.choices,
-        kind=parsed.kind,
+        choices=options,
+        kind=kind,
         instruction=parsed.instruction,
         choices_from_text=parsed.choices_from_text,
+        options_named=named,
     )
 
 
-def _read(text: str, given: tuple[str, ...], kind: str | None, *, take_instruction: bool) -> ParsedQuestion:
+def answer_kind(
+    text: str, choices: tuple[str, ...], kind: str | None, instruction: Instruction | None
+) -> tuple[str, tuple[str, ...], bool]:
+    """The one place a question's answer kind is decided: ``(kind, choices, options_named)``. The
+    request's own ``kind`` wins; with options (the request's or those written in the text), a choice;
+    a client's yes-or-no instruction, yes/no; an either/or question ("Is it red or blue?") is a choice
+    between the options it names (``options_named``); else what the question asks (``infer_kind``:
+    a number, yes/no, or open text)."""
+    if kind is not None:
+        return kind, choices, False
+    if choices:
+        return "choice", choices, False
+    if instruction is not None and instruction.reply is Reply.YES_NO:
+        return "yes_no", (), False
+    named = either_or_options(text)
+    if named:
+        return "choice", named, True
+    return infer_kind(text), (), False
+
+
+def _read(text: str, given: tuple[str, ...], *, take_instruction: bool) -> ParsedQuestion:
     body = QUESTION_LABEL.sub("", text.strip(), count=1) if take_instruction else text.strip()
     instruction = None
     if take_instruction:
@@ -95,12 +117,7 @@ def _read(text: str, given: tuple[str, ...], kind: str | None, *, take_instructi
             f"({_letters(given)}); send them once, in the text or as choices",
             code="conflicting_choices",
         )
-    options = given or listed
-    if kind is None and options:
-        kind = "choice"
-    elif kind is None and instruction is not None and instruction.reply is Reply.YES_NO:
-        kind = "yes_no"
-    return ParsedQuestion(body.strip(), options, kind, instruction, listed)
+    return ParsedQuestion(body.strip(), given or listed, instruction, listed)
 
 
 def _applies(instruction: Instruction, choices: tuple[str, ...]) -> bool:

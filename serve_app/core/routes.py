@@ -1,7 +1,7 @@
 """How a request's answer was reached: the routes, and the sets of them every counter reads.
 
 Each set is a tuple in the cascade's order (stage 1 first). Defined once here; the cascade, the plans'
-cost model, the audits and the plan statistics import them.
+cost model, the audits, the plan statistics and the evaluation's reports import them.
 """
 
 from __future__ import annotations
@@ -33,3 +33,6 @@ EARLY_EXITS = (*STAGE1_EXITS, Route.AGREE_REASONED)
 COMPLETED = (*EARLY_EXITS, Route.TRANSFER, Route.SINGLE)
 # The answers an audit may check: the early exits, and a single-model plan's answer.
 AUDITED = (*EARLY_EXITS, Route.SINGLE)
+# The routes of a run whose models all answered: a completed route, or a fallback to another stage's
+# valid answer. What the evaluation's reports count, in their columns' order.
+ANSWERED = (*COMPLETED, Route.FALLBACK)

@@ -23,9 +23,6 @@ class ScalingPolicy(StrEnum):
     PER_DEPLOYMENT = "per-deployment"  # each deployment on its own queue (Ray Serve's default)
 
 
-ROLES = ("small", "large")
-
-
 def queue_replicas(ongoing_requests: float, target_ongoing_requests: float) -> float:
     """Ray Serve's queue-depth rule: the replicas that hold the deployment's ongoing (running and
     queued) requests at the target per replica."""

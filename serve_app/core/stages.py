@@ -28,7 +28,8 @@ from .contracts import (
 )
 from .options import CascadeOptions
 from .prompts import PromptKind, PromptLayout, build_messages
-from .trace import LARGE, StageRecord, Trace, TransferRecord
+from .roles import LARGE
+from .trace import StageRecord, Trace, TransferRecord
 from .transfer_selectors import count_words
 
 
@@ -61,7 +62,7 @@ class StageCalls:
         self.layouts = layouts or {}
         self.question, self.options, self.request_id, self.trace = question, options, request_id, trace
         self.audit_priority = audit_priority  # None: served; else an audit's engine priority
-        self.kind: str = question.kind or "text"
+        self.kind: str = question.kind
         # The answer's closed form every stage asks for, when the options ask for one (None: free).
         self.form = (
             answer_form(self.kind, question.choices, options_named=question.options_named)

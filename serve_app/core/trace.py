@@ -3,11 +3,14 @@ parsed answer) and of the reasoning transfer. Every response carries it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .contracts import TokenLogprob
 from .format_instructions import Instruction
+from .model_tokens import Tokens
+from .roles import LARGE, SMALL
 from .routes import Route
 
 __all__ = [
@@ -16,13 +19,12 @@ __all__ = [
     "AgreementCheck",
     "CascadeResult",
     "FallbackRecord",
+    "OverloadRecord",
     "Route",
     "StageRecord",
     "Trace",
     "TransferRecord",
 ]
-
-SMALL, LARGE = "small", "large"
 
 
 @dataclass
@@ -91,6 +93,17 @@ class AgreementCheck:
     accepted: bool  # the cascade stops here
 
 
+@dataclass(frozen=True)
+class OverloadRecord:
+    """What a request answered while the large model was overloaded ran under (the trace's
+    ``overload``): the level, the queue, and each setting relaxed, ``name -> (configured, as run)``;
+    ``plan`` when an eager plan ran sequential."""
+
+    level: str  # shed | relax
+    large_queue: int
+    relaxed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
 @dataclass
 class Trace:
     policy: str
@@ -118,31 +131,28 @@ class Trace:
     transfer: TransferRecord | None = None
     # When the large model was overloaded (serve_app/core/overload.py): the level, its queue and the
     # thresholds this request ran with instead of the configured ones. None: not overloaded.
-    overload: dict[str, Any] | None = None
+    overload: OverloadRecord | None = None
 
-    def tokens(self) -> dict[str, dict[str, int]]:
+    def tokens(self) -> Tokens:
         """Per model: prompt tokens, of them cached (as far as the engine reported), completion tokens."""
-        totals = {
-            model: {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
-            for model in (SMALL, LARGE)
-        }
-        for stage in self.stages:
-            totals[stage.model]["prompt_tokens"] += stage.prompt_tokens
-            totals[stage.model]["cached_tokens"] += stage.cached_tokens or 0
-            totals[stage.model]["completion_tokens"] += stage.completion_tokens
-        return totals
+        return Tokens.of(self.stages)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["tokens"] = self.tokens()
+        data["tokens"] = self.tokens().as_dict()
         return data
 
 
 @dataclass(frozen=True)
 class CascadeResult:
     answer: str
-    route: str
     trace: Trace
     # When the request asked for logprobs: the generated tokens of the completion the answer was read
     # from (the whole completion, e.g. a reasoning with its [[answer]]), with their logprobs.
     logprobs: tuple[TokenLogprob, ...] | None = None
+
+    @property
+    def route(self) -> str:
+        """The route the request was served by: the trace's, its one record."""
+        assert self.trace.route is not None, "a result's trace names its route"
+        return self.trace.route

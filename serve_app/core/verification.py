@@ -24,8 +24,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .answers import answer_words, is_valid, normalize, parse_number
+from .options import CascadeOptions
 
-DEFAULT_DECIMAL_TOLERANCE = 0.01
+# The cascade's default (``CascadeOptions.decimal_tolerance``), read from its one definition.
+DEFAULT_DECIMAL_TOLERANCE: float = CascadeOptions.model_fields["decimal_tolerance"].default
 
 # Words that turn a longer answer against the shorter one it contains: a negation, or an alternative.
 # ("t" is what is left of "isn't", "don't" once the apostrophe splits the word.)

@@ -25,29 +25,27 @@ from deployments.engine_ids import AUDIT_PREFIX
 from ..core.audit import AuditBook, AuditSettings, is_sampled
 from ..core.cascade import Cascade, ModelUnavailableError
 from ..core.contracts import EngineError
-from ..core.options import Policy
-from ..core.question_class import class_of
+from ..core.decision import Decision
+from ..core.options import CascadeOptions, Policy
 from ..core.routes import AUDITED
 from ..core.trace import CascadeResult
 from ..core.verification import agree
 from .jobs import Job
-from .responses import usage_of
 
 logger = logging.getLogger("ray.serve")
 
 RELAXED_PREFIX = "relaxed:"
 
 
-def audited_route(result: CascadeResult) -> str:
+def audited_route(decision: Decision, result: CascadeResult) -> str:
     """The route an audit is counted under: an answer given with thresholds relaxed under overload
     (serve_app/core/overload.py) counts apart, ``relaxed:<route>``, so the quality it cost is seen
     apart from the configured exits' (whose bounds the plan controller reads)."""
-    overload = result.trace.overload
-    return RELAXED_PREFIX + result.route if overload and overload.get("relaxed") else result.route
+    return RELAXED_PREFIX + result.route if decision.relaxed else result.route
 
 
 def tokens_of(result: CascadeResult) -> int:
-    return usage_of(result)["total_tokens"]
+    return result.trace.tokens().total_tokens
 
 
 class Auditor:
@@ -75,30 +73,34 @@ class Auditor:
         settings = self.settings
         return small > settings.max_small_queue or large > settings.max_large_queue
 
-    def served(self, job: Job, result: CascadeResult, *, overloaded: bool = False) -> None:
+    def served(
+        self, job: Job, decision: Decision, result: CascadeResult, *, overloaded: bool = False
+    ) -> None:
         """A cascade request was answered: count it, and start its audit when it is sampled. While the
         large model is ``overloaded`` only relaxed answers are audited (the others' audits are shed)."""
-        if job.options.policy is not Policy.CASCADE:
+        if decision.options.policy is not Policy.CASCADE:
             return
-        cls = class_of(result.trace.kind, job.task)
+        cls = decision.cls
         self.book.record_request(
             cls, result.route, tokens_of(result), result.trace.plan, tokens_by_model=result.trace.tokens()
         )
         if result.route not in AUDITED or not is_sampled(job.request_id, self.settings):
             return
-        route = audited_route(result)
+        route = audited_route(decision, result)
         if overloaded and not route.startswith(RELAXED_PREFIX):
             self._not_run("overload")
             return
         if self.busy():
             self._not_run("shed")
             return
-        task = asyncio.get_running_loop().create_task(self._audit(job, result, cls, route))
+        task = asyncio.get_running_loop().create_task(self._audit(job, decision.options, result, cls, route))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
 
-    async def _audit(self, job: Job, served: CascadeResult, cls: str, route: str) -> None:
-        options = job.options.model_copy(update={"policy": self.settings.reference})
+    async def _audit(
+        self, job: Job, ran: CascadeOptions, served: CascadeResult, cls: str, route: str
+    ) -> None:
+        options = ran.model_copy(update={"policy": self.settings.reference})
         run = self.cascade.run(
             job.question,
             options,
@@ -118,13 +120,13 @@ class Auditor:
             logger.exception("audit of request %s failed", job.request_id)
             self._not_run("error")
             return
-        question, options = job.question, job.options
+        question = job.question
         disagreed = not agree(
             served.answer,
             reference.answer,
             served.trace.kind,
             choices=question.choices,
-            decimal_tolerance=options.decimal_tolerance,
+            decimal_tolerance=ran.decimal_tolerance,
         )
         self.book.record_audit(cls, route, disagreed, tokens_of(reference), at=self.clock())
         if self.metrics is not None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..core.scaling import ROLES, Decision, IngressDemand, coupled_decision, queue_replicas
-from .demand_meter import METRICS, demand_of
+from ..core.roles import ROLES
+from ..core.scaling import Decision, IngressDemand, coupled_decision, queue_replicas
+from .demand_meter import AUTOSCALING_METRICS, demand_of
 
 logger = logging.getLogger("ray.serve")
 
@@ -42,9 +43,10 @@ def ingress_demands(contexts: dict[Any, Any]) -> list[IngressDemand]:
         if ctx.deployment_name != INGRESS:
             continue
         metrics = ctx.aggregated_metrics or {}
-        replicas = set().union(*(metrics.get(name, {}).keys() for name in METRICS))
+        replicas = set().union(*(metrics.get(name, {}).keys() for name in AUTOSCALING_METRICS))
         reports = (
-            {name: metrics[name][r] for name in METRICS if r in metrics.get(name, {})} for r in replicas
+            {name: metrics[name][r] for name in AUTOSCALING_METRICS if r in metrics.get(name, {})}
+            for r in replicas
         )
         return [demand for report in reports if (demand := demand_of(report)) is not None]
     return []

@@ -5,7 +5,7 @@ Where each input comes from: arrivals are counted as a request reaches the ingre
 request, or one passed to a model unchanged); calls and their seconds are the finished request's
 trace (every stage it ran, with its model and latency; an audit's calls are not a served request's
 and are not counted), a passthrough's one call its own. Serve reads them through the ingress's
-``record_autoscaling_stats`` (names in ``METRICS``) and hands them to the application's policy
+``record_autoscaling_stats`` (names in ``AUTOSCALING_METRICS``) and hands them to the application's policy
 (serve_app/edge/autoscaling_policy.py) with every deployment's context.
 """
 
@@ -14,12 +14,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..core.scaling import ROLES, DecayedMean, DecayedRate, IngressDemand, ScalingPolicy
+from ..core.decision import Decision
+from ..core.roles import ROLES, SMALL
+from ..core.scaling import DecayedMean, DecayedRate, IngressDemand, ScalingPolicy
 from ..core.trace import CascadeResult, Trace
-from .decision import Decision
 
 PREFIX = "mai_"
-METRICS = (
+AUTOSCALING_METRICS = (
     "mai_coupled",
     "mai_arrivals_per_s",
     "mai_requests_measured",
@@ -63,7 +64,7 @@ class DemandMeter:
         now = self.clock()
         return IngressDemand(
             rate=self.arrivals.value(now),
-            requests=self.calls["small"].weight(now),
+            requests=self.calls[SMALL].weight(now),
             calls_per_request={role: self.calls[role].mean() for role in ROLES},
             call_s={role: self.call_s[role].mean() for role in ROLES},
         )
@@ -82,7 +83,7 @@ class DemandMeter:
 
 def demand_of(metrics: dict[str, float]) -> IngressDemand | None:
     """One replica's report read back; None when it lacks an input or is not coupled."""
-    if any(name not in metrics for name in METRICS) or metrics["mai_coupled"] < 0.5:
+    if any(name not in metrics for name in AUTOSCALING_METRICS) or metrics["mai_coupled"] < 0.5:
         return None
     return IngressDemand(
         rate=metrics["mai_arrivals_per_s"],

@@ -18,15 +18,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
+from ..clients.failures import transport_errors
+from ..clients.llm_server import LLMServerClient, attention_scorer
 from ..config import AppConfig, Security
+from ..core.decision import Decision, Observer, class_of, decide
 from ..core.overload import fleet_overload
-from ..core.question_class import class_of
+from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
-from ..engines.client import LLMServerClient, attention_scorer
-from ..engines.failures import transport_errors
 from .console import add_console_routes, console_files, console_settings
-from .decision import Decision, Observer
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
 from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
@@ -141,11 +141,11 @@ class MAIIngress:
         the model deployments (none: nothing to wait for)."""
         self.config, self.api_keys, self.model_handles = config, api_keys, model_handles
         self.readiness = readiness or ReadinessGate({})
-        self.model_roles = {config.small.model_id: "small", config.large.model_id: "large"}
+        self.model_roles = {config.small.model_id: SMALL, config.large.model_id: LARGE}
         self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
         self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
         self.overload, self.demand = parts.overload, parts.demand
-        # Told once when a request has answered (serve_app/edge/decision.py).
+        # Told once when a request has answered (serve_app/core/decision.py).
         self.observers: tuple[Observer, ...] = (
             self.demand,
             self.plans,
@@ -186,7 +186,7 @@ class MAIIngress:
         decision = route(await self._payload(request), self.config)
         if isinstance(decision, Passthrough):
             return await self._passthrough(decision)
-        job = await job_from_chat(self.config, decision.request, _request_id(request), self._fetch_image)
+        job = await job_from_chat(self.config, decision, _request_id(request), self._fetch_image)
         return await self._answer(job, chat_reply)
 
     async def answer(self, request: Request):
@@ -225,30 +225,27 @@ class MAIIngress:
         self._start_reporting()
         self.demand.arrived()
         decision = self._decide(job)
-        result = await self._run(decision.job)
-        decision.stamp(result)
+        result = await self._run(job, decision)
         for observer in self.observers:
             observer.answered(decision, result)
-        response = reply(decision.job, result)
+        response = reply(job, result)
         # The reply exists: an audit can neither delay nor change it.
-        self.auditor.served(decision.job, result, overloaded=self.overload.sheds_audits())
+        self.auditor.served(job, decision, result, overloaded=self.overload.sheds_audits())
         return response
 
     def _decide(self, job: Job) -> Decision:
-        """Everything decided for ``job`` before it runs, once: its class, the overload level's relaxed
-        thresholds, its plan (``plan_choice.decide_plan``)."""
-        cls = class_of(job.question.kind or "text", job.task)
-        job, overload = self.overload.apply(job)
-        job, plan = self.plans.plan(job, cls, relax_eager=self.overload.relaxes_eager(overload))
-        if overload is not None and plan is not None and plan.relaxed_from is not None:
-            overload["relaxed"]["plan"] = [plan.relaxed_from.value, plan.plan.value]
-        server, own = self.config.cascade, job.options
-        thresholds = (own.min_confidence, own.confident_large) == (
-            server.min_confidence,
-            server.confident_large,
+        """Everything decided for ``job`` before it runs, once (serve_app/core/decision.py): its class,
+        the overload level's relaxed thresholds, its plan."""
+        cls = class_of(job.question.kind, job.task)
+        cascade = self.config.cascade
+        return decide(
+            job.options,
+            cls,
+            server=cascade,
+            choose=lambda: self.plans.choose(cls, job.request_id),
+            overload=self.overload.read(job.options.policy),
+            relax_to=cascade.overload.relax_to,
         )
-        relaxed = bool(overload and overload["relaxed"])
-        return Decision(job, cls, plan, overload, measures_plan=thresholds and not relaxed)
 
     def _start_reporting(self) -> None:
         if self._reporter is None and self.stats_holder is not None:
@@ -307,11 +304,11 @@ class MAIIngress:
         data = await fetch_image(url, remote_image_policy(self.config), param=param)
         return check_image_bytes_under(self.config.limits, data, param=param)
 
-    async def _run(self, job: Job) -> CascadeResult:
+    async def _run(self, job: Job, decision: Decision) -> CascadeResult:
         timeout_s = self.config.request_timeout_s
         try:
             return await asyncio.wait_for(
-                self.cascade.run(job.question, job.options, request_id=job.request_id), timeout_s
+                self.cascade.run(job.question, request_id=job.request_id, decision=decision), timeout_s
             )
         except TimeoutError:
             raise RequestError(

@@ -21,20 +21,19 @@ from ..config import AppConfig, Limits
 from ..core.answer_forms import AnswerFormError, check_options
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
+from ..core.plans import Plan
 from ..core.question_parsing import QuestionFormatError, read_question
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
 from .protocol import (
     MODEL_OF_POLICY,
-    MODELS,
+    POLICY_OF_MODEL,
     AnswerRequest,
-    ChatRequest,
-    ContentPart,
     MAIExtra,
     RequestOptions,
 )
 from .remote_images import RemoteImagePolicy, check_remote_url
-from .routing import unhonoured_parameters, validated
+from .routing import ToCascade, validated
 
 ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> the checked image, a data URL
 
@@ -138,6 +137,9 @@ def _options(
             )
         if "confident_large" in overrides.model_fields_set and overrides.confident_large is None:
             update["confident_large"] = None  # an explicit null turns the server's default off
+        if overrides.plan is None and overrides.eager_reasoning is not None:
+            # The request chose the stages' order itself (eager_reasoning names a plan): forced.
+            update["plan"] = Plan.EAGER if overrides.eager_reasoning else Plan.SEQUENTIAL
     if max_tokens is not None:
         # A cap on the reply, never a signal: every stage whose text can be the reply keeps its own
         # budget, under the cap; the reasoning, which the client never receives, keeps its budget.
@@ -157,9 +159,6 @@ def _options(
     except ValidationError as exc:
         message, field = describe_validation_error(exc)
         raise RequestError(message, param=field, code="invalid_options") from None
-    if overrides is not None and overrides.plan is None and overrides.eager_reasoning is not None:
-        # The request chose the stages' order itself (eager_reasoning names a plan): forced.
-        options = options.model_copy(update={"plan": options.resolved_plan()})
     return options
 
 
@@ -268,65 +267,33 @@ def request_id_of(header: str | None) -> str:
 
 
 async def job_from_chat(
-    config: AppConfig, request: ChatRequest, request_id: str | None, fetch_image: ImageFetcher
+    config: AppConfig, routed: ToCascade, request_id: str | None, fetch_image: ImageFetcher
 ) -> Job:
-    """The cascade job of a chat request ``routing.route`` sent to the cascade."""
-    unhonoured = unhonoured_parameters(request)
-    if unhonoured:
-        raise RequestError(
-            f"{unhonoured[0]} is not honoured by the cascade policy {request.model!r}; send the request to "
-            f"a model itself (model {config.large.model_id!r}) or drop it",
-            param=unhonoured[0],
-            code="unsupported_parameter",
-        )
+    """The cascade job of a chat request ``routing.route`` sent to the cascade: the gate has read its
+    user turn and found it fits (``routing.misfit``)."""
+    request, turn = routed.request, routed.turn
     extra = request.mai or MAIExtra()
-    system = [_text_of(m.content) for m in request.messages if m.role in ("system", "developer")]
-    users = [message for message in request.messages if message.role == "user"]
-    if not users:
-        raise RequestError(
-            "the messages contain no user message", param="messages", code="missing_user_message"
-        )
-    turns = [message.role for message in request.messages if message.role not in ("system", "developer")]
-    if len(turns) > 1:
-        raise RequestError(
-            f"the cascade policy {request.model!r} answers one user turn, not a conversation of "
-            f"{len(turns)} turns; send it to a model itself (model {config.large.model_id!r})",
-            param="messages",
-            code="unsupported_conversation",
-        )
-    content = users[-1].content
-    parts = [ContentPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
-    images = [part for part in parts if part.type == "image_url"]
-    texts = [part.text for part in parts if part.type == "text" and part.text]
-    if len(images) > config.limits.max_images:
-        raise RequestError(
-            f"the message has {len(images)} images; this server accepts {config.limits.max_images}",
-            param="messages",
-            code="too_many_images",
-        )
-    if not images or images[0].image_url is None:
-        raise RequestError(
-            "the user message has no image; add an image_url content part with a data URL",
-            param="messages",
-            code="missing_image",
-        )
+    image = turn.images[0].image_url
+    assert image is not None, "routing.misfit lets no turn without an image through"
     max_tokens = (
         request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     )
     param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
     question = _question(
         config,
-        "\n".join(texts),
-        images[0].image_url.url,
+        turn.text,
+        image.url,
         extra.choices,
         extra.answer_type,
         image_param="messages",
         question_param="messages",
         choices_param="mai.choices",
     )
-    question = dataclasses.replace(question, system=tuple(system))
-    check_prompt_size(config, [question.question, *system], "messages")
-    options = _options(config, MODELS[request.model], extra.options, max_tokens, param, request.decoding())
+    question = dataclasses.replace(question, system=turn.system)
+    check_prompt_size(config, [question.question, *turn.system], "messages")
+    options = _options(
+        config, POLICY_OF_MODEL[request.model], extra.options, max_tokens, param, request.decoding()
+    )
     check_answer_form(question, options, "mai.choices")
     include_usage = bool((request.stream_options or {}).get("include_usage"))
     job_id = request_id_of(request_id)
@@ -339,12 +306,6 @@ async def job_from_chat(
         request_id=job_id,
         task=extra.task,
     )
-
-
-def _text_of(content: str | list[ContentPart] | None) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.text for part in content or [] if part.type == "text" and part.text)
 
 
 async def job_from_answer(

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..core.decision import Decision
 from ..core.trace import CascadeResult
-from .decision import Decision
 
 # Seconds; requests run from tens of milliseconds (agreeing short answers) to minutes (long reasoning).
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
 
 # name -> (kind, description, tag keys)
-METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+PROMETHEUS_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "mai_requests": ("counter", "Answered requests by policy and cascade route", ("policy", "route")),
     "mai_request_latency_s": (
         "histogram",
@@ -138,14 +138,14 @@ class Metrics(Protocol):
 
 
 class IngressMetrics(Metrics):
-    """Ray Serve metric objects for ``METRICS``; created in the replica (they are not picklable)."""
+    """Ray Serve metric objects for ``PROMETHEUS_METRICS``; created in the replica (not picklable)."""
 
     def __init__(self) -> None:
         from ray.serve import metrics
 
         # Ray annotates tag_keys as a 1-tuple (tuple[str]); any tuple of names is what it takes.
         self._metrics: dict[str, Any] = {}
-        for name, (kind, description, tags) in METRICS.items():
+        for name, (kind, description, tags) in PROMETHEUS_METRICS.items():
             if kind == "counter":
                 self._metrics[name] = metrics.Counter(name, description=description, tag_keys=tags)  # type: ignore[arg-type]
             elif kind == "gauge":
@@ -199,6 +199,6 @@ class RequestMetrics:
         self.metrics = metrics
 
     def answered(self, decision: Decision, result: CascadeResult) -> None:
-        self.metrics.record(decision.job.options.policy.value, result)
+        self.metrics.record(decision.options.policy.value, result)
         if result.trace.plan is not None:
             self.metrics.record_plan(decision.cls, result.trace.plan)

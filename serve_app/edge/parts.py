@@ -13,7 +13,7 @@ from ..config import AppConfig
 from ..core.cascade import Cascade
 from ..core.contracts import TransferSelector, VLMClient
 from ..core.prompts import PromptLayout
-from ..core.trace import LARGE, SMALL
+from ..core.roles import LARGE, SMALL
 from .auditor import Auditor
 from .demand_meter import DemandMeter
 from .in_flight import InFlight

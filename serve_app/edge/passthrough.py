@@ -2,7 +2,7 @@
 that model's LLMServer unchanged (ray.serve.llm's request type and validation, its token stream, usage,
 logprobs, n, tools, response_format, vLLM's extra sampling fields), behind the ingress's API keys, body
 limit, image checks and metrics. An engine's failures are sorted as the cascade's are
-(``engines.failures``): its 4xx reaches the client as that 4xx, anything else as the model unavailable.
+(``clients.failures``): its 4xx reaches the client as that 4xx, anything else as the model unavailable.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
+from ..clients.failures import engine_call, error_response_failure
 from ..config import Limits
-from ..engines.failures import engine_call, error_response_failure
 from .errors import RequestError, describe_validation_error
 from .images import check_image_under, is_remote
 

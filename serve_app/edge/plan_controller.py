@@ -14,27 +14,23 @@ with, the statistics.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.audit import AuditBook, AuditSettings
-from ..core.options import Policy
+from ..core.decision import Decision
 from ..core.plan_choice import (
     AdaptiveSettings,
     PlanChoice,
     allowed_plans,
     choose_plan,
-    decide_plan,
     explore_draw,
     reference_plan,
 )
 from ..core.plan_stats import PlanBook, estimates_of, observe
 from ..core.plans import Plan, PlanEstimates
 from ..core.trace import CascadeResult
-from .decision import Decision
-from .jobs import Job
 
 
 class PlanController:
@@ -56,20 +52,9 @@ class PlanController:
         self.holder_down: str | None = None  # why the last report failed; None: it did not
         self.reference = reference_plan(audit.reference)
 
-    def plan(self, job: Job, cls: str, *, relax_eager: bool = False) -> tuple[Job, PlanChoice | None]:
-        """``job`` with the plan it runs, and the decision (None for a policy that is not the cascade)."""
-        options = job.options
-        if options.policy is not Policy.CASCADE:
-            return job, None
-        choice = decide_plan(
-            options,
-            lambda: self.choose(cls, job.request_id),
-            forced=options.plan is not None,
-            relax_eager=relax_eager,
-        )
-        return dataclasses.replace(job, options=options.model_copy(update={"plan": choice.plan})), choice
-
     def choose(self, cls: str, request_id: str) -> PlanChoice:
+        """The plan of a cascade request of class ``cls`` that does not force one (``decision.decide``
+        asks)."""
         settings = self.settings
         if settings.mode == "learn" and self.holder_down is not None:
             return PlanChoice(

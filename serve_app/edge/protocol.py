@@ -10,12 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
+from ..core.answers import AnswerKind
 from ..core.options import Policy
 from ..core.plans import Plan
 from ..core.prompts import TransferForm
 
 # OpenAI model name -> cascade policy.
-MODELS: dict[str, Policy] = {
+POLICY_OF_MODEL: dict[str, Policy] = {
     "mai": Policy.CASCADE,
     "mai-small": Policy.SMALL,
     "mai-large": Policy.LARGE,
@@ -25,9 +26,8 @@ MODELS: dict[str, Policy] = {
     "mai-small-explain": Policy.SMALL_EXPLAIN,
     "mai-large-explain": Policy.LARGE_EXPLAIN,
 }
-MODEL_OF_POLICY = {policy: name for name, policy in MODELS.items()}
+MODEL_OF_POLICY = {policy: name for name, policy in POLICY_OF_MODEL.items()}
 
-AnswerKind = Literal["choice", "yes_no", "number", "text"]
 # A client's task tag (``mai.task``): refines the question class the server's statistics count under.
 TASK_TAG = Field(
     None,
@@ -37,11 +37,13 @@ TASK_TAG = Field(
 
 
 class RequestOptions(BaseModel):
-    """Per-request cascade options a client may set; the rest is server configuration."""
+    """Per-request cascade options a client may set; the rest is server configuration.
+    ``eager_reasoning`` is another name for a plan: ``true`` forces ``eager``, ``false``
+    ``sequential`` (a ``plan`` sent beside it wins)."""
 
     model_config = ConfigDict(extra="forbid")
     stage2_answer: Literal["inline", "two_stage"] | None = None
-    eager_reasoning: bool | None = None
+    eager_reasoning: bool | None = Field(None, exclude=True)
     plan: Plan | None = None
     transfer_form: TransferForm | None = None
     transfer_selector: str | None = None
@@ -87,7 +89,7 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     model: str = Field(
-        ..., json_schema_extra={"enum": list(MODELS)}, description="the policy; others get 404"
+        ..., json_schema_extra={"enum": list(POLICY_OF_MODEL)}, description="the policy; others get 404"
     )
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_tokens: int | None = None

@@ -14,19 +14,11 @@ from ..core.contracts import TokenLogprob
 from ..core.trace import CascadeResult
 from .errors import RequestError
 from .jobs import Job
-from .protocol import MODELS
+from .protocol import POLICY_OF_MODEL
 
 
 def usage_of(result: CascadeResult) -> dict[str, Any]:
-    tokens = result.trace.tokens()
-    prompt = sum(model["prompt_tokens"] for model in tokens.values())
-    completion = sum(model["completion_tokens"] for model in tokens.values())
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": sum(model["cached_tokens"] for model in tokens.values())},
-    }
+    return result.trace.tokens().usage()
 
 
 def mai_object(job: Job, result: CascadeResult) -> dict[str, Any]:
@@ -122,7 +114,7 @@ def models_list(model_ids: tuple[str, ...] = ()) -> dict[str, Any]:
     """The policies, then the models themselves (requests for those are passed to them unchanged)."""
     policies = [
         {"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
-        for name, policy in MODELS.items()
+        for name, policy in POLICY_OF_MODEL.items()
     ]
     models = [
         {"id": model_id, "object": "model", "created": 0, "owned_by": "mai-serve"} for model_id in model_ids

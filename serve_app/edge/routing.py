@@ -9,7 +9,11 @@ MAI fits a request that is
 - and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1).
 ``max_tokens`` is a cap on every stage's budget, never a signal. A server setting (``mai_route``) and a
 request's ``mai.route`` force either way. A request for a configured model id goes to that model
-unchanged. ``route`` makes that decision, once per chat request, before any job is built. Pure functions.
+unchanged. ``route`` makes that decision, once per chat request, before any job is built: the one
+gate (``misfit``) reads the request's user turn once (``UserTurn``), and the job builder trusts what it
+passes. A request for another cascade policy (``mai-small``, ...) that does not fit is a 4xx naming
+why, where ``mai`` would pass it through; an instruction for open generation is no error there (the
+client chose the policy). Pure functions.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..config import AppConfig
 from .errors import RequestError, describe_validation_error
-from .protocol import MODELS, ChatRequest, MAIExtra
+from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,36 @@ class Passthrough:
 
 
 @dataclass(frozen=True)
+class UserTurn:
+    """The one user turn a cascade request asks, read once: the system and developer messages' text
+    before it, its text parts and its images."""
+
+    system: tuple[str, ...]
+    texts: tuple[str, ...]
+    images: tuple[ContentPart, ...]
+
+    @property
+    def text(self) -> str:
+        """The turn's text parts, one a line: the question as the cascade reads it."""
+        return "\n".join(self.texts)
+
+
+@dataclass(frozen=True)
 class ToCascade:
-    """The request runs a cascade policy: build its job from the validated ``request``."""
+    """The request runs a cascade policy: build its job from the validated ``request`` and its one
+    user turn."""
 
     request: ChatRequest
+    turn: UserTurn
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """Why MAI does not fit a request: ``reason``, which ``mai`` passes it through for, and ``error``,
+    what a request for another cascade policy gets (None: it runs all the same)."""
+
+    reason: str
+    error: RequestError | None
 
 
 def route(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
@@ -53,24 +83,26 @@ def route(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
     if payload.get("model") in model_ids:
         return Passthrough(payload["model"], unchanged)
     request = validated(ChatRequest, payload)
-    if request.model not in MODELS:
+    if request.model not in POLICY_OF_MODEL:
         raise RequestError(
-            f"unknown model {request.model!r}; choose one of {', '.join((*MODELS, *model_ids))}",
+            f"unknown model {request.model!r}; choose one of {', '.join((*POLICY_OF_MODEL, *model_ids))}",
             param="model",
             code="model_not_found",
             status=404,
         )
-    if request.model != "mai":
-        return ToCascade(request)
     extra = request.mai or MAIExtra()
-    forced = extra.route or config.mai_route
+    forced = extra.route or config.mai_route if request.model == "mai" else "cascade"
     if forced == "passthrough":
         by = "the request's mai.route" if extra.route else "the server's mai_route"
         return Passthrough(config.large.model_id, unchanged, f"{by} is passthrough")
-    reason = passthrough_reason(request) if forced == "auto" else None
-    if reason is not None:
-        return Passthrough(config.large.model_id, unchanged, reason)
-    return ToCascade(request)
+    turn = user_turn(request)
+    fit = misfit(request, turn, config)
+    if fit is not None and forced == "auto":
+        return Passthrough(config.large.model_id, unchanged, fit.reason)
+    if fit is not None and fit.error is not None:
+        raise fit.error
+    assert turn is not None, "misfit answers an error for a request without a user turn"
+    return ToCascade(request, turn)
 
 
 def validated(model: type[BaseModel], payload: Any) -> Any:
@@ -128,24 +160,76 @@ def wants_open_answer(text: str) -> bool:
     )
 
 
-def passthrough_reason(request: ChatRequest) -> str | None:
-    """Why MAI does not fit ``request`` (it then goes to the large model unchanged), or None when it fits."""
-    turns = [message.role for message in request.messages if message.role not in ("system", "developer")]
-    if turns != ["user"]:
-        return "a conversation of several turns" if len(turns) > 1 else "no single user turn"
-    [user] = [message for message in request.messages if message.role == "user"]
-    parts = [] if isinstance(user.content, str) or user.content is None else user.content
-    images = sum(part.type == "image_url" for part in parts)
-    if images != 1:
-        return "no image" if images == 0 else f"{images} images"
-    text = (
-        user.content
-        if isinstance(user.content, str)
-        else " ".join(p.text or "" for p in parts if p.type == "text")
-    )
-    if wants_open_answer(text):
-        return "an instruction for open generation"
+def user_turn(request: ChatRequest) -> UserTurn | None:
+    """The request's user turn, read once (the last user message; None when there is none)."""
+    users = [message for message in request.messages if message.role == "user"]
+    if not users:
+        return None
+    system = tuple(_text_of(m.content) for m in request.messages if m.role in ("system", "developer"))
+    content = users[-1].content
+    parts = [ContentPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
+    texts = tuple(part.text for part in parts if part.type == "text" and part.text)
+    images = tuple(part for part in parts if part.type == "image_url")
+    return UserTurn(system, texts, images)
+
+
+def _text_of(content: str | list[ContentPart] | None) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.text for part in content or [] if part.type == "text" and part.text)
+
+
+def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Misfit | None:
+    """Why MAI does not fit ``request`` (``turn``: its user turn), or None when it fits: the one check,
+    for ``mai`` (which then passes the request to the large model) and every other cascade policy
+    (which answers the error)."""
+    large = config.large.model_id
     unhonoured = unhonoured_parameters(request)
     if unhonoured:
-        return f"parameters the cascade does not honour: {', '.join(unhonoured)}"
+        return Misfit(
+            f"parameters the cascade does not honour: {', '.join(unhonoured)}",
+            RequestError(
+                f"{unhonoured[0]} is not honoured by the cascade policy {request.model!r}; send the request "
+                f"to a model itself (model {large!r}) or drop it",
+                param=unhonoured[0],
+                code="unsupported_parameter",
+            ),
+        )
+    if turn is None:
+        return Misfit(
+            "no single user turn",
+            RequestError(
+                "the messages contain no user message", param="messages", code="missing_user_message"
+            ),
+        )
+    turns = [message.role for message in request.messages if message.role not in ("system", "developer")]
+    if len(turns) > 1:
+        return Misfit(
+            "a conversation of several turns",
+            RequestError(
+                f"the cascade policy {request.model!r} answers one user turn, not a conversation of "
+                f"{len(turns)} turns; send it to a model itself (model {large!r})",
+                param="messages",
+                code="unsupported_conversation",
+            ),
+        )
+    images, limit = len(turn.images), config.limits.max_images
+    if images > 1:  # MAI asks about one image; another policy may take up to the server's limit
+        too_many = RequestError(
+            f"the message has {images} images; this server accepts {limit}",
+            param="messages",
+            code="too_many_images",
+        )
+        return Misfit(f"{images} images", too_many if images > limit else None)
+    if images == 0 or turn.images[0].image_url is None:
+        return Misfit(
+            "no image",
+            RequestError(
+                "the user message has no image; add an image_url content part with a data URL",
+                param="messages",
+                code="missing_image",
+            ),
+        )
+    if wants_open_answer(turn.text):
+        return Misfit("an instruction for open generation", None)
     return None

@@ -112,7 +112,7 @@ class _Replica:
     reported_at: float = -math.inf  # when that report arrived, by the holder's clock
 
 
-class AuditStats:
+class StatsHolder:
     """The holder's logic, without Ray: all replicas' statistics merged, up to date per report; one
     warning line when a class goes over its disagreement bound. ``overload_enabled``: whether
     ``cascade.overload`` is on; ``clock``: when a report arrives (the replicas' overload levels count
@@ -232,6 +232,6 @@ class AuditStats:
             )
 
 
-@serve.deployment(name="MAIStats", num_replicas=1, ray_actor_options={"num_cpus": 0})
-class AuditStatsHolder(AuditStats):
+@serve.deployment(name="StatsHolder", num_replicas=1, ray_actor_options={"num_cpus": 0})
+class StatsHolderDeployment(StatsHolder):
     pass

@@ -29,9 +29,8 @@ import yaml
 from deployments.vlm import llm_config_kwargs
 
 from ..config import AppConfig, ModelDeployment, check_application
+from ..core.roles import ROLES
 from .model_limits import _image_processor, context_budgets, prompt_bytes_left
-
-ROLES = ("small", "large")
 
 
 def engine_settings(spec: ModelDeployment, checkpoint: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ refuses it first with a 400 that says why (instead of an engine error in some st
   start, with the numbers.
 
 A limit set in the config is kept; a model whose processor cannot be read (a hub id without network)
-leaves its limit unset, and the engine's own refusal is still a 400 (serve_app/engines/client.py).
+leaves its limit unset, and the engine's own refusal is still a 400 (serve_app/clients/llm_server.py).
 """
 
 from __future__ import annotations

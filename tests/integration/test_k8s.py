@@ -158,19 +158,23 @@ def _vllm_metric_names() -> set[str]:
 
 
 def test_the_grafana_dashboard_queries_only_metrics_that_exist_and_shows_every_mai_metric():
-    from serve_app.edge.metrics import METRICS
+    from serve_app.edge.metrics import PROMETHEUS_METRICS
 
     dashboard = json.loads((ROOT / "k8s" / "grafana-dashboard.json").read_text())
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     assert exprs and all(panel["targets"] for panel in dashboard["panels"])
     used = set(re.findall(r"\bray_[a-z_]+", " ".join(exprs)))
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
-    ours = {f"ray_{name}{suffix}" for name, (kind, _, _) in METRICS.items() for suffix in suffixes[kind]}
+    ours = {
+        f"ray_{name}{suffix}"
+        for name, (kind, _, _) in PROMETHEUS_METRICS.items()
+        for suffix in suffixes[kind]
+    }
     vllm = _vllm_metric_names()
     vllm_exported = {name + suffix for name in vllm for suffix in ("", "_total", "_bucket", "_count", "_sum")}
     serve = {"ray_serve_deployment_replica_healthy"}
     unknown = used - ours - vllm_exported - serve
     assert not unknown, f"the dashboard queries metrics nothing exports: {sorted(unknown)}"
-    for name in METRICS:
+    for name in PROMETHEUS_METRICS:
         assert any(f"ray_{name}" in expr for expr in exprs), f"no panel shows {name}"
     assert any(name.startswith("ray_vllm_") for name in used)

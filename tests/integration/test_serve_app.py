@@ -849,7 +849,7 @@ def test_audits_run_after_the_reply_and_every_replica_counts_in_one_view(audited
     assert any("-transfer_large-transfer-" in engine_id for engine_id in audit_ids)
 
     # The stats holder dies: Serve replaces it, and the replicas' next reports restore the whole view.
-    [holder] = [name for name in replica_actors("MAIStats") if "audited" in name]
+    [holder] = [name for name in replica_actors("StatsHolder") if "audited" in name]
     ray.kill(ray.get_actor(holder, namespace="serve"), no_restart=True)
     restored = _stats_when(client, complete, timeout_s=60.0)
     assert restored["classes"]["yes_no/pope"]["requests"] == 12

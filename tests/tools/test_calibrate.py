@@ -12,7 +12,6 @@ from evaluation.calibrate import (
     Rule,
     baselines,
     bootstrap_interval,
-    cascade_yaml,
     choose,
     evaluate_rules,
     pareto_front,
@@ -22,13 +21,14 @@ from evaluation.calibrate import (
     run_replay,
     threshold_grid,
 )
+from evaluation.calibration_report import cascade_yaml
 from evaluation.records import EvalRecord
 from evaluation.replay import RecordedStage, ReplayGapError, replay
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
+from serve_app.core.question_parsing import read_question
 
 from ..unit.fakes import ScriptedVLM
 
@@ -45,7 +45,7 @@ def recorded(small, large, reasoned, transfer, gold="yes", qid="q", question="Is
         {"id": qid, "image": "data:,", "question": question, "answer": gold, "metric": "yes_no"}
     )
     stages = dict(zip(NAMES, (small, large, reasoned, transfer), strict=True))
-    return RecordedQuestion(record, Question(question), stages)
+    return RecordedQuestion(record, read_question(question), stages)
 
 
 def one(q, options):
@@ -77,7 +77,7 @@ def test_the_replay_serves_what_the_cascade_serves_from_live_clients(
     small_vlm.confidences = {k: c for k, c in ((S, c_small), (R, c_reasoned)) if c is not None}
     large_vlm.confidences = {k: c for k, c in ((S, c_large), (T, 0.9)) if c is not None}
     options = CascadeOptions(min_confidence=minimum, confident_large=override, plan=plan)
-    live = asyncio.run(Cascade(small_vlm, large_vlm).run(Question("Is it red?"), options))
+    live = asyncio.run(Cascade(small_vlm, large_vlm).run(read_question("Is it red?"), options))
     q = recorded(
         stage(small, c_small), stage(large, c_large), stage(reasoned, c_reasoned), stage(transfer, 0.9)
     )

@@ -18,6 +18,7 @@ from evaluation.demo_summary import (
     write_tables,
 )
 from harness.easy_vqa import question_type
+from serve_app.core.paper_rule import PAPER_RULE_AND_PLAN
 
 TRAIN = [
     ("what color is the circle?", "red"),
@@ -201,8 +202,8 @@ def test_the_evaluation_runs_every_policy_then_writes_demo_json_naming_its_comma
     (main_args, main_run), (typed_args, typed_run) = calls
     assert main_args[1] == out and main_run["baseline"] == "mai-transfer"
     assert [run.name for run in main_args[2]] == list(demo_eval.RUN_NAMES)
-    paper_rule = {"min_confidence": 0, "confident_large": None, "plan": "sequential"}
-    assert main_args[2][5].name == "mai-paper-rule" and dict(main_args[2][5].options) == paper_rule
+    paper = main_args[2][5]  # the paper's rule and plan, as the server reads a request's options
+    assert paper.name == "mai-paper-rule" and dict(paper.options) == PAPER_RULE_AND_PLAN
     assert typed_args[0] == tmp_path / "demo-test-4-typed.jsonl" and typed_args[1] == out / "typed"
     assert [run.name for run in typed_args[2]] == ["mai-small", "mai-large"] and "baseline" not in typed_run
     assert {call["command"] for _, call in calls} == {command(argv)}

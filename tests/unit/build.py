@@ -21,7 +21,7 @@ def chat_job(
     decision = route(payload, config)
     if isinstance(decision, Passthrough):
         return decision
-    return asyncio.run(job_from_chat(config, decision.request, request_id, fetch))
+    return asyncio.run(job_from_chat(config, decision, request_id, fetch))
 
 
 def answer_job(

@@ -104,7 +104,7 @@ def holder_handle(report, snapshot) -> Any:
 
 
 def report_to(holder: Any, name: str, reporter: Any) -> Any:
-    """``reporter``'s next exchange with an in-process holder (``stats_holder.AuditStats``) as ``name``:
+    """``reporter``'s next exchange with an in-process holder (``stats_holder.StatsHolder``) as ``name``:
     the holder's reply."""
 
     async def send(report):

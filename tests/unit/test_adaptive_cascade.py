@@ -12,7 +12,7 @@ from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.stats_holder import AuditStats
+from serve_app.edge.stats_holder import StatsHolder
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
@@ -125,7 +125,7 @@ def test_the_replicas_learn_together_and_a_holder_that_is_down_falls_back_to_the
     from ray.exceptions import ActorDiedError
 
     settings = config(mode="learn", min_samples=4, explore=0.0)
-    holder = AuditStats(settings.cascade.audit, settings.cascade.adaptive)
+    holder = StatsHolder(settings.cascade.audit, settings.cascade.adaptive)
     handle = holder_handle(holder.report, holder.snapshot)
     models = ({S: "[[no]]", R: "A dog. [[yes]]"}, {S: "[[yes]]", T: "[[yes]]"})
     delays = {S: 0.01, R: 0.03}

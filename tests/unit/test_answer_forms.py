@@ -7,12 +7,13 @@ import re
 import pytest
 
 from deployments.emulated_script import constrained_pieces, reply_pieces
+from serve_app.clients.failures import error_response_failure
 from serve_app.core.answer_forms import AnswerFormError, answer_form, check_options
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import ConstraintRejectedError, Question
+from serve_app.core.contracts import ConstraintRejectedError
 from serve_app.core.options import CascadeOptions
 from serve_app.core.prompts import PromptKind
-from serve_app.engines.failures import error_response_failure
+from serve_app.core.question_parsing import read_question
 
 from .fakes import ScriptedVLM
 
@@ -66,7 +67,7 @@ def test_open_text_is_free_and_options_a_grammar_cannot_tell_apart_are_named():
     assert matches(form, S, "[[a+b]]") and matches(form, S, "[[(c)]]") and not matches(form, S, "[[aab]]")
 
 
-YES_NO = Question("Is the shape red?", "data:image/png;base64,AAAA")
+YES_NO = read_question("Is the shape red?", image_url="data:image/png;base64,AAAA")
 
 
 async def test_every_stage_asks_its_engine_for_the_form_and_the_trace_says_which():
@@ -79,7 +80,7 @@ async def test_every_stage_asks_its_engine_for_the_form_and_the_trace_says_which
     assert all(stage.constraint == answer_form("yes_no").pattern for stage in result.trace.stages)
     free = await Cascade(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"})).run(YES_NO)
     assert all(stage.constraint is None for stage in free.trace.stages)  # off by default
-    text = Question("What is the color of the shape?", "data:image/png;base64,AAAA")
+    text = read_question("What is the color of the shape?", image_url="data:image/png;base64,AAAA")
     small, large = ScriptedVLM({S: "[[red]]"}), ScriptedVLM({S: "[[red]]"})
     await Cascade(small, large).run(text, CascadeOptions(structured_answers=True))
     assert [call.engine_call.constraint for call in small.calls + large.calls] == [None, None]

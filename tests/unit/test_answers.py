@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.core.answers import (
-    KINDS,
+    ANSWER_KINDS,
     extract_answer,
     infer_kind,
     is_valid,
@@ -194,7 +194,7 @@ def test_text_agreement_on_words():
 # ---------------------------------------------------------------- never agree on nothing
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ANSWER_KINDS)
 @pytest.mark.parametrize(("a", "b"), [(None, None), (None, "x"), ("", ""), ("  ", "  "), ("...", "...")])
 def test_none_or_empty_never_agrees(kind, a, b):
     assert not agree(a, b, kind)
@@ -219,7 +219,7 @@ def test_answers_that_answer_nothing_are_not_valid_and_never_agree():
 @given(
     a=st.one_of(st.text(), st.none(), st.integers(), st.floats(), st.binary(), st.lists(st.text())),
     b=st.one_of(st.text(), st.none(), st.integers(), st.floats()),
-    kind=st.one_of(st.sampled_from(KINDS), st.text(max_size=5)),
+    kind=st.one_of(st.sampled_from(ANSWER_KINDS), st.text(max_size=5)),
     tolerance=st.floats(0.0, 0.05),
 )
 def test_matchers_never_raise(a, b, kind, tolerance):
@@ -228,7 +228,7 @@ def test_matchers_never_raise(a, b, kind, tolerance):
     extract_answer(a)
     assert 0.0 <= anls(a, b) <= 1.0
     assert relaxed_match(a, b) in (True, False)
-    assert infer_kind(a) in KINDS
+    assert infer_kind(a) in ANSWER_KINDS
 
 
 @settings(max_examples=200, deadline=None)

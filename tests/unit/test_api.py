@@ -5,6 +5,7 @@ import base64
 import pytest
 
 from serve_app.config import AppConfig
+from serve_app.core.plans import Plan
 from serve_app.edge.errors import RequestError
 from serve_app.edge.jobs import parse_json
 from serve_app.edge.routing import Passthrough
@@ -43,7 +44,7 @@ def test_explicit_choices_answer_type_options_and_max_tokens():
         "Which?", max_tokens=5, mai={"choices": ["x", "y"], "options": {"eager_reasoning": True}}
     )
     job = chat_job(CONFIG, body)
-    assert job.question.choices == ("x", "y") and job.options.eager_reasoning
+    assert job.question.choices == ("x", "y") and job.options.plan is Plan.EAGER  # eager names a plan
     assert job.options.max_tokens.simple == 5 and job.options.max_tokens.transfer == 5
     assert job.options.max_tokens.reasoning == CONFIG.cascade.max_tokens.reasoning
 

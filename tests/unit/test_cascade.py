@@ -3,11 +3,14 @@ import math
 
 import pytest
 
-from evaluation.replay import VirtualClockLoop, recorded_stages, replay
+from evaluation.replay import recorded_stages, replay
+from harness.virtual_clock import VirtualClockLoop
 from serve_app.core.cascade import Cascade, ModelUnavailableError
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, Question
 from serve_app.core.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
+from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
+from serve_app.core.question_parsing import read_question
 
 from .fakes import ScriptedVLM
 
@@ -19,8 +22,8 @@ S, E, R, S2, T = (
     PromptKind.TRANSFER,
 )
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
-YES_NO = Question("Is there a fan in the picture?", image_url=IMAGE)
-CHOICE = Question("What is the size of real GDP?", image_url=IMAGE, choices=("500", "450", "400", "600"))
+YES_NO = read_question("Is there a fan in the picture?", image_url=IMAGE)
+CHOICE = read_question("What is the size of real GDP?", image_url=IMAGE, choices=("500", "450", "400", "600"))
 
 
 def models(small: dict, large: dict, small_delays=None, large_delays=None):
@@ -81,7 +84,7 @@ async def test_transfer_form_can_be_overridden():
 
 async def test_paper_example_2_inline_transfers_but_two_stage_agrees():
     """B.6 Example 2: the small model reasons correctly but answers "[[0]]" to a yes/no question."""
-    question = Question("The image shows a python code. Is the output of the code '1'?", image_url=IMAGE)
+    question = read_question("The image shows a python code. Is the output of the code '1'?", image_url=IMAGE)
     reasoning = "find returns 0, so the output is not '1' but 0.\n[[0]]"
     replies_small = {S: "[[Yes]]", R: reasoning, S2: "No"}
 
@@ -100,7 +103,9 @@ async def test_paper_example_2_inline_transfers_but_two_stage_agrees():
 
 async def test_paper_example_3_reference_transfer():
     """B.6 Example 3: 8B-S and 2B-R both say yes; 8B reading 2B-R under the reference prompt says No."""
-    question = Question("I feel very cold. Is the tool in the picture suitable for use?", image_url=IMAGE)
+    question = read_question(
+        "I feel very cold. Is the tool in the picture suitable for use?", image_url=IMAGE
+    )
     reasoning = "1. Identify the Object: a table fan.\n5. Conclusion: it is suitable.\n\n[[yes]]"
     small, large = models({R: reasoning}, {T: "No"})
     result = await run(small, large, question=question, policy="transfer", transfer_form="reference")
@@ -240,7 +245,7 @@ async def test_eager_reasoning_is_cancelled_when_stage_one_agrees():
     small, large = models({S: "[[Yes]]", R: "never"}, {S: "[[Yes]]"}, small_delays={R: 10.0})
     loop = asyncio.get_running_loop()
     started = loop.time()
-    result = await run(small, large, eager_reasoning=True)
+    result = await run(small, large, plan=Plan.EAGER)
     assert loop.time() - started < 2.0
     assert result.route == "agree_short"
     assert small.kinds() == [R, S]
@@ -254,7 +259,7 @@ async def test_eager_reasoning_is_used_once_when_stage_one_disagrees():
     )
     loop = asyncio.get_running_loop()
     started = loop.time()
-    result = await run(small, large, eager_reasoning=True)
+    result = await run(small, large, plan=Plan.EAGER)
     assert result.route == "agree_reasoned"
     assert small.kinds().count(R) == 1 and small.cancelled() == []
     # Reasoning overlapped stage 1: about 0.5 s, where one after the other takes 1.0 s (a wide margin,
@@ -263,7 +268,7 @@ async def test_eager_reasoning_is_used_once_when_stage_one_disagrees():
 
 
 def on_a_virtual_clock(coroutine):
-    """``coroutine`` run on a virtual clock (``evaluation.replay``): the scripted delays take no wall time
+    """``coroutine`` run on a virtual clock (``harness.virtual_clock``): the scripted delays take no wall time
     and the trace's times are exact."""
     loop = VirtualClockLoop()
     try:
@@ -291,7 +296,8 @@ ESCALATING = {S: "[[A]]", R: "The curves meet at 400.\n[[C]]"}, {S: "[[B]]", T: 
 )
 def test_each_stage_starts_when_the_stages_it_waits_for_have_ended(eager, expected, latency):
     small, large = models(*ESCALATING, small_delays={S: 0.25, R: 1.0}, large_delays={S: 0.5, T: 0.125})
-    result = on_a_virtual_clock(run(small, large, question=CHOICE, eager_reasoning=eager))
+    plan = Plan.EAGER if eager else Plan.SEQUENTIAL
+    result = on_a_virtual_clock(run(small, large, question=CHOICE, plan=plan))
     assert result.route == "transfer"
     assert starts(result) == expected
     assert result.trace.latency_s == latency
@@ -334,7 +340,7 @@ def test_a_recording_without_start_times_replays_with_them():
 
 async def test_cancelling_the_request_cancels_the_model_calls():
     small, large = models({S: "[[Yes]]", R: "x"}, {S: "[[Yes]]"}, {S: 10.0, R: 10.0}, {S: 10.0})
-    task = asyncio.ensure_future(run(small, large, eager_reasoning=True))
+    task = asyncio.ensure_future(run(small, large, plan=Plan.EAGER))
     await asyncio.sleep(0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -433,9 +439,9 @@ def test_options_validate():
 
 
 def test_question_infers_its_kind():
-    assert Question("How many cats?").kind == "number"
-    assert Question("Which?", choices=["a", "b"]).kind == "choice"
-    assert Question("Is it?").kind == "yes_no"
+    assert read_question("How many cats?").kind == "number"
+    assert read_question("Which?", choices=["a", "b"]).kind == "choice"
+    assert read_question("Is it?").kind == "yes_no"
 
 
 async def test_every_call_names_its_request_stage_and_prompt_kind():
@@ -537,7 +543,7 @@ async def test_a_confident_large_answer_settles_a_disagreement_only_when_asked()
 
 async def test_a_confident_large_answer_never_overrules_a_more_confident_valid_small_one():
     """The README's first request: the small model said red at 0.99, the large brown at 0.83."""
-    colour = Question("What is the color of the shape?", image_url=IMAGE)
+    colour = read_question("What is the color of the shape?", image_url=IMAGE)
     replies = ({S: "[[red]]", R: "The shape is red.\n[[red]]"}, {S: "[[brown]]", T: "[[red]]"})
     small, large = models(*replies)
     small.confidences, large.confidences = {S: 0.99}, {S: 0.83}
@@ -613,7 +619,7 @@ async def test_single_model_baselines_serve_what_their_model_said_with_its_valid
 
 
 async def test_an_either_or_question_is_a_choice_asked_as_it_is_and_answered_with_the_option():
-    question = Question("Is the shape red or blue?", image_url=IMAGE)
+    question = read_question("Is the shape red or blue?", image_url=IMAGE)
     assert (question.kind, question.choices, question.options_named) == ("choice", ("red", "blue"), True)
     small, large = models({S: "[[Red]]"}, {S: "[[red.]]"})
     result = await run(small, large, question=question)
@@ -628,7 +634,7 @@ async def test_an_either_or_question_is_a_choice_asked_as_it_is_and_answered_wit
 
 
 async def test_the_request_choices_win_over_the_options_an_either_or_question_names():
-    question = Question("Is the shape red or blue?", image_url=IMAGE, choices=("green", "yellow"))
+    question = read_question("Is the shape red or blue?", image_url=IMAGE, choices=("green", "yellow"))
     assert question.choices == ("green", "yellow") and not question.options_named
     small, large = models({S: "[[A]]"}, {S: "[[A]]"})
     result = await run(small, large, question=question)
@@ -637,8 +643,8 @@ async def test_the_request_choices_win_over_the_options_an_either_or_question_na
 
 
 def test_an_either_or_question_with_or_not_stays_yes_no():
-    assert Question("Is the shape red or not?", image_url=IMAGE).kind == "yes_no"
-    assert Question("Is the shape red or blue?", image_url=IMAGE, kind="yes_no").choices == ()
+    assert read_question("Is the shape red or not?", image_url=IMAGE).kind == "yes_no"
+    assert read_question("Is the shape red or blue?", image_url=IMAGE, kind="yes_no").choices == ()
 
 
 def test_confidence_options_validate():
@@ -674,7 +680,7 @@ async def test_a_bug_in_a_client_fails_the_request_and_is_never_a_degraded_route
     small, large = models({S: "[[Yes]]", R: "x [[Yes]]"}, {S: "[[Yes]]", T: "[[Yes]]"})
     pair = (ClientWithoutDecoding(), large) if broken == "small" else (small, ClientWithoutDecoding())
     with pytest.raises(TypeError, match="decoding"):
-        await Cascade(*pair).run(Question("Is it red?"), CascadeOptions(policy=policy))
+        await Cascade(*pair).run(read_question("Is it red?"), CascadeOptions(policy=policy))
 
 
 async def test_a_bug_in_a_selector_fails_the_request():

@@ -5,9 +5,9 @@ from types import SimpleNamespace as Obj
 
 import pytest
 
+from serve_app.clients.llm_server import _completion_of
 from serve_app.config import AppConfig
 from serve_app.core.contracts import EngineUnavailableError
-from serve_app.engines.client import _completion_of
 
 
 def response(content: str, logprobs=None):
@@ -78,10 +78,10 @@ class RecordingHandle:
 
 
 async def test_each_call_decodes_as_its_decoding_says():
+    from serve_app.clients.llm_server import LLMServerClient
     from serve_app.core.contracts import EngineCall
     from serve_app.core.options import Decoding
     from serve_app.core.prompts import PromptKind
-    from serve_app.engines.client import LLMServerClient
 
     tokens = [
         Obj(
@@ -119,9 +119,9 @@ async def test_a_generation_the_engine_failed_is_an_engine_error_never_a_bug():
     once in 1,300 requests on the CPU stack): the model failed, so the route degrades."""
     from vllm.exceptions import GenerationError
 
+    from serve_app.clients.llm_server import LLMServerClient
     from serve_app.core.contracts import EngineCall
     from serve_app.core.prompts import PromptKind
-    from serve_app.engines.client import LLMServerClient
 
     class FailingHandle(RecordingHandle):
         def _remote(self, request):
@@ -137,9 +137,9 @@ async def test_a_generation_the_engine_failed_is_an_engine_error_never_a_bug():
 
 
 async def test_an_audits_calls_carry_its_engine_priority_and_served_calls_none():
+    from serve_app.clients.llm_server import LLMServerClient
     from serve_app.core.contracts import EngineCall
     from serve_app.core.prompts import PromptKind
-    from serve_app.engines.client import LLMServerClient
 
     handle = RecordingHandle(response("Yes", None))
     client = LLMServerClient(handle, "m", logprobs=False)
@@ -151,10 +151,10 @@ async def test_an_audits_calls_carry_its_engine_priority_and_served_calls_none()
 
 
 async def test_a_constrained_call_asks_vllm_for_structured_outputs_and_a_free_one_does_not():
+    from serve_app.clients.llm_server import LLMServerClient
     from serve_app.core.answer_forms import answer_form
     from serve_app.core.contracts import ConstraintRejectedError, EngineCall
     from serve_app.core.prompts import PromptKind
-    from serve_app.engines.client import LLMServerClient
 
     regex = answer_form("yes_no").regex(PromptKind.SIMPLE)
     handle = RecordingHandle(response("[[yes]]", None))

@@ -19,7 +19,7 @@ from deployments.emulated_script import (
     scripted_confidence,
 )
 from deployments.settings import EmulationSettings
-from serve_app.core.answers import extract_answer
+from serve_app.core.answers import ANSWER_KINDS, extract_answer
 from serve_app.core.confidence import answer_confidence
 from serve_app.core.contracts import TokenLogprob
 from serve_app.core.verification import agree
@@ -63,7 +63,7 @@ def test_routes_follow_table_10(dataset):
 @pytest.mark.parametrize("route", ["agree_short", "agree_reasoned", "transfer"])
 def test_scripted_answers_lead_the_cascade_to_its_route(route):
     """What the cascade's matcher concludes from the scripted answers is the scripted route."""
-    for kind in ("choice", "yes_no", "number", "text"):
+    for kind in ANSWER_KINDS:
         small_short, large_short = (
             scripted_answer(route, "small", "simple", kind),
             scripted_answer(route, "large", "simple", kind),

@@ -2,9 +2,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deployments.engine_ids import EngineRequestId, parse_engine_request_id
+from serve_app.clients.llm_server import engine_request_id
+from serve_app.core.answers import ANSWER_KINDS
 from serve_app.core.contracts import EngineCall
 from serve_app.core.prompts import PromptKind
-from serve_app.engines.client import engine_request_id
 
 REQUEST_IDS = st.text(alphabet="abcXYZ0129._:-", min_size=1, max_size=40)
 STAGES = st.sampled_from(
@@ -16,7 +17,7 @@ STAGES = st.sampled_from(
     REQUEST_IDS,
     STAGES,
     st.sampled_from(list(PromptKind)),
-    st.sampled_from(["choice", "yes_no", "number", "text"]),
+    st.sampled_from(ANSWER_KINDS),
     st.integers(min_value=0, max_value=10**9),
 )
 def test_the_format_parses_back_to_its_parts(request_id, stage, kind, answer_kind, number):

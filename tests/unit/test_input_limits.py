@@ -7,15 +7,16 @@ import json
 
 import pytest
 
+from serve_app.clients.failures import error_response_failure, input_error_code
+from serve_app.clients.llm_server import _completion_of
 from serve_app.config import AppConfig, Limits
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import EngineUnavailableError, InputRejectedError, Question
+from serve_app.core.contracts import EngineUnavailableError, InputRejectedError
 from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.prompts import PromptKind
+from serve_app.core.question_parsing import read_question
 from serve_app.edge.errors import RequestError, request_error_of
 from serve_app.edge.jobs import parse_json
-from serve_app.engines.client import _completion_of
-from serve_app.engines.failures import error_response_failure, input_error_code
 from serve_app.engines.model_limits import context_budgets, geometry, with_model_limits
 
 from ..images import chat_body, data_url
@@ -174,7 +175,7 @@ async def test_a_refused_input_fails_the_request_whichever_stage_met_it(small, l
     small_model, large_model = ScriptedVLM(small), ScriptedVLM(large)
     with pytest.raises(InputRejectedError) as error:
         await Cascade(small_model, large_model).run(
-            Question("Is it red?", image_url="data:,"), CascadeOptions()
+            read_question("Is it red?", image_url="data:,"), CascadeOptions()
         )
     rejected = error.value
     [refusal] = [v for v in (*small.values(), *large.values()) if isinstance(v, InputRejectedError)]
@@ -190,7 +191,7 @@ async def test_a_refusal_in_stage_one_cancels_the_other_models_call():
     started = asyncio.get_running_loop().time()
     with pytest.raises(InputRejectedError):
         await Cascade(small, large).run(
-            Question("Is it red?", image_url="data:,"), CascadeOptions(policy=Policy.CASCADE)
+            read_question("Is it red?", image_url="data:,"), CascadeOptions(policy=Policy.CASCADE)
         )
     assert asyncio.get_running_loop().time() - started < 1 and small.cancelled() == [S]
 

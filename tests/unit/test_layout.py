@@ -18,7 +18,7 @@ MAY_IMPORT = {
     "loadtest": {"deployments", "serve_app", "harness", "evaluation"},
 }
 # serve_app's layers, top to bottom: each may import the layers below it, never one above.
-SERVE_APP_LAYERS = ("app", "edge", "engines", "config", "core")
+SERVE_APP_LAYERS = ("app", "edge", "engines", "clients", "config", "core")
 FRAMEWORKS = {"ray", "vllm", "fastapi", "starlette", "httpx", "torch", "transformers"}
 
 
@@ -120,3 +120,18 @@ def test_the_mai_core_imports_no_framework_and_nothing_above_it():
         or (name.startswith("serve_app.") and not name.startswith("serve_app.core"))
     ]
     assert not wrong, wrong
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_of_the_project_passes_400_lines():
+    """Small modules with one concern each: no module of a top-level package (tests apart) is longer
+    than MAX_MODULE_LINES."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for package in MAY_IMPORT
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

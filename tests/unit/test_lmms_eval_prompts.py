@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import Question
 from serve_app.core.prompts import CHOICE, SHORT, TEMPLATES, PromptKind
-from serve_app.core.question_parsing import parse_question
+from serve_app.core.question_parsing import parse_question, read_question
 from tests import lmms_eval_prompts as lmms
 
 from ..images import chat_body
@@ -27,8 +26,7 @@ def kwargs(task_yaml: dict, variant: str = "default") -> dict:
 
 
 def read(text: str) -> tuple[str, tuple[str, ...], str | None, str | None]:
-    parsed = parse_question(text)
-    question = Question(parsed.text, choices=parsed.choices, kind=parsed.kind)
+    parsed, question = parse_question(text), read_question(text)
     form = parsed.instruction.form if parsed.instruction else None
     return parsed.text, parsed.choices, question.kind, form
 

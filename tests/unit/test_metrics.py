@@ -8,7 +8,7 @@ from serve_app.core.options import CascadeOptions
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.core.trace import AgreementCheck, CascadeResult, StageRecord, Trace
-from serve_app.edge.metrics import METRICS, measure
+from serve_app.edge.metrics import PROMETHEUS_METRICS, measure
 
 from .fakes import ScriptedVLM
 
@@ -16,7 +16,7 @@ from .fakes import ScriptedVLM
 def result(route, stages, policy="cascade", latency=1.5, checks=()):
     trace = Trace(policy=policy, kind="yes_no", route=route, latency_s=latency, stages=stages)
     trace.checks = list(checks)
-    return CascadeResult(answer="yes", route=route, trace=trace)
+    return CascadeResult(answer="yes", trace=trace)
 
 
 def stage(model, kind, prompt, completion, status="ok", latency=0.1):
@@ -105,5 +105,5 @@ def test_single_model_policies_have_no_verification():
 def test_every_measured_metric_is_declared_with_its_tags():
     m = measure("cascade", result("transfer", [stage("small", "simple", 1, 1)]))
     for name, tags, _ in m.counters + m.histograms:
-        kind, _, keys = METRICS[name]
+        kind, _, keys = PROMETHEUS_METRICS[name]
         assert set(tags) == set(keys), name

@@ -9,12 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serve_app.config import load_app_config
-from serve_app.core.options import CascadeOptions
+from serve_app.core.decision import OverloadReading, decide
+from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.overload import Level, OverloadSettings, OverloadState, RelaxTo, relaxed_options
-from serve_app.core.plan_choice import PlanChoice, decide_plan
+from serve_app.core.plan_choice import PlanChoice
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.stats_holder import AuditStats
+from serve_app.core.trace import OverloadRecord
+from serve_app.edge.stats_holder import StatsHolder
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
@@ -80,8 +82,8 @@ def test_relaxed_options_lower_thresholds_to_their_floors_never_raise_them():
         options, RelaxTo(min_confidence=0.3, confident_large=0.7, eager_reasoning=False)
     )
     assert (relaxed.min_confidence, relaxed.confident_large) == (0.3, 0.7)
-    assert relaxed.plan is Plan.EAGER  # the plan is decided once, by decide_plan
-    assert changed == {"min_confidence": [0.6, 0.3], "confident_large": [0.9, 0.7]}
+    assert relaxed.plan is Plan.EAGER  # the plan is decided once, by decision.decide
+    assert changed == {"min_confidence": (0.6, 0.3), "confident_large": (0.9, 0.7)}
     already_lower = CascadeOptions(min_confidence=0.2)  # a request's own, lower than the floor
     kept, changed = relaxed_options(already_lower, RelaxTo(min_confidence=0.3, confident_large=0.5))
     assert kept.min_confidence == 0.2 and kept.confident_large is None and changed == {}
@@ -89,12 +91,39 @@ def test_relaxed_options_lower_thresholds_to_their_floors_never_raise_them():
 
 def test_overloaded_an_eager_plan_runs_sequential_and_the_decision_says_so():
     learnt = PlanChoice(Plan.EAGER, "yes_no: eager 0.3s expected")
-    decided = decide_plan(CascadeOptions(), lambda: learnt, forced=False, relax_eager=True)
-    assert (decided.plan, decided.relaxed_from) == (Plan.SEQUENTIAL, Plan.EAGER)
-    assert decided.reason.startswith("yes_no: eager") and "eager runs sequential" in decided.reason
-    assert decide_plan(CascadeOptions(), lambda: learnt, forced=False) == learnt
-    forced = decide_plan(CascadeOptions(eager_reasoning=True), lambda: learnt, forced=True, relax_eager=True)
-    assert forced.plan is Plan.SEQUENTIAL and forced.reason.startswith("forced by the request")
+    server = CascadeOptions(min_confidence=0.6)
+    no_eager = RelaxTo(min_confidence=0.3, eager_reasoning=False)
+
+    def decided(options, level, relax_to=no_eager):
+        reading = None if level is None else OverloadReading(level, 12)
+        return decide(
+            options, "yes_no", server=server, choose=lambda: learnt, overload=reading, relax_to=relax_to
+        )
+
+    relaxed = decided(server, Level.RELAX)
+    assert (relaxed.plan.plan, relaxed.options.plan, relaxed.options.min_confidence) == (
+        Plan.SEQUENTIAL,
+        Plan.SEQUENTIAL,
+        0.3,
+    )
+    assert relaxed.plan.reason.startswith("yes_no: eager") and "eager runs sequential" in relaxed.plan.reason
+    assert relaxed.overload == OverloadRecord(
+        "relax", 12, {"min_confidence": (0.6, 0.3), "plan": ("eager", "sequential")}
+    )
+    assert not relaxed.measures_plan  # relaxed thresholds measure another plan
+    calm = decided(server, None)
+    assert calm.plan == learnt and calm.options.plan is Plan.EAGER and calm.overload is None
+    assert calm.measures_plan
+    shed = decided(server, Level.SHED)
+    assert shed.plan == learnt and shed.overload == OverloadRecord("shed", 12, {}) and shed.measures_plan
+    eager_allowed = decided(server, Level.RELAX, RelaxTo(min_confidence=0.3))
+    assert eager_allowed.plan.plan is Plan.EAGER and "plan" not in eager_allowed.overload.relaxed
+    forced = decided(server.model_copy(update={"plan": Plan.EAGER}), Level.RELAX)
+    assert forced.plan.plan is Plan.SEQUENTIAL and forced.plan.reason.startswith("forced by the request")
+    own = decided(server.model_copy(update={"min_confidence": 0.9}), None)
+    assert not own.measures_plan  # a request's own thresholds settle other shares at stage 1
+    baseline = decided(server.model_copy(update={"policy": Policy.SMALL}), Level.RELAX)
+    assert baseline.plan is None and baseline.overload is None and baseline.options.min_confidence == 0.6
 
 
 BASE = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
@@ -258,7 +287,7 @@ def test_the_stats_say_a_lone_replicas_own_overload_level():
 
 def test_the_stats_say_the_highest_level_of_the_replicas_the_holder_heard_from_lately():
     now = [0.0]
-    holder = AuditStats(load_app_config(BASE).cascade.audit, overload_enabled=True, clock=lambda: now[0])
+    holder = StatsHolder(load_app_config(BASE).cascade.audit, overload_enabled=True, clock=lambda: now[0])
     handle = holder_handle(holder.report, holder.snapshot)
     busy, _ = overloaded_replica([9], [0.0], stats=handle, name="busy")
     calm, _ = overloaded_replica([0], [0.0], stats=handle, name="calm")

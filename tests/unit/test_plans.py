@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evaluation.replay import RecordedStage, engine_seconds, replay
-from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions
 from serve_app.core.plan_stats import (
     REASON_FIRST_PRIOR_WEIGHT,
@@ -22,6 +21,7 @@ from serve_app.core.plan_stats import (
     exact_mean,
 )
 from serve_app.core.plans import Plan, PlanEstimates, expected_cost
+from serve_app.core.question_parsing import read_question
 
 share = st.floats(0, 1, allow_nan=False)
 seconds = st.floats(0.001, 30, allow_nan=False)
@@ -42,7 +42,7 @@ def walk(plan, accept1, accept2, accept_first, e):
         "reason_small": RecordedStage("yes" if agrees else "no", None, 0, 1, e.reasoning_s),
         "transfer_large": RecordedStage("yes", None, 0, e.transfer_tokens, e.transfer_s),
     }
-    [result] = replay({"q": Question("Is it red?")}, CascadeOptions(plan=plan), {"q": stages}).values()
+    [result] = replay({"q": read_question("Is it red?")}, CascadeOptions(plan=plan), {"q": stages}).values()
     large = result.trace.tokens()["large"]
     return result.trace.latency_s, engine_seconds(result), large["prompt_tokens"] + large["completion_tokens"]
 

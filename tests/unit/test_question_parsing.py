@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from serve_app.core.format_instructions import FORMS, Reply, reply_in_format, trailing_instruction
 from serve_app.core.listed_choices import split_choices
-from serve_app.core.question_parsing import QuestionFormatError, parse_question
+from serve_app.core.question_parsing import QuestionFormatError, parse_question, read_question
 
 from ..images import chat_body
 from .build import chat_job
@@ -63,14 +63,14 @@ def test_yes_or_no_to_a_question_with_options_is_not_taken():
 
 
 def test_yes_or_no_makes_the_question_yes_no_unless_the_request_says_otherwise():
-    assert parse_question("The shape is red. Answer yes or no.").kind == "yes_no"
-    assert parse_question("The shape is red. Answer yes or no.", kind="text").kind == "text"
+    assert read_question("The shape is red. Answer yes or no.").kind == "yes_no"
+    assert read_question("The shape is red. Answer yes or no.", kind="text").kind == "text"
 
 
 def test_the_options_label_question_label_and_instruction_all_go():
     text = "Question: Which shape is it?\nOptions:\nA. circle\nB. square\nAnswer with the option letter only."
-    parsed = parse_question(text)
-    assert (parsed.text, parsed.choices, parsed.kind) == (
+    parsed = read_question(text)
+    assert (parsed.question, parsed.choices, parsed.kind) == (
         "Which shape is it?",
         ("circle", "square"),
         "choice",
@@ -207,7 +207,7 @@ def test_without_an_instruction_the_answer_is_unchanged():
 )
 def test_letters_in_brackets_inside_a_sentence_are_no_options(text):
     assert split_choices(text) == (text, ())
-    assert parse_question(text).kind != "choice"
+    assert parse_question(text).choices == ()
 
 
 def test_with_the_requests_choices_lettered_lines_before_the_question_stay_in_it():

@@ -21,7 +21,7 @@ from serve_app.core.scaling import (
 )
 from serve_app.core.trace import StageRecord, Trace
 from serve_app.edge.autoscaling_policy import coupled_policy, role_of
-from serve_app.edge.demand_meter import METRICS, DemandMeter, demand_of
+from serve_app.edge.demand_meter import AUTOSCALING_METRICS, DemandMeter, demand_of
 
 
 def demand(rate=10.0, large_calls=1.2, large_s=0.5, small_calls=1.5, small_s=2.0, requests=50.0):
@@ -119,7 +119,7 @@ def test_the_ingress_counts_calls_and_seconds_per_model_from_each_trace():
     meter.arrived()
     meter.passed_through("large", 2.0)
     report = meter.report()
-    assert set(report) == set(METRICS)
+    assert set(report) == set(AUTOSCALING_METRICS)
     read = demand_of(report)
     assert read is not None and read.requests == pytest.approx(3.0)
     assert read.calls_per_request["small"] == pytest.approx(3 / 3)
@@ -140,7 +140,7 @@ def test_a_per_deployment_app_reports_no_demand():
 # ---------------------------------------------------------------------------------------------------
 # The policy Ray Serve calls, on Ray's own context objects.
 
-SMALL, LARGE, INGRESS, STATS = "small:s", "large:l", "MAIIngress", "MAIStats"
+SMALL, LARGE, INGRESS, STATS = "small:s", "large:l", "MAIIngress", "StatsHolder"
 
 
 def context(name, *, ongoing, replicas=1, metrics=None, upscale_delay_s=0.0, **config):

@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from deployments.attention import runs, select_by_mass
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import EngineUnavailableError, Question, Selection
+from serve_app.core.contracts import EngineUnavailableError, Selection
 from serve_app.core.options import CascadeOptions
 from serve_app.core.prompts import PromptKind
+from serve_app.core.question_parsing import read_question
 from serve_app.core.transfer_selectors import GAP, budget_select
 
 from ..images import data_url
@@ -80,7 +81,9 @@ async def test_the_trace_records_tokens_before_and_after_selection():
         {PromptKind.SIMPLE: "[[Yes]]", PromptKind.TRANSFER: "[[No]]", PromptKind.STAGE2: "No"}
     )
     cascade = Cascade(small, large, selectors={"budget": _budget})
-    result = await cascade.run(Question("Is it red?", "data:,"), CascadeOptions(transfer_selector="budget"))
+    result = await cascade.run(
+        read_question("Is it red?", image_url="data:,"), CascadeOptions(transfer_selector="budget")
+    )
     transfer = result.trace.to_dict()["transfer"]
     assert (
         transfer["selector"] == "budget"
@@ -103,7 +106,7 @@ async def test_a_failing_selector_sends_the_full_reasoning_and_says_so():
         {PromptKind.SIMPLE: "[[Yes]]", PromptKind.TRANSFER: "[[No]]", PromptKind.STAGE2: "No"}
     )
     result = await Cascade(small, large, selectors={"attention": broken}).run(
-        Question("Is it red?", "data:,"), CascadeOptions(transfer_selector="attention")
+        read_question("Is it red?", image_url="data:,"), CascadeOptions(transfer_selector="attention")
     )
     assert result.route == "transfer"
     transfer = result.trace.transfer

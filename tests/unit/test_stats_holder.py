@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.core.audit import AuditBook, AuditSettings
+from serve_app.core.model_tokens import TOKEN_KINDS, Tokens
 from serve_app.core.overload import fleet_overload
 from serve_app.core.plan_choice import (
     AdaptiveSettings,
@@ -24,15 +25,19 @@ from serve_app.core.plan_choice import (
 )
 from serve_app.core.plan_stats import Observation, PlanBook, estimates_of
 from serve_app.core.plans import Plan
+from serve_app.core.roles import ROLES
+from serve_app.core.routes import COMPLETED, EARLY_EXITS
 from serve_app.edge.plan_controller import PlanController
-from serve_app.edge.stats_holder import AuditStats, stats_body
+from serve_app.edge.stats_holder import StatsHolder, stats_body
 from serve_app.edge.stats_reporter import StatsReporter
 
 from .ingress_replica import report_to
 
 CLASSES = ["yes_no", "choice", "text/chartqa"]
-ROUTES = ["agree_short", "confident_large", "agree_reasoned", "transfer", "single"]
-PLANS = ["sequential", "eager", "reason-first", "transfer", "small"]
+# As a trace names them: the routes of completed runs, of them the early exits an audit checks, the plans.
+ROUTES = [route.value for route in COMPLETED]
+EARLY = [route.value for route in EARLY_EXITS]
+PLANS = [plan.value for plan in Plan]
 # A time: a replica's clock moves to it unless it is past it already (it never goes back); few times,
 # so ties within and across replicas are common.
 TIME = st.integers(0, 8).map(float)
@@ -40,7 +45,6 @@ SECONDS = st.one_of(st.none(), st.floats(0, 1e4, allow_nan=False), st.sampled_fr
 TOKENS = st.one_of(st.none(), st.integers(0, 5000))
 REPLICA = st.integers(0, 3)  # modulo the replicas drawn
 LEVELS = ["normal", "shed", "relax"]
-MODELS, KINDS = ("small", "large"), ("prompt_tokens", "completion_tokens")
 # A request's tokens per model, as ``Trace.tokens()`` gives them (zeros and cached tokens too).
 TOKENS_BY_MODEL = st.fixed_dictionaries(
     {
@@ -51,11 +55,11 @@ TOKENS_BY_MODEL = st.fixed_dictionaries(
                 "completion_tokens": st.integers(0, 300),
             }
         ).map(lambda tokens: {kind: count or 0 for kind, count in tokens.items()})
-        for model in MODELS
+        for model in ROLES
     }
 )
 CLASS = st.integers(0, 2)  # modulo the classes drawn
-AUDIT = st.tuples(st.just("audit"), REPLICA, CLASS, st.sampled_from(ROUTES[:3]), st.booleans(), TIME)
+AUDIT = st.tuples(st.just("audit"), REPLICA, CLASS, st.sampled_from(EARLY), st.booleans(), TIME)
 OBSERVE = st.tuples(
     st.just("observe"),
     REPLICA,
@@ -111,7 +115,7 @@ class Reported:
     tokens: Counter
 
 
-def exchange(holder: AuditStats, replica: Replica, reported: dict, *, lose: bool = False):
+def exchange(holder: StatsHolder, replica: Replica, reported: dict, *, lose: bool = False):
     """One report of ``replica``; ``reported`` keeps the books as the holder last applied them."""
 
     async def send(report):
@@ -135,7 +139,7 @@ def bits(estimates) -> str:
     return repr(dataclasses.astuple(estimates))
 
 
-def check_the_same_view(holder: AuditStats, reported: dict, reply, audit: AuditSettings, adaptive):
+def check_the_same_view(holder: StatsHolder, reported: dict, reply, audit: AuditSettings, adaptive):
     audits = AuditBook.merged([replica.audits for replica in reported.values()], audit.window)
     plans = PlanBook.merged([replica.plans for replica in reported.values()], adaptive.window)
     overload = fleet_overload(False, [replica.level for replica in reported.values()])
@@ -143,7 +147,7 @@ def check_the_same_view(holder: AuditStats, reported: dict, reply, audit: AuditS
     assert body == stats_body(audits, plans, audit, adaptive, overload=overload)
     tallied = sum((replica.tokens for replica in reported.values()), Counter())
     for cls, entry in body["classes"].items():  # the tokens as the replicas tallied them, not as reported
-        assert entry["tokens"] == {m: {k: tallied[cls, m, k] for k in KINDS} for m in MODELS}
+        assert entry["tokens"] == {m: {k: tallied[cls, m, k] for k in TOKEN_KINDS} for m in ROLES}
     assert set(holder.audits.classes) == set(audits.classes)
     assert set(holder.plans.classes) == set(plans.classes)
     controller = PlanController(adaptive, audit, AuditBook(audit.window), shared=True)
@@ -185,20 +189,20 @@ def test_the_holder_gives_the_exact_merge_of_what_was_reported(
     audit = AuditSettings(rate=1.0, window=audit_window, max_disagreement=max_disagreement)
     adaptive = AdaptiveSettings(mode="learn", window=plan_window, min_samples=min_samples, explore=0.3)
     fleet = [Replica(f"r{index}", audit_window, plan_window) for index in range(replicas)]
-    holder = AuditStats(audit, adaptive)
+    holder = StatsHolder(audit, adaptive)
     reported: dict = {}  # name -> what the holder applied last (``Reported``), in its rank order
     for event in events:
         kind = event[0]
         if kind == "restart":  # the holder dies and Serve starts another: it knows nobody
-            holder, reported = AuditStats(audit, adaptive), {}
+            holder, reported = StatsHolder(audit, adaptive), {}
             continue
         replica = fleet[event[1] % replicas]
         if kind in ("request", "audit", "observe"):
             event = (*event[:2], CLASSES[event[2] % classes], *event[3:])
         if kind == "request":
             _, _, cls, route, plan, by_model = event
-            replica.audits.record_request(cls, route, tokens=7, plan=plan, tokens_by_model=by_model)
-            replica.tokens.update({(cls, m, k): by_model[m][k] for m in MODELS for k in KINDS})
+            replica.audits.record_request(cls, route, tokens=7, plan=plan, tokens_by_model=Tokens(by_model))
+            replica.tokens.update({(cls, m, k): by_model[m][k] for m in ROLES for k in TOKEN_KINDS})
         elif kind == "audit":
             _, _, cls, route, disagreed, at = event
             replica.clock = max(replica.clock, at)
@@ -236,7 +240,7 @@ def audited_replica(name: str, audits: int, *, window: int = 1000, at: float = 0
 
 def test_a_holder_that_restarted_asks_for_everything_and_gets_it_in_the_same_exchange():
     audit, adaptive = AuditSettings(rate=1.0, window=50), AdaptiveSettings(window=20)
-    holder, replica, calls = AuditStats(audit, adaptive), audited_replica("a", 30), []
+    holder, replica, calls = StatsHolder(audit, adaptive), audited_replica("a", 30), []
 
     async def send(report):
         calls.append(report)
@@ -244,7 +248,7 @@ def test_a_holder_that_restarted_asks_for_everything_and_gets_it_in_the_same_exc
 
     asyncio.run(replica.reporter.exchange(send))
     replica.audits.record_audit("yes_no", "agree_short", True, tokens=5, at=40.0)
-    holder = AuditStats(audit, adaptive)  # restarted: it knows nobody
+    holder = StatsHolder(audit, adaptive)  # restarted: it knows nobody
     reply = asyncio.run(replica.reporter.exchange(send))
     assert [report["full"] for report in calls] == [True, False, True]
     assert len(calls[1]["audits"]["yes_no"]["recent"]) == 1  # only the new audit, refused
@@ -261,7 +265,7 @@ def test_a_holder_that_restarted_asks_for_everything_and_gets_it_in_the_same_exc
 
 def test_a_report_whose_reply_was_lost_is_sent_again_and_counts_once():
     audit = AuditSettings(rate=1.0, window=50)
-    holder, replica = AuditStats(audit), audited_replica("a", 10)
+    holder, replica = StatsHolder(audit), audited_replica("a", 10)
     report_to(holder, "a", replica.reporter)
     replica.audits.record_request("yes_no", "transfer", tokens=5)
     replica.audits.record_audit("yes_no", "agree_short", True, tokens=5, at=20.0)
@@ -293,7 +297,7 @@ def test_a_report_whose_reply_was_lost_is_sent_again_and_counts_once():
 
 def test_an_audit_older_than_a_full_window_is_dropped():
     audit = AuditSettings(rate=1.0, window=4)
-    holder = AuditStats(audit)
+    holder = StatsHolder(audit)
     late, early = audited_replica("late", 4, window=4, at=100.0), audited_replica("early", 3, window=4)
     report_to(holder, "late", late.reporter)
     report_to(holder, "early", early.reporter)  # every audit of it older than the window's oldest
@@ -305,7 +309,7 @@ def test_an_audit_older_than_a_full_window_is_dropped():
 
 
 def test_a_report_carries_what_changed_not_the_windows():
-    holder, replica = AuditStats(AuditSettings(rate=1.0, window=1000)), audited_replica("a", 1000)
+    holder, replica = StatsHolder(AuditSettings(rate=1.0, window=1000)), audited_replica("a", 1000)
     replica.audits.record_request("choice", "agree_short", tokens=5)
     first = replica.reporter.report()
     replica.reporter.acknowledged(holder.report("a", first))
@@ -327,7 +331,7 @@ def test_the_holder_warns_once_per_alert_and_again_after_the_class_recovered():
     # The first alert rests on the exact lower bound (4 of 4 disagreed), the second on the rate over a
     # full window of alert_min_samples audits (4 of 10, 40 % > 30 %).
     audit = AuditSettings(rate=1.0, window=10, max_disagreement=0.3, alert_min_samples=10)
-    holder, replica = AuditStats(audit), Replica("a", 10, 10)
+    holder, replica = StatsHolder(audit), Replica("a", 10, 10)
     log, records = logging.getLogger("ray.serve"), []
     handler = logging.Handler()
     handler.emit = records.append
@@ -345,7 +349,7 @@ def test_the_holder_warns_once_per_alert_and_again_after_the_class_recovered():
 
 
 def test_the_estimates_of_one_book_and_of_the_running_sums_agree_on_odd_values():
-    holder, replica = AuditStats(AuditSettings(), AdaptiveSettings(window=3)), Replica("a", 5, 3)
+    holder, replica = StatsHolder(AuditSettings(), AdaptiveSettings(window=3)), Replica("a", 5, 3)
     book = replica.plans
     for index, value in enumerate([0.1, 0.2, 0.3, 1e-310, 1e16, 1.0, float("inf"), 2.0, 3.0, 4.0]):
         book.record(
@@ -356,7 +360,7 @@ def test_the_estimates_of_one_book_and_of_the_running_sums_agree_on_odd_values()
 
 
 def test_ties_of_time_go_as_a_stable_sort_of_the_replicas_in_the_order_they_first_reported():
-    holder = AuditStats(AuditSettings(rate=1.0, window=1), AdaptiveSettings(window=1))
+    holder = StatsHolder(AuditSettings(rate=1.0, window=1), AdaptiveSettings(window=1))
     a, b = Replica("a", 1, 1), Replica("b", 1, 1)
     a.audits.record_audit("yes_no", "agree_short", True, tokens=1, at=5.0)
     b.audits.record_audit("yes_no", "agree_reasoned", False, tokens=1, at=5.0)
@@ -372,14 +376,14 @@ def test_ties_of_time_go_as_a_stable_sort_of_the_replicas_in_the_order_they_firs
     assert holder.plans.estimates("yes_no").stage1_s == 1.0
 
 
-def levels(holder: AuditStats) -> tuple[str, dict]:
+def levels(holder: StatsHolder) -> tuple[str, dict]:
     overload = holder.snapshot()["overload"]
     return overload["level"], overload["replicas"]
 
 
 def test_the_overload_level_is_the_highest_of_the_replicas_heard_from_within_three_intervals():
     now = [0.0]
-    holder = AuditStats(AuditSettings(report_interval_s=5.0), overload_enabled=True, clock=lambda: now[0])
+    holder = StatsHolder(AuditSettings(report_interval_s=5.0), overload_enabled=True, clock=lambda: now[0])
     assert holder.snapshot()["overload"] == {
         "enabled": True,
         "level": "normal",
@@ -407,7 +411,7 @@ def test_the_overload_level_is_the_highest_of_the_replicas_heard_from_within_thr
 
 def test_a_late_report_moves_no_level_and_overload_off_says_so():
     now = [0.0]
-    holder = AuditStats(AuditSettings(), clock=lambda: now[0])
+    holder = StatsHolder(AuditSettings(), clock=lambda: now[0])
     replica = Replica("a", 10, 10)
     replica.level = "shed"
     late = replica.reporter.report()

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serve_app.core.answers import HEDGES, KINDS, is_valid
+from serve_app.core.answers import ANSWER_KINDS, HEDGES, is_valid
 from serve_app.core.verification import agree
 
 # Distinct answers that share most of their letters: the ANLS >= 0.5 rule took each pair as one answer.
@@ -108,13 +108,13 @@ choices = st.one_of(st.none(), st.lists(st.text(min_size=1, max_size=8), min_siz
 
 
 @settings(max_examples=500, deadline=None)
-@given(a=answers, b=answers, kind=st.sampled_from(KINDS), options=choices)
+@given(a=answers, b=answers, kind=st.sampled_from(ANSWER_KINDS), options=choices)
 def test_agreement_is_symmetric(a, b, kind, options):
     assert agree(a, b, kind, choices=options) == agree(b, a, kind, choices=options)
 
 
 @settings(max_examples=300, deadline=None)
-@given(a=answers, kind=st.sampled_from(KINDS), options=choices)
+@given(a=answers, kind=st.sampled_from(ANSWER_KINDS), options=choices)
 def test_a_valid_answer_agrees_with_itself_and_an_invalid_one_with_nothing(a, kind, options):
     assert agree(a, a, kind, choices=options) == is_valid(a, kind, choices=options)
 
@@ -123,7 +123,7 @@ def test_a_valid_answer_agrees_with_itself_and_an_invalid_one_with_nothing(a, ki
 @given(
     a=st.one_of(st.text(), st.none(), st.integers(), st.floats(), st.binary()),
     b=st.one_of(st.text(), st.none(), st.integers(), st.floats()),
-    kind=st.one_of(st.sampled_from(KINDS), st.text(max_size=5)),
+    kind=st.one_of(st.sampled_from(ANSWER_KINDS), st.text(max_size=5)),
     tolerance=st.floats(0.0, 0.05),
 )
 def test_never_raises(a, b, kind, tolerance):

@@ -28,6 +28,7 @@ from ..load import (
 )
 from ..plans import (
     ADAPTIVE_LEARN,
+    PLAN_LEGEND,
     PLAN_LETTERS,
     completed_plans,
     plans_in_order,
@@ -136,7 +137,7 @@ def shift(url: str, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "adaptive": SHIFT_ADAPTIVE,
         "time_scale": SHIFT_TIME_SCALE,
         "requests_per_phase": SHIFT_PHASE,
-        "note": "plans_in_order: s sequential, e eager, r reason-first, t transfer, by completion",
+        "note": f"plans_in_order: {PLAN_LEGEND}, by completion",
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from harness.local_server import config_args, deploy
 
 from ..load import answer_body, ask_plans
-from ..plans import PLAN_LETTERS, completed_plans, plans_in_order, settled_after
+from ..plans import PLAN_LEGEND, PLAN_LETTERS, completed_plans, plans_in_order, settled_after
 from ..scenario import Bench, Scenario
 
 
@@ -72,7 +72,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
         "requests_per_phase": per_phase,
         "concurrency": concurrency,
         "class": "text (every question sent with answer_type text)",
-        "note": "plans_in_order: s sequential, e eager, r reason-first, t transfer, by completion",
+        "note": f"plans_in_order: {PLAN_LEGEND}, by completion",
     }
 
 

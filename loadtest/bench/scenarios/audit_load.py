@@ -11,14 +11,13 @@ from typing import Any
 
 from harness.datasets import easy_vqa_records
 from harness.local_server import config_args
+from serve_app.core.paper_rule import PAPER_RULE_AND_PLAN
 
 from ..audits import interleaved
 from ..cells import cell
 from ..load import bodies
 from ..scenario import Bench, Scenario
 
-# The paper's rule and order: every agreement settles the question, so early exits are many.
-PAPER_RULE = {"min_confidence": 0.0, "confident_large": None, "plan": "sequential"}
 GOALS = {"audited_share_at_least": 0.8, "p50_ratio_at_most": 1.15}
 
 
@@ -39,7 +38,8 @@ def audited_share(run: dict[str, Any]) -> float | None:
 
 def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     records = list(easy_vqa_records("test", parameters.requests))
-    payloads = bodies(records, parameters.requests, options=PAPER_RULE)
+    # The paper's rule and order: every agreement settles the question, so early exits are many.
+    payloads = bodies(records, parameters.requests, options=PAPER_RULE_AND_PLAN)
 
     def args_of(rate: float) -> dict[str, Any]:
         return config_args("mai-cpu.yaml", {"cascade": {"audit": {"rate": rate, "report_interval_s": 1.0}}})
@@ -55,7 +55,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     )
     p50_ratio = result["summary"]["ratios"].get("p50_s")
     return result | {
-        "options": PAPER_RULE,
+        "options": PAPER_RULE_AND_PLAN,
         "audited_share": round(audited / sampled, 4) if sampled else None,
         "audited_share_per_run": shares,
         "goals": GOALS,

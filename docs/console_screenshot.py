@@ -7,7 +7,10 @@ first; the last, a yes/no question the demo models escalate to the small model's
 its live view has traffic to show, waits for the live view to read the statistics twice, and saves
 the whole page.
 
-    python -m harness.console_screenshot [--base URL] [--out docs/images/console.png]
+    python docs/console_screenshot.py [--base URL] [--out docs/images/console.png]
+
+A script beside the docs it draws for, as k8s/'s scripts sit beside what they write; the browser and
+the local server it drives are harness's, shared with the console's browser tests.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from .browser import chromium, hooked, wait_until
-from .local_server import config_args, deploy, local_ray
-from .paths import ROOT
+from harness.browser import chromium, hooked, wait_until
+from harness.local_server import config_args, deploy, local_ray
+from harness.paths import ROOT
 
 OUT = ROOT / "docs" / "images" / "console.png"
 WIDTH = 1400

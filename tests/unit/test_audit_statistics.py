@@ -1,4 +1,5 @@
-"""Audit sampling and its statistics (serve_app/core/audit.py), without Ray."""
+"""Audit sampling and its statistics (serve_app/core/audit.py), their intervals (intervals.py) and alerts
+(audit_alerts.py): pure, without Ray."""
 
 import json
 
@@ -9,8 +10,9 @@ from pydantic import ValidationError
 
 from serve_app.core.audit import AuditBook, AuditSettings, is_sampled
 from serve_app.core.audit_alerts import alerts
+from serve_app.core.decision import class_of
 from serve_app.core.intervals import exact_lower_bound, wilson_interval
-from serve_app.core.question_class import class_of
+from serve_app.core.model_tokens import Tokens
 
 
 @pytest.mark.parametrize(
@@ -58,7 +60,7 @@ def test_the_snapshot_counts_per_class_and_route_over_the_window():
             "small": {"prompt_tokens": 40, "cached_tokens": 8, "completion_tokens": 2 + index},
             "large": {"prompt_tokens": 50, "cached_tokens": 0, "completion_tokens": 0},
         }
-        book.record_request(class_of("yes_no"), route, tokens=100, tokens_by_model=by_model)
+        book.record_request(class_of("yes_no"), route, tokens=100, tokens_by_model=Tokens(by_model))
     book.record_request(class_of("text", "chartqa"), "agree_short", tokens=100)
     for disagreed in (True, True, False, False, False, False):  # the first two fall out of the window
         book.record_audit("yes_no", "agree_short", disagreed, tokens=50, at=len(book.classes))
@@ -170,7 +172,7 @@ def test_the_holder_merging_replicas_reports_gives_one_books_statistics(events, 
                     "small": {"prompt_tokens": at, "completion_tokens": 1},
                     "large": {"prompt_tokens": 3},
                 }
-                book.record_request(cls, route, tokens=10, tokens_by_model=by_model)
+                book.record_request(cls, route, tokens=10, tokens_by_model=Tokens(by_model))
         if report:
             reports[replica] = replicas[replica].state()
     final = {index: replica.state() for index, replica in enumerate(replicas)}
@@ -187,7 +189,8 @@ def test_the_holder_merging_replicas_reports_gives_one_books_statistics(events, 
 
 def test_the_state_is_plain_data():
     book = AuditBook(5)
-    book.record_request("yes_no", "agree_short", 10, tokens_by_model={"large": {"completion_tokens": 4}})
+    tokens = Tokens({"large": {"completion_tokens": 4}})
+    book.record_request("yes_no", "agree_short", 10, tokens_by_model=tokens)
     book.record_audit("yes_no", "agree_short", True, 5, at=1.5)
     book.record_not_run("shed")
     state = json.loads(json.dumps(book.state()))

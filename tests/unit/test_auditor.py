@@ -9,12 +9,15 @@ import pytest
 from serve_app.core.audit import AuditSettings
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import EngineCall, EngineUnavailableError, Question
+from serve_app.core.decision import class_of, decide
 from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.plan_choice import PlanChoice
+from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.auditor import AUDIT_PREFIX, Auditor
 from serve_app.edge.in_flight import InFlight
 from serve_app.edge.jobs import Job
-from serve_app.edge.stats_holder import AuditStats
+from serve_app.edge.stats_holder import StatsHolder
 
 from .fakes import ScriptedVLM
 
@@ -55,10 +58,17 @@ def setup(
     return cascade, auditor, small.client, large.client, metrics
 
 
+def decided(job):
+    """The server's decision for ``job`` (``decision.decide``): its own plan, else the paper's."""
+    cls = class_of(job.question.kind, job.task)
+    return decide(job.options, cls, server=CascadeOptions(), choose=lambda: PlanChoice(Plan.SEQUENTIAL, "-"))
+
+
 async def serve(cascade, auditor, *, request_id="r1", task=None, question=QUESTION):
     job = Job(question, CascadeOptions(), "mai", request_id=request_id, task=task)
-    result = await cascade.run(job.question, job.options, request_id=job.request_id)
-    auditor.served(job, result)
+    decision = decided(job)
+    result = await cascade.run(job.question, request_id=job.request_id, decision=decision)
+    auditor.served(job, decision, result)
     return result
 
 
@@ -121,7 +131,7 @@ async def test_the_last_stage_and_unsampled_requests_are_counted_never_audited()
 async def test_other_policies_are_not_counted():
     cascade, auditor, *_ = setup({S: "[[yes]]"}, {S: "[[yes]]"})
     job = Job(QUESTION, CascadeOptions(policy=Policy.LARGE), "mai-large", request_id="r")
-    auditor.served(job, await cascade.run(job.question, job.options))
+    auditor.served(job, decided(job), await cascade.run(job.question, job.options))
     assert auditor.book.classes == {} and not auditor.running
 
 
@@ -204,7 +214,7 @@ def test_the_holder_merges_replicas_and_warns_once_when_a_class_goes_over_its_bo
     from .ingress_replica import report_to
 
     settings = AuditSettings(rate=1.0, window=100, max_disagreement=0.05)
-    holder = AuditStats(settings)
+    holder = StatsHolder(settings)
     log, records = logging.getLogger("ray.serve"), []
     handler = logging.Handler()
     handler.emit = records.append
@@ -271,7 +281,7 @@ def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts()
     from ..images import chat_body
     from .ingress_replica import CONFIG, client_of, holder_handle, replica, report_to
 
-    holder = AuditStats(CONFIG.cascade.audit)
+    holder = StatsHolder(CONFIG.cascade.audit)
     ingress = replica(
         ScriptedVLM({S: "[[yes]]"}),
         ScriptedVLM({S: "[[yes]]"}),
@@ -318,7 +328,7 @@ async def test_a_single_model_plan_is_audited_and_its_alert_says_the_reference_m
     for request_id in ("r1", "r2"):  # two disagreeing audits: evidence (one is not)
         job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL), "mai", request_id=request_id)
         result = await cascade.run(job.question, job.options, request_id=job.request_id)
-        auditor.served(job, result)
+        auditor.served(job, decided(job), result)
         await asyncio.gather(*auditor.running)
     assert (result.route, result.answer) == ("single", "yes")
     assert metrics.audits == [("yes_no", "single", True)] * 2
