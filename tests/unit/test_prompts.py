@@ -128,8 +128,8 @@ def test_a_model_setting_names_exactly_the_layouts_the_prompt_builder_knows():
 @pytest.mark.parametrize("model", ["demo-small", "demo-large"])
 def test_the_text_each_model_reads_after_its_chat_template(model):
     """Rendered by the model's own chat template (which joins text parts with nothing between): the
-    paper's layout puts the instruction on a line of its own; the joined layout renders exactly the
-    two-part message the demo models were trained on."""
+    paper's layout, which the demo models were trained on, puts the instruction on a line of its own;
+    the joined layout renders exactly a message of two text parts, back to back."""
     from pathlib import Path
 
     from transformers import AutoTokenizer
@@ -143,7 +143,7 @@ def test_the_text_each_model_reads_after_its_chat_template(model):
     paper = build_messages(IMAGE, question, [], "text", PromptKind.SIMPLE)
     assert f"<|vision_end|>{question}\n{simple}<|im_end|>" in rendered(paper)
     joined = build_messages(IMAGE, question, [], "text", PromptKind.SIMPLE, layout=PromptLayout.JOINED)
-    trained = [
+    two_parts = [
         {
             "role": "user",
             "content": [
@@ -153,5 +153,5 @@ def test_the_text_each_model_reads_after_its_chat_template(model):
             ],
         }
     ]
-    assert rendered(joined) == rendered(trained)
+    assert rendered(joined) == rendered(two_parts)
     assert f"{question}{simple}" in rendered(joined)
