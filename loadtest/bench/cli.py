@@ -20,6 +20,7 @@ def listing() -> str:
     for scenario in SCENARIOS.values():
         parameters = ", ".join(f"{key}={value}" for key, value in vars(scenario.parameters).items())
         served = "; takes --config and --url" if scenario.takes_config else ""
+        served += "" if scenario.in_full_run else "; runs only when named in --only"
         rows.append(
             f"{scenario.name:18} {scenario.config or '':18} bench/results/{scenario.result}\n"
             f"{'':18} {scenario.title}; parameters: {parameters or 'none'}{served}"
@@ -84,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios and their parameters")
     parser.add_argument(
-        "--only", default=",".join(SCENARIOS), help="comma-separated scenarios to run (default: all)"
+        "--only",
+        default=",".join(name for name, scenario in SCENARIOS.items() if scenario.in_full_run),
+        help="comma-separated scenarios to run (default: all but those that run only when named)",
     )
     parser.add_argument(
         "--param",

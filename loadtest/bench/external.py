@@ -1,14 +1,12 @@
-"""Sections of bench/RESULTS.md whose result files other commands write: the fault drills, the fuzzer,
-mai-eval's check of the audit signal, the stats holder's scaling simulation, and the replica start
-times read from Ray's logs. Each is a scenario without a run: its table here, its command named."""
+"""Sections of bench/RESULTS.md whose result files other commands write: the fault drills, the fuzzer
+and mai-eval's check of the audit signal. Each is a scenario without a run: its table here, its command
+named."""
 
 from __future__ import annotations
 
-import datetime
-import statistics
 from typing import Any
 
-from .cells import cell, percent, percent_cell
+from .cells import percent
 from .scenario import Scenario
 
 FAULTS = {
@@ -116,98 +114,6 @@ def audit_truth_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _scaled(spread: dict[str, float], factor: float) -> dict[str, float]:
-    return {key: spread[key] * factor for key in ("median", "min", "max")}
-
-
-def stats_holder_table(result: dict[str, Any]) -> list[str]:
-    settings = result["settings"]
-    lines = [
-        f"One process, a virtual clock, no Ray: R ingress replicas record {settings['classes']} question "
-        f"classes (Zipf shares) at about {settings['requests_per_s_per_replica']:g} requests/s each into "
-        f"real books, early exits audited at rate {settings['audit_rate']:g}, windows of "
-        f"{settings['audit_window']} audits and {settings['plan_window']} plan observations full from the "
-        f"start, and each reports every {settings['report_interval_s']:g} s to one holder. Before: the "
-        "holder that kept every replica's whole books and merged them all on every report and snapshot; "
-        "after: the merged view kept up to date from reports of what changed. Holder CPU per report "
-        "(unpickle it, apply it, pickle the reply) and per interval, median [min–max] over "
-        f"{settings['intervals']} intervals; *sampled*: {settings['before_reports_per_interval']} reports "
-        "of each interval timed, the interval extrapolated.",
-        "",
-        "| replicas | holder | CPU per report, ms | CPU per interval, s | share of the interval | "
-        "report, KB | reply, KB | snapshot, ms |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for replicas, run in result["runs"].items():
-        for arm in ("before", "after"):
-            figures = run[arm]
-            label = arm + (" (*sampled*)" if figures["sampled"] else "")
-            report_kb, reply_kb = (figures[key]["median"] / 1000 for key in ("report_bytes", "reply_bytes"))
-            lines.append(
-                f"| {replicas} | {label} | {cell(_scaled(figures['cpu_per_report_s'], 1000), 2)} | "
-                f"{cell(figures['cpu_per_interval_s'], 3)} | {percent_cell(figures['interval_share'])} | "
-                f"{report_kb:.1f} | {reply_kb:.1f} | {cell(_scaled(figures['snapshot_cpu_s'], 1000), 2)} |"
-            )
-    restarts = ", ".join(
-        f"{replicas} replicas {run['after']['full_report']['all_replicas_cpu_s']:g} s"
-        for replicas, run in result["runs"].items()
-    )
-    exact = all(run["after"]["matches_exact_merge"] for run in result["runs"].values())
-    lines += [
-        "",
-        "After a holder restart every replica reports its whole books once (about "
-        f"{next(iter(result['runs'].values()))['after']['full_report']['bytes']['median'] / 1000:.0f} KB "
-        f"each): holder CPU over all of them {restarts}. At the end of each run the holder's "
-        f"`GET /v1/mai/stats` body {'equalled' if exact else 'differed from'} the exact merge of the "
-        "replicas' books.",
-    ]
-    return lines
-
-
-def replica_starts_table(result: dict[str, Any]) -> list[str]:
-    lines = [
-        f"From Ray session `{result['session']}`, Serve's controller log: seconds from \"Starting "
-        'Replica" to "started successfully", per deployment, median [min–max] over its starts.',
-        "",
-        "| deployment | starts | seconds to start |",
-        "|---|---|---|",
-    ]
-    for deployment, spread in result["seconds"].items():
-        lines.append(f"| {deployment} | {spread['starts']} | {cell(spread, 1)} |")
-    if "upscales" not in result:
-        return [*lines, "", "Scale-up decisions: not in this file."]
-    if not result["upscales"]:
-        return [*lines, "", "Serve's controller decided no scale-up in this session."]
-
-    def at(stamp: str) -> datetime.datetime:
-        return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
-
-    decisions: dict[str, list[dict[str, Any]]] = {}
-    for decision in result["upscales"]:
-        decisions.setdefault(decision["deployment"], []).append(decision)
-    lines += [
-        "",
-        f"{len(result['upscales'])} scale-ups decided; per deployment, the seconds from a decision to the "
-        "deployment's next replica running:",
-        "",
-        "| deployment | scale-ups decided | replicas, from → to | decision to a new replica running, s |",
-        "|---|---|---|---|",
-    ]
-    for deployment, made in sorted(decisions.items()):
-        steps = ", ".join(dict.fromkeys(f"{d['from']} → {d['to']}" for d in made))
-        waits = [
-            (at(d["first_running"]) - at(d["at"])).total_seconds() for d in made if d.get("first_running")
-        ]
-        if len(waits) > 1:
-            waited = f"{statistics.median(waits):.1f} [{min(waits):.1f}–{max(waits):.1f}]"
-        else:
-            waited = f"{waits[0]:.1f}" if waits else "–"
-        if len(made) > len(waits):
-            waited += f" ({len(made) - len(waits)} with none running after it)"
-        lines.append(f"| {deployment} | {len(made)} | {steps} | {waited} |")
-    return lines
-
-
 FAULTS_SECTION = Scenario(
     name="faults",
     title="Faults under load",
@@ -236,27 +142,4 @@ AUDIT_TRUTH_SECTION = Scenario(
     result="audit/audit-truth.json",
     table=audit_truth_table,
     command="python -m evaluation.audit_truth",
-)
-STATS_HOLDER_SECTION = Scenario(
-    name="stats-holder-scale",
-    title="The stats holder with 8 to 256 ingress replicas (simulated)",
-    result="stats-holder-scale.json",
-    table=stats_holder_table,
-    command="python -m loadtest.stats_scale",
-)
-REPLICA_STARTS_SECTION = Scenario(
-    name="replica-starts",
-    title="How long Serve took to start a replica (the coupled bench's session)",
-    result="autoscaling/replica-starts.json",
-    table=replica_starts_table,
-    command="python -m loadtest.replica_starts <ray session> "
-    "--out bench/results/autoscaling/replica-starts.json",
-)
-REPLICA_STARTS_SHIPPED_SECTION = Scenario(
-    name="replica-starts-shipped",
-    title="How long Serve took to start a replica (the shipped config's session)",
-    result="autoscaling/replica-starts-shipped.json",
-    table=replica_starts_table,
-    command="python -m loadtest.replica_starts <ray session> "
-    "--out bench/results/autoscaling/replica-starts-shipped.json",
 )

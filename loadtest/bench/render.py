@@ -13,15 +13,8 @@ from typing import Any
 
 from harness.paths import RESULTS_SUMMARY
 
-from .external import (
-    AUDIT_TRUTH_SECTION,
-    FAULTS_SECTION,
-    FUZZ_CPU_SECTION,
-    FUZZ_SECTION,
-    REPLICA_STARTS_SECTION,
-    REPLICA_STARTS_SHIPPED_SECTION,
-    STATS_HOLDER_SECTION,
-)
+from .evaluations import EVALUATION_SECTIONS
+from .external import AUDIT_TRUTH_SECTION, FAULTS_SECTION, FUZZ_CPU_SECTION, FUZZ_SECTION
 from .scenario import Scenario
 from .scenarios import SCENARIOS
 
@@ -29,20 +22,18 @@ HEADER = [
     "# Benchmark results",
     "",
     "Written by `make bench` (`python -m loadtest.bench`) from `bench/results/*.json`; the fault "
-    "drills and fuzzing at the end by their own commands. How to read it: `docs/benchmarks.md`.",
+    "drills, fuzzing and the evaluations at the end by their own commands. How to read it: "
+    "`docs/benchmarks.md`.",
     "",
 ]
 
 
 def sections() -> list[Scenario]:
     """Every section of RESULTS.md, in order: the scenarios, each file another command writes beside
-    the scenarios it belongs with, the drills last."""
+    the scenarios it belongs with, then the drills and the evaluations."""
     order = list(SCENARIOS.values())
-    after_audits = order.index(SCENARIOS["audit_load"]) + 1
-    order.insert(after_audits, AUDIT_TRUTH_SECTION)
-    order.insert(after_audits + 1, STATS_HOLDER_SECTION)
-    order += [REPLICA_STARTS_SECTION, REPLICA_STARTS_SHIPPED_SECTION]
-    return [*order, FAULTS_SECTION, FUZZ_SECTION, FUZZ_CPU_SECTION]
+    order.insert(order.index(SCENARIOS["audit_load"]) + 1, AUDIT_TRUTH_SECTION)
+    return [*order, FAULTS_SECTION, FUZZ_SECTION, FUZZ_CPU_SECTION, *EVALUATION_SECTIONS]
 
 
 def provenance_line(result: dict[str, Any], path: str) -> str:
@@ -59,7 +50,8 @@ def provenance_line(result: dict[str, Any], path: str) -> str:
     elif meta.get("config"):
         made_with = f" `{meta['config']}`."
     cpus = f", {meta['machine']['cpus']} CPUs" if meta.get("machine") else ""
-    when = f" — run {meta['started']}, {meta['duration_s']} s{cpus}" if meta.get("started") else ""
+    took = f", {meta['duration_s']} s{cpus}" if meta.get("duration_s") is not None else cpus
+    when = f" — run {meta['started']}{took}" if meta.get("started") else ""
     if not when and meta.get("duration_s") is not None:
         when = f" — {meta['duration_s']} s{cpus}"
     return f"Source: `bench/results/{path}`. Command: `{meta['command']}`{when}.{made_with}"

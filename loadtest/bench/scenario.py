@@ -53,6 +53,12 @@ class Scenario:
     # Whether its run serves ``Bench.config`` (or a server already serving it), so that it takes
     # ``--config`` and ``--url``; the others deploy their own config.
     takes_config: bool = False
+    # Whether its run needs the local Ray; one that does not runs before Ray starts, so that no Ray
+    # thread shares its process (a simulation timing its own CPU, a reader of another run's logs).
+    needs_ray: bool = True
+    # Whether a run of every scenario (no ``--only``) includes it; one that reads what another run
+    # left (a Ray session's logs) runs only when named.
+    in_full_run: bool = True
 
     @property
     def path(self) -> Path:

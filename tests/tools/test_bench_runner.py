@@ -13,7 +13,7 @@ from harness.provenance import provenance
 from harness.results import write_result
 from loadtest.bench import render
 from loadtest.bench.cli import main, parse_overrides
-from loadtest.bench.runner import command_of, parameters_record
+from loadtest.bench.runner import command_of, parameters_record, run_scenarios
 from loadtest.bench.scenario import Scenario
 from loadtest.bench.scenarios import SCENARIOS
 from loadtest.bench.schedule import rotated, run_order
@@ -84,7 +84,8 @@ def test_every_scenario_is_data_with_its_own_result_file():
     results = [s.result for s in render.sections()]
     assert len(results) == len(set(results)), "two sections render the same file"
     for name, s in SCENARIOS.items():
-        # config None: the scenario deploys nothing (config_check reads every shipped config)
+        # config None: the scenario deploys nothing (config_check reads every shipped config, stats_scale
+        # simulates in process, replica_starts reads a past Ray session's logs)
         assert (
             s.name == name
             and s.runnable
@@ -92,7 +93,48 @@ def test_every_scenario_is_data_with_its_own_result_file():
         )
         parameters_record(s.parameters)  # JSON-ready
         json.dumps(parameters_record(s.parameters))
-    assert [name for name, s in SCENARIOS.items() if s.config is None] == ["config_check"]
+    deploying_nothing = [name for name, s in SCENARIOS.items() if s.config is None]
+    expected = ["request_path", "stats_scale", "config_check", "replica_starts", "replica_starts_shipped"]
+    assert deploying_nothing == expected
+
+
+def test_the_scenarios_that_need_no_ray_run_without_starting_it(tmp_path, monkeypatch):
+    def no_ray(**kwargs):
+        raise AssertionError("a local Ray was started")
+
+    monkeypatch.setattr("harness.local_server.local_ray", no_ray)
+    apart = Scenario(
+        name="apart",
+        title="Apart",
+        result="apart/apart.json",
+        table=lambda r: [],
+        run=lambda bench, parameters: {"url": bench.url, "repetitions": parameters.repetitions},
+        parameters=Knobs(),
+        needs_ray=False,
+    )
+    written = run_scenarios([apart], {"repetitions": "5"}, tmp_path)
+    result = json.loads(written[0].read_text())
+    assert written == [tmp_path / "apart" / "apart.json"]
+    assert result["url"] == "" and result["repetitions"] == 5
+    assert result["meta"]["command"] == "python -m loadtest.bench --only apart --param repetitions=5"
+    assert "config" not in result["meta"]
+    on_ray = Scenario(name="on_ray", title="On Ray", result="r.json", table=lambda r: [], run=apart.run)
+    with pytest.raises(AssertionError, match="a local Ray was started"):
+        run_scenarios([apart, on_ray], {}, tmp_path)
+
+
+def test_a_run_of_every_scenario_leaves_out_those_that_read_another_runs_logs(tmp_path, monkeypatch):
+    chosen = []
+    monkeypatch.setattr(
+        "loadtest.bench.runner.run_scenarios", lambda scenarios, *args, **kwargs: chosen.extend(scenarios)
+    )
+    assert main(["--out", str(tmp_path)]) == 0
+    names = [s.name for s in chosen]
+    assert "replica_starts" not in names and "replica_starts_shipped" not in names
+    assert names == [name for name, s in SCENARIOS.items() if s.in_full_run] and "stats_scale" in names
+    chosen.clear()
+    assert main(["--only", "replica_starts", "--out", str(tmp_path)]) == 0
+    assert [s.name for s in chosen] == ["replica_starts"]
 
 
 def test_the_writer_puts_the_flat_provenance_last_and_refuses_a_meta_without_its_command(tmp_path):

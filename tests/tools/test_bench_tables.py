@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest.bench.external import audit_truth_table, replica_starts_table
+import pytest
+
+from loadtest.bench.external import audit_truth_table
 from loadtest.bench.scenarios import (
     adaptive_capacity,
     adaptive_real,
@@ -14,6 +16,7 @@ from loadtest.bench.scenarios import (
     audit_shed,
     autoscaling_real,
     overload,
+    replica_starts,
     shipped,
 )
 
@@ -387,12 +390,12 @@ def test_replica_starts_shows_seconds_per_deployment_and_the_upscale_decisions()
             },
         ],
     }
-    lines = replica_starts_table(result)
+    lines = replica_starts.table(result)
     assert row_of(lines, "large:emulated")[1:] == ["27", "18.2 [9.2–37.0]"]
     decisions = [line for line in lines if line.startswith("| large:emulated | 2 |")]
     assert decisions == ["| large:emulated | 2 | 1 → 4, 4 → 2 | 51.9 (1 with none running after it) |"]
     assert "2 scale-ups decided" in "\n".join(lines)
-    older = replica_starts_table({key: value for key, value in result.items() if key != "upscales"})
+    older = replica_starts.table({key: value for key, value in result.items() if key != "upscales"})
     assert older[-1] == "Scale-up decisions: not in this file."
 
 
@@ -459,3 +462,37 @@ def test_affinity_cache_reads_the_later_stages_cached_tokens_per_call():
     assert (
         shares["transfer_large"]["calls"] == 1 and shares["transfer_large"]["cached_tokens_per_call"] == 32.0
     )
+
+
+def test_replica_starts_reads_a_ray_sessions_controller_log_under_its_real_name(tmp_path):
+    session = tmp_path / "session_2026-11-25_04-27-16_1"
+    logs = session / "logs" / "serve"
+    logs.mkdir(parents=True)
+    prefix = "INFO 2026-11-25 04:33:{} controller 42 -- "
+    (logs / "controller_42.log").write_text(
+        "\n".join(
+            [
+                prefix.format("25,000")
+                + "Upscaling Deployment(name='large', app='mai') from 1 to 2 replicas.",
+                prefix.format("26,000") + "Starting Replica(id='r1', deployment='large', app='mai').",
+                prefix.format("30,500")
+                + "Replica(id='r1', deployment='large', app='mai') started successfully",
+                prefix.format("31,000") + "Starting Replica(id='r2', deployment='small', app='mai').",
+            ]
+        )
+    )
+    (tmp_path / "session_latest").symlink_to(session)
+    result = replica_starts.run(None, replica_starts.Parameters(str(tmp_path / "session_latest")))
+    assert result["session"] == session.name
+    assert result["seconds"] == {"large": {"median": 4.5, "min": 4.5, "max": 4.5, "n": 1, "starts": 1}}
+    assert result["upscales"] == [
+        {
+            "at": "2026-11-25 04:33:25,000",
+            "deployment": "large",
+            "from": 1,
+            "to": 2,
+            "first_running": "2026-11-25 04:33:30,500",
+        }
+    ]
+    with pytest.raises(ValueError, match="not a Ray session folder"):
+        replica_starts.run(None, replica_starts.Parameters(str(tmp_path)))

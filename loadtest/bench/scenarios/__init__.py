@@ -1,5 +1,5 @@
-"""Every scenario `python -m loadtest.bench` runs, in the order bench/RESULTS.md shows them. Adding one:
-a module here with its ``Parameters``, ``run``, ``table`` and ``SCENARIO``, listed below."""
+"""Every scenario of `python -m loadtest.bench`, in the order bench/RESULTS.md shows them. Adding one: a
+module here with its ``Parameters``, ``run``, ``table`` and ``SCENARIO``, listed below."""
 
 from __future__ import annotations
 
@@ -25,8 +25,12 @@ from . import (
     passthrough,
     prefix_cache,
     real,
+    replica_starts,
+    replica_starts_shipped,
+    request_path,
     selector,
     shipped,
+    stats_scale,
 )
 
 SCENARIOS = {
@@ -36,6 +40,7 @@ SCENARIOS = {
         real,
         paper,
         overhead,
+        request_path,
         eager,
         autoscaling,
         selector,
@@ -51,9 +56,12 @@ SCENARIOS = {
         audit_cost,
         audit_shed,
         audit_load,
+        stats_scale,
         overload,
         shipped,
         autoscaling_real,
         config_check,
+        replica_starts,
+        replica_starts_shipped,
     )
 }

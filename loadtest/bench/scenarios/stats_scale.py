@@ -1,16 +1,19 @@
-"""How the stats holder scales with ingress replicas, in one process and on a virtual clock (no Ray):
+"""stats_scale: how the stats holder scales with ingress replicas, in one process on a virtual clock:
 8, 64 and 256 replicas record realistic traffic into real books (``AuditBook``, ``PlanBook``) and
 report every interval to one holder; the holder's CPU per report and per interval, the bytes of a
 report and of a reply, and what a ``GET /v1/mai/stats`` snapshot costs, before and after.
 
-    python -m loadtest.stats_scale
+    python -m loadtest.bench --only stats_scale [--param replicas=8,64 --param intervals=1]
+
+It needs no Ray: the runner runs it before it starts one, so that no Ray thread shares the process
+whose CPU it times.
 
 - before: the holder as it was: every replica's whole books kept, ``AuditBook.merged`` of all of them
   and ``PlanBook.merged`` of the others on every report (``MergeAllHolder`` in
   ``loadtest/stats_fleet.py``, rebuilt from those merges), and both merged again per snapshot. A full
   interval of it at 64 or 256 replicas takes too long, so a sample of the reports is measured and the
   interval extrapolated (``sampled``).
-- after: ``edge.stats_holder.AuditStats`` over the replicas' ``edge.stats_reporter.StatsReporter``:
+- after: ``edge.stats_holder.StatsHolder`` over the replicas' ``edge.stats_reporter.StatsReporter``:
   what changed since the last acknowledged report, merged into one view.
 
 Steady state: before the measured intervals every replica's books hold full windows of every class
@@ -26,7 +29,6 @@ they live in the replicas' processes, not the holder's.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import logging
@@ -36,27 +38,25 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from harness.paths import RESULTS
-from harness.provenance import provenance
-from harness.results import write_result
+from loadtest.stats_fleet import MergeAllHolder, Replica, Settings, fleet, serve_until
 from serve_app.core.audit import AuditBook, AuditSettings
 from serve_app.core.plan_choice import AdaptiveSettings
 from serve_app.core.plan_stats import PlanBook
-from serve_app.edge.stats_holder import AuditStats, stats_body
+from serve_app.edge.stats_holder import StatsHolder, stats_body
 
-from .bench.summary import spread
-from .stats_fleet import (
-    MergeAllHolder,
-    Replica,
-    Settings,
-    fleet,
-    serve_until,
-)
+from ..cells import cell, percent_cell
+from ..scenario import Bench, Scenario
+from ..summary import spread
 
-OUT = RESULTS / "stats-holder-scale.json"
+
+@dataclass(frozen=True)
+class Parameters:
+    replicas: tuple[int, ...] = Settings.replicas  # the fleet sizes, one run each
+    intervals: int = Settings.intervals  # measured per arm, after the windows are full
+    before_reports: int = Settings.before_reports  # the before holder's reports timed per interval
+    seed: int = Settings.seed
 
 
 @dataclass
@@ -75,7 +75,7 @@ def timed(work: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.process_time() - started
 
 
-def after_exchange(holder: AuditStats, replica: Replica, interval: Interval) -> None:
+def after_exchange(holder: StatsHolder, replica: Replica, interval: Interval) -> None:
     report, built_s = timed(replica.reporter.report)
     payload = pickle.dumps((replica.name, report))
 
@@ -163,7 +163,7 @@ def snapshot_cost(snapshot: Callable[[], Any], times: int) -> dict[str, float] |
     return spread([timed(snapshot)[1] for _ in range(times)], 6)
 
 
-def exact_merge_matches(holder: AuditStats, replicas: list[Replica], settings: Settings) -> bool:
+def exact_merge_matches(holder: StatsHolder, replicas: list[Replica], settings: Settings) -> bool:
     """Whether the holder's body is the exact merge of the replicas' books (each reported last after
     its last request)."""
     ranked = sorted(replicas, key=lambda replica: holder.replicas[replica.name].rank)
@@ -182,7 +182,7 @@ def measure_after(
 ) -> tuple[dict[str, Any], float]:
     """The holder after: every replica's first report is full (what a holder restart costs), then the
     steady state's intervals. Returns the figures and where the clock ended."""
-    holder = AuditStats(audit, adaptive)
+    holder = StatsHolder(audit, adaptive)
     full = Interval()
     for replica in replicas:
         after_exchange(holder, replica, full)
@@ -263,28 +263,21 @@ def measure(settings: Settings, count: int, log: Callable[[str], None]) -> dict[
     return {"before": before, "after": after, "before_over_after": ratios}
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
+    """Each fleet size's before and after, with the settings they ran under."""
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # the holders' alert lines, if any
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.stats_scale", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--replicas", default="8,64,256", help="replica counts, comma-separated")
-    parser.add_argument("--intervals", type=int, default=Settings.intervals)
-    parser.add_argument("--before-reports", type=int, default=Settings.before_reports)
-    parser.add_argument("--seed", type=int, default=Settings.seed)
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
     settings = Settings(
-        replicas=tuple(int(part) for part in args.replicas.split(",")),
-        intervals=args.intervals,
-        before_reports=args.before_reports,
-        seed=args.seed,
+        replicas=parameters.replicas,
+        intervals=parameters.intervals,
+        before_reports=parameters.before_reports,
+        seed=parameters.seed,
     )
-    started = time.time()
     runs = {}
     for count in settings.replicas:
         runs[str(count)] = measure(settings, count, lambda line: print(line, file=sys.stderr, flush=True))
-    result = {
+    ratios = {count: run["before_over_after"] for count, run in runs.items()}
+    print(f"before over after: {json.dumps(ratios)}", file=sys.stderr, flush=True)
+    return {
         "settings": {
             "replicas": list(settings.replicas),
             "classes": settings.classes,
@@ -304,23 +297,62 @@ def main(argv: list[str] | None = None) -> int:
         },
         "runs": runs,
     }
-    defaults = Settings()
-    flags = [
-        f"--{name.replace('_', '-')} {value}"
-        for name, value, default in (
-            ("replicas", args.replicas, ",".join(map(str, defaults.replicas))),
-            ("intervals", args.intervals, defaults.intervals),
-            ("before_reports", args.before_reports, defaults.before_reports),
-            ("seed", args.seed, defaults.seed),
-            ("out", args.out, OUT),
-        )
-        if value != default
+
+
+def _scaled(spread: dict[str, float], factor: float) -> dict[str, float]:
+    return {key: spread[key] * factor for key in ("median", "min", "max")}
+
+
+def table(result: dict[str, Any]) -> list[str]:
+    settings = result["settings"]
+    lines = [
+        f"One process, a virtual clock, no Ray: R ingress replicas record {settings['classes']} question "
+        f"classes (Zipf shares) at about {settings['requests_per_s_per_replica']:g} requests/s each into "
+        f"real books, early exits audited at rate {settings['audit_rate']:g}, windows of "
+        f"{settings['audit_window']} audits and {settings['plan_window']} plan observations full from the "
+        f"start, and each reports every {settings['report_interval_s']:g} s to one holder. Before: the "
+        "holder that kept every replica's whole books and merged them all on every report and snapshot; "
+        "after: the merged view kept up to date from reports of what changed. Holder CPU per report "
+        "(unpickle it, apply it, pickle the reply) and per interval, median [min–max] over "
+        f"{settings['intervals']} intervals; *sampled*: {settings['before_reports_per_interval']} reports "
+        "of each interval timed, the interval extrapolated.",
+        "",
+        "| replicas | holder | CPU per report, ms | CPU per interval, s | share of the interval | "
+        "report, KB | reply, KB | snapshot, ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    command = " ".join(["python -m loadtest.stats_scale", *flags])
-    write_result(args.out, result, provenance(command, started=started))
-    print(json.dumps({count: run["before_over_after"] for count, run in runs.items()}, indent=2))
-    return 0
+    for replicas, run in result["runs"].items():
+        for arm in ("before", "after"):
+            figures = run[arm]
+            label = arm + (" (*sampled*)" if figures["sampled"] else "")
+            report_kb, reply_kb = (figures[key]["median"] / 1000 for key in ("report_bytes", "reply_bytes"))
+            lines.append(
+                f"| {replicas} | {label} | {cell(_scaled(figures['cpu_per_report_s'], 1000), 2)} | "
+                f"{cell(figures['cpu_per_interval_s'], 3)} | {percent_cell(figures['interval_share'])} | "
+                f"{report_kb:.1f} | {reply_kb:.1f} | {cell(_scaled(figures['snapshot_cpu_s'], 1000), 2)} |"
+            )
+    restarts = ", ".join(
+        f"{replicas} replicas {run['after']['full_report']['all_replicas_cpu_s']:g} s"
+        for replicas, run in result["runs"].items()
+    )
+    exact = all(run["after"]["matches_exact_merge"] for run in result["runs"].values())
+    lines += [
+        "",
+        "After a holder restart every replica reports its whole books once (about "
+        f"{next(iter(result['runs'].values()))['after']['full_report']['bytes']['median'] / 1000:.0f} KB "
+        f"each): holder CPU over all of them {restarts}. At the end of each run the holder's "
+        f"`GET /v1/mai/stats` body {'equalled' if exact else 'differed from'} the exact merge of the "
+        "replicas' books.",
+    ]
+    return lines
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+SCENARIO = Scenario(
+    name="stats_scale",
+    title="The stats holder with 8 to 256 ingress replicas (simulated)",
+    result="stats-holder-scale.json",
+    run=run,
+    table=table,
+    parameters=Parameters(),
+    needs_ray=False,
+)
