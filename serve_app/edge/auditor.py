@@ -81,8 +81,9 @@ class Auditor:
         if decision.options.policy is not Policy.CASCADE:
             return
         cls = decision.cls
+        tokens = result.trace.tokens()
         self.book.record_request(
-            cls, result.route, tokens_of(result), result.trace.plan, tokens_by_model=result.trace.tokens()
+            cls, result.route, tokens.total_tokens, result.trace.plan, tokens_by_model=tokens
         )
         if result.route not in AUDITED or not is_sampled(job.request_id, self.settings):
             return
