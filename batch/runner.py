@@ -1,0 +1,178 @@
+"""A batch job from input to summary: the driver's part.
+
+1. ``prepare`` (before any engine starts): one pass over the input's ids (format, rows, duplicates),
+   and what the output already answers (a rerun resumes there);
+2. ``run``: the model deployments started or attached (batch/deployments.py); the input read by Ray
+   Data (batch/source.py, the answered lines skipped at the read) and answered by a pool of actors
+   (batch/answerer.py), rows streaming through, never collected; each finished group of lines appended
+   to the output and counted (batch/tally.py) as it arrives, with the progress on the terminal.
+Only this process writes the output, once per row, so a crash or Ctrl-C never duplicates one; rows in
+flight when it stops are answered by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluation.run import PredictionStore
+from harness.provenance import provenance
+from serve_app.config import AppConfig
+
+from .inputs import InputFormat, InputScan, RecordSettings, scan_lines
+from .outputs import LineWriter, done_lines, output_file
+from .settings import BatchSettings, batch_config, rows_per_actor
+from .source import numbered_lines
+from .tally import Tally
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """What the command line asked for, validated."""
+
+    input: str
+    output: Path
+    config: AppConfig
+    settings: BatchSettings = BatchSettings()
+    records: RecordSettings = RecordSettings()
+    fmt: InputFormat | None = None
+    attach: str | None = None
+    command: str = "mai-batch"  # as typed: the records' run.json names it
+    config_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    scan: InputScan
+    path: Path  # the file the lines go to
+    done: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def todo(self) -> int:
+        return self.scan.rows - len(self.done)
+
+
+def prepare(job: BatchJob) -> Prepared:
+    """Read the input's ids and the output's answered lines; ``OSError`` for an unreadable input,
+    ``InputFormatError`` for one in no format, ``OutputMismatchError`` for a records folder that holds
+    another dataset's predictions."""
+    scan = scan_lines(numbered_lines(job.input), job.fmt)
+    if scan.fmt is InputFormat.RECORDS:
+        _prediction_store(job, scan).open(fresh=False)
+    path = output_file(job.output, scan.fmt, job.records.policy)
+    return Prepared(scan, path, frozenset(done_lines(path, scan.fmt)))
+
+
+def record_run(job: BatchJob, rows_in_flight: int) -> None:
+    """``run.json`` of a records folder, as ``mai-eval run`` writes it, so ``mai-eval report --out``
+    scores it: this policy added to those run into the folder before (the first one the baseline)."""
+    path = job.output / "run.json"
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    policy = job.records.policy
+    policies = [*earlier.get("policies", []), *([] if policy in earlier.get("policies", []) else [policy])]
+    runs = earlier.get("runs", {}) | {policy: {"policy": policy, "options": dict(job.records.options)}}
+    meta = provenance(
+        job.command,
+        config=job.config_path,
+        dataset=job.input,
+        url="mai-batch (Ray Data, no HTTP)",
+        concurrency=rows_in_flight,
+        baseline=earlier.get("baseline", policy),
+        transfer_selector=None,
+        limit=None,
+        policies=policies,
+        runs=runs,
+    ) | {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _prediction_store(job: BatchJob, scan: InputScan) -> PredictionStore:
+    """mai-eval's folder for the records' predictions (its manifest names the dataset)."""
+    return PredictionStore(job.output, Path(job.input), range(scan.rows))
+
+
+def run(
+    job: BatchJob,
+    prepared: Prepared,
+    *,
+    apps: Mapping[str, Any] | None = None,
+    on_progress: Callable[[int, Tally], None] | None = None,
+) -> dict[str, Any]:
+    """Answer every row ``prepared`` left to do; returns the summary. ``apps``: the applications to start
+    instead of the config's models (the tests' scripted ones)."""
+    import ray
+
+    from . import deployments
+    from .answerer import RowAnswerer, RowJob
+    from .source import NumberedLines
+
+    scan, settings = prepared.scan, job.settings
+    tally = Tally(skipped=len(prepared.done))
+    if job.attach:
+        targets = deployments.attach(job.attach)
+    else:
+        targets = deployments.start(apps if apps is not None else deployments.model_apps(job.config))
+    per_actor = rows_per_actor(settings, job.config)
+    if scan.fmt is InputFormat.RECORDS:
+        record_run(job, per_actor * settings.actors)
+    row_job = RowJob(
+        fmt=scan.fmt,
+        base=str(_folder_of(job.input)),
+        records=job.records,
+        duplicates=scan.duplicates,
+        rows_per_actor=per_actor,
+        attempts=settings.attempts,
+    )
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    rows = ray.data.read_datasource(
+        NumberedLines(job.input, skip=prepared.done, rows_per_block=per_actor),
+        num_cpus=0,
+    )
+    answered = rows.map_batches(
+        RowAnswerer,
+        fn_constructor_args=(batch_config(job.config, settings), targets, row_job),
+        batch_size=per_actor,
+        concurrency=settings.actors,
+        num_cpus=0,
+        scheduling_strategy="SPREAD",
+    )
+    writer = LineWriter(prepared.path)
+    started_at, started = time.time(), time.monotonic()
+    try:
+        for batch in answered.iter_batches(batch_size=None, batch_format="pyarrow"):
+            columns = batch.to_pydict()
+            writer.write(columns["output"])
+            for status, route, tokens, node in zip(
+                columns["status"], columns["route"], columns["tokens"], columns["node"], strict=True
+            ):
+                tally.add(status, route, json.loads(tokens), node)
+            if on_progress is not None:
+                on_progress(len(columns["output"]), tally)
+    finally:
+        wall_s = time.monotonic() - started
+        writer.close()
+        if not job.attach:
+            deployments.stop(targets)
+        if scan.fmt is InputFormat.RECORDS and tally.rows:  # mai-eval report's timed segment
+            segment = {"started": started_at, "wall_s": round(wall_s, 6), "requests": tally.rows}
+            _prediction_store(job, scan).add_segment(job.records.policy, segment | {"batch": True})
+        summary = tally.summary(wall_s)
+        summary_path(job.output, scan.fmt).write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def summary_path(output: Path, fmt: InputFormat) -> Path:
+    return (
+        output / "summary.json"
+        if fmt is InputFormat.RECORDS
+        else output.with_name(output.name + ".summary.json")
+    )
+
+
+def _folder_of(path: str) -> Path:
+    """The folder a record's relative image path is read from: the input's (a local path)."""
+    return Path(path).resolve().parent if "://" not in path else Path(".")
