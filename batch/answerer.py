@@ -11,7 +11,7 @@ What batch does differently, and why:
   a row waits for a slot instead of queueing past what the engines batch;
 - a row the server could only answer degraded (a model failed: ``routes.DEGRADED``) or not at all (503,
   504) is asked again after a pause, up to ``attempts`` times: a replica that dies mid-job costs the row
-  a wait, never a degraded answer; only then is the 5xx written;
+  a wait, never a degraded answer; the last attempt's reply is written as it is (its route says so);
 - anything else (a 4xx, or a 500 from a bug, logged with its traceback) is the row's line, and the job
   goes on.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -60,6 +61,7 @@ class Reply:
     status: int
     body: Any
     latency_s: float
+    attempts: int = 1
 
 
 class RowAnswerer:
@@ -89,6 +91,7 @@ class RowAnswerer:
             "status": [outcome["status"] for _, outcome in results],
             "route": [outcome["route"] for _, outcome in results],
             "tokens": [json.dumps(outcome["tokens"]) for _, outcome in results],
+            "attempts": [outcome["attempts"] for _, outcome in results],
             "node": [self.node] * len(lines),
         }
 
@@ -99,7 +102,12 @@ class RowAnswerer:
             text, line, job.fmt, base=Path(job.base), settings=job.records, duplicates=job.duplicates
         )
         if isinstance(parsed, LineError):
-            return self._error_row(line, text, parsed), {"status": 400, "route": None, "tokens": {}}
+            return self._error_row(line, text, parsed), {
+                "status": 400,
+                "route": None,
+                "tokens": {},
+                "attempts": 0,
+            }
         assert self._slots is not None
         async with self._slots:
             reply = await self.ask(parsed)
@@ -108,6 +116,7 @@ class RowAnswerer:
             "status": reply.status,
             "route": mai.get("route") if reply.status == 200 else None,
             "tokens": mai.get("trace", {}).get("tokens", {}) if reply.status == 200 else {},
+            "attempts": reply.attempts,
         }
         if job.fmt is InputFormat.OPENAI:
             return openai_reply_line(line, parsed, reply.status, reply.body), outcome
@@ -122,7 +131,7 @@ class RowAnswerer:
         for attempt in range(1, self.job.attempts + 1):
             reply = await self._ask_once(request)
             if not _worth_retrying(reply) or attempt == self.job.attempts:
-                return reply
+                return dataclasses.replace(reply, attempts=attempt)
             logger.warning(
                 "mai-batch: row %s got %s (attempt %d of %d); asking again in %.0f s",
                 request.row_id,

@@ -146,10 +146,15 @@ def run(
         for batch in answered.iter_batches(batch_size=None, batch_format="pyarrow"):
             columns = batch.to_pydict()
             writer.write(columns["output"])
-            for status, route, tokens, node in zip(
-                columns["status"], columns["route"], columns["tokens"], columns["node"], strict=True
+            for status, route, tokens, node, attempts in zip(
+                columns["status"],
+                columns["route"],
+                columns["tokens"],
+                columns["node"],
+                columns["attempts"],
+                strict=True,
             ):
-                tally.add(status, route, json.loads(tokens), node)
+                tally.add(status, route, json.loads(tokens), node, attempts)
             if on_progress is not None:
                 on_progress(len(columns["output"]), tally)
     finally:

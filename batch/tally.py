@@ -19,9 +19,13 @@ class Tally:
         self.routes: Counter[str] = Counter()
         self.nodes: Counter[str] = Counter()
         self.tokens: dict[str, Counter[str]] = {}
+        self.retried = 0  # rows asked again after a model failed
 
-    def add(self, status: int, route: str | None, tokens: dict[str, dict[str, int]], node: str) -> None:
+    def add(
+        self, status: int, route: str | None, tokens: dict[str, dict[str, int]], node: str, attempts: int = 1
+    ) -> None:
         self.rows += 1
+        self.retried += attempts > 1
         self.statuses[status] += 1
         self.nodes[node] += 1
         if route is not None:
@@ -46,6 +50,7 @@ class Tally:
             "skipped_as_done": self.skipped,
             "answered": self.statuses.get(200, 0),
             "errors": self.errors,
+            "retried": self.retried,
             "statuses": {str(status): count for status, count in sorted(self.statuses.items())},
             "routes": dict(self.routes.most_common()),
             "tokens": {model: dict(counts) for model, counts in sorted(self.tokens.items())},
@@ -60,6 +65,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     lines = [
         f"{summary['rows']} rows in {summary['wall_s']:.1f} s ({summary['rows_per_s'] or 0:.2f} rows/s): "
         f"{summary['answered']} answered, {summary['errors']} errors"
+        + (f", {summary['retried']} asked again after a model failed" if summary["retried"] else "")
         + (f", {summary['skipped_as_done']} done before" if summary["skipped_as_done"] else ""),
     ]
     if summary["routes"]:

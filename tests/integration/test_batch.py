@@ -5,6 +5,8 @@ request path and cascade in the actors; only the engines are scripted (tests/int
 so that every route and failure can be reached on purpose."""
 
 import json
+import os
+import signal
 
 import pytest
 import ray
@@ -146,3 +148,53 @@ def test_records_go_to_a_folder_mai_eval_report_scores_and_a_rerun_resumes(local
     assert report_folder(out, command="mai-eval report") == 0
     report = json.loads((out / "results.json").read_text())
     assert report["policies"]["mai"]["answered"] == 5
+
+
+def _kill_actor(class_prefix: str) -> str:
+    """SIGKILL the process of one live actor whose class name starts with ``class_prefix``: a crash, as
+    a node or an OOM kill would cause it. Returns the class name."""
+    from ray._private import state
+
+    [actor, *_] = [
+        a
+        for a in state.actors().values()
+        if a["ActorClassName"].startswith(class_prefix) and a["State"] == "ALIVE" and a.get("Pid")
+    ]
+    os.kill(actor["Pid"], signal.SIGKILL)
+    return actor["ActorClassName"]
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "ServeReplica:mai-batch-small",  # a model replica: Serve starts another; rows wait, then retry
+        "MapWorker(MapBatches(RowAnswerer))",  # a batch actor: Ray Data restarts it and retries its rows
+    ],
+)
+def test_a_process_killed_mid_job_loses_no_row_and_degrades_none(local_ray, tmp_path, victim):
+    rows = 24
+    source = tmp_path / "requests.jsonl"
+    source.write_text(
+        "\n".join(openai_line(f"q{i}", f"[slow] Is there a shape {i}?") for i in range(rows)) + "\n"
+    )
+    config = AppConfig.model_validate(CONFIG)
+    job = BatchJob(
+        input=str(source),
+        output=tmp_path / "out.jsonl",
+        config=config,
+        settings=BatchSettings(rows_in_flight=4),
+    )
+    killed = []
+
+    def kill_once(done: int, tally) -> None:
+        if not killed:
+            killed.append(_kill_actor(victim))
+
+    summary = run(job, prepare(job), apps=scripted_apps(config), on_progress=kill_once)
+    assert killed
+    lines = read_lines(tmp_path / "out.jsonl")
+    assert sorted(line["custom_id"] for line in lines) == sorted(f"q{i}" for i in range(rows))
+    assert all(line["response"]["status_code"] == 200 for line in lines)
+    assert summary["routes"] == {"agree_short": rows}  # not one degraded answer
+    if victim.startswith("ServeReplica"):  # the rows in flight on it were asked again
+        assert summary["retried"] >= 1
