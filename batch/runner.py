@@ -30,6 +30,9 @@ from .source import numbered_lines
 from .tally import Tally
 
 
+ACTOR_NUM_CPUS = 0.01
+
+
 @dataclass(frozen=True)
 class BatchJob:
     """What the command line asked for, validated."""
@@ -136,8 +139,10 @@ def run(
         RowAnswerer,
         fn_constructor_args=(batch_config(job.config, settings), targets, row_job),
         batch_size=per_actor,
-        concurrency=settings.actors,
-        num_cpus=0,
+        compute=ray.data.ActorPoolStrategy(size=settings.actors),
+        # The actors wait on the models: a sliver of a CPU each, so that SPREAD places them on the nodes
+        # in turn (an actor asking for nothing is placed where the driver is).
+        num_cpus=ACTOR_NUM_CPUS,
         scheduling_strategy="SPREAD",
     )
     writer = LineWriter(prepared.path)
