@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from serve_app.core.listed_choices import split_choices
+from serve_app.core.question_parsing import split_choices
 from serve_app.edge.images import sniff_format
 
 from .records import write_records

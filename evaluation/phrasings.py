@@ -31,8 +31,7 @@ from typing import Any
 from harness.easy_vqa import COLOURS, SHAPES, ImageFacts
 from harness.paths import DATASETS
 from harness.phrasings import FORM_KINDS, FORMS, TEMPLATES, Template, answer, draw_slots, fill
-from serve_app.core.answers import is_valid, normalize, parse_number, yes_no
-from serve_app.core.either_or import without_article
+from serve_app.core.answers import is_valid, normalize, parse_number, without_article, yes_no
 
 from .scoring import bootstrap_interval, score
 

@@ -71,7 +71,7 @@ class EvalRecord(BaseModel):
 
 
 def _lists_options(question: str) -> bool:
-    from serve_app.core.listed_choices import split_choices
+    from serve_app.core.question_parsing import split_choices
 
     return bool(split_choices(question)[1])
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serve_app.core.answers import infer_kind
+from serve_app.core.question_parsing import infer_kind
 
 COLOURS = ("red", "green", "blue", "yellow", "black", "gray", "teal", "brown")
 SHAPES = ("circle", "rectangle", "triangle")

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from serve_app.core.answers import AnswerKind, infer_kind
-from serve_app.core.either_or import either_or_options
+from serve_app.core.answers import AnswerKind
+from serve_app.core.question_parsing import either_or_options, infer_kind
 
 from .easy_vqa import COLOURS, QA, SHAPES, ImageFacts, answer_from_facts, is_negated, mentioned, shows
 

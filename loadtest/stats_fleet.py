@@ -14,7 +14,7 @@ from typing import Any
 
 from serve_app.core.audit import AuditBook, AuditSettings
 from serve_app.core.audit_alerts import alerts
-from serve_app.core.overload import fleet_overload
+from serve_app.core.decision import fleet_overload
 from serve_app.core.plan_choice import AdaptiveSettings
 from serve_app.core.plan_stats import Observation, PlanBook
 from serve_app.core.plans import WITH_STAGE1, Plan

@@ -13,8 +13,8 @@ from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, S
 from deployments.vlm import images_per_prompt
 
 from .core.audit import AuditSettings
+from .core.decision import OverloadSettings, check_floors
 from .core.options import CascadeOptions
-from .core.overload import OverloadSettings, check_floors
 from .core.plan_choice import AdaptiveSettings
 from .core.plans import Plan
 from .core.roles import LARGE, SMALL
@@ -117,7 +117,7 @@ class CascadeConfig(CascadeOptions):
     """The server's cascade defaults (a request may override some, ``CascadeOptions``), and what only
     the server sets: audits of early-exit answers (serve_app/core/audit.py; 0 = off), the choice of
     plan per question class (serve_app/core/plan_choice.py; off by default) and how the cascade bends
-    when the large model is overloaded (serve_app/core/overload.py; off by default)."""
+    when the large model is overloaded (serve_app/core/decision.py; off by default)."""
 
     audit: AuditSettings = AuditSettings()
     adaptive: AdaptiveSettings = AdaptiveSettings()

@@ -6,7 +6,8 @@ accuracy, InfoVQA/DocVQA ANLS, POPE yes/no, MMBench option extraction) and fix t
 
 What scoring (does a prediction match the gold answer? ``scoring_rules.py``) and verification (do
 two *model* answers say the same thing? ``verification.py``, a stricter rule) share: extraction,
-option letters, yes/no, numbers, normalisation, validity, and the answer kind a question wants.
+option letters, yes/no, numbers, normalisation and validity. The answer kind a question wants is
+read from the question's text (``question_parsing.infer_kind``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from typing import Literal, get_args
-
-from .either_or import YES_NO_START, asked_sentence, either_or_options, without_article
-from .listed_choices import split_choices
 
 # The kinds of answer a question may want: the matcher that verifies and scores it. The API's
 # ``answer_type`` takes them (serve_app/edge/protocol.py), the trace and statistics name them.
@@ -33,6 +31,7 @@ _MAX_BARE_WORDS = 6
 _MAX_BARE_CHARS = 64
 _EDGE_NOISE = " \t\r\n\"'`*_“”‘’"
 _TRAILING_PUNCT = ".,;:!?。"
+ARTICLES = frozenset({"a", "an", "the"})  # what ``without_article`` drops
 
 
 def as_text(value: object) -> str | None:
@@ -158,6 +157,12 @@ def _letter_of_text(text: str, choices: Sequence[str] | None) -> str | None:
             if wanted and compared(wanted) == compared(option):
                 return chr(ord("A") + index)
     return None
+
+
+def without_article(option: str) -> str:
+    """``option`` without a leading article: "a circle" -> "circle" (a lone word stays)."""
+    words = option.split()
+    return " ".join(words[1:] if len(words) > 1 and words[0].casefold() in ARTICLES else words)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,28 +330,3 @@ def is_valid(answer: object, kind: str, *, choices: Sequence[str] | None = None)
     if kind == "number":
         return parse_number(text) is not None
     return True
-
-
-_NUMBER_CUES = re.compile(
-    r"\b(?:how\s+(?:many|much|old|long|far|tall|high|often)|what\s+(?:is\s+the\s+)?"
-    r"(?:percentage|percent|number|value|total|sum|difference|average|mean|median|ratio|"
-    r"rate|count|amount|year)|in\s+which\s+year|what\s+year)\b",
-    re.IGNORECASE,
-)
-
-
-def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
-    """Guess the answer kind of a question: ``choice`` when options are given, listed in the
-    question or named by an either/or question ("Is it red or blue?"), ``yes_no`` for questions
-    opening with an auxiliary verb ("Is there ...?"), ``number`` for quantity questions ("How many
-    ...?", "What percentage ...?"), else ``text``.
-    The last sentence ending in "?" is the one read, so trailing instructions do not count."""
-    text = as_text(question) or ""
-    if choices or split_choices(text)[1] or either_or_options(text):
-        return "choice"
-    asked = asked_sentence(text)
-    if _NUMBER_CUES.search(asked):
-        return "number"
-    if YES_NO_START.match(asked):
-        return "yes_no"
-    return "text"

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .audit_alerts import alert_evidence
 from .intervals import exact_lower_bound, wilson_interval
-from .model_tokens import Tokens, nested_tokens
 from .options import Policy
 from .routes import EARLY_EXITS, Route
+from .trace import Tokens, nested_tokens
 from .windows import Key, LatestWindow
 
 __all__ = ["EARLY_EXITS", "AuditBook", "AuditSettings", "MergedAudits", "is_sampled"]
@@ -89,7 +89,7 @@ class _Counts:
     disagreed: int = 0
     by_route: dict[str, list[int]] = field(default_factory=dict)  # route -> [audited, disagreed]
     plans: Counter = field(default_factory=Counter)  # the cascade plans its requests ran
-    tokens: Counter = field(default_factory=Counter)  # its requests' tokens per model (model_tokens.py)
+    tokens: Counter = field(default_factory=Counter)  # its requests' tokens per model (trace.py: Tokens)
 
 
 @dataclass

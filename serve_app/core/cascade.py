@@ -51,11 +51,11 @@ from collections.abc import Awaitable, Mapping
 from .answers import is_valid, option_letter
 from .contracts import Question, TransferSelector, VLMClient
 from .decision import Decision
-from .either_or import choices_note
 from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
 from .plans import Plan
 from .prompts import PromptLayout
+from .question_parsing import choices_note
 from .roles import LARGE, SMALL
 from .stages import Reasoned, StageCalls
 from .trace import (

@@ -31,7 +31,7 @@ class Question:
     # (question_parsing.parse_question). None: none was recognised, the text is as sent.
     instruction: Instruction | None = None
     choices_from_text: tuple[str, ...] = ()  # the options read from the client's text, () if none
-    # The choices are the options an either/or question names ("Is it red or blue?", either_or.py):
+    # The choices are the options an either/or question names ("Is it red or blue?", question_parsing.py):
     # the stages get the question as asked with the short-answer prompt, the reply is the option's text.
     options_named: bool = False
 

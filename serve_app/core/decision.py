@@ -5,23 +5,181 @@ Nothing rewrites a decision afterwards: the cascade runs its options and writes 
 the trace is built; the ingress's observers (the plan controller, the overload guard, the metrics, the
 demand meter, the auditor) read it. Pure: the plan controller's choice comes in as a function, the
 overload level as the reading the guard made.
+
+Overload: escalation that bends under load (``cascade.overload``), as a state machine and a rewrite of
+the options: when the large model's queue passes a bound, the cascade first stops starting audits,
+then, if the queue stays past it, accepts its cheaper exits more readily within configured floors; it
+restores both, with hysteresis, once the queue has drained.
+
+Levels:
+- ``normal``: the configured cascade.
+- ``shed``: the queue passed ``max_large_queue``: no audit starts (an audit's Full RT run is the
+  large model's most avoidable load).
+- ``relax``: still past the bound ``relax_after_s`` later: each request runs with ``relax_to``'s
+  thresholds (a lower ``confident_large`` settles more stage-1 disagreements with the large model's
+  confident short answer; a lower ``min_confidence`` accepts more agreements; eager reasoning off).
+
+Back to ``normal`` once the queue has stayed at or under ``restore_below`` for ``restore_after_s``.
+The queue is the large model's calls in flight from this ingress replica. Pure: the ingress
+(serve_app/edge/load.py: ``OverloadGuard``) feeds it the count and the clock.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from .options import CascadeOptions, Policy
-from .overload import Level, RelaxTo, relaxed_options
 from .plan_choice import PlanChoice
 from .plans import Plan
 from .trace import CascadeResult, OverloadRecord
 
 FORCED = "forced by the request (mai.options.plan or eager_reasoning)"
 RELAXED_EAGER = "; overloaded (relax_to.eager_reasoning: false): eager runs sequential"
+
+
+class Level(IntEnum):
+    NORMAL = 0
+    SHED = 1
+    RELAX = 2
+
+    @property
+    def label(self) -> str:
+        """The level as the trace and the statistics name it: ``normal``, ``shed`` or ``relax``."""
+        return self.name.lower()
+
+
+class RelaxTo(BaseModel):
+    """What ``relax`` may lower each threshold to (None: leave it as configured)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    confident_large: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    min_confidence: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    eager_reasoning: bool | None = Field(
+        None, description="false: no eager reasoning while relaxed (the eager plan runs sequential)"
+    )
+
+    @model_validator(mode="after")
+    def _eager_only_off(self) -> RelaxTo:
+        if self.eager_reasoning:
+            raise ValueError("relax_to.eager_reasoning may only turn eager reasoning off (false)")
+        return self
+
+
+class OverloadSettings(BaseModel):
+    """``cascade.overload``: off unless ``max_large_queue`` is set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_large_queue: int | None = Field(
+        None, gt=0, description="the large model's calls in flight (this replica's) past which it bends"
+    )
+    relax_after_s: float = Field(2.0, ge=0, description="seconds past the bound before thresholds relax")
+    restore_below: int | None = Field(
+        None, ge=0, description="the queue at or under which it restores (default: half the bound)"
+    )
+    restore_after_s: float = Field(5.0, ge=0, description="seconds at or under restore_below to restore")
+    relax_to: RelaxTo = RelaxTo()
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_large_queue is not None
+
+    def restore_at(self) -> int:
+        assert self.max_large_queue is not None
+        return self.restore_below if self.restore_below is not None else self.max_large_queue // 2
+
+    @model_validator(mode="after")
+    def _restore_under_bound(self) -> OverloadSettings:
+        if self.max_large_queue is not None and self.restore_at() >= self.max_large_queue:
+            raise ValueError(
+                f"overload.restore_below ({self.restore_at()}) must be under overload.max_large_queue "
+                f"({self.max_large_queue}): the hysteresis band"
+            )
+        return self
+
+
+def check_floors(relax_to: RelaxTo, options: CascadeOptions) -> None:
+    """A floor above the threshold it relaxes would tighten the cascade under load: refused."""
+    if relax_to.confident_large is not None:
+        if options.confident_large is None:
+            raise ValueError(
+                "overload.relax_to.confident_large needs cascade.confident_large (the threshold it lowers)"
+            )
+        if relax_to.confident_large > options.confident_large:
+            raise ValueError(
+                f"overload.relax_to.confident_large ({relax_to.confident_large}) is above "
+                f"cascade.confident_large ({options.confident_large}): a floor must not exceed it"
+            )
+    if relax_to.min_confidence is not None and relax_to.min_confidence > options.min_confidence:
+        raise ValueError(
+            f"overload.relax_to.min_confidence ({relax_to.min_confidence}) is above "
+            f"cascade.min_confidence ({options.min_confidence}): a floor must not exceed it"
+        )
+
+
+@dataclass
+class OverloadState:
+    """The level, moved by each reading of the queue (``update``)."""
+
+    settings: OverloadSettings
+    level: Level = Level.NORMAL
+    over_since: float | None = None  # when the queue last went past the bound
+    calm_since: float | None = None  # when the queue last went to or under restore_below
+
+    def update(self, queue: int, now: float) -> Level:
+        settings = self.settings
+        if settings.max_large_queue is None:
+            return Level.NORMAL
+        if queue > settings.max_large_queue:
+            self.calm_since = None
+            if self.over_since is None:
+                self.over_since = now
+            if self.level is Level.NORMAL:
+                self.level = Level.SHED
+            if self.level is Level.SHED and now - self.over_since >= settings.relax_after_s:
+                self.level = Level.RELAX
+            return self.level
+        self.over_since = None
+        if queue <= settings.restore_at():
+            if self.calm_since is None:
+                self.calm_since = now
+            if now - self.calm_since >= settings.restore_after_s:
+                self.level = Level.NORMAL
+        else:
+            self.calm_since = None
+        return self.level
+
+
+def relaxed_options(
+    options: CascadeOptions, relax_to: RelaxTo
+) -> tuple[CascadeOptions, dict[str, tuple[Any, Any]]]:
+    """The request's options with ``relax_to``'s floors applied (a threshold already under its floor
+    stays), and what changed: ``{name: (from, to)}``. The plan is not an option here: an eager plan
+    running sequential is part of the request's decision (``decide``)."""
+    update: dict[str, Any] = {}
+    if relax_to.confident_large is not None and options.confident_large is not None:
+        if relax_to.confident_large < options.confident_large:
+            update["confident_large"] = relax_to.confident_large
+    if relax_to.min_confidence is not None and relax_to.min_confidence < options.min_confidence:
+        update["min_confidence"] = relax_to.min_confidence
+    changed = {name: (getattr(options, name), value) for name, value in update.items()}
+    return options.model_copy(update=update), changed
+
+
+def fleet_overload(enabled: bool, levels: Iterable[str]) -> dict[str, Any]:
+    """``overload`` in the ``GET /v1/mai/stats`` body: whether ``cascade.overload`` is on, the highest of
+    the ingress replicas' ``levels`` (their labels; ``normal`` when there are none) and how many replicas
+    are at each level."""
+    replicas = {level.label: 0 for level in Level}
+    for label in levels:
+        replicas[label] += 1
+    highest = max((level for level in Level if replicas[level.label]), default=Level.NORMAL)
+    return {"enabled": enabled, "level": highest.label, "replicas": replicas}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """A client's question read as the paper reads it: the bare question, its options, its answer kind,
-and the client's answer-format instruction set aside for the reply.
+and the client's answer-format instruction set aside for the reply. Everything here reads the
+question's text.
 
 The paper puts its own templates (Appendix C) around the bare question; clients and harnesses send
 the question with their own instruction and, for multiple choice, the options written into the text.
@@ -7,24 +8,35 @@ the question with their own instruction and, for multiple choice, the options wr
 
 1. a "Question:" label before the question is dropped;
 2. a known format instruction ending the text (``format_instructions.FORMS``) is set aside;
-3. options written into the text (``listed_choices``) become the choices, with the label before them
+3. options written into the text (``split_choices``) become the choices, with the label before them
    ("Options:"), and an instruction between the question and the options is set aside as in 2;
 4. what is left is the question. An instruction that cannot apply (a letter with no options, yes or
    no to a question with options) is not taken: the text stays as sent.
+
+Options written into a question's text: "A. cat" lines (also "A) cat", "(A) cat", "A: cat"), or one
+line of "(A) cat (B) dog" after the question or an "Options:" label.
+
+Either/or questions: "Is it red or blue?", "Is the shape a circle or a triangle?" ask to choose
+between the options they name, never for yes or no ("Is the shape red or not?" still does). The
+options are read from the asked sentence (the last one ending in "?", or, in a text with no "?" at
+all, its last sentence: people leave it out), which opens with an auxiliary verb as a yes/no question
+does: the option after the last "or" runs to the question mark, or to a preposition that starts a
+phrase after it ("a cat or a dog in the picture"); the option before it has as many words ("a circle
+or a triangle"), and a list before it is split on commas ("red, green or blue"). An option is named
+without its article ("circle", "triangle").
 
 Pure functions, no I/O. ``QuestionFormatError`` names what a client must fix.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .answers import infer_kind
+from .answers import ARTICLES, as_text, without_article
 from .contracts import Question
-from .either_or import either_or_options
 from .format_instructions import QUESTION_LABEL, Instruction, Reply, trailing_instruction
-from .listed_choices import split_choices, without_label
 
 
 class QuestionFormatError(ValueError):
@@ -99,6 +111,31 @@ def answer_kind(
     return infer_kind(text), (), False
 
 
+_NUMBER_CUES = re.compile(
+    r"\b(?:how\s+(?:many|much|old|long|far|tall|high|often)|what\s+(?:is\s+the\s+)?"
+    r"(?:percentage|percent|number|value|total|sum|difference|average|mean|median|ratio|"
+    r"rate|count|amount|year)|in\s+which\s+year|what\s+year)\b",
+    re.IGNORECASE,
+)
+
+
+def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
+    """Guess the answer kind of a question: ``choice`` when options are given, listed in the
+    question or named by an either/or question ("Is it red or blue?"), ``yes_no`` for questions
+    opening with an auxiliary verb ("Is there ...?"), ``number`` for quantity questions ("How many
+    ...?", "What percentage ...?"), else ``text``.
+    The last sentence ending in "?" is the one read, so trailing instructions do not count."""
+    text = as_text(question) or ""
+    if choices or split_choices(text)[1] or either_or_options(text):
+        return "choice"
+    asked = asked_sentence(text)
+    if _NUMBER_CUES.search(asked):
+        return "number"
+    if YES_NO_START.match(asked):
+        return "yes_no"
+    return "text"
+
+
 def _read(text: str, given: tuple[str, ...], *, take_instruction: bool) -> ParsedQuestion:
     body = QUESTION_LABEL.sub("", text.strip(), count=1) if take_instruction else text.strip()
     instruction = None
@@ -136,3 +173,162 @@ def _folded(choices: Sequence[str]) -> tuple[str, ...]:
 
 def _letters(choices: Sequence[str]) -> str:
     return ", ".join(f"{chr(ord('A') + i)}. {choice}" for i, choice in enumerate(choices))
+
+
+# ---------------------------------------------------------------------------------------------
+# Options written in the text
+# ---------------------------------------------------------------------------------------------
+
+# Matched against a line without trailing whitespace: no backtracking over long runs of spaces.
+_CHOICE_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(\S.*)$")
+# An inline mark stands alone: "(A) cat", never "P(A)" or "(A),".
+_INLINE_LETTER = re.compile(r"(?:^|(?<=\s))\(([A-Z])\)\s+")
+# What may stand before inline options: nothing, the end of the question, or a label.
+_BEFORE_INLINE = re.compile(r"(?:^|[?:])\s*$")
+# The label harnesses put before the options: lmms-eval mmbench's sys_prompt ("There are several
+# options:"), mmmu's qwen3_vl format ("Options:"), and the usual "Choices:".
+_OPTIONS_LABEL = re.compile(
+    r"(?:^|(?<=[.?!])\s+)(?:there\s+are\s+several\s+options|options|choices)\s*:\s*\Z",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def _lettered(letters: list[str]) -> bool:
+    """Two or more letters running A, B, C, ... without gaps."""
+    return len(letters) >= 2 and letters == [chr(ord("A") + i) for i in range(len(letters))]
+
+
+def split_choices(question: str, *, trailing: bool = False) -> tuple[str, tuple[str, ...]]:
+    """Split a question that lists lettered options into the question text and the options.
+
+    One option a line ("A. cat", "B. dog", ...): the options must run A, B, C, ... without gaps and be
+    the last lettered lines; lines after them (an instruction such as "Answer with the option's
+    letter", as lmms-eval's MMBench and RealWorldQA prompts add) stay in the question text, unless
+    ``trailing``: then options must end the text, and lettered lines followed by more text are part of
+    the question (statements, a dialogue). Else the last line may list them inline, "(A) cat (B) dog",
+    after the question or a label. A label ending the text before the options ("Options:", "There are
+    several options:") goes with them. Otherwise the question is returned whole with no options."""
+    lines = [line.rstrip() for line in question.rstrip().splitlines()]
+    found = [_CHOICE_LINE.match(line) for line in lines]
+    end = len(lines)
+    while end and not found[end - 1]:
+        end -= 1
+    start = end
+    while start and found[start - 1]:
+        start -= 1
+    matches = [match for match in found[start:end] if match]
+    if _lettered([match.group(1) for match in matches]):
+        if trailing and any(line.strip() for line in lines[end:]):
+            return question.strip(), ()
+        text = "\n".join(
+            line for line in [without_label("\n".join(lines[:start])), *lines[end:]] if line.strip()
+        )
+        return text.strip(), tuple(match.group(2) for match in matches)
+    return _inline_choices(question)
+
+
+def _inline_choices(question: str) -> tuple[str, tuple[str, ...]]:
+    lines = question.rstrip().splitlines()
+    last = lines[-1] if lines else ""
+    marks = list(_INLINE_LETTER.finditer(last))
+    if not marks or not _lettered([mark.group(1) for mark in marks]):
+        return question.strip(), ()
+    options = tuple(
+        last[mark.end() : following.start() if following else len(last)].strip()
+        for mark, following in zip(marks, [*marks[1:], None], strict=True)
+    )
+    if any(not option for option in options) or not _BEFORE_INLINE.search(
+        without_label(last[: marks[0].start()])
+    ):
+        return question.strip(), ()
+    return without_label("\n".join([*lines[:-1], last[: marks[0].start()]])), options
+
+
+def without_label(text: str) -> str:
+    """``text`` without an options label ("Options:") ending it."""
+    return _OPTIONS_LABEL.sub("", text.rstrip()).strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Either/or questions
+# ---------------------------------------------------------------------------------------------
+
+# An auxiliary verb opens a yes/no question, contracted negatives too ("Isn't it red?", "Can't you
+# see a circle?", "Won't ...").
+YES_NO_START = re.compile(
+    r"^(?:(?:is|are|was|were|does|do|did|could|would|should|has|have|had|must|might|need)(?:n['’]t)?"
+    r"|can(?:['’]t|not)?|won['’]t|will|am|may|ain['’]t)(?![\w'’])",
+    re.IGNORECASE,
+)
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+_OR = re.compile(r"\s+or\s+", re.IGNORECASE)
+_PREPOSITIONS = frozenset(
+    "in on at of for from with within inside outside near by under over above below behind to "
+    "into onto than compared".split()
+)
+_NEGATION = frozenset({"not", "no", "neither", "none"})
+_MAX_OPTION_WORDS = 4
+
+
+def asked_sentence(text: str) -> str:
+    """The sentence a question asks: the last ending in "?" (trailing instructions do not count)."""
+    sentences = [part.strip() for part in _SENTENCE_BREAK.split(text.strip()) if part.strip()]
+    questions = [sentence for sentence in sentences if sentence.endswith("?")]
+    return (questions or sentences or [""])[-1]
+
+
+def either_or_options(question: str) -> tuple[str, ...]:
+    """The options an either/or question names, in its order; () when it is not one."""
+    asked = asked_sentence(question)
+    if asked.endswith("?"):
+        asked = asked[:-1]
+    elif "?" in question:  # a question mark elsewhere: this sentence is not the one asked
+        return ()
+    if not YES_NO_START.match(asked):
+        return ()
+    parts = _OR.split(asked.strip().rstrip("."))
+    if len(parts) != 2:
+        return ()
+    before, after = parts
+    last = _option_after(after.split())
+    if not last or last[0].casefold() in _NEGATION or len(last) > _MAX_OPTION_WORDS:
+        return ()
+    listed = [item.strip() for item in before.split(",")]
+    head = listed[0].split()[1:]  # past the auxiliary verb
+    first = head[-len(last) :] if len(head) >= len(last) else head
+    if _leads_with_article(last) and not _leads_with_article(first):
+        first = head[-1:]
+    named = (" ".join(first), *listed[1:], " ".join(last))
+    options = [without_article(option.strip(" ,")) for option in named]
+    if any(not option for option in options) or len({o.casefold() for o in options}) < len(options):
+        return ()
+    return tuple(options)
+
+
+def _option_after(words: list[str]) -> list[str]:
+    for index, word in enumerate(words[1:], start=1):
+        if word.casefold() in _PREPOSITIONS:
+            return words[:index]
+    return words
+
+
+def _leads_with_article(words: list[str]) -> bool:
+    return bool(words) and words[0].casefold() in ARTICLES
+
+
+def choices_note(question: str, choices: tuple[str, ...]) -> str | None:
+    """What the trace says when a request's own ``choices`` differ from the options its either/or
+    question names: the request's choices win. None when they do not differ (or it names none)."""
+    named = either_or_options(question)
+    if not named or not choices or _folded_without_articles(named) == _folded_without_articles(choices):
+        return None
+    return (
+        f"the question names the options {', '.join(named)}; the request's choices "
+        f"({', '.join(choices)}) were used"
+    )
+
+
+def _folded_without_articles(options: tuple[str, ...]) -> list[str]:
+    """Options as an either/or question's and a request's are compared: in any order, any case, any
+    spacing, without their articles."""
+    return sorted(without_article(" ".join(option.casefold().split())) for option in options)

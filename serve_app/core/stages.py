@@ -13,7 +13,6 @@ from typing import Any
 
 from .answer_forms import answer_form
 from .answers import extract_answer
-from .confidence import answer_confidence
 from .contracts import (
     Completion,
     ConstraintRejectedError,
@@ -31,6 +30,7 @@ from .prompts import PromptKind, PromptLayout, build_messages
 from .roles import LARGE
 from .trace import StageRecord, Trace, TransferRecord
 from .transfer_selectors import count_words
+from .verification import answer_confidence
 
 
 @dataclass

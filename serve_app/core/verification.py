@@ -15,15 +15,21 @@ a wrong answer at the cheapest exit. So it is its own rule, stricter than scorin
 
 An answer that is not valid for its kind (``answers.is_valid``: a hedge, nothing read, a letter that
 is no option) never agrees, not even with itself. Symmetric, pure, never raises.
+
+What the cascade weighs with an agreement: how sure a model was of its answer (``answer_confidence``),
+the probability of the answer's tokens, from the logprobs the engine returns for the tokens it
+generated (no extra decoding). Pure functions.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 
-from .answers import answer_words, is_valid, normalize, parse_number
+from .answers import answer_span, answer_words, is_valid, normalize, parse_number
+from .contracts import TokenLogprob
 from .options import CascadeOptions
 
 # The cascade's default (``CascadeOptions.decimal_tolerance``), read from its one definition.
@@ -109,3 +115,24 @@ def _unit(answer: str) -> str:
     tokens = answer_words(answer)
     last_number = max((i for i, token in enumerate(tokens) if token[0].isdigit()), default=-1)
     return " ".join(token for token in tokens[last_number + 1 :] if token not in {"about", "approximately"})
+
+
+def answer_confidence(text: str, tokens: Sequence[TokenLogprob] | None) -> float | None:
+    """The probability of the answer ``extract_answer`` reads in ``text`` (the tokens inside
+    ``[[...]]``, or the bare answer): exp of the sum of the logprobs of every generated token that
+    overlaps it. None without logprobs, without an answer, or when the tokens do not spell ``text``."""
+    if not tokens:
+        return None
+    spelled = "".join(token.token for token in tokens)
+    offset = spelled.find(text) if text else -1
+    span = answer_span(text)
+    if offset < 0 or span is None:
+        return None
+    start, end = span[0] + offset, span[1] + offset
+    total, overlapping, position = 0.0, False, 0
+    for token in tokens:
+        token_start, position = position, position + len(token.token)
+        if token_start < end and position > start:
+            total += token.logprob
+            overlapping = True
+    return math.exp(total) if overlapping else None

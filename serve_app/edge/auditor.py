@@ -39,7 +39,7 @@ RELAXED_PREFIX = "relaxed:"
 
 def audited_route(decision: Decision, result: CascadeResult) -> str:
     """The route an audit is counted under: an answer given with thresholds relaxed under overload
-    (serve_app/core/overload.py) counts apart, ``relaxed:<route>``, so the quality it cost is seen
+    (serve_app/core/decision.py) counts apart, ``relaxed:<route>``, so the quality it cost is seen
     apart from the configured exits' (whose bounds the plan controller reads)."""
     return RELAXED_PREFIX + result.route if decision.relaxed else result.route
 

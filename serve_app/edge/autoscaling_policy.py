@@ -10,7 +10,7 @@ deployment's own ``upscale_delay_s``, ``downscale_delay_s``, scaling factors and
       policy_function: serve_app.edge.autoscaling_policy:coupled_policy
 
 - The small and the large model (deployments ``small:<id>`` / ``large:<id>``): the ingress replicas'
-  reported demand (serve_app/edge/demand_meter.py, Serve's custom autoscaling metrics), never fewer than the
+  reported demand (serve_app/edge/load.py, Serve's custom autoscaling metrics), never fewer than the
   model's own queue asks for. When no ingress replica has reported a measured demand, or the app runs
   ``autoscaling.policy: per-deployment``, the queue alone decides: Ray Serve's own rule.
 - Every other deployment (the ingress, the statistics holder, the scorer): its own queue.
@@ -23,7 +23,7 @@ from typing import Any
 
 from ..core.roles import ROLES
 from ..core.scaling import Decision, IngressDemand, coupled_decision, queue_replicas
-from .demand_meter import AUTOSCALING_METRICS, demand_of
+from .load import AUTOSCALING_METRICS, demand_of
 
 logger = logging.getLogger("ray.serve")
 

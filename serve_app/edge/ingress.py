@@ -21,8 +21,7 @@ from ray import serve
 from ..clients.failures import transport_errors
 from ..clients.llm_server import LLMServerClient, attention_scorer
 from ..config import AppConfig, Security
-from ..core.decision import Decision, Observer, class_of, decide
-from ..core.overload import fleet_overload
+from ..core.decision import Decision, Observer, class_of, decide, fleet_overload
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector

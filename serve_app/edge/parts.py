@@ -15,10 +15,8 @@ from ..core.contracts import TransferSelector, VLMClient
 from ..core.prompts import PromptLayout
 from ..core.roles import LARGE, SMALL
 from .auditor import Auditor
-from .demand_meter import DemandMeter
-from .in_flight import InFlight
+from .load import DemandMeter, InFlight, OverloadGuard
 from .metrics import Metrics
-from .overload_guard import OverloadGuard
 from .plan_controller import PlanController
 
 

@@ -37,11 +37,11 @@ from ray import serve
 
 from ..core.audit import AuditSettings, MergedAudits
 from ..core.audit_alerts import alert_line
-from ..core.model_tokens import nested_tokens
-from ..core.overload import Level, fleet_overload
+from ..core.decision import Level, fleet_overload
 from ..core.plan_choice import AdaptiveSettings, allowed_plans, plan_summary, reference_plan
 from ..core.plan_stats import MergedPlans, Observation
 from ..core.plans import PlanEstimates
+from ..core.trace import nested_tokens
 
 logger = logging.getLogger("ray.serve")
 ESTIMATES = tuple(field.name for field in dataclasses.fields(PlanEstimates))  # a reply's, per class

@@ -5,7 +5,7 @@ A report carries, per class whose counts changed since the last acknowledged rep
 absolute counts (requests, routes, plans, tokens per model, audited, disagreed, by route) and the audits
 appended to its window since; per class with new plan observations, those observations; and always the
 replica's totals (served and audit tokens, audits not run) and its overload level (``normal``,
-``shed`` or ``relax``: serve_app/core/overload.py). Counts are absolute, so the holder adds the
+``shed`` or ``relax``: serve_app/core/decision.py). Counts are absolute, so the holder adds the
 difference from the last it applied and a repeat changes nothing; window entries are numbered per class
 (``AuditBook``'s ``audited``, ``PlanBook``'s ``appended``), so the holder skips those it has. A lost
 reply costs a resend of the same entries, nothing else.
@@ -23,7 +23,7 @@ from itertools import islice
 from typing import Any
 
 from ..core.audit import AuditBook
-from ..core.overload import Level
+from ..core.decision import Level
 from ..core.plan_stats import PlanBook, row_of
 
 

@@ -27,7 +27,7 @@ from harness.phrasings import (
     slot_fills,
 )
 from serve_app.core.answers import extract_answer
-from serve_app.core.either_or import either_or_options
+from serve_app.core.question_parsing import either_or_options
 from training.demo import evaluation
 from training.demo.corpus import Corpus, question_drawer
 from training.demo.recipes import DEMO_LARGE, DEMO_SMALL

@@ -13,8 +13,7 @@ from harness.datasets import sample_png_data_url
 from harness.easy_vqa import COLOURS, SHAPES, ImageFacts, held_out_images
 from harness.jsonl import write_jsonl
 from harness.phrasings import BY_NAME, FORMS, TEMPLATES, answer
-from serve_app.core.answers import infer_kind
-from serve_app.core.either_or import either_or_options
+from serve_app.core.question_parsing import either_or_options, infer_kind
 
 FACTS = {i: ImageFacts(COLOURS[i % 8], SHAPES[i % 3]) for i in range(60)}
 IMAGE = sample_png_data_url()

@@ -7,13 +7,12 @@ from hypothesis import strategies as st
 from serve_app.core.answers import (
     ANSWER_KINDS,
     extract_answer,
-    infer_kind,
     is_valid,
     normalize,
     option_letter,
     parse_number,
 )
-from serve_app.core.listed_choices import split_choices
+from serve_app.core.question_parsing import infer_kind, split_choices
 from serve_app.core.scoring_rules import anls, relaxed_match
 from serve_app.core.verification import agree
 

@@ -12,7 +12,7 @@ from serve_app.core.audit import AuditBook, AuditSettings, is_sampled
 from serve_app.core.audit_alerts import alerts
 from serve_app.core.decision import class_of
 from serve_app.core.intervals import exact_lower_bound, wilson_interval
-from serve_app.core.model_tokens import Tokens
+from serve_app.core.trace import Tokens
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from serve_app.core.plan_choice import PlanChoice
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.auditor import AUDIT_PREFIX, Auditor
-from serve_app.edge.in_flight import InFlight
 from serve_app.edge.jobs import Job
+from serve_app.edge.load import InFlight
 from serve_app.edge.stats_holder import StatsHolder
 
 from .fakes import ScriptedVLM

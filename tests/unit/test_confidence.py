@@ -3,8 +3,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.core.confidence import answer_confidence
 from serve_app.core.contracts import TokenLogprob
+from serve_app.core.verification import answer_confidence
 
 
 def tokens(*pieces: tuple[str, float]) -> tuple[TokenLogprob, ...]:

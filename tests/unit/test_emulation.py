@@ -20,9 +20,8 @@ from deployments.emulated_script import (
 )
 from deployments.settings import EmulationSettings
 from serve_app.core.answers import ANSWER_KINDS, extract_answer
-from serve_app.core.confidence import answer_confidence
 from serve_app.core.contracts import TokenLogprob
-from serve_app.core.verification import agree
+from serve_app.core.verification import agree, answer_confidence
 
 
 def test_ttft_interpolates_table_3():

@@ -1,4 +1,4 @@
-"""Escalation that bends under load (serve_app/core/overload.py): the levels and their hysteresis, the
+"""Escalation that bends under load (serve_app/core/decision.py): the levels and their hysteresis, the
 relaxed options, the config's refusals, and an in-process ingress replica whose traces, metrics and
 audits say when an answer was given overloaded."""
 
@@ -9,9 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serve_app.config import load_app_config
-from serve_app.core.decision import OverloadReading, decide
+from serve_app.core.decision import (
+    Level,
+    OverloadReading,
+    OverloadSettings,
+    OverloadState,
+    RelaxTo,
+    decide,
+    relaxed_options,
+)
 from serve_app.core.options import CascadeOptions, Policy
-from serve_app.core.overload import Level, OverloadSettings, OverloadState, RelaxTo, relaxed_options
 from serve_app.core.plan_choice import PlanChoice
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind

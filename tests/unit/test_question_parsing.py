@@ -1,5 +1,5 @@
 """Reading a client's question: its answer-format instruction, its options, and the reply in the format
-it asked for (core/question_parsing.py, core/format_instructions.py, core/listed_choices.py)."""
+it asked for (core/question_parsing.py, core/format_instructions.py)."""
 
 import asyncio
 
@@ -8,8 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serve_app.core.format_instructions import FORMS, Reply, reply_in_format, trailing_instruction
-from serve_app.core.listed_choices import split_choices
-from serve_app.core.question_parsing import QuestionFormatError, parse_question, read_question
+from serve_app.core.question_parsing import QuestionFormatError, parse_question, read_question, split_choices
 
 from ..images import chat_body
 from .build import chat_job

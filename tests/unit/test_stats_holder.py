@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.core.audit import AuditBook, AuditSettings
-from serve_app.core.model_tokens import TOKEN_KINDS, Tokens
-from serve_app.core.overload import fleet_overload
+from serve_app.core.decision import fleet_overload
 from serve_app.core.plan_choice import (
     AdaptiveSettings,
     allowed_plans,
@@ -27,6 +26,7 @@ from serve_app.core.plan_stats import Observation, PlanBook, estimates_of
 from serve_app.core.plans import Plan
 from serve_app.core.roles import ROLES
 from serve_app.core.routes import COMPLETED, EARLY_EXITS
+from serve_app.core.trace import TOKEN_KINDS, Tokens
 from serve_app.edge.plan_controller import PlanController
 from serve_app.edge.stats_holder import StatsHolder, stats_body
 from serve_app.edge.stats_reporter import StatsReporter
