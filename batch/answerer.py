@@ -93,6 +93,7 @@ class RowAnswerer:
             "tokens": [json.dumps(outcome["tokens"]) for _, outcome in results],
             "attempts": [outcome["attempts"] for _, outcome in results],
             "node": [self.node] * len(lines),
+            "peak_rss_mb": [peak_rss_mb()] * len(lines),
         }
 
     async def answer(self, line: int, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -166,6 +167,13 @@ class RowAnswerer:
         if self.job.fmt is InputFormat.OPENAI:
             return openai_error_line(line, row_id, error)
         return record_error_line(line, row_id, self.job.records.policy, error)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports kilobytes)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _worth_retrying(reply: Reply) -> bool:

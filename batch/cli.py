@@ -3,7 +3,7 @@
     mai-batch INPUT --output OUT [--config configs/mai-cpu.yaml] [--policy mai] [--attach APP] ...
 
 INPUT is an OpenAI Batch API request file (OUT: its output file) or mai-eval dataset records (OUT: a
-folder ``mai-eval report --out OUT`` scores), from a local path or any filesystem Ray Data reads. With
+folder ``mai-eval report OUT`` scores), from a local path or any filesystem Ray Data reads. With
 ``RAY_ADDRESS`` set it runs on that cluster. Everything the job needs is checked before an engine
 starts: a bad config, an unreadable input or output is one line on stderr and exit code 2. The same
 command after a crash or Ctrl-C resumes where the output stops.
@@ -20,9 +20,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from evaluation.run import OutputMismatchError as EvalOutputMismatchError
 from serve_app.config import AppConfig, check_application
 
-from .inputs import InputFormat, InputFormatError, RecordSettings
+from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
 from .runner import BatchJob, Prepared, prepare, run
 from .settings import BatchSettings
 from .tally import Tally, summary_text
@@ -69,7 +70,7 @@ def read_config(path: str, app_name: str | None) -> AppConfig:
     except OSError as exc:
         raise UsageError(f"config {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise UsageError(f"config {path} is not YAML: {exc}") from None
+        raise UsageError(f"config {path} is not YAML: {' '.join(str(exc).split())}") from None
     applications = (document or {}).get("applications") if isinstance(document, dict) else None
     if not isinstance(applications, list):
         raise UsageError(f"config {path} has no applications list (a Serve config file is expected)")
@@ -121,6 +122,10 @@ def checked(job: BatchJob, args: argparse.Namespace) -> Prepared:
     """The input and output, read before any engine starts."""
     try:
         prepared = prepare(job)
+    except OutputMismatchError as exc:
+        raise UsageError(f"--output {job.output} {exc}") from None
+    except EvalOutputMismatchError as exc:
+        raise UsageError(f"--output: {exc}") from None
     except OSError as exc:
         raise UsageError(f"input {job.input}: {exc.strerror or exc}") from None
     except (InputFormatError, ValueError) as exc:
@@ -130,8 +135,6 @@ def checked(job: BatchJob, args: argparse.Namespace) -> Prepared:
             "--policy, --option and --max-tokens apply to mai-eval records; an OpenAI batch line names "
             "its model and parameters in its body"
         )
-    if prepared.scan.fmt is InputFormat.OPENAI and job.output.is_dir():
-        raise UsageError(f"--output {job.output} is a folder; an OpenAI batch's output is a file")
     return prepared
 
 

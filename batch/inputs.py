@@ -108,8 +108,8 @@ def row_id_of(text: str, fmt: InputFormat) -> str | None:
     if not isinstance(value, dict):
         return None
     found = value.get("custom_id" if fmt is InputFormat.OPENAI else "id")
-    if isinstance(found, int) and not isinstance(found, bool):
-        found = str(found)
+    if fmt is InputFormat.RECORDS and isinstance(found, int) and not isinstance(found, bool):
+        found = str(found)  # as EvalRecord reads it; an OpenAI custom_id must be a string
     return found if isinstance(found, str) and found else None
 
 
@@ -201,6 +201,10 @@ class InputFormatError(ValueError):
     """An input that is no batch: empty, or in neither format."""
 
 
+class OutputMismatchError(ValueError):
+    """An output to resume that answers another input."""
+
+
 @dataclass(frozen=True)
 class InputScan:
     """What one pass over the input's ids found: its format, its rows, the lines whose id an earlier
@@ -209,13 +213,22 @@ class InputScan:
     fmt: InputFormat
     rows: int
     duplicates: dict[int, int]
+    answered: frozenset[int] = frozenset()  # the input's lines an existing output answers
 
 
-def scan_lines(lines: Iterable[tuple[int, str]], fmt: InputFormat | None = None) -> InputScan:
+def scan_lines(
+    lines: Iterable[tuple[int, str]],
+    fmt: InputFormat | None = None,
+    answered: Mapping[int, str | None] | None = None,
+) -> InputScan:
     """The format (the first line's, unless given), the row count and the duplicate ids of numbered
-    lines. Keeps one entry per id: the ids of a dataset, never its images."""
+    lines. Keeps one entry per id: the ids of a dataset, never its images. ``answered``: the ids an
+    existing output gives its lines (``outputs.answered_ids``); a line whose id differs means the output
+    answers another input, an ``OutputMismatchError``."""
+    answered = answered or {}
     first_line: dict[str, int] = {}
     duplicates: dict[int, int] = {}
+    done: set[int] = set()
     rows = 0
     for number, text in lines:
         if fmt is None:
@@ -227,6 +240,13 @@ def scan_lines(lines: Iterable[tuple[int, str]], fmt: InputFormat | None = None)
                 )
         rows += 1
         row_id = row_id_of(text, fmt)
+        if number in answered:
+            done.add(number)
+        if answered.get(number) is not None and answered[number] != row_id:
+            raise OutputMismatchError(
+                f"answers line {number} as {answered[number]!r}, but that line of the input is "
+                f"{row_id!r}: it holds another input's answers; choose another --output"
+            )
         if row_id is None:
             continue
         if row_id in first_line:
@@ -235,4 +255,4 @@ def scan_lines(lines: Iterable[tuple[int, str]], fmt: InputFormat | None = None)
             first_line[row_id] = number
     if fmt is None or rows == 0:
         raise InputFormatError("the input has no lines")
-    return InputScan(fmt, rows, duplicates)
+    return InputScan(fmt, rows, duplicates, frozenset(done))

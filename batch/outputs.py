@@ -10,7 +10,7 @@ A request the server refused keeps its response (the 4xx and its error body); a 
 at all (not JSON, another url, a duplicate id) has ``response: null`` and ``error: {code, message}``.
 
 mai-eval records get ``mai-eval run``'s folder: ``predictions/<policy>.jsonl`` (``prediction_of``'s
-rows), ``manifest.json`` and ``runs.jsonl``, so ``mai-eval report --out OUT`` scores a batch run.
+rows), ``manifest.json`` and ``runs.jsonl``, so ``mai-eval report OUT`` scores a batch run.
 
 Every line names the input line it answers (``batch_req_<line>``, or ``line``): a rerun skips those
 lines, so no row is written twice; a last line cut short by a crash is dropped before appending.
@@ -82,7 +82,9 @@ def output_file(output: Path, fmt: InputFormat, policy: str) -> Path:
 
 
 def drop_partial_last_line(path: Path) -> bool:
-    """Cut a last line a crash left without its newline; True when there was one."""
+    """Cut a last line a crash left without its newline, so the next line starts on its own; a last line
+    that is whole JSON but for its newline (``done_lines`` counts it) gets its newline instead. True
+    when a line was cut."""
     if not path.exists() or path.stat().st_size == 0:
         return False
     with path.open("rb+") as file:
@@ -90,15 +92,27 @@ def drop_partial_last_line(path: Path) -> bool:
         if file.read(1) == b"\n":
             return False
         data = path.read_bytes()
-        file.truncate(data.rfind(b"\n") + 1)
-    return True
+        start = data.rfind(b"\n") + 1
+        try:
+            json.loads(data[start:])
+        except ValueError:
+            file.truncate(start)
+            return True
+        file.write(b"\n")
+    return False
 
 
 def done_lines(path: Path, fmt: InputFormat) -> set[int]:
     """The input lines the output already answers (none when it does not exist yet)."""
+    return set(answered_ids(path, fmt))
+
+
+def answered_ids(path: Path, fmt: InputFormat) -> dict[int, str | None]:
+    """Input line -> the id its output line names (``custom_id``, a record's ``id``; None for a line
+    that was no request): what a rerun checks the input against."""
     if not path.exists():
-        return set()
-    done = set()
+        return {}
+    answered: dict[int, str | None] = {}
     with path.open() as file:
         for text in file:
             if not text.strip():
@@ -109,8 +123,9 @@ def done_lines(path: Path, fmt: InputFormat) -> set[int]:
                 continue
             line = line_of(row, fmt) if isinstance(row, dict) else None
             if line is not None:
-                done.add(line)
-    return done
+                row_id = row.get("custom_id" if fmt is InputFormat.OPENAI else "id")
+                answered[line] = row_id if isinstance(row_id, str) else None
+    return answered
 
 
 class LineWriter:

@@ -23,12 +23,19 @@ from evaluation.run import PredictionStore
 from harness.provenance import provenance
 from serve_app.config import AppConfig
 
-from .inputs import InputFormat, InputScan, RecordSettings, scan_lines
-from .outputs import LineWriter, done_lines, output_file
+from .inputs import (
+    InputFormat,
+    InputFormatError,
+    InputScan,
+    OutputMismatchError,
+    RecordSettings,
+    format_of,
+    scan_lines,
+)
+from .outputs import LineWriter, answered_ids, output_file
 from .settings import BatchSettings, batch_config, rows_per_actor
 from .source import numbered_lines
 from .tally import Tally
-
 
 ACTOR_NUM_CPUS = 0.01
 
@@ -63,15 +70,31 @@ def prepare(job: BatchJob) -> Prepared:
     """Read the input's ids and the output's answered lines; ``OSError`` for an unreadable input,
     ``InputFormatError`` for one in no format, ``OutputMismatchError`` for a records folder that holds
     another dataset's predictions."""
-    scan = scan_lines(numbered_lines(job.input), job.fmt)
+    fmt = job.fmt or _format_of_first_line(job.input)
+    path = output_file(job.output, fmt, job.records.policy)
+    if fmt is InputFormat.OPENAI and path.is_dir():
+        raise OutputMismatchError("is a folder; an OpenAI batch's output is a file")
+    answered = answered_ids(path, fmt)
+    scan = scan_lines(numbered_lines(job.input), fmt, answered)
     if scan.fmt is InputFormat.RECORDS:
         _prediction_store(job, scan).open(fresh=False)
-    path = output_file(job.output, scan.fmt, job.records.policy)
-    return Prepared(scan, path, frozenset(done_lines(path, scan.fmt)))
+    return Prepared(scan, path, scan.answered)
+
+
+def _format_of_first_line(path: str) -> InputFormat:
+    for number, text in numbered_lines(path):
+        fmt = format_of(text)
+        if fmt is None:
+            raise InputFormatError(
+                f"line {number} is neither an OpenAI batch request (custom_id, body) nor a mai-eval "
+                "record (id, image, question); pass --format if the first line is a bad one"
+            )
+        return fmt
+    raise InputFormatError("the input has no lines")
 
 
 def record_run(job: BatchJob, rows_in_flight: int) -> None:
-    """``run.json`` of a records folder, as ``mai-eval run`` writes it, so ``mai-eval report --out``
+    """``run.json`` of a records folder, as ``mai-eval run`` writes it, so ``mai-eval report``
     scores it: this policy added to those run into the folder before (the first one the baseline)."""
     path = job.output / "run.json"
     earlier = json.loads(path.read_text()) if path.exists() else {}
@@ -110,7 +133,7 @@ def run(
     import ray
 
     from . import deployments
-    from .answerer import RowAnswerer, RowJob
+    from .answerer import RowAnswerer, RowJob, peak_rss_mb
     from .source import NumberedLines
 
     scan, settings = prepared.scan, job.settings
@@ -151,15 +174,16 @@ def run(
         for batch in answered.iter_batches(batch_size=None, batch_format="pyarrow"):
             columns = batch.to_pydict()
             writer.write(columns["output"])
-            for status, route, tokens, node, attempts in zip(
+            for status, route, tokens, node, attempts, rss in zip(
                 columns["status"],
                 columns["route"],
                 columns["tokens"],
                 columns["node"],
                 columns["attempts"],
+                columns["peak_rss_mb"],
                 strict=True,
             ):
-                tally.add(status, route, json.loads(tokens), node, attempts)
+                tally.add(status, route, json.loads(tokens), node, attempts, rss)
             if on_progress is not None:
                 on_progress(len(columns["output"]), tally)
     finally:
@@ -170,9 +194,20 @@ def run(
         if scan.fmt is InputFormat.RECORDS and tally.rows:  # mai-eval report's timed segment
             segment = {"started": started_at, "wall_s": round(wall_s, 6), "requests": tally.rows}
             _prediction_store(job, scan).add_segment(job.records.policy, segment | {"batch": True})
-        summary = tally.summary(wall_s)
+        summary = tally.summary(wall_s) | {
+            "driver_peak_rss_mb": peak_rss_mb(),
+            # Ray Data's own account of the run: each operator's wall and CPU time, rows and blocks.
+            "ray_data_stats": _stats_text(answered),
+        }
         summary_path(job.output, scan.fmt).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _stats_text(dataset: Any) -> str | None:
+    try:
+        return dataset.stats()
+    except Exception:  # an interrupted run has none to give; the summary is still written
+        return None
 
 
 def summary_path(output: Path, fmt: InputFormat) -> Path:

@@ -20,11 +20,19 @@ class Tally:
         self.nodes: Counter[str] = Counter()
         self.tokens: dict[str, Counter[str]] = {}
         self.retried = 0  # rows asked again after a model failed
+        self.actor_peak_rss_mb = 0.0  # the largest any actor reached
 
     def add(
-        self, status: int, route: str | None, tokens: dict[str, dict[str, int]], node: str, attempts: int = 1
+        self,
+        status: int,
+        route: str | None,
+        tokens: dict[str, dict[str, int]],
+        node: str,
+        attempts: int = 1,
+        actor_rss_mb: float = 0.0,
     ) -> None:
         self.rows += 1
+        self.actor_peak_rss_mb = max(self.actor_peak_rss_mb, actor_rss_mb)
         self.retried += attempts > 1
         self.statuses[status] += 1
         self.nodes[node] += 1
@@ -57,6 +65,7 @@ class Tally:
             "rows_per_node": dict(self.nodes.most_common()),
             "wall_s": round(wall_s, 3),
             "rows_per_s": round(self.rows / wall_s, 3) if wall_s > 0 else None,
+            "actor_peak_rss_mb": self.actor_peak_rss_mb,
         }
 
 
@@ -72,6 +81,11 @@ def summary_text(summary: dict[str, Any]) -> str:
         lines.append("routes: " + ", ".join(f"{route} {count}" for route, count in summary["routes"].items()))
     for model, counts in summary["tokens"].items():
         lines.append(f"{model} tokens: " + ", ".join(f"{kind} {count}" for kind, count in counts.items()))
+    if "driver_peak_rss_mb" in summary:
+        lines.append(
+            f"peak memory: driver {summary['driver_peak_rss_mb']:.0f} MB, "
+            f"actors {summary['actor_peak_rss_mb']:.0f} MB"
+        )
     if len(summary["rows_per_node"]) > 1:
         lines.append(
             "rows per node: " + ", ".join(f"{node[:12]} {n}" for node, n in summary["rows_per_node"].items())
