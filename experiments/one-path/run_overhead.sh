@@ -1,10 +1,14 @@
 #!/bin/bash
-# before, after, after, before: the overhead scenario at f16b6da and at main, interleaved
+# The overhead scenario at two checkouts, interleaved: before, after, after, before.
+#   BEFORE=<checkout of f16b6da> AFTER=<checkout of 95d7ceb> OUT=<folder> experiments/one-path/run_overhead.sh
+set -e
+PYTHON=${PYTHON:-$(pwd)/.venv/bin/python}
+OUT=${OUT:-/tmp/overhead_cmp}
+mkdir -p "$OUT"
 i=0
-for tree in /tmp/before51 /work/main /work/main /tmp/before51; do
+for name in before after after before; do
   i=$((i+1))
-  name=$( [ "$tree" = /tmp/before51 ] && echo before || echo after )
-  cd $tree && flock /tmp/stack.lock /work/main/.venv/bin/python -m loadtest.bench --only overhead > ${OUT:-/tmp/overhead_cmp}/$i-$name.log 2>&1
-  cp $tree/bench/results/overhead.json ${OUT:-/tmp/overhead_cmp}/$i-$name.json
+  tree=$([ "$name" = before ] && echo "$BEFORE" || echo "$AFTER")
+  (cd "$tree" && "$PYTHON" -m loadtest.bench --only overhead > "$OUT/$i-$name.log" 2>&1)
+  cp "$tree/bench/results/overhead.json" "$OUT/$i-$name.json"
 done
-echo done > ${OUT:-/tmp/overhead_cmp}/finished
