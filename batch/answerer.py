@@ -70,16 +70,15 @@ class RowAnswerer:
     def __init__(self, config: AppConfig, targets: Targets, job: RowJob):
         import ray
 
-        from serve_app.edge.ingress import IngressReplica
-
-        small, large, scorer, stats = targets.handles()
-        self.ingress = IngressReplica(small, large, config, scorer, stats)
+        self.config, self.targets = config, targets
+        self.ingress: Any = None  # built on the loop the rows run on (``_replica``)
         self.job = job
         self.node = ray.get_runtime_context().get_node_id()
         self._slots: asyncio.Semaphore | None = None
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        if self._slots is None:  # made on the loop Ray Data runs this actor's batches on
+        if self.ingress is None:
+            self.ingress = self._replica()
             self._slots = asyncio.Semaphore(self.job.rows_per_actor)
         lines = [int(line) for line in batch["line"]]
         results = await asyncio.gather(
@@ -95,6 +94,15 @@ class RowAnswerer:
             "node": [self.node] * len(lines),
             "peak_rss_mb": [peak_rss_mb()] * len(lines),
         }
+
+    def _replica(self) -> Any:
+        """The ingress replica over handles to the targets, made on the running loop: the loop Ray
+        Data runs this actor's batches on, where a handle's router must live when Serve runs routers
+        on the caller's loop (``RAY_SERVE_THROUGHPUT_OPTIMIZED``)."""
+        from serve_app.edge.ingress import IngressReplica
+
+        small, large, scorer, stats = self.targets.handles()
+        return IngressReplica(small, large, self.config, scorer, stats)
 
     async def answer(self, line: int, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """A line's output row, and what the job's tally reads of it (status, route, tokens)."""

@@ -30,10 +30,15 @@ CONFIG = {
 
 @pytest.fixture(scope="module")
 def local_ray():
+    # Serve's throughput mode, as the bench and a tuned deployment run it: a handle's router runs on the
+    # caller's event loop, so the actors must make their handles on the loop their rows run on. (The
+    # two-node test, test_batch_cluster.py, runs in the default mode.)
+    os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     serve.shutdown()
     ray.shutdown()
+    del os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"]
 
 
 def scripted_apps(config: AppConfig) -> dict:
