@@ -38,6 +38,7 @@ from .source import numbered_lines
 from .tally import Tally
 
 ACTOR_NUM_CPUS = 0.01
+BLOCKS_PER_ACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,13 @@ def run(
         RowAnswerer,
         fn_constructor_args=(batch_config(job.config, settings), targets, row_job),
         batch_size=per_actor,
-        compute=ray.data.ActorPoolStrategy(size=settings.actors),
+        # Blocks answered side by side in each actor (its rows share the actor's slots): a block's slow
+        # last rows never leave the slots idle while the next block waits for them.
+        compute=ray.data.ActorPoolStrategy(
+            size=settings.actors,
+            max_tasks_in_flight_per_actor=BLOCKS_PER_ACTOR,
+            max_concurrent_calls_per_actor=BLOCKS_PER_ACTOR,
+        ),
         # The actors wait on the models: a sliver of a CPU each, so that SPREAD places them on the nodes
         # in turn (an actor asking for nothing is placed where the driver is).
         num_cpus=ACTOR_NUM_CPUS,
@@ -170,10 +177,14 @@ def run(
     )
     writer = LineWriter(prepared.path)
     started_at, started = time.time(), time.monotonic()
+    first_lines_s: float | None = None  # the job's start: actors up, first rows answered
+    first_lines = 0
     try:
         for batch in answered.iter_batches(batch_size=None, batch_format="pyarrow"):
             columns = batch.to_pydict()
             writer.write(columns["output"])
+            if first_lines_s is None:
+                first_lines_s, first_lines = time.monotonic() - started, len(columns["output"])
             for status, route, tokens, node, attempts, rss in zip(
                 columns["status"],
                 columns["route"],
@@ -195,12 +206,19 @@ def run(
             segment = {"started": started_at, "wall_s": round(wall_s, 6), "requests": tally.rows}
             _prediction_store(job, scan).add_segment(job.records.policy, segment | {"batch": True})
         summary = tally.summary(wall_s) | {
+            # Rows/s once the first lines are written: the job's start (actors, first calls) set apart.
+            "first_lines_s": None if first_lines_s is None else round(first_lines_s, 3),
+            "steady_rows_per_s": _rate(tally.rows - first_lines, wall_s - (first_lines_s or 0.0)),
             "driver_peak_rss_mb": peak_rss_mb(),
             # Ray Data's own account of the run: each operator's wall and CPU time, rows and blocks.
             "ray_data_stats": _stats_text(answered),
         }
         summary_path(job.output, scan.fmt).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _rate(rows: int, seconds: float) -> float | None:
+    return round(rows / seconds, 3) if rows > 0 and seconds > 0 else None
 
 
 def _stats_text(dataset: Any) -> str | None:

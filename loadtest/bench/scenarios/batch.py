@@ -251,11 +251,12 @@ def table(result: dict[str, Any]) -> list[str]:
         f"client at concurrency {result['server_concurrency']}, the best rows/s of a probe on "
         f"{probe['questions_per_concurrency']} other questions per concurrency ({probed}). Wall: sum over "
         "blocks; rows/s: answered rows over it; accuracy over the questions answered (95 % bootstrap "
-        "interval).",
+        "interval). *start s*: a batch job's time to its first lines (the actors' start, their first "
+        "calls), and *steady rows/s* its rate after them (medians over blocks).",
         "",
-        "| arm | accuracy % | wall s | rows/s | errors | retried | command s | driver peak MB "
-        "| actor peak MB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| arm | accuracy % | wall s | rows/s | start s | steady rows/s | errors | retried | command s "
+        "| driver peak MB | actor peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, entry in arms.items():
         interval = entry["accuracy_interval_pct"]
@@ -265,7 +266,8 @@ def table(result: dict[str, Any]) -> list[str]:
         retried = entry["retried"] if entry["via"] == "batch" else "–"
         lines.append(
             f"| {LABELS.get(name, name)} | {accuracy} | {entry['wall_s']:.1f} | "
-            f"{_n(entry['rows_per_s'], 2)} | {entry['errors']} of {entry['rows']} | {retried} | "
+            f"{_n(entry['rows_per_s'], 2)} | {_n(entry.get('first_lines_s'))} | "
+            f"{_n(entry.get('steady_rows_per_s'), 2)} | {entry['errors']} of {entry['rows']} | {retried} | "
             f"{_n(entry.get('command_s'))} | {_n(entry.get('driver_peak_rss_mb'), 0)} | "
             f"{_n(entry.get('actor_peak_rss_mb'), 0)} |"
         )
