@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,9 +110,10 @@ def chat_body(
     return body
 
 
-def request_id(policy: str, record_id: str) -> str:
-    """An ``x-request-id`` the server accepts, naming the policy and record for log correlation."""
-    token = _UNSAFE_ID_CHARS.sub("_", f"eval.{policy}.{record_id}")
+def request_id(policy: str, record_id: str, *, source: str = "eval") -> str:
+    """An ``x-request-id`` the server accepts, naming the source (``eval``, ``batch``), the policy and
+    the record for log correlation."""
+    token = _UNSAFE_ID_CHARS.sub("_", f"{source}.{policy}.{record_id}")
     if len(token) <= 128:
         return token
     return token[:111] + "." + hashlib.sha256(token.encode()).hexdigest()[:16]
@@ -172,7 +173,7 @@ class PredictionStore:
     """``<out>/predictions/<policy>.jsonl`` (one line per answered request, appended as answers
     arrive) and ``<out>/runs.jsonl`` (one line per timed segment of a policy's run)."""
 
-    def __init__(self, out: Path, dataset: Path, records: Sequence[EvalRecord]):
+    def __init__(self, out: Path, dataset: Path, records: Sized):  # only their count is kept
         self.out = out
         self.dir = out / "predictions"
         self.manifest = {

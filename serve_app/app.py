@@ -30,7 +30,7 @@ def build_ingress(
     stats = StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
         cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled
     )
-    return MAIIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
+    return MAIIngress.options(
         autoscaling_config=ingress.autoscaling.to_serve(),
         max_ongoing_requests=ingress.max_ongoing_requests,
         max_queued_requests=ingress.max_queued_requests,

@@ -36,3 +36,10 @@ AUDITED = (*EARLY_EXITS, Route.SINGLE)
 # The routes of a run whose models all answered: a completed route, or a fallback to another stage's
 # valid answer. What the evaluation's reports count, in their columns' order.
 ANSWERED = (*COMPLETED, Route.FALLBACK)
+# A model failed (or timed out) and the answer came from what was left: what a batch row retries.
+DEGRADED = (
+    Route.DEGRADED_LARGE_ONLY,
+    Route.DEGRADED_NO_REASONING,
+    Route.DEGRADED_NO_TRANSFER,
+    Route.DEGRADED_SMALL_ONLY,
+)

@@ -158,14 +158,18 @@ class InternalErrors:
             if started:  # a stream already under way: nothing more can be said to the client
                 raise
             self.record(500, "internal_error")
-            body = {
-                "error": {
-                    "message": f"internal server error (error id {error_id}); the request was not at "
-                    "fault: please report it with this id",
-                    "type": "internal_error",
-                    "param": None,
-                    "code": "internal_error",
-                    "error_id": error_id,
-                }
-            }
-            await JSONResponse(body, status_code=500)(scope, receive, send)
+            await JSONResponse(internal_error_body(error_id), status_code=500)(scope, receive, send)
+
+
+def internal_error_body(error_id: str) -> dict[str, Any]:
+    """The 500 of a bug: no detail, an id the log's traceback carries."""
+    return {
+        "error": {
+            "message": f"internal server error (error id {error_id}); the request was not at "
+            "fault: please report it with this id",
+            "type": "internal_error",
+            "param": None,
+            "code": "internal_error",
+            "error_id": error_id,
+        }
+    }

@@ -53,7 +53,7 @@ def _request_id(request: Request) -> str | None:
     return request.headers.get("x-request-id") or _get_serve_request_context().request_id or None
 
 
-def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
+def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
     """The HTTP API of one ingress replica: its routes, error bodies and CORS policy."""
     api = FastAPI(
         title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0"
@@ -88,9 +88,11 @@ def build_api(ingress: "MAIIngress", security: Security) -> FastAPI:
     return api
 
 
-@serve.deployment(name="MAIIngress")
-@serve.ingress()
-class MAIIngress:
+class IngressReplica:
+    """One ingress replica: its parts over the model deployments' handles, and the request path. Serve
+    deploys it as ``MAIIngress`` (below), with its FastAPI app; a batch actor holds one as it is
+    (batch/answerer.py) and calls ``chat``."""
+
     def __init__(self, small: Any, large: Any, config: AppConfig, scorer: Any = None, stats: Any = None):
         selection = config.transfer_selection
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
@@ -182,10 +184,15 @@ class MAIIngress:
         return models_list(tuple(self.model_handles))
 
     async def chat_completions(self, request: Request):
-        decision = route(await self._payload(request), self.config)
+        return await self.chat(await self._payload(request), _request_id(request))
+
+    async def chat(self, payload: Any, request_id: str | None):
+        """One chat completion request, parsed, from its JSON on: what ``POST /v1/chat/completions``
+        runs after the API key and size checks, and what a batch row runs (batch/answerer.py)."""
+        decision = route(payload, self.config)
         if isinstance(decision, Passthrough):
             return await self._passthrough(decision)
-        job = await job_from_chat(self.config, decision, _request_id(request), self._fetch_image)
+        job = await job_from_chat(self.config, decision, request_id, self._fetch_image)
         return await self._answer(job, chat_reply)
 
     async def answer(self, request: Request):
@@ -313,3 +320,7 @@ class MAIIngress:
             raise RequestError(
                 f"no answer within the request timeout of {timeout_s:g} s", code="timeout", status=504
             ) from None
+
+
+# The deployment ``serve run`` starts: the replica with its HTTP API (``__serve_build_asgi_app__``).
+MAIIngress = serve.deployment(name="MAIIngress")(serve.ingress()(IngressReplica))

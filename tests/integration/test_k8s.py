@@ -3,7 +3,6 @@ KubeRay's RayService CRD schema, and its names, ports, pins and image tags agree
 the Dockerfile and with the project's pins."""
 
 import copy
-import importlib.util
 import json
 import re
 import tomllib
@@ -13,16 +12,9 @@ import jsonschema
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "k8s" / "crd" / "ray.io_rayservices.yaml"  # vendored: KubeRay commit feeaf72
+from .kuberay import ROOT, crd_schema, load_render
 
-
-def load_render():
-    spec = importlib.util.spec_from_file_location("k8s_render", ROOT / "k8s" / "render.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+CRD = "ray.io_rayservices.yaml"  # vendored: KubeRay commit feeaf72
 
 render = load_render()
 MANIFEST = yaml.safe_load((ROOT / "k8s" / "rayservice.yaml").read_text())
@@ -38,9 +30,7 @@ def ray_pin() -> str:
 
 
 def schema():
-    crd = yaml.safe_load(CRD.read_text())
-    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return version["schema"]["openAPIV3Schema"]
+    return crd_schema(CRD)
 
 
 def test_the_committed_manifest_is_what_the_sources_render():
@@ -178,3 +168,37 @@ def test_the_grafana_dashboard_queries_only_metrics_that_exist_and_shows_every_m
     for name in PROMETHEUS_METRICS:
         assert any(f"ray_{name}" in expr for expr in exprs), f"no panel shows {name}"
     assert any(name.startswith("ray_vllm_") for name in used)
+
+
+def test_the_image_copies_every_package_serve_and_mai_batch_import():
+    """``serve run`` imports serve_app.app, the RayJob runs mai-batch: each project package either
+    imports (at module level) is copied into the image, or the pod fails on its first import."""
+    import subprocess
+    import sys
+
+    entry = (
+        "serve_app.app",
+        "batch.cli",
+        "batch.runner",
+        "batch.answerer",
+        "batch.deployments",
+        "batch.source",
+    )
+    listing = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys\nfor m in {entry!r}: __import__(m)\nprint(' '.join(sys.modules))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    project = {path.name for path in ROOT.iterdir() if (path / "__init__.py").exists()}
+    imported = {name.split(".")[0] for name in listing} & project
+    copied = set(
+        re.findall(r"^COPY --chown=\S+ (\w+) \./\1$", (ROOT / "k8s" / "Dockerfile").read_text(), re.M)
+    )
+    assert {"serve_app", "batch", "evaluation", "harness", "deployments"} <= imported
+    assert imported <= copied, f"imported but not copied into the image: {sorted(imported - copied)}"

@@ -15,7 +15,8 @@ MAY_IMPORT = {
     "harness": {"deployments", "serve_app"},
     "training": {"deployments", "serve_app", "harness"},
     "evaluation": {"deployments", "serve_app", "harness"},
-    "loadtest": {"deployments", "serve_app", "harness", "evaluation"},
+    "batch": {"deployments", "serve_app", "harness", "evaluation"},
+    "loadtest": {"deployments", "serve_app", "harness", "evaluation", "batch"},
 }
 # serve_app's layers, top to bottom: each may import the layers below it, never one above.
 SERVE_APP_LAYERS = ("app", "edge", "engines", "clients", "config", "core")

@@ -1,0 +1,1 @@
+"""mai-batch: datasets through the cascade on Ray Data (docs/batch.md)."""

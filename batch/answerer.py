@@ -1,0 +1,197 @@
+"""The Ray Data actor that answers rows: the server's own request path, over deployment handles.
+
+Each actor holds one ``IngressReplica`` built as a Serve replica builds it (``IngressReplica.__init__``: the
+model clients, the plan controller, the auditor, the statistics reporter), over handles to the model
+deployments of the config; a row runs ``IngressReplica.chat``, what ``POST /v1/chat/completions`` runs once
+its body is read. So a row gets the gate, the job, the decision, the cascade and the reply an HTTP request
+gets, with no HTTP in between and no second copy of any of it.
+
+What batch does differently, and why:
+- at most ``rows_per_actor`` rows of an actor are in flight (the deployments' capacity, shared out):
+  a row waits for a slot instead of queueing past what the engines batch;
+- a row the server could only answer degraded (a model failed: ``routes.DEGRADED``) or not at all (503,
+  504) is asked again after a pause, up to ``attempts`` times: a replica that dies mid-job costs the row
+  a wait, never a degraded answer; the last attempt's reply is written as it is (its route says so);
+- anything else (a 4xx, or a 500 from a bug, logged with its traceback) is the row's line, and the job
+  goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serve_app.config import AppConfig
+from serve_app.core.routes import DEGRADED
+from serve_app.edge.errors import EXPECTED, internal_error_body, request_error_of
+
+from .deployments import Targets
+from .inputs import InputFormat, LineError, RecordSettings, Request, parse_line
+from .outputs import openai_error_line, openai_reply_line, record_error_line, record_reply_line
+
+logger = logging.getLogger("ray.data")
+
+RETRIED_STATUSES = (503, 504)
+
+
+@dataclass(frozen=True)
+class RowJob:
+    """What every actor needs to know of the job: the input's format and folder, how records become
+    requests, the duplicate lines, and how rows wait and retry."""
+
+    fmt: InputFormat
+    base: str  # the input's folder: a record's relative image path is read from there
+    records: RecordSettings = RecordSettings()
+    duplicates: dict[int, int] = field(default_factory=dict)
+    rows_per_actor: int = 16
+    attempts: int = 6
+    retry_pause_s: float = 2.0  # doubled after each attempt, up to 30 s
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: Any
+    latency_s: float
+    attempts: int = 1
+
+
+class RowAnswerer:
+    """A pool member of ``Dataset.map_batches``: answers a batch of ``(line, text)`` rows concurrently."""
+
+    def __init__(self, config: AppConfig, targets: Targets, job: RowJob):
+        import ray
+
+        self.config, self.targets = config, targets
+        self.ingress: Any = None  # built on the loop the rows run on (``_replica``)
+        self.job = job
+        self.node = ray.get_runtime_context().get_node_id()
+        self._slots: asyncio.Semaphore | None = None
+
+    async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        if self.ingress is None:
+            self.ingress = self._replica()
+            self._slots = asyncio.Semaphore(self.job.rows_per_actor)
+        lines = [int(line) for line in batch["line"]]
+        results = await asyncio.gather(
+            *(self.answer(line, str(text)) for line, text in zip(lines, batch["text"], strict=True))
+        )
+        return {
+            "line": lines,
+            "output": [json.dumps(row) for row, _ in results],
+            "status": [outcome["status"] for _, outcome in results],
+            "route": [outcome["route"] for _, outcome in results],
+            "tokens": [json.dumps(outcome["tokens"]) for _, outcome in results],
+            "attempts": [outcome["attempts"] for _, outcome in results],
+            "node": [self.node] * len(lines),
+            "peak_rss_mb": [peak_rss_mb()] * len(lines),
+        }
+
+    def _replica(self) -> Any:
+        """The ingress replica over handles to the targets, made on the running loop: the loop Ray
+        Data runs this actor's batches on, where a handle's router must live when Serve runs routers
+        on the caller's loop (``RAY_SERVE_THROUGHPUT_OPTIMIZED``)."""
+        from serve_app.edge.ingress import IngressReplica
+
+        small, large, scorer, stats = self.targets.handles()
+        return IngressReplica(small, large, self.config, scorer, stats)
+
+    async def answer(self, line: int, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A line's output row, and what the job's tally reads of it (status, route, tokens)."""
+        job = self.job
+        parsed = parse_line(
+            text, line, job.fmt, base=Path(job.base), settings=job.records, duplicates=job.duplicates
+        )
+        if isinstance(parsed, LineError):
+            return self._error_row(line, text, parsed), {
+                "status": 400,
+                "route": None,
+                "tokens": {},
+                "attempts": 0,
+            }
+        assert self._slots is not None
+        async with self._slots:
+            reply = await self.ask(parsed)
+        mai = reply.body.get("mai", {}) if isinstance(reply.body, dict) else {}
+        outcome = {
+            "status": reply.status,
+            "route": mai.get("route") if reply.status == 200 else None,
+            "tokens": mai.get("trace", {}).get("tokens", {}) if reply.status == 200 else {},
+            "attempts": reply.attempts,
+        }
+        if job.fmt is InputFormat.OPENAI:
+            return openai_reply_line(line, parsed, reply.status, reply.body), outcome
+        return (
+            record_reply_line(line, parsed, job.records.policy, reply.status, reply.latency_s, reply.body),
+            outcome,
+        )
+
+    async def ask(self, request: Request) -> Reply:
+        """The server's reply to one request, asked again while a model is down or busy."""
+        pause = self.job.retry_pause_s
+        for attempt in range(1, self.job.attempts + 1):
+            reply = await self._ask_once(request)
+            if not _worth_retrying(reply) or attempt == self.job.attempts:
+                return dataclasses.replace(reply, attempts=attempt)
+            logger.warning(
+                "mai-batch: row %s got %s (attempt %d of %d); asking again in %.0f s",
+                request.row_id,
+                _what_failed(reply),
+                attempt,
+                self.job.attempts,
+                pause,
+            )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    async def _ask_once(self, request: Request) -> Reply:
+        started = time.monotonic()
+        try:
+            # The ingress reads the payload as a request's JSON; each attempt gets its own copy.
+            response = await self.ingress.chat(copy.deepcopy(request.body), request.request_id)
+            status, body = response.status_code, json.loads(bytes(response.body))
+        except EXPECTED as exc:  # what the server answers with a 4xx, 503 or 504
+            error = request_error_of(exc)
+            status, body = error.status, error.body()
+        except Exception:  # a bug: the row's 500, its traceback logged under an id; the job goes on
+            error_id = uuid.uuid4().hex
+            logger.exception("mai-batch internal error %s on row %s", error_id, request.row_id)
+            status, body = 500, internal_error_body(error_id)
+        return Reply(status, body, time.monotonic() - started)
+
+    def _error_row(self, line: int, text: str, error: LineError) -> dict[str, Any]:
+        from .inputs import row_id_of
+
+        row_id = row_id_of(text, self.job.fmt)
+        if self.job.fmt is InputFormat.OPENAI:
+            return openai_error_line(line, row_id, error)
+        return record_error_line(line, row_id, self.job.records.policy, error)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports kilobytes)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _worth_retrying(reply: Reply) -> bool:
+    if reply.status in RETRIED_STATUSES:
+        return True
+    mai = reply.body.get("mai") if isinstance(reply.body, dict) else None
+    return reply.status == 200 and isinstance(mai, dict) and mai.get("route") in DEGRADED
+
+
+def _what_failed(reply: Reply) -> str:
+    if reply.status != 200:
+        return f"a {reply.status}"
+    return f"a degraded answer ({reply.body['mai']['route']})"

@@ -1,0 +1,203 @@
+"""``mai-batch``: a dataset through the cascade on Ray Data (docs/batch.md).
+
+    mai-batch INPUT --output OUT [--config configs/mai-cpu.yaml] [--policy mai] [--attach APP] ...
+
+INPUT is an OpenAI Batch API request file (OUT: its output file) or mai-eval dataset records (OUT: a
+folder ``mai-eval report OUT`` scores), from a local path or any filesystem Ray Data reads. With
+``RAY_ADDRESS`` set it runs on that cluster. Everything the job needs is checked before an engine
+starts: a bad config, an unreadable input or output is one line on stderr and exit code 2. The same
+command after a crash or Ctrl-C resumes where the output stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from evaluation.run import OutputMismatchError as EvalOutputMismatchError
+from serve_app.config import AppConfig, check_application
+
+from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
+from .runner import BatchJob, Prepared, prepare, run
+from .settings import BatchSettings
+from .tally import Tally, summary_text
+
+BUILD_APP = "serve_app.app:build_app"
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(ValueError):
+    """What the job cannot start with: said in one line, exit code 2."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mai-batch", description=__doc__.split("\n\n")[0])
+    p.add_argument("input", help="OpenAI batch request file or mai-eval records (JSONL; a path or URI)")
+    p.add_argument(
+        "--output", "-o", required=True, type=Path, help="output file (OpenAI) or folder (records)"
+    )
+    p.add_argument("--config", default="configs/mai-cpu.yaml", help="the Serve config whose models answer")
+    p.add_argument("--app-name", help="the config's application (default: the one of serve_app.app)")
+    p.add_argument("--format", choices=[f.value for f in InputFormat], help="default: read from line 1")
+    p.add_argument("--policy", help="records only: the policy each record is asked under (default mai)")
+    p.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="records only: a mai option"
+    )
+    p.add_argument("--max-tokens", type=int, help="records only: the requests' max_tokens")
+    p.add_argument("--attach", metavar="APP", help="use the model deployments of this running Serve app")
+    p.add_argument("--actors", type=int, default=1, help="Ray Data actors answering rows (default 1)")
+    p.add_argument("--rows-in-flight", type=int, help="rows answered at once (default: the models' capacity)")
+    p.add_argument("--row-timeout", type=float, default=900.0, help="seconds per attempt at a row")
+    p.add_argument("--attempts", type=int, default=6, help="tries of a row whose model failed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def read_config(path: str, app_name: str | None) -> AppConfig:
+    """The application of a Serve config file, validated as ``serve run`` validates it, its limits
+    completed from its models (``with_model_limits``)."""
+    from serve_app.engines.model_limits import with_model_limits
+
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"config {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config {path} is not YAML: {' '.join(str(exc).split())}") from None
+    applications = (document or {}).get("applications") if isinstance(document, dict) else None
+    if not isinstance(applications, list):
+        raise UsageError(f"config {path} has no applications list (a Serve config file is expected)")
+    ours = [a for a in applications if isinstance(a, dict) and a.get("import_path") == BUILD_APP]
+    if app_name is not None:
+        ours = [a for a in ours if a.get("name") == app_name]
+    if len(ours) != 1:
+        names = [a.get("name") for a in applications if isinstance(a, dict)]
+        raise UsageError(
+            f"config {path}: {len(ours)} applications of {BUILD_APP}"
+            + (f" named {app_name!r}" if app_name else "")
+            + f" (it has {names}); name one with --app-name"
+        )
+    try:
+        return with_model_limits(check_application(ours[0]))
+    except (ValidationError, ValueError, OSError) as exc:
+        raise UsageError(f"config {path}: {' '.join(str(exc).split())}") from None
+
+
+def job_of(args: argparse.Namespace) -> BatchJob:
+    try:
+        settings = BatchSettings(
+            actors=args.actors,
+            rows_in_flight=args.rows_in_flight,
+            row_timeout_s=args.row_timeout,
+            attempts=args.attempts,
+        )
+    except ValidationError as exc:
+        raise UsageError(" ".join(str(exc).split())) from None
+    options = []
+    for pair in args.option:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise UsageError(f"--option {pair!r} is not KEY=VALUE")
+        options.append((key, _value(value)))
+    records = RecordSettings(policy=args.policy or "mai", options=tuple(options), max_tokens=args.max_tokens)
+    return BatchJob(
+        input=args.input,
+        output=args.output,
+        config=read_config(args.config, args.app_name),
+        settings=settings,
+        records=records,
+        fmt=InputFormat(args.format) if args.format else None,
+        attach=args.attach,
+    )
+
+
+def checked(job: BatchJob, args: argparse.Namespace) -> Prepared:
+    """The input and output, read before any engine starts."""
+    try:
+        prepared = prepare(job)
+    except OutputMismatchError as exc:
+        raise UsageError(f"--output {job.output} {exc}") from None
+    except EvalOutputMismatchError as exc:
+        raise UsageError(f"--output: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"input {job.input}: {exc.strerror or exc}") from None
+    except (InputFormatError, ValueError) as exc:
+        raise UsageError(f"input {job.input}: {exc}") from None
+    if prepared.scan.fmt is InputFormat.OPENAI and (args.policy or args.option or args.max_tokens):
+        raise UsageError(
+            "--policy, --option and --max-tokens apply to mai-eval records; an OpenAI batch line names "
+            "its model and parameters in its body"
+        )
+    return prepared
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        job = job_of(args)
+        prepared = checked(job, args)
+    except UsageError as exc:
+        print(f"mai-batch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if prepared.todo == 0:
+        print(f"mai-batch: every one of the {prepared.scan.rows} rows is in {prepared.path} already")
+        return 0
+    print(
+        f"mai-batch: {prepared.todo} rows to answer ({prepared.scan.fmt.value}"
+        + (f", {len(prepared.done)} done before" if prepared.done else "")
+        + f") -> {prepared.path}",
+        file=sys.stderr,
+    )
+    import ray
+
+    ray.init(log_to_driver=False)  # RAY_ADDRESS, when set, names the cluster to join
+    bar = _progress_bar(prepared.todo, args.no_progress)
+    try:
+        summary = run(job, prepared, on_progress=bar)
+    except KeyboardInterrupt:
+        print(
+            f"\nmai-batch: interrupted; the rows written are kept in {prepared.path}: run the same command "
+            "to answer the rest",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        close = getattr(bar, "close", None)
+        if close is not None:
+            close()
+    print(summary_text(summary))
+    return 0
+
+
+def _progress_bar(total: int, off: bool):
+    """rows done of total, rows/s and time left (tqdm's), and the route shares so far."""
+    if off:
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="row", dynamic_ncols=True, file=sys.stderr)
+
+    def advance(rows: int, tally: Tally) -> None:
+        bar.update(rows)
+        bar.set_postfix_str(tally.route_shares()[:80], refresh=False)
+
+    advance.close = bar.close  # type: ignore[attr-defined]
+    return advance
+
+
+if __name__ == "__main__":
+    sys.exit(main())

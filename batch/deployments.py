@@ -1,0 +1,136 @@
+"""Where a batch's model calls go: the config's model deployments, started for the job or attached.
+
+- **Started** (the default): the command serves the config's small and large model, the attention scorer
+  when transfer selection needs it, and a statistics holder, each as a Serve application of its own,
+  with no ingress and no HTTP proxy (``proxy_location: Disabled``). The job is self-contained: its engines
+  are sized by the config it names and nothing else queues on them. The command stops them at the end.
+- **Attached** (``--attach APP``): the model deployments, scorer and statistics holder of an application
+  already running (``serve run configs/mai-cpu.yaml`` is app ``mai``). For a machine that holds one
+  stack (a second would not fit) or a cluster whose engines are already warm; the rows then share the
+  engines with the app's online traffic, and its plans and audits. The config must be the app's.
+
+Either way the actors reach them through Serve deployment handles, with the stage affinity router and
+priorities the deployments were configured with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from serve_app.config import AppConfig
+
+STARTED_APP_PREFIX = "mai-batch"
+ROLES = ("small", "large", "scorer", "stats")
+_PREFIXES = {"small": "small:", "large": "large:", "scorer": "AttentionScorer", "stats": "StatsHolder"}
+
+
+class AttachError(RuntimeError):
+    """An application to attach to that is not running, or lacks a model deployment."""
+
+
+@dataclass(frozen=True)
+class Target:
+    app: str
+    deployment: str
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The deployment of each role the rows call (scorer and holder optional)."""
+
+    small: Target
+    large: Target
+    scorer: Target | None = None
+    stats: Target | None = None
+
+    def handles(self) -> tuple[Any, Any, Any, Any]:
+        """Handles to small, large, scorer and holder (None where there is none), for this process."""
+        from ray import serve
+
+        def handle(target: Target | None) -> Any:
+            return None if target is None else serve.get_deployment_handle(target.deployment, target.app)
+
+        return handle(self.small), handle(self.large), handle(self.scorer), handle(self.stats)
+
+
+def model_apps(config: AppConfig) -> dict[str, Any]:
+    """The applications a job starts: each model's, the scorer's when configured, the holder's."""
+    from deployments.vlm import build_vlm_deployment
+    from serve_app.app import build_scorer
+    from serve_app.core.roles import LARGE, SMALL
+    from serve_app.edge.stats_holder import StatsHolderDeployment
+
+    cascade = config.cascade
+    apps = {
+        "small": build_vlm_deployment(config.small, SMALL),
+        "large": build_vlm_deployment(config.large, LARGE),
+        "stats": StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
+            cascade.audit, cascade.adaptive, overload_enabled=False
+        ),
+    }
+    scorer = build_scorer(config)
+    if scorer is not None:
+        apps["scorer"] = scorer
+    return apps
+
+
+def start(apps: Mapping[str, Any]) -> Targets:
+    """Serve each role's application (``model_apps``, or the tests' scripted ones), without HTTP, and
+    wait until all run; engines of different roles start side by side."""
+    from ray import serve
+    from ray.serve import RunTarget
+
+    serve.start(proxy_location="Disabled")
+    names = {role: f"{STARTED_APP_PREFIX}-{role}" for role in apps}
+    serve.run_many([RunTarget(target=app, name=names[role], route_prefix=None) for role, app in apps.items()])
+    return _targets({role: (names[role], _deployments(names[role])) for role in apps})
+
+
+def stop(targets: Targets) -> None:
+    from ray import serve
+
+    for target in (targets.small, targets.large, targets.scorer, targets.stats):
+        if target is not None:
+            serve.delete(target.app)
+
+
+def attach(app: str) -> Targets:
+    """The deployments of the running application ``app``, found by their names' role prefixes."""
+    deployments = _deployments(app)
+    if not deployments:
+        raise AttachError(f"no Serve application {app!r} is running on this Ray cluster")
+    found: dict[str, tuple[str, list[str]]] = {}
+    for role, prefix in _PREFIXES.items():
+        names = [name for name in deployments if name.startswith(prefix)]
+        if len(names) > 1:
+            raise AttachError(f"application {app!r} has {len(names)} {role} deployments: {names}")
+        if names:
+            found[role] = (app, names)
+    for role in ("small", "large"):
+        if role not in found:
+            raise AttachError(
+                f"application {app!r} has no {role} model deployment (one named {_PREFIXES[role]}...); "
+                f"it has {sorted(deployments)}"
+            )
+    return _targets(found)
+
+
+def _deployments(app: str) -> list[str]:
+    from ray import serve
+
+    status = serve.status().applications.get(app)
+    return [] if status is None else list(status.deployments)
+
+
+def _targets(found: Mapping[str, tuple[str, list[str]]]) -> Targets:
+    def target(role: str) -> Target | None:
+        if role not in found:
+            return None
+        app, names = found[role]
+        return Target(app, names[0])
+
+    small, large = target("small"), target("large")
+    assert small is not None and large is not None
+    return Targets(small, large, target("scorer"), target("stats"))

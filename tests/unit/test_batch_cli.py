@@ -1,0 +1,291 @@
+"""mai-batch's command (batch/cli.py, batch/runner.py's prepare, batch/settings.py): what the job cannot
+start with is one line on stderr and exit code 2 before Ray starts, a finished output is said so, and a
+batch row runs under the server's config without overload bending or stage timeouts."""
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+import ray
+import yaml
+
+from batch.cli import EXIT_USAGE, main, read_config
+from batch.inputs import InputFormat, RecordSettings
+from batch.runner import BatchJob, prepare
+from batch.settings import BatchSettings, batch_config, capacity, rows_per_actor
+from serve_app.core.options import StageTimeouts
+
+from ..images import data_url
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "mai-cpu.yaml"  # its models' sources are folders under the repository's root
+
+
+@pytest.fixture(scope="module")
+def cpu_config():
+    with contextlib.chdir(ROOT):
+        return read_config(str(CONFIG), None)
+
+
+class RayStarted(Exception):
+    """Raised in place of ``ray.init``: the command went past its checks."""
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+    def init(*args, **kwargs):
+        raise RayStarted
+
+    monkeypatch.setattr(ray, "init", init)
+    yield
+    assert not ray.is_initialized()
+
+
+# --- settings ----------------------------------------------------------------------------------------
+
+
+def sized(config, small: tuple[int, int], large: tuple[int, int]):
+    """``config`` with each model's (max_ongoing_requests, autoscaling.max_replicas)."""
+
+    def spec(model, ongoing, replicas):
+        autoscaling = model.autoscaling.model_copy(update={"max_replicas": replicas})
+        return model.model_copy(update={"max_ongoing_requests": ongoing, "autoscaling": autoscaling})
+
+    return config.model_copy(
+        update={"small": spec(config.small, *small), "large": spec(config.large, *large)}
+    )
+
+
+@pytest.mark.parametrize(
+    ("small", "large", "rows"), [((16, 3), (8, 2), 16), ((4, 2), (16, 2), 8), ((5, 4), (7, 3), 20)]
+)
+def test_capacity_is_the_fewer_requests_in_flight_of_the_two_models(cpu_config, small, large, rows):
+    assert capacity(sized(cpu_config, small, large)) == rows
+
+
+def test_the_cpu_configs_capacity_is_its_models_requests_in_flight(cpu_config):
+    document = yaml.safe_load(CONFIG.read_text())["applications"][0]["args"]
+    expected = min(
+        document[role]["max_ongoing_requests"] * document[role]["autoscaling"]["max_replicas"]
+        for role in ("small", "large")
+    )
+    assert capacity(cpu_config) == expected
+
+
+@pytest.mark.parametrize(
+    ("actors", "in_flight", "per_actor"), [(1, None, 48), (3, None, 16), (5, None, 10), (4, 10, 3), (5, 2, 1)]
+)
+def test_the_rows_in_flight_are_split_between_the_actors(cpu_config, actors, in_flight, per_actor):
+    config = sized(cpu_config, (16, 3), (24, 2))
+    assert rows_per_actor(BatchSettings(actors=actors, rows_in_flight=in_flight), config) == per_actor
+    total = in_flight or capacity(config)
+    assert per_actor * actors >= total  # every row in flight has an actor's slot
+
+
+def test_a_batch_row_runs_without_overload_bending_or_stage_timeouts(cpu_config):
+    bending = cpu_config.cascade.overload.model_copy(update={"max_large_queue": 12, "relax_after_s": 3.0})
+    timeouts = StageTimeouts(short_s=5, explain_s=6, reasoning_s=7, stage2_s=8, transfer_s=9)
+    cascade = cpu_config.cascade.model_copy(update={"overload": bending, "timeouts": timeouts})
+    online = cpu_config.model_copy(update={"cascade": cascade})
+    batched = batch_config(online, BatchSettings(row_timeout_s=42.0))
+
+    assert batched.cascade.overload.max_large_queue is None and not batched.cascade.overload.enabled
+    assert batched.cascade.overload.relax_after_s == 3.0
+    assert all(value is None for value in batched.cascade.timeouts.model_dump().values())
+    assert batched.request_timeout_s == 42.0 and batched.readiness.wait_s == 42.0
+    # What else the server does, a row does too.
+    assert batched.cascade.audit == online.cascade.audit and batched.cascade.audit.rate > 0
+    assert batched.cascade.adaptive == online.cascade.adaptive and batched.cascade.adaptive.mode == "learn"
+    assert batched.cascade.min_confidence == online.cascade.min_confidence
+    assert batched.cascade.confident_large == online.cascade.confident_large is not None
+    assert batched.cascade.max_tokens == online.cascade.max_tokens
+    assert (batched.small, batched.large, batched.limits) == (online.small, online.large, online.limits)
+    # The config given is left as it was.
+    assert online.cascade.overload.max_large_queue == 12 and online.cascade.timeouts == timeouts
+    assert online.request_timeout_s == cpu_config.request_timeout_s == 120
+
+
+def test_the_batch_config_of_the_cpu_config_is_a_valid_config(cpu_config):
+    batched = batch_config(cpu_config, BatchSettings(row_timeout_s=3600))
+    assert type(batched).model_validate(batched.model_dump()) == batched
+    assert cpu_config.readiness.wait_s == 30.0  # the online wait, unchanged
+
+
+def test_the_cpu_config_as_read_is_its_validated_application(cpu_config):
+    assert cpu_config.small.model_id == "demo-small" and cpu_config.large.model_id == "demo-large"
+    assert cpu_config.limits.max_prompt_bytes is not None  # completed from the models
+
+
+# --- exit code 2 before any engine ---------------------------------------------------------------------
+
+
+def openai_text(*custom_ids: str) -> str:
+    line = {"method": "POST", "url": "/v1/chat/completions", "body": {"model": "mai", "messages": []}}
+    return "".join(json.dumps({"custom_id": i} | line) + "\n" for i in custom_ids)
+
+
+def records_text(*ids: str) -> str:
+    record = {"image": data_url(), "question": "Is it red?", "answer": "yes", "metric": "exact"}
+    return "".join(json.dumps({"id": i} | record) + "\n" for i in ids)
+
+
+def written(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def bad_key_config(tmp: Path) -> str:
+    document = yaml.safe_load(CONFIG.read_text())
+    document["applications"][0]["args"]["cascade"]["bogus_threshold"] = 1
+    return written(tmp / "bad.yaml", yaml.safe_dump(document))
+
+
+def requests(tmp: Path) -> str:
+    return written(tmp / "in.jsonl", openai_text("a", "b"))
+
+
+NOT_YAML = "applications: [\n - {name: a"
+
+
+def not_yaml(t: Path) -> list[str]:
+    return [requests(t), "--output", f"{t}/out.jsonl", "--config", written(t / "c.yaml", NOT_YAML)]
+
+
+def output_folder(t: Path) -> list[str]:
+    return [requests(t), "--output", str(t)]
+
+
+def usage_cases() -> list:
+    """(argv of a tmp folder, what the one line names), by case."""
+    out = ["--output", "{tmp}/out.jsonl"]
+    cases = {
+        "missing-config": (lambda t: [requests(t), *out, "--config", f"{t}/none.yaml"], "No such file"),
+        "not-yaml": (not_yaml, "is not YAML"),
+        "no-applications": (
+            lambda t: [requests(t), *out, "--config", written(t / "c.yaml", "small: {}\n")],
+            "no applications list",
+        ),
+        "invalid-key": (lambda t: [requests(t), *out, "--config", bad_key_config(t)], "bogus_threshold"),
+        "no-such-app": (lambda t: [requests(t), *out, "--app-name", "other"], "--app-name"),
+        "missing-input": (lambda t: [f"{t}/none.jsonl", *out], "input {tmp}/none.jsonl:"),
+        "empty-input": (lambda t: [written(t / "in.jsonl", "\n  \n"), *out], "no lines"),
+        "undetectable-input": (
+            lambda t: [written(t / "in.jsonl", '{"prompt": "hi"}\n' + openai_text("a")), *out],
+            "line 1 is neither",
+        ),
+        "policy-for-openai": (lambda t: [requests(t), *out, "--policy", "transfer"], "--policy"),
+        "option-for-openai": (
+            lambda t: [requests(t), *out, "--option", "transfer_selector=budget"],
+            "--option",
+        ),
+        "bad-option": (lambda t: [requests(t), *out, "--option", "transfer_selector"], "is not KEY=VALUE"),
+        "no-actors": (lambda t: [requests(t), *out, "--actors", "0"], "actors"),
+        "no-row-time": (lambda t: [requests(t), *out, "--row-timeout", "0"], "row_timeout_s"),
+        "output-folder": (output_folder, "--output {tmp} is a folder"),
+    }
+    return [
+        pytest.param(
+            *case,
+            id=name,
+        )
+        for name, case in cases.items()
+    ]
+
+
+@pytest.mark.parametrize(("argv_of", "names"), usage_cases())
+def test_what_the_job_cannot_start_with_is_one_line_and_exit_code_2(no_ray, tmp_path, capsys, argv_of, names):
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv_of(tmp_path)]
+    assert main(argv) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("mai-batch: ") and captured.err.endswith("\n")
+    assert captured.err.count("\n") == 1, captured.err
+    assert names.replace("{tmp}", str(tmp_path)) in captured.err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv_of", [not_yaml, output_folder])
+def test_a_config_that_is_not_yaml_and_a_folder_output_end_with_exit_code_2(
+    no_ray, tmp_path, capsys, argv_of
+):
+    assert main(argv_of(tmp_path)) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("mai-batch: ")
+
+
+def test_a_records_folder_of_another_dataset_is_refused(no_ray, tmp_path, capsys):
+    first = written(tmp_path / "a.jsonl", records_text("r1", "r2"))
+    other = written(tmp_path / "b.jsonl", records_text("s1"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(
+        json.dumps({"dataset": first, "dataset_sha256": "0" * 64, "records": 2})
+    )
+    assert main([other, "--output", str(out)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another dataset" in err
+
+
+# --- what is left to do ------------------------------------------------------------------------------
+
+
+def test_an_output_that_answers_every_row_ends_the_job_before_ray(no_ray, tmp_path, capsys):
+    source = written(tmp_path / "in.jsonl", openai_text("a") + "\n" + openai_text("b", "c"))  # lines 1, 3, 4
+    out = tmp_path / "out.jsonl"
+    answers = {4: "c", 1: "a", 3: "b"}
+    out.write_text(
+        "".join(json.dumps({"id": f"batch_req_{n}", "custom_id": i}) + "\n" for n, i in answers.items())
+    )
+    assert main([source, "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"mai-batch: every one of the 3 rows is in {out} already\n"
+
+
+def test_a_records_folder_that_answers_every_record_ends_the_job_before_ray(no_ray, tmp_path, capsys):
+    source = written(tmp_path / "data.jsonl", records_text("r1", "r2"))
+    out = tmp_path / "out"
+    predictions = out / "predictions" / "transfer.jsonl"
+    predictions.parent.mkdir(parents=True)
+    predictions.write_text(
+        "".join(json.dumps({"id": f"r{n}", "status": 200, "line": n}) + "\n" for n in (1, 2))
+    )
+    assert main([source, "--output", str(out), "--policy", "transfer"]) == 0
+    assert "every one of the 2 rows" in capsys.readouterr().out
+    assert json.loads((out / "manifest.json").read_text())["records"] == 2
+
+
+def test_rows_left_to_answer_are_counted_and_only_then_ray_starts(no_ray, tmp_path, capsys):
+    source = written(tmp_path / "in.jsonl", openai_text("a", "b", "c"))
+    out = tmp_path / "out.jsonl"
+    out.write_text(json.dumps({"id": "batch_req_2"}) + "\n" + '{"id": "batch_req_3", "cus')
+    with pytest.raises(RayStarted):
+        main([source, "--output", str(out), "--no-progress"])
+    assert capsys.readouterr().err == f"mai-batch: 2 rows to answer (openai, 1 done before) -> {out}\n"
+
+
+def test_a_format_given_reads_a_first_line_of_neither_as_a_row(no_ray, tmp_path, capsys):
+    source = written(tmp_path / "in.jsonl", '{"prompt": "hi"}\n' + openai_text("a"))
+    with pytest.raises(RayStarted):
+        main([source, "--output", str(tmp_path / "out.jsonl"), "--format", "openai", "--no-progress"])
+    assert "2 rows to answer (openai)" in capsys.readouterr().err
+
+
+def test_only_the_inputs_own_lines_count_as_done(cpu_config, tmp_path):
+    source = written(tmp_path / "in.jsonl", openai_text("a", "b"))  # once three lines, the second blank
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps({"id": f"batch_req_{n}"}) + "\n" for n in (1, 3)))
+    job = BatchJob(input=source, output=out, config=cpu_config, records=RecordSettings())
+    prepared = prepare(job)
+    assert prepared.scan.fmt is InputFormat.OPENAI and prepared.scan.rows == 2
+    assert prepared.todo == 1  # line 2 has no answer
+
+
+def test_an_output_that_answers_another_input_is_refused_before_ray(no_ray, tmp_path, capsys):
+    source = written(tmp_path / "in.jsonl", openai_text("a", "b"))
+    out = tmp_path / "out.jsonl"
+    out.write_text(json.dumps({"id": "batch_req_2", "custom_id": "z"}) + "\n")  # another input's line 2
+    assert main([source, "--output", str(out), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--output {out} answers line 2 as 'z'" in err and "'b'" in err
