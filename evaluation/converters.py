@@ -33,7 +33,7 @@ from .records import write_records
 TASKS = ("pope", "mmbench", "mmmu", "chartqa", "infovqa", "realworldqa")
 _IMAGE_TAG = re.compile(r"<image \d+>")
 _LETTER_INSTRUCTION = re.compile(
-    r"\s*Please answer directly with only the letter of the correct option and nothing else\.?\s*$"
+    r"(?<!\s)\s*Please answer directly with only the letter of the correct option and nothing else\.?\s*$"
 )
 
 

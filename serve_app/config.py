@@ -64,10 +64,13 @@ class Limits(Strict):
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413"
     )
-    # The JSON body: how deep arrays and objects may nest, how many keys it may hold in all, how many
-    # digits a number may have. Past them, a 400 (never a parser's recursion or int-size error).
+    # The JSON body: how deep arrays and objects may nest, how many keys and values (array elements
+    # and object members) it may hold in all, how many characters a number may have. Read off the
+    # bytes in linear time before it is parsed; past them, a 400 (never a parser's recursion,
+    # int-size error or a body that parses into more objects than its bytes suggest).
     max_json_depth: int = Field(32, ge=4, le=500)
     max_json_keys: int = Field(10_000, ge=16)
+    max_json_values: int = Field(100_000, ge=16)
     max_json_number_digits: int = Field(64, ge=16, le=4000)
     # Remote (http/https) image URLs: off by default. When on, only hosts on the allowlist
     # ("images.example.com", "*.example.com"), never private/loopback/link-local addresses unless

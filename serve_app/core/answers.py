@@ -23,7 +23,6 @@ from typing import Literal, get_args
 AnswerKind = Literal["choice", "yes_no", "number", "text"]
 ANSWER_KINDS: tuple[AnswerKind, ...] = get_args(AnswerKind)
 
-_BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _ANSWER_IS = re.compile(r"(?:final\s+answer|answer)\s*(?:is|:)\s*:?\s*(?P<ans>[^\n]+)", re.IGNORECASE)
 _PLACEHOLDERS = {"answer", "..."}
@@ -85,11 +84,12 @@ def _locate_answer(text: str | None) -> tuple[str, int, int] | None:
     and the answer's start and end in it."""
     if text is None:
         return None
-    for match in reversed(list(_BRACKETED.finditer(text))):
-        answer = _clean(match.group(1))
+    spans = bracketed(text)
+    for start, end in reversed(spans):
+        answer = _clean(text[start:end])
         if answer and answer.lower() not in _PLACEHOLDERS:
-            return text, *match.span(1)
-    unbracketed = _BRACKETED.sub(lambda match: " " * len(match.group(0)), text)  # offsets kept
+            return text, start, end
+    unbracketed = _blanked(text, spans)  # offsets kept
     boxed = list(_BOXED.finditer(unbracketed))
     if boxed and _clean(boxed[-1].group(1)):
         return unbracketed, *boxed[-1].span(1)
@@ -108,6 +108,29 @@ def _locate_answer(text: str | None) -> tuple[str, int, int] | None:
     ):
         return unbracketed, len(unbracketed) - len(unbracketed.lstrip()), len(unbracketed.rstrip())
     return None
+
+
+def bracketed(text: str) -> list[tuple[int, int]]:
+    """Where the insides of ``text``'s ``[[...]]`` parts stand, left to right: each from a ``[[`` to
+    the first ``]]`` after it. Linear: once no ``]]`` follows a ``[[``, none follows a later one."""
+    spans: list[tuple[int, int]] = []
+    position = 0
+    while (opened := text.find("[[", position)) >= 0:
+        closed = text.find("]]", opened + 2)
+        if closed < 0:
+            break
+        spans.append((opened + 2, closed))
+        position = closed + 2
+    return spans
+
+
+def _blanked(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each bracketed part (brackets included) turned to spaces, offsets kept."""
+    pieces, position = [], 0
+    for start, end in spans:
+        pieces += [text[position : start - 2], " " * (end - start + 4)]
+        position = end + 2
+    return "".join(pieces) + text[position:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,13 +216,16 @@ def yes_no(answer: object) -> str | None:
 # Numbers
 # ---------------------------------------------------------------------------------------------
 
+# Linear on any text: no two adjacent repeats can take the same characters (the lead keeps the
+# spaces before a sign, currency or number; a sign or currency, those after it; the unit, those after
+# the number or percent sign), so a failed match never tries the ways to split a run between them.
 _NUMBER = re.compile(
-    r"^(?P<lead>[^\d+\-.]*?)\s*(?P<sign>[+\-−]?)\s*(?P<cur>[$€£¥]?)\s*"
+    r"^(?P<lead>[^\d+\-−.]*?)(?:(?P<sign>[+\-−])\s*)?(?:(?P<cur>[$€£¥])\s*)?"
     r"(?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
-    r"(?:[eE](?P<exp>[+\-]?\d+))?\s*(?P<pct>%?)\s*(?P<unit>[^\d]*)$"
+    r"(?:[eE](?P<exp>[+\-]?\d+))?(?:\s*(?P<pct>%))?(?P<unit>[^\d]*)$"
 )
-_UNIT = re.compile(r"^[^\W\d_]*[\w$€£¥°/ .²³]*$", re.UNICODE)
-_LEAD = re.compile(r"^[\s$€£¥~≈]*(?:about|approximately|approx\.?|around)?[\s$€£¥~≈]*$", re.IGNORECASE)
+_UNIT = re.compile(r"^[\w$€£¥°/ .²³]*$", re.UNICODE)
+_LEAD = re.compile(r"^[\s$€£¥~≈]*(?:(?:about|approximately|approx\.?|around)[\s$€£¥~≈]*)?$", re.IGNORECASE)
 
 
 def parse_number(answer: object) -> tuple[float, bool] | None:

@@ -133,8 +133,13 @@ _COMPILED = tuple(
     (form, re.compile(r"(?:" + "|".join(map(_pattern, form.phrases)) + r")\s*$", re.IGNORECASE))
     for form in FORMS
 )
-# What may stand before an instruction: nothing, a line break, or the end of a sentence.
-_SENTENCE_END = re.compile(r"(?:^|[\n.?!:)\]])\s*$")
+
+
+def _ends_a_sentence(text: str) -> bool:
+    """What may stand before an instruction: nothing, a line break, or the end of a sentence (then
+    only whitespace)."""
+    kept = text.rstrip()
+    return not kept or kept[-1] in ".?!:)]" or "\n" in text[len(kept) :]
 
 
 def trailing_instruction(text: str) -> tuple[str, Instruction | None]:
@@ -142,7 +147,7 @@ def trailing_instruction(text: str) -> tuple[str, Instruction | None]:
     when it ends in none of ``FORMS``, or when the phrase is not a sentence or line of its own."""
     for form, pattern in _COMPILED:
         match = pattern.search(text)
-        if match is None or not _SENTENCE_END.search(text[: match.start()]):
+        if match is None or not _ends_a_sentence(text[: match.start()]):
             continue
         instruction = Instruction(form.name, match.group(0).strip(), form.reply, form.source)
         return text[: match.start()].rstrip(), instruction

@@ -261,7 +261,7 @@ YES_NO_START = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
-_OR = re.compile(r"\s+or\s+", re.IGNORECASE)
+_OR = re.compile(r"(?<!\s)\s+or\s+", re.IGNORECASE)  # from a run's first space only: linear
 _PREPOSITIONS = frozenset(
     "in on at of for from with within inside outside near by under over above below behind to "
     "into onto than compared".split()

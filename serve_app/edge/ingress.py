@@ -28,7 +28,8 @@ from ..core.transfer_selectors import attention_selector, budget_selector
 from .console import add_console_routes, console_files, console_settings
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
-from .jobs import Job, job_from_answer, job_from_chat, parse_json, remote_image_policy
+from .jobs import Job, job_from_answer, job_from_chat, remote_image_policy
+from .json_body import parse_json
 from .metrics import IngressMetrics, RequestMetrics
 from .parts import IngressParts, build_parts
 from .passthrough import chat_request, check_has_text, checked_images, forward

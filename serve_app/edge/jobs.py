@@ -8,7 +8,6 @@ naming the problem) for bad input.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config import AppConfig, Limits
+from ..config import AppConfig
 from ..core.answer_forms import AnswerFormError, check_options
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
@@ -49,66 +48,6 @@ class Job:
     include_usage_in_stream: bool = False
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     task: str | None = None  # the client's task tag: the question's class is its kind refined by it
-
-
-def parse_json(body: bytes, limits: Limits | None = None) -> Any:
-    """The request body as JSON within ``limits``' nesting depth, key count and number size (a 400
-    past any of them)."""
-    limits = limits or Limits()
-    if not body:
-        raise RequestError("the request body is empty; send a JSON object", code="invalid_json")
-    keys = 0
-
-    def count_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        nonlocal keys
-        keys += len(pairs)
-        if keys > limits.max_json_keys:
-            raise _JSONLimitError(f"the JSON body has more than {limits.max_json_keys} keys")
-        return dict(pairs)
-
-    def number(text: str) -> int | float:
-        if len(text) > limits.max_json_number_digits:
-            raise _JSONLimitError(
-                f"a number in the JSON body has {len(text)} characters, over {limits.max_json_number_digits}"
-            )
-        return int(text) if text.lstrip("-").isdigit() else float(text)
-
-    brackets = body.count(b"[") + body.count(b"{")
-    depth = _nesting_depth(body) if brackets > limits.max_json_depth else brackets
-    if depth > limits.max_json_depth:
-        raise RequestError(
-            f"the JSON body nests {depth} levels deep, over the limit of {limits.max_json_depth}",
-            code="invalid_json",
-        )
-    try:
-        return json.loads(body, object_pairs_hook=count_keys, parse_int=number, parse_float=number)
-    except _JSONLimitError as exc:
-        raise RequestError(str(exc), code="invalid_json") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON ({exc})", code="invalid_json") from None
-
-
-class _JSONLimitError(ValueError):
-    pass
-
-
-_STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-
-
-def _nesting_depth(body: bytes) -> int:
-    """How deep arrays and objects nest in ``body`` (strings skipped), without parsing it: the
-    parser's own recursion never sees a body past the limit."""
-    if body.count(b"[") + body.count(b"{") < 4:
-        return body.count(b"[") + body.count(b"{")
-    depth = deepest = 0
-    for match in _STRUCTURE.finditer(body):
-        token = match.group()
-        if token in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in (b"]", b"}"):
-            depth -= 1
-    return deepest
 
 
 def _options(

@@ -7,7 +7,7 @@ import pytest
 from serve_app.config import AppConfig
 from serve_app.core.plans import Plan
 from serve_app.edge.errors import RequestError
-from serve_app.edge.jobs import parse_json
+from serve_app.edge.json_body import parse_json
 from serve_app.edge.routing import Passthrough
 
 from ..images import chat_body, data_url, image_bytes, png_bomb

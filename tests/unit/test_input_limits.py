@@ -16,7 +16,7 @@ from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
 from serve_app.edge.errors import RequestError, request_error_of
-from serve_app.edge.jobs import parse_json
+from serve_app.edge.json_body import parse_json
 from serve_app.engines.model_limits import context_budgets, geometry, with_model_limits
 
 from ..images import chat_body, data_url
@@ -39,11 +39,14 @@ def refused(call, *args, **kwargs) -> RequestError:
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
-        (b"[" * 100_000 + b"]" * 100_000, "nests 100000 levels deep"),
-        (b'{"a": ' + b"[" * 33 + b"]" * 33 + b"}", "nests 34 levels deep"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests more than 32 levels deep"),
+        (b'{"a": ' + b"[" * 33 + b"]" * 33 + b"}", "nests more than 32 levels deep"),
         (b'{"n": ' + b"9" * 5000 + b"}", "5000 characters"),
         (b'{"n": -1.' + b"5" * 100 + b"}", "103 characters"),
         (json.dumps({f"k{i}": i for i in range(10_001)}).encode(), "more than 10000 keys"),
+        (b"[" + b"0," * 100_001 + b"0]", "more than 100000 values"),
+        (b"[" * 40 + b'"' + b'\\"' * 50_000, "nests more than 32 levels deep"),
+        (b'{"a": "\xff"}', "not UTF-8"),
     ],
 )
 def test_json_past_its_limits_is_a_400(body, needle):
@@ -55,6 +58,8 @@ def test_json_within_its_limits_parses_and_brackets_in_strings_do_not_count():
     body = json.dumps({"q": "[" * 1000 + "{", "n": [1, -2.5e3, {"x": [None, True]}]}).encode()
     assert parse_json(body, Limits()) == {"q": "[" * 1000 + "{", "n": [1, -2500.0, {"x": [None, True]}]}
     assert parse_json(b"[" * 32 + b"]" * 32, Limits()) is not None
+    escaped = {"q": 'a \\"quoted\\" [[word]] {"x": [1, 2]} \\', "n": [[[[1e5]]]], "k": ":,"}
+    assert parse_json(json.dumps(escaped).encode(), Limits(max_json_depth=5, max_json_keys=16)) == escaped
 
 
 # ---------------------------------------------------------------- images and prompts before any model
