@@ -34,8 +34,10 @@ from serve_app.core.routes import DEGRADED
 from serve_app.edge.errors import EXPECTED, internal_error_body, request_error_of
 
 from .deployments import Targets
-from .inputs import InputFormat, LineError, RecordSettings, Request, parse_line
+from .inputs import InputFormat, LineError, RecordSettings, Request, line_too_long, parse_line
+from .lines import Overlong
 from .outputs import openai_error_line, openai_reply_line, record_error_line, record_reply_line
+from .settings import MAX_LINE_BYTES
 
 logger = logging.getLogger("ray.data")
 
@@ -54,6 +56,7 @@ class RowJob:
     rows_per_actor: int = 16
     attempts: int = 6
     retry_pause_s: float = 2.0  # doubled after each attempt, up to 30 s
+    max_line_bytes: int = MAX_LINE_BYTES  # a row without text was longer (batch/source.py)
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,12 @@ class RowAnswerer:
             self.ingress = self._replica()
             self._slots = asyncio.Semaphore(self.job.rows_per_actor)
         lines = [int(line) for line in batch["line"]]
+        texts = [
+            Overlong(int(size), self.job.max_line_bytes) if text is None else str(text)
+            for text, size in zip(batch["text"], batch["size"], strict=True)
+        ]
         results = await asyncio.gather(
-            *(self.answer(line, str(text)) for line, text in zip(lines, batch["text"], strict=True))
+            *(self.answer(line, text) for line, text in zip(lines, texts, strict=True))
         )
         return {
             "line": lines,
@@ -104,14 +111,23 @@ class RowAnswerer:
         small, large, scorer, stats = self.targets.handles()
         return IngressReplica(small, large, self.config, scorer, stats)
 
-    async def answer(self, line: int, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def answer(self, line: int, text: str | Overlong) -> tuple[dict[str, Any], dict[str, Any]]:
         """A line's output row, and what the job's tally reads of it (status, route, tokens)."""
         job = self.job
-        parsed = parse_line(
-            text, line, job.fmt, base=Path(job.base), settings=job.records, duplicates=job.duplicates
-        )
+        if isinstance(text, Overlong):
+            parsed: Request | LineError = line_too_long(line, text)
+        else:
+            parsed = parse_line(
+                text,
+                line,
+                job.fmt,
+                base=Path(job.base),
+                settings=job.records,
+                duplicates=job.duplicates,
+                limits=self.config.limits,
+            )
         if isinstance(parsed, LineError):
-            return self._error_row(line, text, parsed), {
+            return self._error_row(line, "" if isinstance(text, Overlong) else text, parsed), {
                 "status": 400,
                 "route": None,
                 "tokens": {},
@@ -171,7 +187,7 @@ class RowAnswerer:
     def _error_row(self, line: int, text: str, error: LineError) -> dict[str, Any]:
         from .inputs import row_id_of
 
-        row_id = row_id_of(text, self.job.fmt)
+        row_id = row_id_of(text, self.job.fmt, self.config.limits)
         if self.job.fmt is InputFormat.OPENAI:
             return openai_error_line(line, row_id, error)
         return record_error_line(line, row_id, self.job.records.policy, error)

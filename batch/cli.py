@@ -25,7 +25,7 @@ from serve_app.config import AppConfig, check_application
 
 from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
 from .runner import BatchJob, Prepared, prepare, run
-from .settings import BatchSettings
+from .settings import MAX_LINE_BYTES, BatchSettings
 from .tally import Tally, summary_text
 
 BUILD_APP = "serve_app.app:build_app"
@@ -51,11 +51,22 @@ def parser() -> argparse.ArgumentParser:
         "--option", action="append", default=[], metavar="KEY=VALUE", help="records only: a mai option"
     )
     p.add_argument("--max-tokens", type=int, help="records only: the requests' max_tokens")
+    p.add_argument(
+        "--image-root",
+        type=Path,
+        help="records only: the folder image paths must resolve under (default: the input's folder)",
+    )
     p.add_argument("--attach", metavar="APP", help="use the model deployments of this running Serve app")
     p.add_argument("--actors", type=int, default=1, help="Ray Data actors answering rows (default 1)")
     p.add_argument("--rows-in-flight", type=int, help="rows answered at once (default: the models' capacity)")
     p.add_argument("--row-timeout", type=float, default=900.0, help="seconds per attempt at a row")
     p.add_argument("--attempts", type=int, default=6, help="tries of a row whose model failed")
+    p.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=MAX_LINE_BYTES,
+        help=f"longest input line; a longer one is an error line (default {MAX_LINE_BYTES})",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -97,6 +108,7 @@ def job_of(args: argparse.Namespace) -> BatchJob:
             rows_in_flight=args.rows_in_flight,
             row_timeout_s=args.row_timeout,
             attempts=args.attempts,
+            max_line_bytes=args.max_line_bytes,
         )
     except ValidationError as exc:
         raise UsageError(" ".join(str(exc).split())) from None
@@ -106,7 +118,17 @@ def job_of(args: argparse.Namespace) -> BatchJob:
         if not equals or not key:
             raise UsageError(f"--option {pair!r} is not KEY=VALUE")
         options.append((key, _value(value)))
-    records = RecordSettings(policy=args.policy or "mai", options=tuple(options), max_tokens=args.max_tokens)
+    image_root = None
+    if args.image_root is not None:
+        if not args.image_root.is_dir():
+            raise UsageError(f"--image-root {args.image_root} is not a folder")
+        image_root = str(args.image_root.resolve())  # the actors' working folder may differ
+    records = RecordSettings(
+        policy=args.policy or "mai",
+        options=tuple(options),
+        max_tokens=args.max_tokens,
+        image_root=image_root,
+    )
     return BatchJob(
         input=args.input,
         output=args.output,
@@ -130,10 +152,12 @@ def checked(job: BatchJob, args: argparse.Namespace) -> Prepared:
         raise UsageError(f"input {job.input}: {exc.strerror or exc}") from None
     except (InputFormatError, ValueError) as exc:
         raise UsageError(f"input {job.input}: {exc}") from None
-    if prepared.scan.fmt is InputFormat.OPENAI and (args.policy or args.option or args.max_tokens):
+    if prepared.scan.fmt is InputFormat.OPENAI and (
+        args.policy or args.option or args.max_tokens or args.image_root
+    ):
         raise UsageError(
-            "--policy, --option and --max-tokens apply to mai-eval records; an OpenAI batch line names "
-            "its model and parameters in its body"
+            "--policy, --option, --max-tokens and --image-root apply to mai-eval records; an OpenAI batch "
+            "line names its model and parameters in its body, and carries its images"
         )
     return prepared
 

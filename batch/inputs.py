@@ -16,13 +16,16 @@ Two formats, one line each:
 
 A line that cannot be a request (not JSON, another endpoint, no ``custom_id``, a duplicate, an invalid
 record, an unreadable image) becomes a ``LineError``: the 400 the server would answer, naming the problem.
+So does a line past a limit, naming it: longer than ``max_line_bytes`` (never read whole, batch/lines.py),
+JSON past the server's ``limits`` on nesting, keys, values, digits (``parse_json``, the server's own check,
+made before the parser runs), an image path out of the image root, no regular file, or larger than
+``limits.max_image_bytes`` (batch/images.py).
 Everything past the line's shape (an unknown model, a bad image, an unsupported parameter) is the
 server's own check, made when the row runs (``IngressReplica.chat``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -31,9 +34,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evaluation.records import DatasetError, EvalRecord, image_data_url
+from evaluation.records import EvalRecord
 from evaluation.run import chat_body, request_id
-from serve_app.edge.errors import describe_validation_error
+from serve_app.config import Limits
+from serve_app.edge.errors import RequestError, describe_validation_error
+from serve_app.edge.json_body import parse_json
+
+from .images import ImageRefused, image_data_url
+from .lines import Overlong
 
 CHAT_URL = "/v1/chat/completions"
 
@@ -81,14 +89,32 @@ class RecordSettings:
     policy: str = "mai"
     options: tuple[tuple[str, Any], ...] = ()
     max_tokens: int | None = None
+    image_root: str | None = None  # image paths must resolve under it (default: the input's folder)
 
 
-def format_of(first_line: str) -> InputFormat | None:
-    """The format a file's first line is in, or None when it is neither."""
+def json_of(text: str, line: int, limits: Limits) -> Any | LineError:
+    """A line's JSON, parsed as the server parses a body (``parse_json``: nesting, keys, values, digits
+    within ``limits``, checked before the parser runs), or the error naming what it is past."""
     try:
-        value = json.loads(first_line)
-    except ValueError:
-        return None
+        return parse_json(text.encode("utf-8", errors="surrogatepass"), limits)
+    except RequestError as exc:
+        return LineError(f"line {line}: {exc.message}", code=exc.code)
+
+
+def line_too_long(line: int, overlong: Overlong) -> LineError:
+    """The error of a line longer than the job takes (never read whole: only its size is known)."""
+    return LineError(
+        f"line {line} has {overlong.size} bytes, over the limit of {overlong.limit} (--max-line-bytes)",
+        code="line_too_long",
+    )
+
+
+def format_of(first_line: str, limits: Limits | None = None) -> InputFormat | None:
+    """The format a file's first line is in, or None when it is neither."""
+    return _format_of_value(json_of(first_line, 1, limits or Limits()))
+
+
+def _format_of_value(value: Any) -> InputFormat | None:
     if not isinstance(value, dict):
         return None
     if "custom_id" in value or "body" in value:
@@ -98,13 +124,10 @@ def format_of(first_line: str) -> InputFormat | None:
     return None
 
 
-def row_id_of(text: str, fmt: InputFormat) -> str | None:
+def row_id_of(text: str, fmt: InputFormat, limits: Limits | None = None) -> str | None:
     """The id a line names (``custom_id`` or the record's ``id``), when it names one: what the
     duplicate check reads."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
+    value = json_of(text, 0, limits or Limits()) if text else None
     if not isinstance(value, dict):
         return None
     found = value.get("custom_id" if fmt is InputFormat.OPENAI else "id")
@@ -113,19 +136,18 @@ def row_id_of(text: str, fmt: InputFormat) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
-def _json_object(text: str, line: int) -> dict[str, Any] | LineError:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        return LineError(f"line {line} is not JSON ({exc})", code="invalid_json")
+def _json_object(text: str, line: int, limits: Limits) -> dict[str, Any] | LineError:
+    value = json_of(text, line, limits)
+    if isinstance(value, LineError):
+        return value
     if not isinstance(value, dict):
         return LineError(f"line {line} is not a JSON object", code="invalid_json")
     return value
 
 
-def openai_request(text: str, line: int) -> Request | LineError:
+def openai_request(text: str, line: int, limits: Limits | None = None) -> Request | LineError:
     """A line of an OpenAI batch file: its ``body`` for ``/v1/chat/completions``."""
-    value = _json_object(text, line)
+    value = _json_object(text, line, limits or Limits())
     if isinstance(value, LineError):
         return value
     custom_id = value.get("custom_id")
@@ -150,10 +172,14 @@ def openai_request(text: str, line: int) -> Request | LineError:
     )
 
 
-def record_request(text: str, line: int, base: Path, settings: RecordSettings) -> Request | LineError:
+def record_request(
+    text: str, line: int, base: Path, settings: RecordSettings, limits: Limits | None = None
+) -> Request | LineError:
     """A mai-eval record: the request ``mai-eval run`` sends for it under ``settings.policy``, its
-    image read from ``base`` (the dataset's folder) when it is a path."""
-    value = _json_object(text, line)
+    image read from ``base`` (the dataset's folder) when it is a path, and only from under
+    ``settings.image_root`` (default ``base``), of at most ``limits.max_image_bytes``."""
+    limits = limits or Limits()
+    value = _json_object(text, line, limits)
     if isinstance(value, LineError):
         return value
     try:
@@ -161,10 +187,11 @@ def record_request(text: str, line: int, base: Path, settings: RecordSettings) -
     except ValidationError as exc:
         message, param = describe_validation_error(exc)
         return LineError(f"line {line}: {message}", param=param)
+    root = Path(settings.image_root) if settings.image_root is not None else base
     try:
-        image = image_data_url(record.image, base)
-    except DatasetError as exc:
-        return LineError(f"line {line}: {exc}", param="image", code="invalid_image")
+        image = image_data_url(record.image, base, root, limits.max_image_bytes)
+    except ImageRefused as exc:
+        return LineError(f"line {line}: {exc.message}", param="image", code=exc.code)
     body = chat_body(
         record, image, settings.policy, max_tokens=settings.max_tokens, options=dict(settings.options)
     )
@@ -184,8 +211,10 @@ def parse_line(
     base: Path,
     settings: RecordSettings,
     duplicates: Mapping[int, int],
+    limits: Limits | None = None,
 ) -> Request | LineError:
-    """One line as a request, or its error. ``duplicates``: line -> the earlier line with its id."""
+    """One line as a request, or its error. ``duplicates``: line -> the earlier line with its id;
+    ``limits``: the config's (JSON and image limits)."""
     if line in duplicates:
         return LineError(
             f"line {line} repeats the id of line {duplicates[line]}: each row needs its own",
@@ -193,12 +222,30 @@ def parse_line(
             code="duplicate_id",
         )
     if fmt is InputFormat.OPENAI:
-        return openai_request(text, line)
-    return record_request(text, line, base, settings)
+        return openai_request(text, line, limits)
+    return record_request(text, line, base, settings, limits)
 
 
 class InputFormatError(ValueError):
     """An input that is no batch: empty, or in neither format."""
+
+
+def first_format(number: int, text: str | Overlong, limits: Limits | None = None) -> InputFormat:
+    """The format of an input whose first line is ``text``; ``InputFormatError`` when it is neither."""
+    if isinstance(text, Overlong):
+        raise InputFormatError(
+            f"line {number} has {text.size} bytes, over the limit of {text.limit} (--max-line-bytes): "
+            "its format is not read; pass --format"
+        )
+    value = json_of(text, number, limits or Limits())
+    fmt = _format_of_value(value)
+    if fmt is None:
+        why = f" ({value.message})" if isinstance(value, LineError) else ""  # no JSON, or past a limit
+        raise InputFormatError(
+            f"line {number} is neither an OpenAI batch request (custom_id, body) nor a mai-eval "
+            f"record (id, image, question){why}; pass --format if the first line is a bad one"
+        )
+    return fmt
 
 
 class OutputMismatchError(ValueError):
@@ -217,29 +264,25 @@ class InputScan:
 
 
 def scan_lines(
-    lines: Iterable[tuple[int, str]],
+    lines: Iterable[tuple[int, str | Overlong]],
     fmt: InputFormat | None = None,
     answered: Mapping[int, str | None] | None = None,
+    limits: Limits | None = None,
 ) -> InputScan:
     """The format (the first line's, unless given), the row count and the duplicate ids of numbered
     lines. Keeps one entry per id: the ids of a dataset, never its images. ``answered``: the ids an
     existing output gives its lines (``outputs.answered_ids``); a line whose id differs means the output
-    answers another input, an ``OutputMismatchError``."""
-    answered = answered or {}
+    answers another input, an ``OutputMismatchError``. A line too long to read is a row with no id."""
+    answered, limits = answered or {}, limits or Limits()
     first_line: dict[str, int] = {}
     duplicates: dict[int, int] = {}
     done: set[int] = set()
     rows = 0
     for number, text in lines:
         if fmt is None:
-            fmt = format_of(text)
-            if fmt is None:
-                raise InputFormatError(
-                    f"line {number} is neither an OpenAI batch request (custom_id, body) nor a mai-eval "
-                    "record (id, image, question); pass --format if the first line is a bad one"
-                )
+            fmt = first_format(number, text, limits)
         rows += 1
-        row_id = row_id_of(text, fmt)
+        row_id = None if isinstance(text, Overlong) else row_id_of(text, fmt, limits)
         if number in answered:
             done.add(number)
         if answered.get(number) is not None and answered[number] != row_id:

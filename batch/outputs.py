@@ -13,21 +13,32 @@ mai-eval records get ``mai-eval run``'s folder: ``predictions/<policy>.jsonl`` (
 rows), ``manifest.json`` and ``runs.jsonl``, so ``mai-eval report OUT`` scores a batch run.
 
 Every line names the input line it answers (``batch_req_<line>``, or ``line``): a rerun skips those
-lines, so no row is written twice; a last line cut short by a crash is dropped before appending.
+lines, so no row is written twice; a last line cut short by a crash is dropped before appending. A rerun
+takes an existing output only when every line of it is one of these (a last line without its newline:
+the start of one): a file mai-batch did not write is refused as it is, never cut or appended to.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from evaluation.run import prediction_of
 
-from .inputs import InputFormat, LineError, Request
+from .inputs import InputFormat, LineError, OutputMismatchError, Request
+from .lines import CHUNK_BYTES, Overlong, numbered_raw_lines
 
 _OPENAI_ID = re.compile(r"^batch_req_(\d+)$")
+OUTPUT_LINE_BYTES = 64 << 20  # longest output line taken: a reply with its trace is far shorter
+# How every line this module writes starts (json.dumps, "id" first): a crash's partial line starts so.
+_START = {InputFormat.OPENAI: b'{"id": "batch_req_', InputFormat.RECORDS: b'{"id": "'}
+
+
+class ForeignOutputError(OutputMismatchError):
+    """An existing output mai-batch did not write: a line of it is no output line of the format."""
 
 
 def openai_reply_line(line: int, request: Request, status: int, body: Any) -> dict[str, Any]:
@@ -70,9 +81,9 @@ def line_of(row: dict[str, Any], fmt: InputFormat) -> int | None:
     """The input line an output line answers."""
     if fmt is InputFormat.RECORDS:
         line = row.get("line")
-        return line if isinstance(line, int) else None
+        return line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None
     match = _OPENAI_ID.match(str(row.get("id", "")))
-    return int(match.group(1)) if match else None
+    return int(match.group(1)) if match and int(match.group(1)) > 0 else None
 
 
 def output_file(output: Path, fmt: InputFormat, policy: str) -> Path:
@@ -81,25 +92,113 @@ def output_file(output: Path, fmt: InputFormat, policy: str) -> Path:
     return output if fmt is InputFormat.OPENAI else output / "predictions" / f"{policy}.jsonl"
 
 
-def drop_partial_last_line(path: Path) -> bool:
+def fault_of(row: Any, fmt: InputFormat) -> str | None:
+    """Why ``row`` is no output line of ``fmt`` as this module writes them, or None when it is one."""
+    if not isinstance(row, dict):
+        return "is not a JSON object"
+    if line_of(row, fmt) is None:
+        return (
+            "names no input line ("
+            + ("an id batch_req_<line>" if fmt is InputFormat.OPENAI else "line")
+            + ")"
+        )
+    if fmt is InputFormat.OPENAI:
+        if "custom_id" not in row or not isinstance(row["custom_id"], str | None):
+            return "has no custom_id"
+        response, error = row.get("response"), row.get("error")
+        if not (isinstance(response, dict) and error is None or response is None and isinstance(error, dict)):
+            return "has neither a response nor an error (an object, the other null)"
+        return None
+    kinds = {"id": str, "policy": str, "status": int, "latency_s": int | float}
+    missing = [key for key, kind in kinds.items() if not isinstance(row.get(key), kind)]
+    return f"has no {', '.join(missing)} (a prediction's)" if missing else None
+
+
+def _parsed(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser's recursion
+        return None
+
+
+def _rows(path: Path, fmt: InputFormat) -> Iterator[dict[str, Any]]:
+    """The output's lines as rows, blank ones apart; ``ForeignOutputError`` at the first that is no
+    output line. A last line without its newline is a row when whole, else it must start as one (a
+    crash's partial line, skipped)."""
+    with path.open("rb") as file:
+        ended = _last_byte(file) in (b"", b"\n")
+        held: tuple[int, bytes | Overlong] | None = None
+        for number, raw in numbered_raw_lines(file, OUTPUT_LINE_BYTES):
+            if held is not None:
+                yield _row(path, *held, fmt)
+            held = (number, raw) if isinstance(raw, Overlong) or raw.strip() else None
+        if held is None:
+            return
+        number, raw = held
+        if ended or isinstance(raw, Overlong) or fault_of(_parsed(raw), fmt) is None:
+            yield _row(path, number, raw, fmt)
+        elif not (raw.startswith(_START[fmt]) or _START[fmt].startswith(raw)):
+            raise _foreign(path, number, f"does not start as an output line ({_START[fmt].decode()}...)")
+
+
+def _row(path: Path, number: int, raw: bytes | Overlong, fmt: InputFormat) -> dict[str, Any]:
+    if isinstance(raw, Overlong):
+        raise _foreign(path, number, f"has {raw.size} bytes, over the {raw.limit} of an output line")
+    row = _parsed(raw)
+    fault = "is not JSON" if row is None else fault_of(row, fmt)
+    if fault is not None:
+        raise _foreign(path, number, fault)
+    return row
+
+
+def _foreign(path: Path, number: int, fault: str) -> ForeignOutputError:
+    return ForeignOutputError(
+        f"is no mai-batch output: line {number} of {path} {fault}; nothing was changed: choose another "
+        "--output"
+    )
+
+
+def _last_byte(file: BinaryIO) -> bytes:
+    file.seek(0, 2)
+    if file.tell() == 0:
+        return b""
+    file.seek(-1, 2)
+    last = file.read(1)
+    file.seek(0)
+    return last
+
+
+def _last_line_start(file: BinaryIO) -> int:
+    """Where the file's last line starts, read backwards a chunk at a time."""
+    end = file.seek(0, 2)
+    while end > 0:
+        begin = max(0, end - CHUNK_BYTES)
+        file.seek(begin)
+        newline = file.read(end - begin).rfind(b"\n")
+        if newline >= 0:
+            return begin + newline + 1
+        end = begin
+    return 0
+
+
+def drop_partial_last_line(path: Path, fmt: InputFormat) -> bool:
     """Cut a last line a crash left without its newline, so the next line starts on its own; a last line
-    that is whole JSON but for its newline (``done_lines`` counts it) gets its newline instead. True
-    when a line was cut."""
-    if not path.exists() or path.stat().st_size == 0:
+    that is a whole output line but for its newline (``done_lines`` counts it) gets its newline instead.
+    True when a line was cut. ``ForeignOutputError``, the file unchanged, when any line of it is no
+    output line (``answered_ids``)."""
+    if not path.exists():
         return False
+    answered_ids(path, fmt)  # every line checked before any byte changes
     with path.open("rb+") as file:
-        file.seek(-1, 2)
-        if file.read(1) == b"\n":
+        if _last_byte(file) in (b"", b"\n"):
             return False
-        data = path.read_bytes()
-        start = data.rfind(b"\n") + 1
-        try:
-            json.loads(data[start:])
-        except ValueError:
-            file.truncate(start)
-            return True
-        file.write(b"\n")
-    return False
+        start = _last_line_start(file)
+        file.seek(start)
+        if fault_of(_parsed(file.read()), fmt) is None:
+            file.write(b"\n")
+            return False
+        file.truncate(start)
+    return True
 
 
 def done_lines(path: Path, fmt: InputFormat) -> set[int]:
@@ -109,31 +208,26 @@ def done_lines(path: Path, fmt: InputFormat) -> set[int]:
 
 def answered_ids(path: Path, fmt: InputFormat) -> dict[int, str | None]:
     """Input line -> the id its output line names (``custom_id``, a record's ``id``; None for a line
-    that was no request): what a rerun checks the input against."""
+    that was no request): what a rerun checks the input against. ``ForeignOutputError`` when a line
+    is no output line of ``fmt`` (an output mai-batch did not write)."""
     if not path.exists():
         return {}
     answered: dict[int, str | None] = {}
-    with path.open() as file:
-        for text in file:
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except ValueError:
-                continue
-            line = line_of(row, fmt) if isinstance(row, dict) else None
-            if line is not None:
-                row_id = row.get("custom_id" if fmt is InputFormat.OPENAI else "id")
-                answered[line] = row_id if isinstance(row_id, str) else None
+    for row in _rows(path, fmt):
+        line = line_of(row, fmt)
+        assert line is not None  # fault_of checked it
+        row_id = row.get("custom_id" if fmt is InputFormat.OPENAI else "id")
+        answered[line] = row_id if isinstance(row_id, str) else None
     return answered
 
 
 class LineWriter:
-    """Appends output lines as rows finish; flushed after every group, so a crash loses no written row."""
+    """Appends output lines as rows finish; flushed after every group, so a crash loses no written row.
+    Refuses (``ForeignOutputError``) an existing file that is no output of ``fmt``."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, fmt: InputFormat):
         path.parent.mkdir(parents=True, exist_ok=True)
-        drop_partial_last_line(path)
+        drop_partial_last_line(path, fmt)
         self.path = path
         self._file: IO[str] = path.open("a")
 

@@ -29,7 +29,7 @@ from .inputs import (
     InputScan,
     OutputMismatchError,
     RecordSettings,
-    format_of,
+    first_format,
     scan_lines,
 )
 from .outputs import LineWriter, answered_ids, output_file
@@ -69,28 +69,24 @@ class Prepared:
 
 def prepare(job: BatchJob) -> Prepared:
     """Read the input's ids and the output's answered lines; ``OSError`` for an unreadable input,
-    ``InputFormatError`` for one in no format, ``OutputMismatchError`` for a records folder that holds
-    another dataset's predictions."""
-    fmt = job.fmt or _format_of_first_line(job.input)
+    ``InputFormatError`` for one in no format, ``OutputMismatchError`` for an output mai-batch did not
+    write (``outputs.ForeignOutputError``, nothing changed) or a records folder that holds another
+    dataset's predictions."""
+    limits, max_line_bytes = job.config.limits, job.settings.max_line_bytes
+    fmt = job.fmt or _format_of_first_line(job)
     path = output_file(job.output, fmt, job.records.policy)
     if fmt is InputFormat.OPENAI and path.is_dir():
         raise OutputMismatchError("is a folder; an OpenAI batch's output is a file")
     answered = answered_ids(path, fmt)
-    scan = scan_lines(numbered_lines(job.input), fmt, answered)
+    scan = scan_lines(numbered_lines(job.input, max_line_bytes), fmt, answered, limits)
     if scan.fmt is InputFormat.RECORDS:
         _prediction_store(job, scan).open(fresh=False)
     return Prepared(scan, path, scan.answered)
 
 
-def _format_of_first_line(path: str) -> InputFormat:
-    for number, text in numbered_lines(path):
-        fmt = format_of(text)
-        if fmt is None:
-            raise InputFormatError(
-                f"line {number} is neither an OpenAI batch request (custom_id, body) nor a mai-eval "
-                "record (id, image, question); pass --format if the first line is a bad one"
-            )
-        return fmt
+def _format_of_first_line(job: BatchJob) -> InputFormat:
+    for number, text in numbered_lines(job.input, job.settings.max_line_bytes):
+        return first_format(number, text, job.config.limits)
     raise InputFormatError("the input has no lines")
 
 
@@ -153,10 +149,16 @@ def run(
         duplicates=scan.duplicates,
         rows_per_actor=per_actor,
         attempts=settings.attempts,
+        max_line_bytes=settings.max_line_bytes,
     )
     ray.data.DataContext.get_current().enable_progress_bars = False
     rows = ray.data.read_datasource(
-        NumberedLines(job.input, skip=prepared.done, rows_per_block=per_actor),
+        NumberedLines(
+            job.input,
+            skip=prepared.done,
+            rows_per_block=per_actor,
+            max_line_bytes=settings.max_line_bytes,
+        ),
         num_cpus=0,
     )
     answered = rows.map_batches(
@@ -175,7 +177,7 @@ def run(
         num_cpus=ACTOR_NUM_CPUS,
         scheduling_strategy="SPREAD",
     )
-    writer = LineWriter(prepared.path)
+    writer = LineWriter(prepared.path, scan.fmt)
     started_at, started = time.time(), time.monotonic()
     first_lines_s: float | None = None  # the job's start: actors up, first rows answered
     first_lines = 0

@@ -18,8 +18,10 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serve_app.config import AppConfig
+from serve_app.config import AppConfig, Limits
 from serve_app.core.options import StageTimeouts
+
+MAX_LINE_BYTES = Limits().max_body_bytes  # the server's default body limit: a line is a request's body
 
 
 class BatchSettings(BaseModel):
@@ -31,6 +33,12 @@ class BatchSettings(BaseModel):
     )
     row_timeout_s: float = Field(900.0, gt=0, le=3600, description="seconds one attempt at a row may take")
     attempts: int = Field(6, ge=1, description="tries of a row whose model failed (503, 504, degraded)")
+    max_line_bytes: int = Field(
+        MAX_LINE_BYTES,
+        ge=1024,
+        le=1 << 30,
+        description="longest input line; a longer one is an error line naming the limit, never read whole",
+    )
 
 
 def capacity(config: AppConfig) -> int:

@@ -11,7 +11,8 @@ import ray
 import yaml
 
 from batch.cli import EXIT_USAGE, main, read_config
-from batch.inputs import InputFormat, RecordSettings
+from batch.inputs import InputFormat, LineError, RecordSettings
+from batch.outputs import openai_error_line, record_error_line
 from batch.runner import BatchJob, prepare
 from batch.settings import BatchSettings, batch_config, capacity, rows_per_actor
 from serve_app.core.options import StageTimeouts
@@ -132,6 +133,16 @@ def records_text(*ids: str) -> str:
     return "".join(json.dumps({"id": i} | record) + "\n" for i in ids)
 
 
+def answered(line: int, custom_id: str | None) -> str:
+    """An OpenAI output line as mai-batch writes it: a line that was no request."""
+    return json.dumps(openai_error_line(line, custom_id, LineError(f"line {line}: no request"))) + "\n"
+
+
+def predicted(line: int, record_id: str) -> str:
+    """A records output line as mai-batch writes it."""
+    return json.dumps(record_error_line(line, record_id, "transfer", LineError("no request"))) + "\n"
+
+
 def written(path: Path, text: str) -> str:
     path.write_text(text)
     return str(path)
@@ -185,6 +196,20 @@ def usage_cases() -> list:
         "no-actors": (lambda t: [requests(t), *out, "--actors", "0"], "actors"),
         "no-row-time": (lambda t: [requests(t), *out, "--row-timeout", "0"], "row_timeout_s"),
         "output-folder": (output_folder, "--output {tmp} is a folder"),
+        "small-max-line-bytes": (lambda t: [requests(t), *out, "--max-line-bytes", "10"], "max_line_bytes"),
+        "image-root-for-openai": (lambda t: [requests(t), *out, "--image-root", str(t)], "--image-root"),
+        "image-root-no-folder": (
+            lambda t: [requests(t), *out, "--image-root", f"{t}/none"],
+            "--image-root {tmp}/none is not a folder",
+        ),
+        "first-line-too-long": (
+            lambda t: [written(t / "in.jsonl", " " * 2000 + "x\n"), *out, "--max-line-bytes", "1024"],
+            "line 1 has 2001 bytes, over the limit of 1024 (--max-line-bytes)",
+        ),
+        "first-line-too-deep": (
+            lambda t: [written(t / "in.jsonl", "[" * 1000 + "]" * 1000 + "\n"), *out],
+            "nests more than 32 levels deep",
+        ),
     }
     return [
         pytest.param(
@@ -228,6 +253,43 @@ def test_a_records_folder_of_another_dataset_is_refused(no_ray, tmp_path, capsys
     assert err.count("\n") == 1 and "another dataset" in err
 
 
+# --- an output mai-batch did not write ---------------------------------------------------------------
+
+
+FOREIGN = {
+    "plain-text": b"Meeting notes\n- buy milk\nno newline at the end",
+    "one-line-no-newline": b"my only copy",
+    "an-input-file": openai_text("a", "b").encode(),
+    "other-json": b'{"id": "batch_req_1", "custom_id": "a"}\n',
+}
+
+
+@pytest.mark.parametrize("data", FOREIGN.values(), ids=FOREIGN.keys())
+def test_an_output_mai_batch_did_not_write_is_refused_and_left_byte_identical(no_ray, tmp_path, capsys, data):
+    source = written(tmp_path / "in.jsonl", openai_text("a", "b"))
+    out = tmp_path / "notes.txt"
+    out.write_bytes(data)
+    assert main([source, "--output", str(out), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"mai-batch: --output {out} is no mai-batch output: line ")
+    assert "choose another --output" in err
+    assert out.read_bytes() == data and sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.jsonl",
+        "notes.txt",
+    ]
+
+
+def test_a_records_folder_whose_predictions_mai_batch_did_not_write_is_refused(no_ray, tmp_path, capsys):
+    source = written(tmp_path / "data.jsonl", records_text("r1", "r2"))
+    predictions = tmp_path / "out" / "predictions" / "mai.jsonl"
+    predictions.parent.mkdir(parents=True)
+    predictions.write_bytes(b"id,answer\nr1,yes")
+    assert main([source, "--output", str(tmp_path / "out")]) == EXIT_USAGE
+    assert f"line 1 of {predictions} is not JSON" in capsys.readouterr().err
+    assert predictions.read_bytes() == b"id,answer\nr1,yes"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["predictions"]  # no manifest written
+
+
 # --- what is left to do ------------------------------------------------------------------------------
 
 
@@ -235,9 +297,7 @@ def test_an_output_that_answers_every_row_ends_the_job_before_ray(no_ray, tmp_pa
     source = written(tmp_path / "in.jsonl", openai_text("a") + "\n" + openai_text("b", "c"))  # lines 1, 3, 4
     out = tmp_path / "out.jsonl"
     answers = {4: "c", 1: "a", 3: "b"}
-    out.write_text(
-        "".join(json.dumps({"id": f"batch_req_{n}", "custom_id": i}) + "\n" for n, i in answers.items())
-    )
+    out.write_text("".join(answered(n, i) for n, i in answers.items()))
     assert main([source, "--output", str(out)]) == 0
     captured = capsys.readouterr()
     assert captured.out == f"mai-batch: every one of the 3 rows is in {out} already\n"
@@ -248,9 +308,7 @@ def test_a_records_folder_that_answers_every_record_ends_the_job_before_ray(no_r
     out = tmp_path / "out"
     predictions = out / "predictions" / "transfer.jsonl"
     predictions.parent.mkdir(parents=True)
-    predictions.write_text(
-        "".join(json.dumps({"id": f"r{n}", "status": 200, "line": n}) + "\n" for n in (1, 2))
-    )
+    predictions.write_text(predicted(1, "r1") + predicted(2, "r2"))
     assert main([source, "--output", str(out), "--policy", "transfer"]) == 0
     assert "every one of the 2 rows" in capsys.readouterr().out
     assert json.loads((out / "manifest.json").read_text())["records"] == 2
@@ -259,7 +317,7 @@ def test_a_records_folder_that_answers_every_record_ends_the_job_before_ray(no_r
 def test_rows_left_to_answer_are_counted_and_only_then_ray_starts(no_ray, tmp_path, capsys):
     source = written(tmp_path / "in.jsonl", openai_text("a", "b", "c"))
     out = tmp_path / "out.jsonl"
-    out.write_text(json.dumps({"id": "batch_req_2"}) + "\n" + '{"id": "batch_req_3", "cus')
+    out.write_text(answered(2, "b") + '{"id": "batch_req_3", "cus')
     with pytest.raises(RayStarted):
         main([source, "--output", str(out), "--no-progress"])
     assert capsys.readouterr().err == f"mai-batch: 2 rows to answer (openai, 1 done before) -> {out}\n"
@@ -275,17 +333,25 @@ def test_a_format_given_reads_a_first_line_of_neither_as_a_row(no_ray, tmp_path,
 def test_only_the_inputs_own_lines_count_as_done(cpu_config, tmp_path):
     source = written(tmp_path / "in.jsonl", openai_text("a", "b"))  # once three lines, the second blank
     out = tmp_path / "out.jsonl"
-    out.write_text("".join(json.dumps({"id": f"batch_req_{n}"}) + "\n" for n in (1, 3)))
+    out.write_text(answered(1, None) + answered(3, None))
     job = BatchJob(input=source, output=out, config=cpu_config, records=RecordSettings())
     prepared = prepare(job)
     assert prepared.scan.fmt is InputFormat.OPENAI and prepared.scan.rows == 2
     assert prepared.todo == 1  # line 2 has no answer
 
 
+def test_lines_past_a_limit_are_rows_with_no_id(no_ray, tmp_path, capsys):
+    text = openai_text("a") + " " * 3000 + "x\n" + "[" * 1000 + "\n" + openai_text("b")
+    source = written(tmp_path / "in.jsonl", text)
+    with pytest.raises(RayStarted):
+        main([source, "--output", str(tmp_path / "out.jsonl"), "--max-line-bytes", "2048", "--no-progress"])
+    assert "4 rows to answer (openai)" in capsys.readouterr().err
+
+
 def test_an_output_that_answers_another_input_is_refused_before_ray(no_ray, tmp_path, capsys):
     source = written(tmp_path / "in.jsonl", openai_text("a", "b"))
     out = tmp_path / "out.jsonl"
-    out.write_text(json.dumps({"id": "batch_req_2", "custom_id": "z"}) + "\n")  # another input's line 2
+    out.write_text(answered(2, "z"))  # another input's line 2
     assert main([source, "--output", str(out), "--no-progress"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--output {out} answers line 2 as 'z'" in err and "'b'" in err

@@ -6,13 +6,11 @@ import base64
 import io
 import json
 import re
-from unittest import mock
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from batch import source
 from batch.inputs import (
     CHAT_URL,
     InputFormat,
@@ -26,6 +24,7 @@ from batch.inputs import (
     record_request,
     scan_lines,
 )
+from batch.lines import numbered_raw_lines
 from batch.outputs import line_of, openai_error_line, openai_reply_line
 from batch.source import numbered_lines
 from evaluation.records import EvalRecord
@@ -94,7 +93,7 @@ def test_method_and_url_default_to_a_chat_completion_post():
 @pytest.mark.parametrize(
     ("line", "param", "code", "names"),
     [
-        ("{not json", None, "invalid_json", "line 7 is not JSON"),
+        ("{not json", None, "invalid_json", "line 7: the request body is not valid JSON"),
         ("[1, 2]", None, "invalid_json", "line 7 is not a JSON object"),
         (
             json.dumps({k: v for k, v in openai_line().items() if k != "custom_id"}),
@@ -298,14 +297,17 @@ def test_the_scan_finds_exactly_the_repeated_ids(ids, gaps):
     }
 
 
-# --- batch/source.py ---------------------------------------------------------------------------------
+# --- batch/lines.py, batch/source.py ------------------------------------------------------------------
+
+
+def lines_of(data: bytes, chunk: int, max_bytes: int = 1 << 20) -> list:
+    return list(numbered_raw_lines(io.BytesIO(data), max_bytes, chunk))
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 4, 5, 7, 64])
-def test_lines_are_numbered_across_chunk_boundaries(monkeypatch, chunk):
-    monkeypatch.setattr(source, "_CHUNK_BYTES", chunk)
+def test_lines_are_numbered_across_chunk_boundaries(chunk):
     data = b"ab\r\ncdef\n\n\r\nx\ry\nlast"
-    assert list(source._lines(io.BytesIO(data))) == [
+    assert lines_of(data, chunk) == [
         (1, b"ab"),
         (2, b"cdef"),
         (3, b""),
@@ -315,10 +317,9 @@ def test_lines_are_numbered_across_chunk_boundaries(monkeypatch, chunk):
     ]
 
 
-def test_a_file_ending_in_a_newline_has_no_extra_line(monkeypatch):
-    monkeypatch.setattr(source, "_CHUNK_BYTES", 2)
-    assert list(source._lines(io.BytesIO(b"a\r\nb\r\n"))) == [(1, b"a"), (2, b"b")]
-    assert list(source._lines(io.BytesIO(b""))) == []
+def test_a_file_ending_in_a_newline_has_no_extra_line():
+    assert lines_of(b"a\r\nb\r\n", 2) == [(1, b"a"), (2, b"b")]
+    assert lines_of(b"", 2) == []
 
 
 @given(
@@ -333,9 +334,7 @@ def test_any_file_reads_back_as_its_lines(lines, endings, last_ended, chunk):
     if not last_ended:
         ends[-1] = ""
     data = "".join(line + end for line, end in zip(lines, ends, strict=True)).encode()
-    with mock.patch.object(source, "_CHUNK_BYTES", chunk):
-        read = list(source._lines(io.BytesIO(data)))
-    assert read == [(n, line.encode()) for n, line in enumerate(lines, start=1)]
+    assert lines_of(data, chunk) == [(n, line.encode()) for n, line in enumerate(lines, start=1)]
 
 
 def test_numbered_lines_skip_blank_lines_and_keep_the_numbering(tmp_path):

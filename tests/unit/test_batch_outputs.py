@@ -6,11 +6,15 @@ import json
 
 import pytest
 
-from batch.inputs import InputFormat, LineError, Request
+from batch import outputs
+from batch.inputs import InputFormat, LineError, OutputMismatchError, Request
 from batch.outputs import (
+    ForeignOutputError,
     LineWriter,
+    answered_ids,
     done_lines,
     drop_partial_last_line,
+    fault_of,
     line_of,
     openai_error_line,
     openai_reply_line,
@@ -41,11 +45,13 @@ COMPLETION = {
 
 
 def openai_row(line: int) -> str:
-    return json.dumps({"id": f"batch_req_{line}", "custom_id": f"q{line}", "response": None, "error": None})
+    request = Request(row_id=f"q{line}", body={"model": "mai"}, request_id=f"batch.mai.q{line}")
+    return json.dumps(openai_reply_line(line, request, 200, COMPLETION))
 
 
 def record_row(line: int) -> str:
-    return json.dumps({"id": f"r{line}", "policy": "mai", "status": 200, "latency_s": 0.1, "line": line})
+    request = Request(row_id="r1", body={}, request_id="batch.mai.r1", record=RECORD)
+    return json.dumps(record_reply_line(line, request, "mai", 200, 0.1, COMPLETION))
 
 
 # --- output lines ------------------------------------------------------------------------------------
@@ -108,6 +114,7 @@ def test_a_record_error_line_is_a_400_prediction_named_by_its_id_or_its_line():
         ({"id": "batch_req_1", "line": 99}, 1),
         ({"id": "batch_req_"}, None),
         ({"id": "batch_req_x1"}, None),
+        ({"id": "batch_req_0"}, None),
         ({"id": "req_1"}, None),
         ({"id": "batch_req_1 "}, None),
         ({"custom_id": "batch_req_1"}, None),
@@ -124,6 +131,8 @@ def test_an_openai_output_line_names_its_input_line_in_its_id(row, line):
         ({"id": "r1", "line": 4}, 4),
         ({"id": "batch_req_4"}, None),
         ({"line": "4"}, None),
+        ({"line": True}, None),
+        ({"line": 0}, None),
         ({"line": None}, None),
     ],
 )
@@ -143,35 +152,66 @@ def test_openai_lines_go_to_the_output_and_records_to_the_policys_predictions(tm
 
 
 @pytest.mark.parametrize(("fmt", "row"), [(OPENAI, openai_row), (RECORDS, record_row)])
-def test_done_lines_are_the_answered_lines_past_blank_broken_and_partial_ones(tmp_path, fmt, row):
+def test_done_lines_are_the_answered_lines_past_blank_and_partial_ones(tmp_path, fmt, row):
     path = tmp_path / "out.jsonl"
-    text = "\n".join([row(1), "", row(3), "{broken", "[1, 2]", json.dumps({"x": 1}), row(8), row(3)])
+    text = "\n".join([row(1), "", row(3), "  ", row(8), row(3)])
     path.write_text(text + "\n" + row(11)[:20])
     assert done_lines(path, fmt) == {1, 3, 8}
     assert done_lines(tmp_path / "none.jsonl", fmt) == set()
 
 
-def test_a_partial_last_line_is_cut_and_only_it(tmp_path):
+@pytest.mark.parametrize(("fmt", "row"), [(OPENAI, openai_row), (RECORDS, record_row)])
+def test_every_kind_of_line_the_writers_write_is_an_output_line(fmt, row):
+    request = Request(row_id="q1", body={}, request_id="batch.mai.q1", record=RECORD)
+    error = LineError("line 2 is not JSON", code="invalid_json")
+    written = (
+        [openai_reply_line(1, request, 404, {"error": {}}), openai_error_line(2, None, error)]
+        if fmt is OPENAI
+        else [
+            record_reply_line(1, request, "mai", 503, 0.5, {"error": {}}),
+            record_error_line(2, None, "mai", error),
+        ]
+    )
+    assert [fault_of(json.loads(json.dumps(line)), fmt) for line in [*written, json.loads(row(3))]] == [
+        None
+    ] * 3
+    other = InputFormat.RECORDS if fmt is OPENAI else OPENAI
+    assert fault_of(json.loads(row(3)), other) is not None  # the other format's line is not one
+
+
+@pytest.mark.parametrize("fmt", [OPENAI, RECORDS])
+@pytest.mark.parametrize("cut", [1, 5, 9, 17, 40, -1])
+def test_a_partial_last_line_is_cut_and_only_it(tmp_path, fmt, cut):
+    row = openai_row if fmt is OPENAI else record_row
+    path = tmp_path / "out.jsonl"
+    whole = row(1) + "\n" + row(2) + "\n"
+    path.write_text(whole + row(3)[:cut])
+    assert drop_partial_last_line(path, fmt) is True
+    assert path.read_text() == whole
+    assert drop_partial_last_line(path, fmt) is False and path.read_text() == whole
+
+
+def test_the_last_line_is_found_across_read_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "CHUNK_BYTES", 3)
     path = tmp_path / "out.jsonl"
     whole = openai_row(1) + "\n" + openai_row(2) + "\n"
-    path.write_text(whole + openai_row(3)[:17])
-    assert drop_partial_last_line(path) is True
-    assert path.read_text() == whole
-    assert drop_partial_last_line(path) is False and path.read_text() == whole
+    path.write_text(whole + openai_row(3)[:-7])
+    assert drop_partial_last_line(path, OPENAI) is True and path.read_text() == whole
 
 
 def test_a_file_of_one_partial_line_is_emptied_and_an_empty_or_missing_one_left(tmp_path):
     path = tmp_path / "out.jsonl"
     path.write_text('{"id": "batch_r')
-    assert drop_partial_last_line(path) is True and path.read_bytes() == b""
-    assert drop_partial_last_line(path) is False and path.exists()
-    assert drop_partial_last_line(tmp_path / "none.jsonl") is False and not (tmp_path / "none.jsonl").exists()
+    assert drop_partial_last_line(path, OPENAI) is True and path.read_bytes() == b""
+    assert drop_partial_last_line(path, OPENAI) is False and path.exists()
+    missing = tmp_path / "none.jsonl"
+    assert drop_partial_last_line(missing, OPENAI) is False and not missing.exists()
 
 
 def test_the_writer_appends_on_a_line_of_its_own_after_a_partial_one(tmp_path):
     path = tmp_path / "out.jsonl"
     path.write_text(openai_row(1) + "\n" + openai_row(2)[:10])
-    writer = LineWriter(path)
+    writer = LineWriter(path, OPENAI)
     writer.write([openai_row(2), openai_row(3)])
     assert path.read_text() == "".join(openai_row(n) + "\n" for n in (1, 2, 3))  # flushed before close
     writer.write([])
@@ -185,7 +225,7 @@ def test_the_writer_appends_on_a_line_of_its_own_after_a_partial_one(tmp_path):
 
 def test_the_writer_makes_the_predictions_folder(tmp_path):
     path = tmp_path / "out" / "predictions" / "mai.jsonl"
-    writer = LineWriter(path)
+    writer = LineWriter(path, RECORDS)
     writer.write([record_row(1)])
     writer.close()
     assert done_lines(path, RECORDS) == {1}
@@ -195,8 +235,58 @@ def test_a_row_counted_done_is_still_in_the_output_once_the_writer_opens_it(tmp_
     path = tmp_path / "out.jsonl"
     path.write_text(openai_row(1) + "\n" + openai_row(2))  # the last line whole but for its newline
     done = done_lines(path, OPENAI)
-    LineWriter(path).close()
+    LineWriter(path, OPENAI).close()
     assert done <= done_lines(path, OPENAI)
+
+
+# --- a file mai-batch did not write --------------------------------------------------------------------
+
+
+def foreign_files() -> list:
+    """(name, bytes of a file mai-batch did not write, the format it is taken as)."""
+    deep = b'{"id": "batch_req_1", "custom_id": "q1", "response": ' + b"[" * 100_000
+    cases = {
+        "plain-text": (b"Dear diary,\nnothing happened today.\n", OPENAI),
+        "plain-text-no-newline": (b"my only copy of the notes", OPENAI),
+        "an-input-file": (json.dumps({"custom_id": "q1", "body": {"model": "mai"}}).encode() + b"\n", OPENAI),
+        "other-json": (b'{"id": "batch_req_1", "custom_id": "q1"}\n{"x": 1}\n', OPENAI),
+        "a-list": (b"[1, 2]\n", RECORDS),
+        "records-as-openai": (record_row(1).encode() + b"\n", OPENAI),
+        "openai-as-records": (openai_row(1).encode() + b"\n", RECORDS),
+        "broken-mid-file": (f"{openai_row(1)}\n{{broken\n{openai_row(2)}\n".encode(), OPENAI),
+        "foreign-then-partial": (f"notes\n{openai_row(2)[:30]}".encode(), OPENAI),
+        "binary": (bytes(range(256)) * 4, OPENAI),
+        "not-utf8": (b'{"id": "batch_req_1", "custom_id": "\xff"}\n', OPENAI),
+        "nested-past-recursion": (deep + b"\n", OPENAI),
+        "partial-of-another-start": (b'{"custom_id": "q1", "resp', OPENAI),
+    }
+    return [pytest.param(data, fmt, id=name) for name, (data, fmt) in cases.items()]
+
+
+@pytest.mark.parametrize(("data", "fmt"), foreign_files())
+def test_a_file_mai_batch_did_not_write_is_refused_and_left_as_it_is(tmp_path, data, fmt):
+    path = tmp_path / "notes.jsonl"
+    path.write_bytes(data)
+    for use in (done_lines, answered_ids, drop_partial_last_line, LineWriter):
+        with pytest.raises(ForeignOutputError, match=f"is no mai-batch output: line \\d+ of {path}"):
+            use(path, fmt)
+        assert path.read_bytes() == data
+
+
+def test_a_line_longer_than_an_output_line_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "OUTPUT_LINE_BYTES", 64)
+    path = tmp_path / "out.jsonl"
+    path.write_text(openai_row(1) + "\n")
+    with pytest.raises(ForeignOutputError, match="line 1 .* bytes, over the 64 of an output line"):
+        done_lines(path, OPENAI)
+
+
+def test_the_refusal_names_the_line_and_its_fault(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text(openai_row(1) + "\n" + json.dumps({"id": "batch_req_2", "custom_id": "q2"}) + "\n")
+    with pytest.raises(ForeignOutputError, match="line 2 of .* has neither a response nor an error"):
+        done_lines(path, OPENAI)
+    assert issubclass(ForeignOutputError, OutputMismatchError)  # the command's exit code 2
 
 
 # --- tally -------------------------------------------------------------------------------------------
