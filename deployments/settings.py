@@ -151,6 +151,14 @@ class ModelDeployment(Strict):
                 f"{self.model_id}: engine_kwargs.kv_cache_memory_bytes must be a positive number of bytes, "
                 f"got {budget!r}"
             )
+        fetching = sorted(set(self.engine_kwargs) & {"allowed_media_domains", "allowed_local_media_path"})
+        if fetching:
+            raise ValueError(
+                f"{self.model_id}: engine_kwargs.{fetching[0]} is set by the server: the engines fetch no "
+                "media (the ingress downloads allowed remote images itself: limits.allow_remote_images)"
+            )
+        if "VLLM_MEDIA_URL_ALLOW_REDIRECTS" in self.env:
+            raise ValueError(f"{self.model_id}: env.VLLM_MEDIA_URL_ALLOW_REDIRECTS is set by the server")
         limits = self.engine_kwargs.get("limit_mm_per_prompt", {})
         unknown = sorted(set(limits) - {"image", "video", "audio"})
         if unknown:

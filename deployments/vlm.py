@@ -24,6 +24,19 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 }
 
 
+# What the engines may fetch: nothing. Every image reaches them as a data URL (the ingress checks
+# inline images and downloads allowed remote ones itself, with its own address checks), so a URL a
+# client names is refused by the engine too: vLLM fetches any http(s) URL when the list is empty, so
+# it holds one name that cannot resolve (RFC 6761's .invalid); no local file is readable; no redirect
+# is followed. A config cannot loosen these (deployments/settings.py refuses them in engine_kwargs).
+NO_MEDIA_DOMAIN = "no-media-fetch.invalid"
+ENGINE_FETCHES_NOTHING: dict[str, Any] = {
+    "allowed_media_domains": [NO_MEDIA_DOMAIN],
+    "allowed_local_media_path": "",
+}
+ENGINE_ENV: dict[str, str] = {"VLLM_MEDIA_URL_ALLOW_REDIRECTS": "0"}
+
+
 def engine_bundle(spec: ModelDeployment) -> dict[str, float]:
     """The placement-group bundle of one engine worker: its device plus the pin resources."""
     bundle = (
@@ -58,8 +71,9 @@ def deployment_options(spec: ModelDeployment) -> dict[str, Any]:
 
 
 def engine_kwargs(spec: ModelDeployment) -> dict[str, Any]:
-    """The vLLM engine arguments of one model: MAI's defaults under the config's own."""
-    return {**ENGINE_DEFAULTS, **spec.engine_kwargs}
+    """The vLLM engine arguments of one model: MAI's defaults under the config's own, and what the
+    engines may fetch (nothing) over both."""
+    return {**ENGINE_DEFAULTS, **spec.engine_kwargs, **ENGINE_FETCHES_NOTHING}
 
 
 def images_per_prompt(spec: ModelDeployment) -> int:
@@ -82,7 +96,7 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
         "engine_kwargs": engine_kwargs(spec),
         "placement_group_config": {"bundle_per_worker": engine_bundle(spec)},
         "deployment_config": deployment_options(spec),
-        "runtime_env": {"env_vars": dict(spec.env)},
+        "runtime_env": {"env_vars": {**spec.env, **ENGINE_ENV}},
     }
     if spec.accelerator_type:
         kwargs["accelerator_type"] = spec.accelerator_type

@@ -51,6 +51,11 @@ class Limits(Strict):
         description="images of a request passed to a model unchanged (default: what the engines take, "
         "their limit_mm_per_prompt image count)",
     )
+    # A request passed to a model unchanged (serve_app/edge/passthrough_body.py): at most this many
+    # choices (n), and this many tokens per choice (max_tokens, max_completion_tokens, min_tokens; also
+    # the budget of a request that sets none, which the engine would otherwise fill to its context).
+    max_passthrough_n: int = Field(8, ge=1)
+    max_passthrough_tokens: int = Field(4096, ge=1)
     max_image_bytes: int = Field(10 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)

@@ -32,7 +32,8 @@ from .jobs import Job, job_from_answer, job_from_chat, remote_image_policy
 from .json_body import parse_json
 from .metrics import IngressMetrics, RequestMetrics
 from .parts import IngressParts, build_parts
-from .passthrough import chat_request, check_has_text, checked_images, forward
+from .passthrough import chat_request, forward
+from .passthrough_body import checked_body
 from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .readiness import readiness_reply
 from .readiness_gate import ReadinessGate, handle_probe
@@ -285,8 +286,7 @@ class IngressReplica:
         started = time.monotonic()
         self.demand.arrived()
         model_id, reason = decision.model_id, decision.reason
-        check_has_text(decision.payload)
-        payload = await checked_images(decision.payload, self.config.limits, self._fetch_image)
+        payload = await checked_body(decision.payload, self.config.limits, self._fetch_image)
         await self.readiness.wait(self.config.readiness.wait_s)
         headers = {"x-mai-route": "passthrough"}
         extra = None

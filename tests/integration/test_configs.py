@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.vlm import llm_config_kwargs
+from deployments.vlm import ENGINE_FETCHES_NOTHING, NO_MEDIA_DOMAIN, llm_config_kwargs
 from serve_app.config import load_app_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,37 @@ def test_config_builds_llm_configs(name):
         assert llm.engine_kwargs["enable_prefix_caching"] is True
         assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": 1, "video": 0}
         assert llm.engine_kwargs["max_model_len"] >= config.cascade.max_tokens.reasoning + 1024
+        # The engines fetch nothing: every image reaches them as a data URL.
+        assert llm.engine_kwargs["allowed_media_domains"] == [NO_MEDIA_DOMAIN]
+        assert llm.engine_kwargs["allowed_local_media_path"] == ""
+        assert llm.runtime_env["env_vars"]["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] == "0"
+
+
+def test_a_config_cannot_let_the_engines_fetch():
+    args = app_args("mai-cpu.yaml")
+    for key, value in (("allowed_media_domains", ["images.example.com"]), ("allowed_local_media_path", "/")):
+        wrong = args | {"large": args["large"] | {"engine_kwargs": {key: value}}}
+        with pytest.raises(ValueError, match=f"engine_kwargs.{key} is set by the server"):
+            load_app_config(wrong)
+
+
+def test_the_engines_media_settings_refuse_every_url_a_client_names(tmp_path):
+    """vLLM's own media connector, built from the engine arguments the engines get, refuses a remote
+    URL before any connection (the connection object here would fail the test if asked) and a file."""
+    from vllm.multimodal.media.connector import MediaConnector
+    from vllm.multimodal.media.image import ImageMediaIO
+
+    class NoConnection:
+        def get_bytes(self, *args, **kwargs):
+            raise AssertionError("the engine tried to fetch a URL a client named")
+
+    (tmp_path / "secret.png").write_bytes(b"not an image")
+    connector = MediaConnector(connection=NoConnection(), **ENGINE_FETCHES_NOTHING)
+    for url in ("http://169.254.169.254/latest/meta-data", "https://images.example.com/a.png"):
+        with pytest.raises(ValueError, match="allowed domains"):
+            connector.load_from_url(url, ImageMediaIO())
+    with pytest.raises(RuntimeError, match="allowed-local-media-path"):
+        connector.load_from_url(f"file://{tmp_path}/secret.png", ImageMediaIO())
 
 
 def test_gpu_config_puts_qwen3_vl_2b_and_8b_on_a_gpu_each():

@@ -1,0 +1,271 @@
+"""A request for a model id, checked once before it is forwarded: an allowlist, not a denylist.
+
+- **Request fields**: OpenAI's chat fields and a few of vLLM's sampling fields (``CLIENT_FIELDS``).
+  A field only the server sets (``priority``, the engine's ``request_id``, templates, processor and
+  transfer settings, ...) is a 400 saying so; any other unknown field a 400 naming it.
+- **Bounds**: ``n`` up to ``limits.max_passthrough_n``; ``max_tokens``, ``max_completion_tokens`` and
+  ``min_tokens`` up to ``limits.max_passthrough_tokens``, which is also the reply's budget when the
+  request sets none (vLLM would otherwise fill the context).
+- **Messages**: their fields allowlisted; their content a string or a list of parts, each part text
+  or an image in any spelling vLLM's chat parser accepts (typed ``image_url`` with an object or a
+  string, typeless ``{"image_url": ...}``, ``input_image``). Every image is checked like the
+  cascade's (format, bytes, pixels, count; a remote URL only from an allowed host, downloaded here)
+  and sent on in one spelling, as a data URL: the engines fetch nothing a client names. Any other
+  part (audio, video, embeddings, ``uuid`` references, ...) is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..config import Limits
+from .errors import RequestError
+from .images import check_image_under, is_remote
+
+ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> checked data URL
+
+CLIENT_FIELDS = frozenset(
+    {
+        # OpenAI's chat completion request
+        "model",
+        "messages",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "response_format",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "user",
+        "reasoning_effort",
+        # vLLM's sampling fields that change only this request's own tokens
+        "top_k",
+        "min_p",
+        "min_tokens",
+        "repetition_penalty",
+        "stop_token_ids",
+        "include_stop_str_in_output",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_reasoning",
+        "echo",
+    }
+)
+# Fields vLLM takes that steer the engine or the server's own bookkeeping: the server's to set. Any
+# other field outside ``CLIENT_FIELDS`` is refused as not accepted.
+SERVER_FIELDS = frozenset(
+    {
+        "priority",
+        "request_id",
+        "session_id",
+        "cache_salt",
+        "chat_template",
+        "chat_template_kwargs",
+        "documents",
+        "add_generation_prompt",
+        "continue_final_message",
+        "add_special_tokens",
+        "mm_processor_kwargs",
+        "media_io_kwargs",
+        "mm_payload",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "vllm_xargs",
+        "truncate_prompt_tokens",
+        "truncation_side",
+        "stream_interval",
+    }
+)
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "min_tokens")
+
+
+async def checked_body(payload: dict[str, Any], limits: Limits, fetch: ImageFetcher) -> dict[str, Any]:
+    """``payload`` as it may reach a model: every field and part allowed and within bounds, every image
+    checked and sent as a data URL; a 4xx naming the first thing that is not."""
+    check_fields(payload)
+    bounded = bounded_sampling(payload, limits)
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return bounded  # the request type's own validation names it
+    images = _ImageCount(limits.max_passthrough_images or 1)
+    checked = [
+        await _checked_message(message, m, limits, fetch, images) for m, message in enumerate(messages)
+    ]
+    check_has_text(checked)
+    return {**bounded, "messages": checked}
+
+
+def check_fields(payload: dict[str, Any]) -> None:
+    for key in payload:
+        if key in CLIENT_FIELDS:
+            continue
+        if key in SERVER_FIELDS:
+            raise RequestError(
+                f"{key} is set by the server, not by a request", param=key, code="unsupported_parameter"
+            )
+        raise RequestError(
+            f"unknown field {key!r}, or one this server does not accept from a request (docs/api.md lists "
+            "those it does)",
+            param=key,
+            code="unsupported_parameter",
+        )
+
+
+def bounded_sampling(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """``payload`` with its decode work bounded: ``n`` and the token counts checked against the
+    configured bounds (a 400 past one), and the reply's budget set to the bound when it sets none."""
+    n = payload.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n > limits.max_passthrough_n:
+        raise RequestError(
+            f"n is {n}; this server answers at most {limits.max_passthrough_n} choices per request",
+            param="n",
+            code="invalid_request",
+        )
+    for name in TOKEN_FIELDS:
+        value = payload.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > limits.max_passthrough_tokens:
+            raise RequestError(
+                f"{name} is {value}; this server generates at most {limits.max_passthrough_tokens} tokens "
+                "per choice",
+                param=name,
+                code="invalid_max_tokens",
+            )
+    if payload.get("max_tokens") is None and payload.get("max_completion_tokens") is None:
+        return {**payload, "max_tokens": limits.max_passthrough_tokens}
+    return payload
+
+
+def check_has_text(messages: list[Any]) -> None:
+    """A request whose messages carry no text at all is refused: the models' request router
+    (ray.serve.llm's PrefixCacheAffinityRouter) matches a request by its text and cannot route one
+    without any (it fails on it and the request would never be answered)."""
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str) and content:
+            return
+        if isinstance(content, list) and any(part.get("text") for part in content):
+            return
+    raise RequestError(
+        "the messages carry no text; send at least one text part with the request",
+        param="messages",
+        code="missing_text",
+    )
+
+
+class _ImageCount:
+    def __init__(self, allowed: int):
+        self.allowed, self.seen = allowed, 0
+
+    def add(self) -> None:
+        self.seen += 1
+        if self.seen > self.allowed:
+            plural = "s" if self.allowed > 1 else ""
+            raise RequestError(
+                f"the request has more than {self.allowed} image{plural}",
+                param="messages",
+                code="too_many_images",
+            )
+
+
+async def _checked_message(
+    message: Any, m: int, limits: Limits, fetch: ImageFetcher, images: _ImageCount
+) -> Any:
+    if not isinstance(message, dict):
+        return message  # the request type's own validation names it
+    unknown = sorted(key for key in message if key not in MESSAGE_FIELDS)
+    if unknown:
+        raise RequestError(
+            f"unknown field {unknown[0]!r} in a message; a message has {', '.join(sorted(MESSAGE_FIELDS))}",
+            param=f"messages.{m}.{unknown[0]}",
+            code="unsupported_parameter",
+        )
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts = [
+        await _checked_part(part, f"messages.{m}.content.{p}", limits, fetch, images)
+        for p, part in enumerate(content)
+    ]
+    return {**message, "content": parts}
+
+
+async def _checked_part(
+    part: Any, param: str, limits: Limits, fetch: ImageFetcher, images: _ImageCount
+) -> dict[str, Any]:
+    """A content part as it is forwarded: text as sent, an image in one spelling with a checked data
+    URL; a 400 naming anything else."""
+    if not isinstance(part, dict):
+        raise RequestError("a content part must be an object", param=param, code="invalid_content_part")
+    kind = part.get("type")
+    if kind == "text" and set(part) == {"type", "text"} and isinstance(part["text"], str):
+        return part
+    url = _image_url(part, kind, param)
+    if url is None:
+        shown = (
+            f"of type {kind!r}"
+            if isinstance(kind, str)
+            else f"with fields {', '.join(map(repr, sorted(part)))}"
+        )
+        raise RequestError(
+            f"content parts {shown} are not accepted; send text parts and image_url parts",
+            param=param,
+            code="invalid_content_part",
+        )
+    images.add()
+    param = f"{param}.image_url"
+    if is_remote(url.strip()) and limits.allow_remote_images:
+        data_url = await fetch(url.strip(), param)
+    else:
+        data_url = check_image_under(limits, url, param=param)
+    return {"type": "image_url", "image_url": {"url": data_url}}
+
+
+def _image_url(part: dict[str, Any], kind: Any, param: str) -> str | None:
+    """The URL of an image part in any spelling vLLM accepts, or None when ``part`` is no image part."""
+    if kind == "image_url" or (kind is None and set(part) == {"image_url"}):
+        allowed = {"type", "image_url"}
+    elif kind == "input_image":
+        allowed = {"type", "image_url", "detail"}
+    else:
+        return None
+    extra = sorted(key for key in part if key not in allowed)
+    if extra:
+        raise RequestError(
+            f"unknown field {extra[0]!r} in an image part",
+            param=f"{param}.{extra[0]}",
+            code="invalid_content_part",
+        )
+    image = part.get("image_url")
+    detail = part.get("detail", "auto")
+    if isinstance(image, dict):
+        extra = sorted(key for key in image if key not in ("url", "detail"))
+        if extra:
+            raise RequestError(
+                f"unknown field {extra[0]!r} in image_url",
+                param=f"{param}.image_url.{extra[0]}",
+                code="invalid_content_part",
+            )
+        detail = image.get("detail", detail)
+        image = image.get("url")
+    if not isinstance(image, str):
+        raise RequestError("image_url needs a url string", param=f"{param}.image_url", code="invalid_image")
+    if detail != "auto":
+        raise RequestError(
+            f"image detail {detail!r} is not supported (the engines take detail: auto only)",
+            param=f"{param}.image_url.detail",
+            code="unsupported_parameter",
+        )
+    return image
