@@ -1,0 +1,85 @@
+"""A streamed passthrough keeps the request's deadline to its last token: an engine that stalls
+after its first chunk is cancelled, and the stream ends with a timeout event (never an open
+connection holding an ingress slot)."""
+
+import asyncio
+import json
+import time
+
+from serve_app.edge.passthrough import chat_request, forward
+
+
+class StallingStream:
+    """An engine's token stream: ``chunks`` chunks, then nothing until cancelled."""
+
+    def __init__(self, chunks: int):
+        self.chunks, self.cancelled = chunks, False
+        self.events = self._events()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        return await anext(self.events)
+
+    async def _events(self):
+        for index in range(self.chunks):
+            yield f'data: {{"chunk": {index}}}\n\n'
+        await asyncio.sleep(3600)
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class Handle:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def options(self, **_):
+        return self
+
+    @property
+    def chat(self):
+        return self
+
+    def remote(self, request):
+        return self.stream
+
+
+async def read(response) -> list[str]:
+    return [chunk async for chunk in response.body_iterator]
+
+
+def test_a_stream_that_stalls_ends_at_the_deadline_and_cancels_the_engine():
+    request = chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True}, "l")
+    engine = StallingStream(chunks=2)
+
+    async def run():
+        started = time.monotonic()
+        response = await forward(Handle(engine), request, "l", {}, timeout_s=0.3)
+        chunks = await read(response)
+        return chunks, time.monotonic() - started
+
+    chunks, seconds = asyncio.run(asyncio.wait_for(run(), 10))  # a stream with no deadline fails here
+    assert chunks[:2] == ['data: {"chunk": 0}\n\n', 'data: {"chunk": 1}\n\n']
+    error = json.loads(chunks[2].removeprefix("data: "))["error"]
+    assert error["code"] == "timeout" and "0.3 s" in error["message"]
+    assert chunks[3:] == ["data: [DONE]\n\n"]
+    assert engine.cancelled and 0.3 <= seconds < 2
+
+
+def test_a_stream_within_its_deadline_ends_as_the_engine_ends_it():
+    request = chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True}, "l")
+
+    class Finite(StallingStream):
+        async def _events(self):
+            for index in range(self.chunks):
+                yield f'data: {{"chunk": {index}}}\n\n'
+
+    engine = Finite(chunks=3)
+    chunks = asyncio.run(read_all(Handle(engine), request))
+    assert chunks == [f'data: {{"chunk": {i}}}\n\n' for i in range(3)] + ["data: [DONE]\n\n"]
+
+
+async def read_all(handle, request):
+    return await read(await forward(handle, request, "l", {}, timeout_s=5))
