@@ -1,4 +1,4 @@
-"""Audits: a seeded share of the answers the cascade gave at an early exit, checked against what a
+"""Audits: a sampled share of the answers the cascade gave at an early exit, checked against what a
 reference policy (the paper's Full RT by default) answers to the same question, and the running count
 of how often the two disagree, per question class and route.
 
@@ -11,7 +11,6 @@ Pure: which request is audited, the statistics and their merging. The edge runs 
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .audit_alerts import alert_evidence
+from .draws import uniform
 from .intervals import exact_lower_bound, wilson_interval
 from .options import Policy
 from .routes import EARLY_EXITS, Route
@@ -64,19 +64,25 @@ class AuditSettings(BaseModel):
         description="audits a class's window needs before its disagreement rate alone raises an alert "
         "(with fewer, only a 95 % lower bound over max_disagreement does)",
     )
-    seed: int = 0
+    seed: int | None = Field(
+        None,
+        description="None: which answers are audited is drawn under a secret each replica makes at start, "
+        "so no client can choose or predict it; an integer: a seeded hash of the request id, "
+        "reproducible (tests, benchmarks), and chosen by a client that picks its ids",
+    )
     report_interval_s: float = Field(
         5.0, gt=0, description="how often each ingress replica reports its statistics to the holder"
     )
 
 
-def is_sampled(request_id: str, settings: AuditSettings) -> bool:
-    """Whether ``request_id`` falls in the audited share: a seeded hash, so a rerun with the same ids
-    audits the same requests."""
-    if settings.rate <= 0:
-        return False
-    digest = hashlib.sha256(f"{settings.seed}:{request_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < settings.rate
+def is_sampled(draw_id: str, settings: AuditSettings, secret: bytes = b"") -> bool:
+    """Whether the answer whose draw hashes ``draw_id`` falls in the audited share (serve_app/core/
+    draws.py): with ``settings.seed``, a seeded hash of the request id, so a rerun with the same ids
+    audits the same requests; without, a keyed hash under the replica's ``secret`` of a number the
+    replica chose (``draws.DrawIds``)."""
+    if settings.rate <= 0 or settings.rate >= 1:
+        return settings.rate >= 1
+    return uniform("", settings.seed, secret, draw_id) < settings.rate
 
 
 @dataclass

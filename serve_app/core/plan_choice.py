@@ -8,7 +8,7 @@
   (``calibrated``, written by ``mai-eval calibrate``: it counts as ``calibration_weight``
   observations, which the class's own then outweigh). A class with fewer than ``min_samples``
   observations (the calibration's counted in) runs the calibrated table's plan if it names one, else
-  ``default``; a seeded share ``explore`` of each class runs ``sequential`` or ``eager`` (the
+  ``default``; a drawn share ``explore`` of each class runs ``sequential`` or ``eager`` (the
   cheaper) so that stage 1's agreement stays measured while another plan serves the class. Another
   plan replaces the default only when it is expected to save at least ``min_saving`` of the default's
   cost: the per-request cost leaves out the work a plan adds beside the request (eager's cancelled
@@ -24,7 +24,6 @@ of that route is at most ``audit.max_disagreement``), or where the calibrated ta
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -32,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .draws import uniform
 from .options import Policy
 from .plans import (
     ANSWER_IDENTICAL,
@@ -105,7 +105,12 @@ class AdaptiveSettings(BaseModel):
     calibration_weight: int | None = Field(
         None, ge=1, description="observations a class's calibrated estimates count as (default min_samples)"
     )
-    seed: int = 0
+    seed: int | None = Field(
+        None,
+        description="None: which requests explore is drawn under a secret each replica makes at start, so "
+        "no client can choose or predict it; an integer: a seeded hash of the request id, reproducible "
+        "(tests, benchmarks), and chosen by a client that picks its ids",
+    )
 
     @model_validator(mode="after")
     def _plans_cover_the_rest(self) -> AdaptiveSettings:
@@ -168,10 +173,11 @@ def reference_plan(reference: Policy) -> Plan | None:
     return {Policy.TRANSFER: Plan.TRANSFER}.get(reference)
 
 
-def explore_draw(request_id: str, seed: int = 0) -> float:
-    """A seeded uniform draw in [0, 1) for ``request_id``: whether the request explores."""
-    digest = hashlib.sha256(f"plan:{seed}:{request_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
+def explore_draw(draw_id: str, seed: int | None, secret: bytes = b"") -> float:
+    """A uniform draw in [0, 1) for a request, whether it explores (serve_app/core/draws.py): with
+    ``seed``, a seeded hash of its request id ``draw_id``; without, a keyed hash under the replica's
+    ``secret`` of a number the replica chose (``draws.DrawIds``)."""
+    return uniform("plan:", seed, secret, draw_id)
 
 
 def allowed_plans(

@@ -7,9 +7,10 @@ failures are counted, never raised. Its model calls run at the engine priority `
 vLLM's ``scheduling_policy: priority``, so a served call never waits behind an audit's in the
 engine's queue). Audits are the first load shed: none starts while the large or the small model has
 more than ``max_large_queue`` / ``max_small_queue`` *served* calls of this replica in flight (the
-audits' own calls do not count); an audit that started runs to its end. Their model calls carry the
-request id ``audit-<id>`` (so the engines' ids read ``mai-audit-<id>-...``) and their tokens are
-counted apart from served work.
+audits' own calls do not count); an audit that started runs to its end. Which answers are sampled is
+drawn under the replica's secret unless a seed is configured (serve_app/core/draws.py): a client
+neither chooses nor predicts it. Their model calls carry the request id ``audit-<id>`` (so the
+engines' ids read ``mai-audit-<id>-...``) and their tokens are counted apart from served work.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..core.audit import AuditBook, AuditSettings, is_sampled
 from ..core.cascade import Cascade, ModelUnavailableError
 from ..core.contracts import EngineError
 from ..core.decision import Decision
+from ..core.draws import DrawIds
 from ..core.options import CascadeOptions, Policy
 from ..core.routes import AUDITED
 from ..core.trace import CascadeResult
@@ -61,17 +63,25 @@ class Auditor:
         *,
         timeout_s: float | None = None,
         clock: Callable[[], float] = time.time,
+        secret: bytes | None = None,
     ):
         self.cascade, self.settings, self.in_flight = cascade, settings, in_flight
         self.metrics, self.timeout_s, self.clock = metrics, timeout_s, clock
         self.book = AuditBook(settings.window)
         self.running: set[asyncio.Task] = set()
+        # What each answer's sampling draw hashes (``secret``: the replica's, made here by default).
+        self.draws = DrawIds(settings.seed, secret)
 
     def busy(self) -> bool:
         """Whether a model has more than its bound of this replica's served calls in flight."""
         small, large = self.in_flight()
         settings = self.settings
         return small > settings.max_small_queue or large > settings.max_large_queue
+
+    def sampled(self, request_id: str) -> bool:
+        """Whether this answer is audited: a fresh draw per answer under the replica's secret, or, with
+        a configured seed, the seeded draw of ``request_id``."""
+        return is_sampled(self.draws.draw_id(request_id), self.settings, self.draws.secret)
 
     def served(
         self, job: Job, decision: Decision, result: CascadeResult, *, overloaded: bool = False
@@ -85,7 +95,7 @@ class Auditor:
         self.book.record_request(
             cls, result.route, tokens.total_tokens, result.trace.plan, tokens_by_model=tokens
         )
-        if result.route not in AUDITED or not is_sampled(job.request_id, self.settings):
+        if result.route not in AUDITED or not self.sampled(job.request_id):
             return
         route = audited_route(decision, result)
         if overloaded and not route.startswith(RELAXED_PREFIX):

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.audit import AuditBook, AuditSettings
 from ..core.decision import Decision
+from ..core.draws import DrawIds
 from ..core.plan_choice import (
     AdaptiveSettings,
     PlanChoice,
@@ -42,8 +43,12 @@ class PlanController:
         *,
         shared: bool = False,
         clock: Callable[[], float] = time.time,
+        secret: bytes | None = None,
     ):
         self.settings, self.audit, self.audit_book, self.clock = settings, audit, audit_book, clock
+        # What each request's explore draw hashes: no client chooses or predicts it unless a seed is
+        # configured (serve_app/core/draws.py); ``secret``: the replica's, made here by default.
+        self.draws = DrawIds(settings.seed, secret)
         self.book = PlanBook(settings.window)
         # The estimates and the audit's bounds over all replicas: from the holder.
         self.shared_estimates: dict[str, PlanEstimates] = {}
@@ -66,7 +71,7 @@ class PlanController:
             cls,
             self.estimates(cls),
             list(self.allowed(cls)),
-            draw=explore_draw(request_id, settings.seed),
+            draw=explore_draw(self.draws.draw_id(request_id), settings.seed, self.draws.secret),
         )
 
     def allowed(self, cls: str) -> dict[Plan, str]:

@@ -1,6 +1,7 @@
 """Audit sampling and its statistics (serve_app/core/audit.py), their intervals (intervals.py) and alerts
 (audit_alerts.py): pure, without Ray."""
 
+import hashlib
 import json
 
 import pytest
@@ -33,9 +34,9 @@ def test_bad_settings_are_refused_naming_the_key(settings, key):
     assert error.value.errors()[0]["loc"][0] == key
 
 
-def test_sampling_is_a_seeded_share_of_request_ids():
+def test_sampling_with_a_configured_seed_is_a_seeded_share_of_request_ids():
     ids = [f"request-{i}" for i in range(20_000)]
-    settings = AuditSettings(rate=0.3)
+    settings = AuditSettings(rate=0.3, seed=0)
     sampled = [i for i in ids if is_sampled(i, settings)]
     assert abs(len(sampled) / len(ids) - 0.3) < 0.015
     assert sampled == [i for i in ids if is_sampled(i, settings)]  # the same ids every time
@@ -43,6 +44,26 @@ def test_sampling_is_a_seeded_share_of_request_ids():
     assert reseeded != sampled
     assert not any(is_sampled(i, AuditSettings(rate=0.0)) for i in ids[:1000])
     assert all(is_sampled(i, AuditSettings(rate=1.0)) for i in ids[:1000])
+
+
+def test_sampling_without_a_seed_is_keyed_by_the_replicas_secret():
+    """The default (no seed): a keyed hash under a secret the client never sees, so the ids a client
+    picks tell it nothing of its draws; without the secret there is no draw (no silent public hash)."""
+    assert AuditSettings().seed is None
+    settings = AuditSettings(rate=0.3)
+    ids = [str(number) for number in range(20_000)]
+    secret, other = b"k" * 32, b"j" * 32
+    sampled = [i for i in ids if is_sampled(i, settings, secret)]
+    assert abs(len(sampled) / len(ids) - 0.3) < 0.015
+    assert sampled == [i for i in ids if is_sampled(i, settings, secret)]  # pure: the secret is an input
+    assert sampled != [i for i in ids if is_sampled(i, settings, other)]
+    # Not the seeded hash of any seed a client could guess from the docs.
+    assert sampled != [i for i in ids if is_sampled(i, AuditSettings(rate=0.3, seed=0))]
+    with pytest.raises(ValueError, match="secret"):
+        is_sampled("r1", settings)
+    seeded = AuditSettings(rate=0.3, seed=7)  # a configured seed draws as before this change
+    digest = hashlib.sha256(b"7:request-1").digest()
+    assert is_sampled("request-1", seeded) == (int.from_bytes(digest[:8], "big") / 2**64 < 0.3)
 
 
 def test_wilson_interval():

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from serve_app.core.audit import AuditSettings
+from serve_app.core.audit import AuditSettings, is_sampled
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import EngineCall, EngineUnavailableError, Question
 from serve_app.core.decision import class_of, decide
@@ -46,11 +46,16 @@ def setup(
     max_small_queue=8,
     large_delays=None,
     priority=0,
+    **audit,
 ):
     small = InFlight(ScriptedVLM(small_replies))
     large = InFlight(ScriptedVLM(large_replies, large_delays or {}))
     settings = AuditSettings(
-        rate=rate, max_large_queue=max_large_queue, max_small_queue=max_small_queue, priority=priority
+        rate=rate,
+        max_large_queue=max_large_queue,
+        max_small_queue=max_small_queue,
+        priority=priority,
+        **audit,
     )
     metrics = Counted()
     cascade = Cascade(small, large)
@@ -144,6 +149,22 @@ async def test_no_audit_starts_while_either_model_is_past_its_bound(busy, bounds
     await serve(cascade, auditor)
     assert not auditor.running and metrics.not_run == ["shed"]
     assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"shed": 1}
+
+
+async def test_the_same_request_id_is_drawn_afresh_each_time_under_the_default_settings():
+    """A client that reuses an id (one it saw audited) must not get every request of its own audited:
+    each answer draws under the replica's secret; only a configured seed ties the draw to the id."""
+    cascade, auditor, *_ = setup({S: "[[yes]]"}, {S: "[[yes]]"}, rate=0.5)
+    assert auditor.settings.seed is None and len(auditor.draws.secret) == 32
+    drawn = [auditor.sampled("same") for _ in range(64)]
+    assert True in drawn and False in drawn
+    other = setup({S: "[[yes]]"}, {S: "[[yes]]"}, rate=0.5)[1]
+    assert other.draws.secret != auditor.draws.secret  # each replica makes its own
+    seeded = setup({S: "[[yes]]"}, {S: "[[yes]]"}, rate=0.5, seed=3)[1]
+    assert len({seeded.sampled("same") for _ in range(64)}) == 1  # reproducible, as configured
+    assert [seeded.sampled(f"r{i}") for i in range(64)] == [
+        is_sampled(f"r{i}", seeded.settings) for i in range(64)
+    ]
 
 
 async def test_an_audit_runs_to_its_end_while_served_requests_arrive_and_never_sheds_itself():

@@ -98,12 +98,42 @@ def test_a_class_runs_the_default_until_measured_and_explores_a_share_of_its_req
     choice = choose_plan(AdaptiveSettings(mode="learn", default=Plan.EAGER), "yes_no", young, EVERY, draw=0.9)
     assert choice.plan is Plan.EAGER and "49 of 50 observations" in choice.reason
     explore = AdaptiveSettings(mode="learn", explore=0.1)
-    draws = [explore_draw(f"r{i}") for i in range(4000)]
+    draws = [explore_draw(f"r{i}", 0) for i in range(4000)]
     plans = [
         choose_plan(explore, "yes_no", YES_NO, [Plan.SEQUENTIAL, Plan.TRANSFER], draw=d).plan for d in draws
     ]
     assert plans.count(Plan.SEQUENTIAL) / len(plans) == pytest.approx(0.1, abs=0.015)
-    assert explore_draw("r1") == explore_draw("r1") != explore_draw("r1", seed=1)
+    assert explore_draw("r1", 0) == explore_draw("r1", 0) != explore_draw("r1", seed=1)
+
+
+def test_which_request_explores_is_the_servers_draw_not_the_clients_id():
+    """Under the default settings the same request id explores on some sends and not on others: a
+    client cannot pick an id that always explores (or never does); a configured seed ties the draw to
+    the id, for reproducible runs."""
+    from serve_app.core.audit import AuditBook, AuditSettings
+    from serve_app.edge.plan_controller import PlanController
+
+    def controller(**settings):
+        built = PlanController(
+            AdaptiveSettings(mode="learn", explore=0.5, **settings),
+            AuditSettings(),
+            AuditBook(10),
+            shared=True,
+        )
+        built.shared_estimates["yes_no"] = YES_NO
+        return built
+
+    fresh = controller()
+    explored = {"explore" in fresh.choose("yes_no", "same").reason for _ in range(64)}
+    assert explored == {True, False} and AdaptiveSettings().seed is None
+    assert controller().draws.secret != fresh.draws.secret  # each replica its own secret
+    seeded = controller(seed=5)
+    assert len({seeded.choose("yes_no", "same").reason for _ in range(16)}) == 1
+    # Pure: the same secret and id draw the same; the secret is what the client cannot see.
+    assert explore_draw("7", None, b"k" * 32) == explore_draw("7", None, b"k" * 32)
+    assert explore_draw("7", None, b"k" * 32) != explore_draw("7", None, b"j" * 32)
+    with pytest.raises(ValueError, match="secret"):
+        explore_draw("7", None)
 
 
 def test_off_and_table_modes_are_fixed():

@@ -169,7 +169,8 @@ def check_the_same_view(holder: StatsHolder, reported: dict, reply, audit: Audit
         if cls in plans.classes:  # the holder's estimates; else the replica's own book's
             assert bits(controller.estimates(cls)) == bits(estimates)
             for request in ("a", "b", "c", "d"):
-                chosen = choose_plan(adaptive, cls, estimates, list(allowed), draw=explore_draw(request))
+                draw = explore_draw(request, adaptive.seed)
+                chosen = choose_plan(adaptive, cls, estimates, list(allowed), draw=draw)
                 assert controller.choose(cls, request) == chosen
 
 
@@ -187,7 +188,9 @@ def test_the_holder_gives_the_exact_merge_of_what_was_reported(
     events, replicas, classes, audit_window, plan_window, max_disagreement, min_samples
 ):
     audit = AuditSettings(rate=1.0, window=audit_window, max_disagreement=max_disagreement)
-    adaptive = AdaptiveSettings(mode="learn", window=plan_window, min_samples=min_samples, explore=0.3)
+    adaptive = AdaptiveSettings(
+        mode="learn", window=plan_window, min_samples=min_samples, explore=0.3, seed=0
+    )  # seeded: the controller's explore draws are the ones the check recomputes
     fleet = [Replica(f"r{index}", audit_window, plan_window) for index in range(replicas)]
     holder = StatsHolder(audit, adaptive)
     reported: dict = {}  # name -> what the holder applied last (``Reported``), in its rank order
