@@ -64,6 +64,11 @@ class AuditSettings(BaseModel):
         description="audits a class's window needs before its disagreement rate alone raises an alert "
         "(with fewer, only a 95 % lower bound over max_disagreement does)",
     )
+    max_in_flight: int = Field(
+        16,
+        ge=0,
+        description="audits this replica runs at once; a sampled answer past it is not audited (full)",
+    )
     seed: int | None = Field(
         None,
         description="None: which answers are audited is drawn under a secret each replica makes at start, "
@@ -172,6 +177,7 @@ class _Statistics:
                 "max_disagreement": settings.max_disagreement,
                 "alert_min_samples": settings.alert_min_samples,
                 "window": settings.window,
+                "max_in_flight": settings.max_in_flight,
                 "report_interval_s": settings.report_interval_s,
                 "extra_token_share": round(share, 4),
                 "not_run": dict(sorted(self.not_run.items())),
@@ -183,7 +189,7 @@ class _Statistics:
 class AuditBook(_Statistics):
     """The statistics of one ingress replica, or of all merged: requests per class and route, audits
     and disagreements since start and over the last ``window`` audits of each class, audits not run
-    (shed, cancelled, failed), and what audits cost in tokens against served work.
+    (shed, full, cancelled, failed, ...), and what audits cost in tokens against served work.
 
     A replica reports what changed since the holder's last acknowledgement (serve_app/edge/
     stats_reporter.py): its counts of the classes that changed and the audits appended to their windows

@@ -7,10 +7,11 @@ failures are counted, never raised. Its model calls run at the engine priority `
 vLLM's ``scheduling_policy: priority``, so a served call never waits behind an audit's in the
 engine's queue). Audits are the first load shed: none starts while the large or the small model has
 more than ``max_large_queue`` / ``max_small_queue`` *served* calls of this replica in flight (the
-audits' own calls do not count); an audit that started runs to its end. Which answers are sampled is
-drawn under the replica's secret unless a seed is configured (serve_app/core/draws.py): a client
-neither chooses nor predicts it. Their model calls carry the request id ``audit-<id>`` (so the
-engines' ids read ``mai-audit-<id>-...``) and their tokens are counted apart from served work.
+audits' own calls do not count), nor while ``max_in_flight`` audits of this replica run; an audit that
+started runs to its end. Which answers are sampled is drawn under the replica's secret unless a seed is
+configured (serve_app/core/draws.py): a client neither chooses nor predicts it. Their model calls carry
+the request id ``audit-<id>`` (so the engines' ids read ``mai-audit-<id>-...``) and their tokens are
+counted apart from served work.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from .jobs import Job
 logger = logging.getLogger("ray.serve")
 
 RELAXED_PREFIX = "relaxed:"
+
+# Why a sampled audit was not run to its end (``not_run`` in the stats, ``ray_mai_audits_not_run_total``):
+# not started while the large model is overloaded, past a model's queue bound, or with max_in_flight
+# audits running; stopped when its replica shut down; its reference failed; a bug.
+NOT_RUN_REASONS = ("overload", "shed", "full", "cancelled", "failed", "error")
 
 
 def audited_route(decision: Decision, result: CascadeResult) -> str:
@@ -104,6 +110,9 @@ class Auditor:
         if self.busy():
             self._not_run("shed")
             return
+        if len(self.running) >= self.settings.max_in_flight:
+            self._not_run("full")
+            return
         task = asyncio.get_running_loop().create_task(self._audit(job, decision.options, result, cls, route))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
@@ -144,6 +153,7 @@ class Auditor:
             self.metrics.record_audit(cls, route, disagreed)
 
     def _not_run(self, reason: str) -> None:
+        assert reason in NOT_RUN_REASONS, reason
         self.book.record_not_run(reason)
         if self.metrics is not None:
             self.metrics.record_audit_not_run(reason)

@@ -56,7 +56,7 @@ PROMETHEUS_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "mai_audits_not_run": (
         "counter",
-        "Audits sampled but not run to the end: shed, cancelled, failed or error",
+        "Audits sampled but not run to the end: overload, shed, full, cancelled, failed or error",
         ("reason",),
     ),
     "mai_plans": (

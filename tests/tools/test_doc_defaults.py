@@ -99,6 +99,7 @@ PROSE: list[tuple[str, Callable[[], Any]]] = [
         lambda: default_of(AuditSettings, "reference"),
     ),
     (r"`audit.alert_min_samples` \((\d+)\)", lambda: default_of(AuditSettings, "alert_min_samples")),
+    (r"while `max_in_flight` \((\d+)\) audits", lambda: default_of(AuditSettings, "max_in_flight")),
     (r"every `report_interval_s` \(([\d.]+) s\)", lambda: default_of(AuditSettings, "report_interval_s")),
     (r"deeper than `limits.max_json_depth` \((\d+)\)", lambda: default_of(Limits, "max_json_depth")),
     (r"up to `readiness.wait_s` \(([\d.]+) s by default", lambda: default_of(Readiness, "wait_s")),

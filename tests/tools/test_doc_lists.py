@@ -1,8 +1,9 @@
 """The lists docs/api.md spells out are the code's: the plans (``Plan``), the answer kinds
 (``ANSWER_KINDS``), the per-request options (``RequestOptions``), the policies' model names
-(``protocol.POLICY_OF_MODEL``) and the routes (``Route``). Each is defined once in the code; where
-the doc lists one, it is checked here against that definition, so a plan or kind added or renamed
-fails until the doc names it."""
+(``protocol.POLICY_OF_MODEL``), the routes (``Route``) and why an audit was not run
+(``auditor.NOT_RUN_REASONS``, also in docs/deploying.md's metrics table). Each is defined once in the
+code; where the doc lists one, it is checked here against that definition, so a plan or kind added or
+renamed fails until the doc names it."""
 
 import re
 
@@ -11,6 +12,8 @@ import pytest
 from serve_app.core.answers import ANSWER_KINDS
 from serve_app.core.plans import Plan
 from serve_app.core.routes import Route
+from serve_app.edge.auditor import NOT_RUN_REASONS
+from serve_app.edge.metrics import PROMETHEUS_METRICS
 from serve_app.edge.protocol import POLICY_OF_MODEL, RequestOptions
 from tests.doc_examples import ROOT
 from tests.doc_tables import code_spans, section, table_rows
@@ -64,3 +67,14 @@ def test_the_endpoints_name_every_policys_model():
 def test_every_route_is_documented():
     named = set(code_spans(section(API, "Routes, and failures that never mislabel them")))
     assert {route.value for route in Route} <= named
+
+
+def test_every_reason_an_audit_is_not_run_is_documented():
+    audits = set(code_spans(section(API, "Audits")))
+    assert set(NOT_RUN_REASONS) <= audits, set(NOT_RUN_REASONS) - audits
+    deploying = (ROOT / "docs" / "deploying.md").read_text()
+    row = next(line for line in deploying.splitlines() if line.startswith("| `ray_mai_audits_not_run_total`"))
+    listed = row.rsplit("not run to the end:", 1)[1].strip(" |").split(", ")
+    assert listed == list(NOT_RUN_REASONS)
+    described = PROMETHEUS_METRICS["mai_audits_not_run"][1].split(": ", 1)[1]
+    assert described.replace(" or ", ", ").split(", ") == list(NOT_RUN_REASONS)

@@ -151,6 +151,22 @@ async def test_no_audit_starts_while_either_model_is_past_its_bound(busy, bounds
     assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"shed": 1}
 
 
+async def test_audits_in_flight_are_bounded_and_one_past_the_bound_is_counted_full():
+    cascade, auditor, small, large, metrics = setup(
+        {S: "[[yes]]", R: "[[no]]"}, {S: "[[yes]]", T: "[[no]]"}, large_delays={T: 0.2}, max_in_flight=2
+    )
+    for request_id in ("a", "b", "c", "d"):
+        result = await serve(cascade, auditor, request_id=request_id)
+        assert result.route == "agree_short"  # every reply is served; only its audit is not run
+    assert len(auditor.running) == 2 and metrics.not_run == ["full", "full"]
+    await asyncio.gather(*auditor.running)
+    assert len(metrics.audits) == 2
+    assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"full": 2}
+    await serve(cascade, auditor, request_id="e")  # the bound has room again
+    assert len(auditor.running) == 1
+    await auditor.close()
+
+
 async def test_the_same_request_id_is_drawn_afresh_each_time_under_the_default_settings():
     """A client that reuses an id (one it saw audited) must not get every request of its own audited:
     each answer draws under the replica's secret; only a configured seed ties the draw to the id."""
