@@ -1,5 +1,7 @@
 """A request's decision, made once before it runs (``decide``): its question class, the plan and why,
-the options as they will run, and what overload relaxed.
+the options as they will run, and what overload relaxed. Whether the run trains the plan table
+(``measures_plan``) is decided here too: the client chooses its request, never what the server
+learns from it.
 
 Nothing rewrites a decision afterwards: the cascade runs its options and writes it into the trace as
 the trace is built; the ingress's observers (the plan controller, the overload guard, the metrics, the
@@ -197,7 +199,12 @@ class Decision:
     options: CascadeOptions  # as the request runs: the cascade's plan set, thresholds as relaxed
     plan: PlanChoice | None  # the plan and why; None for a policy that is not the cascade
     overload: OverloadRecord | None  # None: not overloaded
-    measures_plan: bool  # the run measures the class's plan: the server's thresholds, none relaxed
+    # The run measures the class's plan: a plan the server chose, run with the server's options, none
+    # relaxed. Only such runs train the plan table (edge/plan_controller.py: ``answered``).
+    measures_plan: bool
+    # The request's own options change what its stages do (``runs_as_configured``): its audits count
+    # apart from the configured exits' (edge/auditor.py: ``audited_route``).
+    own_options: bool = False
 
     @property
     def relaxed(self) -> bool:
@@ -230,15 +237,19 @@ def decide(
     thresholds; a plan the request forced (``options.plan``) runs as it is, else ``choose`` picks one
     (the plan controller: ``plan_choice.choose_plan``); at ``relax`` with ``relax_to.eager_reasoning:
     false``, an eager plan runs sequential (the same answers, less small-model work). A run measures
-    the class's plan when its thresholds are ``server``'s and nothing was relaxed."""
+    the class's plan when the server chose it (not forced), its options are ``server``'s in all that
+    changes what the stages do (``runs_as_configured``) and nothing was relaxed: a client steers its own
+    request, never what the plan table learns."""
     if options.policy is not Policy.CASCADE:
         return Decision(cls, options, None, None, measures_plan=False)
+    configured = runs_as_configured(options, server)
     relax_to = relax_to or RelaxTo()
     relaxing = overload is not None and overload.level is Level.RELAX
     relaxed: dict[str, tuple[Any, Any]] = {}
     if relaxing:
         options, changed = relaxed_options(options, relax_to)
         relaxed.update(changed)
+    forced = options.plan is not None
     choice = PlanChoice(options.plan, FORCED) if options.plan is not None else choose()
     if relaxing and relax_to.eager_reasoning is False and choice.plan is Plan.EAGER:
         choice = dataclasses.replace(choice, plan=Plan.SEQUENTIAL, reason=choice.reason + RELAXED_EAGER)
@@ -247,8 +258,24 @@ def decide(
     record = None
     if overload is not None and overload.level is not Level.NORMAL:
         record = OverloadRecord(overload.level.label, overload.large_queue, relaxed)
-    thresholds = (options.min_confidence, options.confident_large) == (
-        server.min_confidence,
-        server.confident_large,
-    )
-    return Decision(cls, options, choice, record, measures_plan=thresholds and not relaxed)
+    measures = not forced and not relaxed and configured
+    return Decision(cls, options, choice, record, measures_plan=measures, own_options=not configured)
+
+
+# What a request may set that leaves its stages' work as configured: which plan and policy (decided
+# apart), what happens once the large model failed, and the logprobs its reply carries.
+_NOT_THE_STAGES: dict[str, Any] = {
+    "policy": True,
+    "plan": True,
+    "on_large_failure": True,
+    "decoding": {"logprobs", "top_logprobs"},
+}
+_OPTIONS = set(CascadeOptions.model_fields)
+
+
+def runs_as_configured(options: CascadeOptions, server: CascadeOptions) -> bool:
+    """Whether ``options`` make the stages do what ``server``'s do: the same thresholds, budgets,
+    timeouts, prompts, transfer, answer forms and sampling (a request's own settle other shares at
+    stage 1, or take other times)."""
+    own = options.model_dump(include=_OPTIONS, exclude=_NOT_THE_STAGES)
+    return own == server.model_dump(include=_OPTIONS, exclude=_NOT_THE_STAGES)

@@ -38,6 +38,7 @@ from .jobs import Job
 logger = logging.getLogger("ray.serve")
 
 RELAXED_PREFIX = "relaxed:"
+OWN_PREFIX = "own:"
 
 # Why a sampled audit was not run to its end (``not_run`` in the stats, ``ray_mai_audits_not_run_total``):
 # not started while the large model is overloaded, past a model's queue bound, or with max_in_flight
@@ -48,8 +49,11 @@ NOT_RUN_REASONS = ("overload", "shed", "full", "cancelled", "failed", "error")
 def audited_route(decision: Decision, result: CascadeResult) -> str:
     """The route an audit is counted under: an answer given with thresholds relaxed under overload
     (serve_app/core/decision.py) counts apart, ``relaxed:<route>``, so the quality it cost is seen
-    apart from the configured exits' (whose bounds the plan controller reads)."""
-    return RELAXED_PREFIX + result.route if decision.relaxed else result.route
+    apart from the configured exits' (whose bounds the plan controller reads); so does one given under
+    the request's own options, ``own:<route>``, so that no client's thresholds move those bounds."""
+    if decision.relaxed:
+        return RELAXED_PREFIX + result.route
+    return OWN_PREFIX + result.route if decision.own_options else result.route
 
 
 def tokens_of(result: CascadeResult) -> int:

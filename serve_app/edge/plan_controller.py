@@ -89,8 +89,9 @@ class PlanController:
         return shared if shared is not None else estimates_of(self.book.classes.get(cls, ()))
 
     def answered(self, decision: Decision, result: CascadeResult) -> None:
-        """Learn from a run that measures the class's plan (the server's thresholds, none relaxed):
-        other thresholds settle other shares at stage 1."""
+        """Learn from a run that measures the class's plan (``decision.decide``: a plan the server chose,
+        run with the server's options, none relaxed): a forced plan or a request's own options would
+        let a client train what every other request of the class runs."""
         if decision.measures_plan:
             self.observed(decision.cls, result)
 

@@ -69,8 +69,8 @@ def decided(job):
     return decide(job.options, cls, server=CascadeOptions(), choose=lambda: PlanChoice(Plan.SEQUENTIAL, "-"))
 
 
-async def serve(cascade, auditor, *, request_id="r1", task=None, question=QUESTION):
-    job = Job(question, CascadeOptions(), "mai", request_id=request_id, task=task)
+async def serve(cascade, auditor, *, request_id="r1", task=None, question=QUESTION, options=None):
+    job = Job(question, options or CascadeOptions(), "mai", request_id=request_id, task=task)
     decision = decided(job)
     result = await cascade.run(job.question, request_id=job.request_id, decision=decision)
     auditor.served(job, decision, result)
@@ -149,6 +149,21 @@ async def test_no_audit_starts_while_either_model_is_past_its_bound(busy, bounds
     await serve(cascade, auditor)
     assert not auditor.running and metrics.not_run == ["shed"]
     assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"shed": 1}
+
+
+async def test_an_answer_under_the_requests_own_thresholds_is_audited_apart_from_the_configured_exits():
+    """The plan controller allows a plan by the audits of the configured exits: a client's own
+    thresholds (here a confident_large the server does not set) must not move those bounds."""
+    cascade, auditor, *_, metrics = setup(
+        {S: "[[yes]]", R: "It is a cat. [[no]]"}, {S: "[[yes]]", T: "[[no]]"}
+    )
+    result = await serve(cascade, auditor, options=CascadeOptions(confident_large=0.9))
+    await asyncio.gather(*auditor.running)
+    assert result.route == "agree_short" and metrics.audits == [("yes_no", "own:agree_short", True)]
+    assert "agree_short" not in auditor.book.exit_bounds("yes_no")  # the bound plans are allowed by
+    await serve(cascade, auditor, request_id="r2")
+    await asyncio.gather(*auditor.running)
+    assert auditor.book.exit_bounds("yes_no").keys() == {"agree_short", "own:agree_short"}
 
 
 async def test_audits_in_flight_are_bounded_and_one_past_the_bound_is_counted_full():

@@ -7,11 +7,13 @@ import pytest
 from pydantic import ValidationError
 
 from serve_app.config import load_app_config
-from serve_app.core.options import Policy
+from serve_app.core.decision import decide
+from serve_app.core.options import CascadeOptions, Decoding, Policy, TokenBudgets
 from serve_app.core.plan_choice import (
     AdaptiveSettings,
     CalibratedEstimates,
     PlanBasis,
+    PlanChoice,
     allowed_plans,
     choose_plan,
     explore_draw,
@@ -190,9 +192,25 @@ def test_the_plan_has_one_place_in_the_server_config():
         )
 
 
-def test_only_requests_under_the_servers_own_thresholds_feed_the_class_estimates():
-    """A request that sets its own min_confidence settles another share at stage 1: counting it would
-    move the class's estimates (and the plan every other request runs) by a rule the server does not run."""
+# What a request steers: its own run, never what the table learns (decision.decide: measures_plan).
+STEERING = [
+    ({"options": {"plan": "eager"}}, {}),  # a forced plan would teach the table its costs on demand
+    ({"options": {"eager_reasoning": False}}, {}),  # another name for a forced plan
+    ({"options": {"min_confidence": 0}}, {}),  # its own thresholds settle other shares at stage 1
+    ({"options": {"confident_large": 0.9}}, {}),
+    ({"options": {"structured_answers": True}}, {}),
+    ({"options": {"stage2_answer": "two_stage"}}, {}),
+    ({}, {"temperature": 0.7}),  # its own sampling
+    ({}, {"max_tokens": 4}),  # a cap under the stages' budgets
+]
+# What leaves the stages as configured: the reply's logprobs, what a failed large model does.
+NEUTRAL = [({}, {}), ({"options": {"on_large_failure": "small"}}, {}), ({}, {"logprobs": True})]
+
+
+def test_only_requests_the_server_plans_and_runs_as_configured_feed_the_class_estimates():
+    """A forced plan or a request's own options run as asked, but count for nothing in the class's
+    estimates: else one client, forcing a plan or its own thresholds, would move the plan every other
+    request of its class runs."""
     from serve_app.core.prompts import PromptKind
 
     from ..images import chat_body
@@ -204,11 +222,35 @@ def test_only_requests_under_the_servers_own_thresholds_feed_the_class_estimates
     small = ScriptedVLM({S: "[[yes]]"}, confidences={S: 0.9})
     ingress = replica(small, ScriptedVLM({S: "[[yes]]"}, confidences={S: 0.9}), config)
     client = client_of(ingress)
-    for options in ({}, {"min_confidence": 0}, {"confident_large": 0.9}, {"plan": "eager"}):
-        reply = client.post("/v1/chat/completions", json=chat_body(mai={"options": options}))
-        assert reply.status_code == 200, reply.text
+    traces = []
+    for mai, extra in NEUTRAL[:1] + STEERING + NEUTRAL[1:]:
+        reply = client.post("/v1/chat/completions", json=chat_body(mai=mai, **extra))
+        assert reply.status_code == 200, (mai, extra, reply.text)
+        traces.append(reply.json()["mai"]["trace"])
+    assert [trace["plan"] for trace in traces[1:3]] == ["eager", "sequential"]  # run as forced
+    assert all("forced by the request" in trace["plan_reason"] for trace in traces[1:3])
     observed = ingress.plans.book.classes["yes_no"]
-    assert [o.plan for o in observed] == ["sequential", "eager"]  # the server's thresholds, any plan
+    assert len(observed) == len(NEUTRAL) and {o.plan for o in observed} == {"sequential"}
+
+
+def test_the_decision_measures_only_a_plan_the_server_chose_run_as_configured():
+    server = CascadeOptions(min_confidence=0.5)
+
+    def measures(**update):
+        options = server.model_copy(update=update)
+        return decide(
+            options, "yes_no", server=server, choose=lambda: PlanChoice(Plan.EAGER, "-")
+        ).measures_plan
+
+    assert measures() and measures(on_large_failure="small")
+    assert measures(decoding=Decoding(logprobs=True, top_logprobs=2))  # the reply's, not the stages'
+    assert not measures(plan=Plan.EAGER)  # forced, even to the plan the server would choose
+    assert not measures(plan=Plan.SEQUENTIAL)
+    assert not measures(min_confidence=0.6) and not measures(confident_large=0.9)
+    assert not measures(decoding=Decoding(temperature=0.7))
+    assert not measures(max_tokens=TokenBudgets(simple=4, stage2=4, transfer=4, explain=4))
+    assert not measures(structured_answers=True) and not measures(transfer_selector="budget")
+    assert not measures(policy=Policy.TRANSFER)  # not the cascade: no plan at all
 
 
 # ---------------------------------------------------------------- the calibration's plan from request one
