@@ -28,7 +28,7 @@ def build_ingress(
     for sparse reasoning transfer, the attention scorer."""
     ingress, cascade = config.ingress, config.cascade
     stats = StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
-        cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled
+        cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled, classes=config.classes
     )
     return MAIIngress.options(
         autoscaling_config=ingress.autoscaling.to_serve(),

@@ -13,7 +13,7 @@ from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, S
 from deployments.vlm import images_per_prompt
 
 from .core.audit import AuditSettings
-from .core.decision import OverloadSettings, check_floors
+from .core.decision import ClassSettings, OverloadSettings, check_floors
 from .core.options import CascadeOptions
 from .core.plan_choice import AdaptiveSettings
 from .core.plans import Plan
@@ -189,6 +189,8 @@ class AppConfig(Strict):
     transfer_selection: TransferSelection = TransferSelection()
     autoscaling: AppAutoscaling = AppAutoscaling()
     readiness: Readiness = Readiness()
+    # Which clients' task tags (``mai.task``) make question classes of their own (serve_app/core/decision.py).
+    classes: ClassSettings = ClassSettings()
     request_timeout_s: float = Field(300.0, gt=0)
     # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged;
     # serve_app/edge/routing.py says what fits), or always one of them. A request's `mai.route` overrides it.

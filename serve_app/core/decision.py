@@ -1,7 +1,7 @@
 """A request's decision, made once before it runs (``decide``): its question class, the plan and why,
 the options as they will run, and what overload relaxed. Whether the run trains the plan table
-(``measures_plan``) is decided here too: the client chooses its request, never what the server
-learns from it.
+(``measures_plan``) is decided here too, and the class a client's task tag counts under
+(``QuestionClasses``): the client chooses its request, never what the server learns from it.
 
 Nothing rewrites a decision afterwards: the cascade runs its options and writes it into the trace as
 the trace is built; the ingress's observers (the plan controller, the overload guard, the metrics, the
@@ -29,6 +29,7 @@ The queue is the large model's calls in flight from this ingress replica. Pure: 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -218,9 +219,92 @@ class Observer(Protocol):
 
 
 def class_of(kind: str, task: str | None = None) -> str:
-    """A question's class: its answer kind, refined by the client's task tag. What the statistics count
-    under (routes, plans, audits, metrics) and what the plan controller chooses a plan for."""
+    """A question's class: its answer kind, refined by a task tag (``QuestionClasses.task`` bounds the
+    client's tags). What the statistics count under (routes, plans, audits, metrics) and what the plan
+    controller chooses a plan for."""
     return kind if not task else f"{kind}/{task}"
+
+
+# A client's task tag (``mai.task``; serve_app/edge/protocol.py validates it with the same pattern).
+TASK_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
+# The task of the classes that pool the tags that are not classes of their own: ``<kind>/other``.
+POOLED_TASK = "other"
+
+
+class ClassSettings(BaseModel):
+    """``classes`` in the server config: which of the clients' ``mai.task`` tags refine a question's class.
+    Every class is a row of the statistics and the plan book and a label of the Prometheus series, kept
+    for the replica's life, so the tags a client sends must not make classes without bound."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tasks: tuple[str, ...] = Field(
+        (),
+        description="tags that are classes of their own (<kind>/<task>); with a list, every other tag "
+        "pools into <kind>/other, on every replica alike",
+    )
+    max_tasks: int = Field(
+        16,
+        ge=0,
+        le=1000,
+        description="with no tasks listed: the first tags a replica sees that become classes of their own; "
+        "later ones pool into <kind>/other",
+    )
+
+    @model_validator(mode="after")
+    def _tags_are_tags(self) -> ClassSettings:
+        bad = [tag for tag in self.tasks if not re.match(TASK_PATTERN, tag) or tag == POOLED_TASK]
+        if bad:
+            raise ValueError(
+                f"classes.tasks {bad} are not task tags (1 to 32 lower-case letters, digits or . _ -, "
+                f"not {POOLED_TASK!r}, the pooled classes' name)"
+            )
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ValueError("classes.tasks names a tag twice")
+        if self.tasks and "max_tasks" in self.model_fields_set:
+            raise ValueError(
+                "classes.max_tasks bounds the tags of a replica with no classes.tasks listed; with a list, "
+                "every tag not on it pools into <kind>/other: set one of them"
+            )
+        return self
+
+
+class QuestionClasses:
+    """One replica's question classes: the task tags that refine a class, decided once per request
+    (``of``). With ``tasks`` listed, those tags and no other (the same classes on every replica); else
+    the first ``max_tasks`` distinct tags this replica sees (replicas that see tags in another order
+    may keep others). Any other tag pools into ``<kind>/other``."""
+
+    def __init__(self, settings: ClassSettings):
+        self.settings = settings
+        self.tags: set[str] = set(settings.tasks)  # the tags that are classes of their own
+
+    def task(self, tag: str | None) -> str | None:
+        """The task a request's ``tag`` counts under: itself, ``POOLED_TASK``, or None without one."""
+        if tag is None or tag in self.tags:
+            return tag
+        if not self.settings.tasks and tag != POOLED_TASK and len(self.tags) < self.settings.max_tasks:
+            self.tags.add(tag)
+            return tag
+        return POOLED_TASK
+
+    def of(self, kind: str, tag: str | None) -> str:
+        """The class of a request of answer kind ``kind`` with the client's task ``tag``."""
+        return class_of(kind, self.task(tag))
+
+
+def tasks_summary(
+    settings: ClassSettings, classes: Iterable[str], requests: Callable[[str], int]
+) -> dict[str, Any]:
+    """``tasks`` in the ``GET /v1/mai/stats`` body: the configured tags, the cap on the others (None when
+    tags are listed: every other one pools), and the requests counted in ``<kind>/other`` classes, whose
+    tags were pooled (``requests``: a class's requests)."""
+    pooled = sum(requests(cls) for cls in classes if cls.endswith("/" + POOLED_TASK))
+    return {
+        "configured": list(settings.tasks),
+        "max_tasks": None if settings.tasks else settings.max_tasks,
+        "pooled": POOLED_TASK,
+        "pooled_requests": pooled,
+    }
 
 
 def decide(

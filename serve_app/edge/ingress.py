@@ -21,7 +21,7 @@ from ray import serve
 from ..clients.failures import transport_errors
 from ..clients.llm_server import LLMServerClient, attention_scorer
 from ..config import AppConfig, Security
-from ..core.decision import Decision, Observer, class_of, decide, fleet_overload
+from ..core.decision import Decision, Observer, decide, fleet_overload
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
@@ -147,7 +147,7 @@ class IngressReplica:
         self.model_roles = {config.small.model_id: SMALL, config.large.model_id: LARGE}
         self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
         self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
-        self.overload, self.demand = parts.overload, parts.demand
+        self.overload, self.demand, self.classes = parts.overload, parts.demand, parts.classes
         # Told once when a request has answered (serve_app/core/decision.py).
         self.observers: tuple[Observer, ...] = (
             self.demand,
@@ -217,7 +217,12 @@ class IngressReplica:
         if self.stats_holder is None:  # this replica alone: its own overload level
             overload = fleet_overload(cascade.overload.enabled, [self.overload.level_label()])
             return stats_body(
-                self.auditor.book, self.plans.book, cascade.audit, cascade.adaptive, overload=overload
+                self.auditor.book,
+                self.plans.book,
+                cascade.audit,
+                cascade.adaptive,
+                overload=overload,
+                classes=self.config.classes,
             )
         try:
             await self._report()
@@ -244,7 +249,7 @@ class IngressReplica:
     def _decide(self, job: Job) -> Decision:
         """Everything decided for ``job`` before it runs, once (serve_app/core/decision.py): its class,
         the overload level's relaxed thresholds, its plan."""
-        cls = class_of(job.question.kind, job.task)
+        cls = self.classes.of(job.question.kind, job.task)
         cascade = self.config.cascade
         return decide(
             job.options,

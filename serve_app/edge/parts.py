@@ -1,7 +1,8 @@
 """The parts of an ingress replica, built from the config by one factory: the cascade over the two
-models (each behind its load counter), the auditor, the plan controller, the overload guard and the
-demand meter, all recording into one ``Metrics``. ``MAIIngress`` builds them over its deployment
-handles; the tests build the same parts over scripted clients and a recording ``Metrics``."""
+models (each behind its load counter), the auditor, the plan controller, the overload guard, the
+demand meter and the question classes, all recording into one ``Metrics``. ``MAIIngress`` builds them
+over its deployment handles; the tests build the same parts over scripted clients and a recording
+``Metrics``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from ..config import AppConfig
 from ..core.cascade import Cascade
 from ..core.contracts import TransferSelector, VLMClient
+from ..core.decision import QuestionClasses
 from ..core.prompts import PromptLayout
 from ..core.roles import LARGE, SMALL
 from .auditor import Auditor
@@ -30,6 +32,7 @@ class IngressParts:
     plans: PlanController  # each cascade request's plan, learnt per question class
     overload: OverloadGuard  # the large model's queue bends the cascade
     demand: DemandMeter  # what the models are asked for, for coupled autoscaling
+    classes: QuestionClasses  # the class a request's task tag counts under, bounded
 
 
 def build_parts(
@@ -73,4 +76,5 @@ def build_parts(
         plans=PlanController(config.cascade.adaptive, audit, auditor.book, shared=shared_stats),
         overload=overload,
         demand=DemandMeter(config.autoscaling.policy, config.autoscaling.tau_s),
+        classes=QuestionClasses(config.classes),
     )

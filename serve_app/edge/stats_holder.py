@@ -37,7 +37,7 @@ from ray import serve
 
 from ..core.audit import AuditSettings, MergedAudits
 from ..core.audit_alerts import alert_line
-from ..core.decision import Level, fleet_overload
+from ..core.decision import ClassSettings, Level, fleet_overload, tasks_summary
 from ..core.plan_choice import AdaptiveSettings, allowed_plans, plan_summary, reference_plan
 from ..core.plan_stats import MergedPlans, Observation
 from ..core.plans import PlanEstimates
@@ -77,12 +77,16 @@ def stats_body(
     adaptive: AdaptiveSettings,
     *,
     overload: Mapping[str, Any],
+    classes: ClassSettings | None = None,
 ) -> dict[str, Any]:
-    """The ``GET /v1/mai/stats`` body: the audit statistics, per class its plans, and ``overload``
-    (``overload.fleet_overload``)."""
+    """The ``GET /v1/mai/stats`` body: the audit statistics, per class its plans, ``overload``
+    (``overload.fleet_overload``) and ``tasks``, how the clients' task tags make classes
+    (``decision.tasks_summary``)."""
     body = audits.snapshot(settings)
     body["adaptive"] = {"mode": adaptive.mode, "objective": adaptive.objective, "window": adaptive.window}
     body["overload"] = dict(overload)
+    counted = audits.classes
+    body["tasks"] = tasks_summary(classes or ClassSettings(), counted, lambda cls: counted[cls].requests)
     for cls in sorted(set(plans.classes) | set(body["classes"])):
         allowed = allowed_plans(
             adaptive,
@@ -116,7 +120,7 @@ class StatsHolder:
     """The holder's logic, without Ray: all replicas' statistics merged, up to date per report; one
     warning line when a class goes over its disagreement bound. ``overload_enabled``: whether
     ``cascade.overload`` is on; ``clock``: when a report arrives (the replicas' overload levels count
-    while their reports are recent)."""
+    while their reports are recent); ``classes``: the config's, said in the body's ``tasks``."""
 
     def __init__(
         self,
@@ -125,9 +129,11 @@ class StatsHolder:
         *,
         overload_enabled: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        classes: ClassSettings | None = None,
     ):
         self.settings = settings
         self.adaptive = adaptive or AdaptiveSettings()
+        self.classes = classes or ClassSettings()
         self.overload_enabled, self.clock = overload_enabled, clock
         self.audits = MergedAudits(settings.window)
         self.plans = MergedPlans(self.adaptive.window)
@@ -228,7 +234,12 @@ class StatsHolder:
         """The ``GET /v1/mai/stats`` body from the merged view, nothing merged again."""
         with self._lock:
             return stats_body(
-                self.audits, self.plans, self.settings, self.adaptive, overload=self._overload()
+                self.audits,
+                self.plans,
+                self.settings,
+                self.adaptive,
+                overload=self._overload(),
+                classes=self.classes,
             )
 
 

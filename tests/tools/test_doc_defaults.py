@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from serve_app.config import CascadeConfig, Limits, Readiness
 from serve_app.core.audit import AuditSettings
+from serve_app.core.decision import ClassSettings
 from tests.doc_examples import ROOT
 from tests.doc_tables import table_rows
 
@@ -100,6 +101,7 @@ PROSE: list[tuple[str, Callable[[], Any]]] = [
     ),
     (r"`audit.alert_min_samples` \((\d+)\)", lambda: default_of(AuditSettings, "alert_min_samples")),
     (r"while `max_in_flight` \((\d+)\) audits", lambda: default_of(AuditSettings, "max_in_flight")),
+    (r"the first `max_tasks` \((\d+)\) distinct tags", lambda: default_of(ClassSettings, "max_tasks")),
     (r"every `report_interval_s` \(([\d.]+) s\)", lambda: default_of(AuditSettings, "report_interval_s")),
     (r"deeper than `limits.max_json_depth` \((\d+)\)", lambda: default_of(Limits, "max_json_depth")),
     (r"up to `readiness.wait_s` \(([\d.]+) s by default", lambda: default_of(Readiness, "wait_s")),
