@@ -14,7 +14,7 @@ Every answer must be below 500 (503 with Retry-After from backpressure is allowe
 busy), and every error a JSON body ``{"error": {"message", "code", ...}}``. The report counts answers
 by status and error code, with one example input each, and the 5xx answers apart.
 
-    python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200
+    python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200   # a server with security.openapi: true
     # --local starts the emulated app itself (--config mai-cpu.yaml: the CPU stack):
     python -m loadtest.fuzz --local --examples 200 --out bench/results/fuzz.json
 """
@@ -52,7 +52,13 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
     from hypothesis.errors import Unsatisfiable
 
     report = FuzzReport()
-    spec = httpx.get(f"{base_url}/openapi.json", timeout=30).json()
+    schema_reply = httpx.get(f"{base_url}/openapi.json", timeout=30)
+    if schema_reply.status_code != 200:
+        raise SystemExit(
+            f"{base_url}/openapi.json answered {schema_reply.status_code}: the server serves its schema only "
+            "with security.openapi: true"
+        )
+    spec = schema_reply.json()
     schema = schemathesis.openapi.from_dict(spec)
     near_valid = near_valid_strategies()
     models = httpx.get(f"{base_url}/v1/models", timeout=30).json()["data"]
@@ -151,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         from harness.local_server import config_args, deploy, local_ray, replica_ids
 
         instant = {"small": {"emulation": {"time_scale": 0}}, "large": {"emulation": {"time_scale": 0}}}
+        overrides = {"security": {"openapi": True}} | (instant if args.config == "mai-emulated.yaml" else {})
         with local_ray(num_cpus=2) as url:
-            deploy(config_args(args.config, instant if args.config == "mai-emulated.yaml" else None))
+            deploy(config_args(args.config, overrides))
             before = replica_ids()
             report = fuzz(url, args.examples)
             replicas = {"before": before, "after": replica_ids()}

@@ -103,6 +103,9 @@ class Security(Strict):
     api_keys_env: str | None = Field("MAI_API_KEYS", description="environment variable holding API keys")
     api_keys_file: str | None = Field(None, description="file holding API keys, one per line")
     cors_allow_origins: list[str] = Field(default_factory=list)
+    # The API's OpenAPI schema at GET /openapi.json (behind the API key), for clients and fuzzers.
+    # Off by default; the interactive pages (/docs, /redoc) are never served (they load a CDN's assets).
+    openapi: bool = False
 
 
 class TransferSelection(Strict):

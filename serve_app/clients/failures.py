@@ -4,6 +4,8 @@ calls all go through here; nothing else of ours names a Ray exception."""
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,6 +16,8 @@ from ..core.contracts import (
     EngineUnavailableError,
     InputRejectedError,
 )
+
+logger = logging.getLogger("ray.serve")
 
 _CONTEXT = ("context length", "maximum context", "too long", "max_model_len", "exceeds the model")
 _IMAGE = ("processor", "image", "aspect ratio", "pixel", "height", "width")
@@ -44,7 +48,16 @@ def error_response_failure(error: Any, model_id: str, *, constrained: bool = Fal
         return ConstraintRejectedError(f"{model_id}: {message}")
     if 400 <= status < 500:
         return InputRejectedError(f"{model_id}: {message}", input_error_code(message), status)
-    return EngineUnavailableError(f"{model_id} failed: {message}")
+    return engine_failure(f"{model_id} failed the request", f"{status}: {message}")
+
+
+def engine_failure(public: str, detail: str, cause: BaseException | None = None) -> EngineUnavailableError:
+    """An engine failure as the client sees it: ``public`` and an error id, nothing of the engine's
+    own words (a ``RayTaskError`` carries process ids, node addresses and traceback frames); the
+    ``detail`` (and ``cause``'s traceback) go to the log under the same id."""
+    error_id = uuid.uuid4().hex[:16]
+    logger.warning("MAI engine failure %s: %s: %s", error_id, public, detail, exc_info=cause)
+    return EngineUnavailableError(f"{public} (error id {error_id}; the detail is in the server log)")
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:
@@ -71,6 +84,6 @@ def engine_call(model_id: str) -> Iterator[None]:
     try:
         yield
     except transport_errors() as exc:
-        raise EngineUnavailableError(f"{model_id} is unavailable ({type(exc).__name__}: {exc})") from exc
+        raise engine_failure(f"{model_id} is unavailable", type(exc).__name__, exc) from exc
     except engine_server_errors() as exc:
-        raise EngineUnavailableError(f"{model_id} failed the request ({type(exc).__name__}: {exc})") from exc
+        raise engine_failure(f"{model_id} failed the request", type(exc).__name__, exc) from exc

@@ -58,9 +58,21 @@ def _request_id(request: Request) -> str | None:
 def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
     """The HTTP API of one ingress replica: its routes, error bodies and CORS policy."""
     api = FastAPI(
-        title="MAI Serve", description="Multi-agent inference for vision-language models", version="0.1.0"
+        title="MAI Serve",
+        description="Multi-agent inference for vision-language models",
+        version="0.1.0",
+        openapi_url=None,  # served below, behind the key, when security.openapi is on
+        docs_url=None,
+        redoc_url=None,
     )
     install_error_handlers(api, ingress.metrics.record_error)
+    if security.openapi:
+
+        async def openapi(request: Request) -> JSONResponse:
+            check_api_key(request.headers, ingress.api_keys)
+            return JSONResponse(api.openapi())
+
+        api.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
     if security.cors_allow_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -114,10 +126,8 @@ class IngressReplica:
         # Requests for a model id go to that model's LLMServer unchanged (serve_app/edge/passthrough.py).
         handles = {config.small.model_id: small, config.large.model_id: large}
         # Every deployment the app needs answers before requests run (serve_app/edge/readiness.py).
-        probes = {
-            f"small model {config.small.model_id}": handle_probe(small),
-            f"large model {config.large.model_id}": handle_probe(large),
-        }
+        # Named by role: /readyz answers without a key, so it names no model.
+        probes = {"small model": handle_probe(small), "large model": handle_probe(large)}
         if scorer is not None:
             probes["attention scorer"] = handle_probe(scorer)
         self.assemble(

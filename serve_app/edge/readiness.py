@@ -32,15 +32,16 @@ class Check:
         return not self.not_ready
 
 
-def not_ready_reason(error: BaseException | None, timeout_s: float) -> str | None:
+def not_ready_reason(error: BaseException | None, timeout_s: float, error_id: str = "") -> str | None:
     """Why a deployment is not ready, from how its check ended: None when it answered; a timeout is a
-    deployment still loading (a call waits in its handle's queue until a replica exists)."""
+    deployment still loading (a call waits in its handle's queue until a replica exists); any other
+    failure is named by ``error_id`` alone (``/readyz`` answers without a key: the exception's words
+    go to the log under that id, never to the caller)."""
     if error is None:
         return None
     if isinstance(error, TimeoutError):
         return f"loading: no answer within {timeout_s:g} s"
-    text = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
-    return f"failing: {type(error).__name__}" + (f": {text}" if text else "")
+    return f"failing (error id {error_id}; the detail is in the server log)"
 
 
 def unanswered(deployments: tuple[str, ...], now: float, timeout_s: float) -> Check:

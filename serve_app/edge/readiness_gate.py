@@ -6,7 +6,9 @@ requests pass it without a check; ``/readyz`` goes on checking."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -20,6 +22,8 @@ from .readiness import (
     not_ready_reason,
     unanswered,
 )
+
+logger = logging.getLogger("ray.serve")
 
 Probe = Callable[[], Awaitable[Any]]
 
@@ -112,6 +116,10 @@ class ReadinessGate:
     async def _ask(probe: Probe, timeout_s: float) -> str | None:
         try:
             await asyncio.wait_for(probe(), timeout_s)
-        except Exception as exc:  # a timeout (loading) or the deployment's own failure: not ready
+        except TimeoutError as exc:  # still loading
             return not_ready_reason(exc, timeout_s)
+        except Exception as exc:  # the deployment's own failure: not ready, the detail in the log
+            error_id = uuid.uuid4().hex[:16]
+            logger.warning("MAI readiness check failed (error id %s)", error_id, exc_info=exc)
+            return not_ready_reason(exc, timeout_s, error_id)
         return None

@@ -397,7 +397,7 @@ def test_calibration_reads_the_engines_confidences_and_the_server_honours_the_ru
 def test_fuzzing_the_api_from_its_openapi_schema_finds_no_server_error(base_url):
     from loadtest.fuzz import fuzz
 
-    deploy(emulated(dataset="chartqa", time_scale=0))
+    deploy(emulated(dataset="chartqa", time_scale=0, security={"openapi": True}))
     replicas = replica_counts()
     report = fuzz(base_url, examples=30)
     assert not report.violations, report.violations[:5]

@@ -1,6 +1,8 @@
 """What the client reads from an engine's response (objects shaped like vLLM's ChatCompletionResponse)."""
 
+import logging
 import math
+import re
 from types import SimpleNamespace as Obj
 
 import pytest
@@ -44,9 +46,37 @@ def test_an_engine_without_logprobs_gives_none():
     assert _completion_of(response("[[Yes]]", []), "m", 0.1).token_logprobs is None
 
 
-def test_an_error_response_is_an_engine_error():
-    with pytest.raises(EngineUnavailableError, match="m failed: boom"):
-        _completion_of(Obj(error=Obj(message="boom")), "m", 0.1)
+@pytest.fixture
+def logged():
+    """The records of the ingress's logger (``ray.serve``, which Ray keeps from propagating)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("ray.serve")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def test_an_error_response_is_an_engine_error_whose_detail_stays_in_the_log(logged):
+    internals = "RayTaskError(ValueError): ray::ServeReplica:small (pid=4242, ip=10.0.0.7) boom"
+    with pytest.raises(EngineUnavailableError, match="m failed the request") as error:
+        _completion_of(Obj(error=Obj(message=internals)), "m", 0.1)
+    error_id = re.search(r"error id ([0-9a-f]{16})", str(error.value)).group(1)
+    assert "pid" not in str(error.value) and "10.0.0.7" not in str(error.value)
+    [record] = [record for record in logged if error_id in record.getMessage()]
+    assert internals in record.getMessage()
+
+
+def test_a_transport_failure_reaches_the_client_without_the_engines_words(logged):
+    from ray.exceptions import RayError
+
+    from serve_app.clients.failures import engine_call
+
+    with pytest.raises(EngineUnavailableError) as error, engine_call("m"):
+        raise RayError("ray::ServeReplica (pid=4242, ip=10.0.0.7) Traceback: File /x.py, line 3")
+    assert str(error.value).startswith("m is unavailable (error id ") and "pid" not in str(error.value)
+    assert any(record.exc_info and "pid=4242" in str(record.exc_info[1]) for record in logged)
 
 
 def test_confidence_rules_need_logprobs():

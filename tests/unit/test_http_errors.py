@@ -7,12 +7,14 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
+from serve_app.config import Security
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, InputRejectedError
 from serve_app.core.prompts import PromptKind
+from serve_app.edge.security import load_api_keys
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
-from .ingress_replica import RecordedMetrics, client_of, replica
+from .ingress_replica import CONFIG, RecordedMetrics, client_of, replica
 
 S = PromptKind.SIMPLE
 
@@ -96,3 +98,43 @@ def test_bad_input_is_a_4xx_through_the_same_handlers(body):
     reply = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     assert 400 <= reply.status_code < 500 and reply.json()["error"]["message"]
     assert metrics.errors and 400 <= metrics.errors[0][0] < 500
+
+
+def test_an_engine_failure_reaches_the_client_as_an_error_id_and_no_internals():
+    from serve_app.clients.failures import engine_call
+
+    def dead_engine():
+        from ray.exceptions import RayError
+
+        with engine_call("l"):
+            raise RayError(
+                "ray::ServeReplica:large (pid=4242, ip=10.0.0.7) Traceback (most recent call last)"
+            )
+
+    try:
+        dead_engine()
+    except EngineUnavailableError as exc:
+        failure = exc
+    client, _ = api_with(ScriptedVLM({S: "[[Yes]]"}), ScriptedVLM({S: failure}))
+    reply = client.post("/v1/chat/completions", json=chat_body())
+    message = reply.json()["error"]["message"]
+    assert reply.status_code == 503 and "error id " in message
+    assert not any(leak in message for leak in ("pid", "10.0.0.7", "Traceback", "RayError"))
+
+
+def test_the_schema_and_docs_are_not_served_unless_configured():
+    client, _ = api_with(ScriptedVLM({}), ScriptedVLM({}))
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert client.get(path).status_code == 404
+    config = CONFIG.model_copy(update={"security": Security(openapi=True)})
+    keyed = client_of(
+        replica(
+            ScriptedVLM({}),
+            ScriptedVLM({}),
+            config,
+            api_keys=load_api_keys(Security(), {"MAI_API_KEYS": "k"}),
+        )
+    )
+    assert keyed.get("/openapi.json").status_code == 401
+    schema = keyed.get("/openapi.json", headers={"authorization": "Bearer k"}).json()
+    assert "/v1/chat/completions" in schema["paths"] and keyed.get("/docs").status_code == 404
