@@ -69,6 +69,10 @@ class Limits(Strict):
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413"
     )
+    # A body must have arrived whole this long after its request (else 408), and one ingress replica
+    # reads at most this many bodies at once from one client address (else 429).
+    body_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    max_body_reads_per_client: int = Field(32, ge=1)
     # The JSON body: how deep arrays and objects may nest, how many keys and values (array elements
     # and object members) it may hold in all, how many characters a number may have. Read off the
     # bytes in linear time before it is parsed; past them, a 400 (never a parser's recursion,

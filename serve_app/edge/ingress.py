@@ -40,7 +40,7 @@ from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, models_list
 from .routing import Passthrough, route
-from .security import check_api_key, load_api_keys, read_body
+from .security import BodyReads, check_api_key, load_api_keys, read_body
 from .stats_holder import stats_body
 from .stats_reporter import StatsReporter
 
@@ -154,6 +154,7 @@ class IngressReplica:
         the model deployments (none: nothing to wait for)."""
         self.config, self.api_keys, self.model_handles = config, api_keys, model_handles
         self.readiness = readiness or ReadinessGate({})
+        self.body_reads = BodyReads(config.limits.max_body_reads_per_client)
         self.model_roles = {config.small.model_id: SMALL, config.large.model_id: LARGE}
         self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
         self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
@@ -217,7 +218,11 @@ class IngressReplica:
     async def _payload(self, request: Request) -> Any:
         """The request's JSON, once its API key and size pass."""
         check_api_key(request.headers, self.api_keys)
-        body = await read_body(request.headers, request.stream(), self.config.limits.max_body_bytes)
+        limits = self.config.limits
+        with self.body_reads.from_client(request.client.host if request.client else ""):
+            body = await read_body(
+                request.headers, request.stream(), limits.max_body_bytes, limits.body_timeout_s
+            )
         return parse_json(body, self.config.limits)
 
     async def stats(self, request: Request):

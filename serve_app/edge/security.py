@@ -8,10 +8,13 @@ every configured key, and never logged or echoed.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..config import Security
@@ -64,18 +67,61 @@ def _unauthorized(message: str) -> RequestError:
     return RequestError(message, code="invalid_api_key", status=401, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def read_body(headers: Mapping[str, str], chunks: AsyncIterator[bytes], limit: int) -> bytes:
+async def read_body(
+    headers: Mapping[str, str], chunks: AsyncIterator[bytes], limit: int, timeout_s: float | None = None
+) -> bytes:
     """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes (from its
-    Content-Length, or while reading a body sent without one)."""
+    Content-Length, or while reading a body sent without one), and with 408 when it has not all
+    arrived within ``timeout_s`` (a client sending a byte at a time holds an ingress slot no longer)."""
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
     body = bytearray()
-    async for chunk in chunks:
-        body += chunk
-        if len(body) > limit:
-            raise _too_large(None, limit)
+
+    async def read() -> None:
+        async for chunk in chunks:
+            body.extend(chunk)
+            if len(body) > limit:
+                raise _too_large(None, limit)
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        raise RequestError(
+            f"the request body did not arrive within {timeout_s:g} s ({len(body)} bytes came)",
+            code="body_timeout",
+            status=408,
+        ) from None
     return bytes(body)
+
+
+class BodyReads:
+    """The request bodies an ingress replica is reading, per client address: past ``per_client`` at
+    once from one address, a 429 (slow senders from one address cannot take every slot; the deadline
+    of ``read_body`` bounds how long any sender holds one). Addresses are kept only while a body from
+    them is being read."""
+
+    def __init__(self, per_client: int):
+        self.per_client = per_client
+        self.reading: Counter[str] = Counter()
+
+    @contextmanager
+    def from_client(self, address: str) -> Iterator[None]:
+        if self.reading[address] >= self.per_client:
+            raise RequestError(
+                f"{self.per_client} request bodies from your address are already being read; send "
+                "fewer at once",
+                code="too_many_requests",
+                status=429,
+                headers={"Retry-After": "1"},
+            )
+        self.reading[address] += 1
+        try:
+            yield
+        finally:
+            self.reading[address] -= 1
+            if not self.reading[address]:
+                del self.reading[address]
 
 
 def _too_large(size: int | None, limit: int) -> RequestError:

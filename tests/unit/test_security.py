@@ -10,7 +10,7 @@ import pytest
 from serve_app.config import AppConfig, Limits, Security
 from serve_app.edge.errors import RequestError
 from serve_app.edge.remote_images import RemoteImagePolicy, address_is_public, fetch_image, host_allowed
-from serve_app.edge.security import check_api_key, load_api_keys, presented_key, read_body
+from serve_app.edge.security import BodyReads, check_api_key, load_api_keys, presented_key, read_body
 
 from ..images import chat_body, data_url, image_bytes
 from .build import answer_job, chat_job
@@ -75,6 +75,33 @@ async def test_body_limit_from_content_length_and_while_streaming():
     assert caught.value.status == 413
     with pytest.raises(RequestError, match="over the limit of 3"):
         await read_body({}, chunks(b"ab", b"cd"), 3)  # chunked: no length announced
+
+
+async def test_a_body_sent_a_byte_at_a_time_gets_a_408_at_its_deadline():
+    async def trickle():
+        while True:
+            yield b"["
+            await asyncio.sleep(0.02)
+
+    started = time.monotonic()
+    with pytest.raises(RequestError, match=r"did not arrive within 0.2 s \(\d+ bytes came\)") as caught:
+        await read_body({}, trickle(), 1024, timeout_s=0.2)
+    assert (caught.value.status, caught.value.code) == (408, "body_timeout")
+    assert 0.2 <= time.monotonic() - started < 1
+    assert await read_body({}, chunks(b"ab", b"cd"), 4, timeout_s=0.2) == b"abcd"
+
+
+def test_bodies_read_at_once_are_bounded_per_client_address():
+    reads = BodyReads(per_client=2)
+    with reads.from_client("10.0.0.1"), reads.from_client("10.0.0.1"):
+        with pytest.raises(RequestError) as caught, reads.from_client("10.0.0.1"):
+            pass
+        assert (caught.value.status, caught.value.code) == (429, "too_many_requests")
+        with reads.from_client("10.0.0.2"):  # another address is not held back
+            assert reads.reading == {"10.0.0.1": 2, "10.0.0.2": 1}
+    assert reads.reading == {}  # nothing kept once the bodies are read
+    with reads.from_client("10.0.0.1"):
+        pass
 
 
 # ---------------------------------------------------------------- remote image URLs: configuration and checks
