@@ -323,7 +323,7 @@ def test_a_file_ending_in_a_newline_has_no_extra_line():
 
 
 @given(
-    lines=st.lists(st.text(st.characters(exclude_characters="\r\n")), min_size=1, max_size=12),
+    lines=st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\r\n")), min_size=1, max_size=12),
     endings=st.lists(st.sampled_from(["\n", "\r\n"]), min_size=12, max_size=12),
     last_ended=st.booleans(),
     chunk=st.integers(1, 9),
