@@ -14,7 +14,8 @@ Every answer must be below 500 (503 with Retry-After from backpressure is allowe
 busy), and every error a JSON body ``{"error": {"message", "code", ...}}``. The report counts answers
 by status and error code, with one example input each, and the 5xx answers apart.
 
-    python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200   # a server with security.openapi: true
+    # a server that serves its schema (security.openapi: true):
+    python -m loadtest.fuzz --url http://127.0.0.1:8000 --examples 200
     # --local starts the emulated app itself (--config mai-cpu.yaml: the CPU stack):
     python -m loadtest.fuzz --local --examples 200 --out bench/results/fuzz.json
 """
@@ -37,16 +38,25 @@ from loadtest.fuzz_report import FuzzReport, describe, markdown
 from loadtest.fuzz_strategies import near_valid_strategies, shape_strategies
 
 MODES = ("positive", "negative", "near-valid", "shapes")
+ANSWER_BOUND_S = 10.0  # what any one answer may take: bad input is refused at once, good input answered
 CHECKED = (
     "every answer below 500, except 503 with Retry-After (backpressure)",
+    f"every answer within {ANSWER_BOUND_S:g} s",
     "every error a JSON body {error: {message, code}} with a message",
     "with --local: the live replica actors of every deployment (names carry replica ids) identical "
     "before and after the run, i.e. no replica died or was replaced",
 )
 
 
-def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | None = None) -> FuzzReport:
-    """Send ``examples`` inputs per operation and mode (the same ones on every run); return what came back."""
+def fuzz(
+    base_url: str,
+    examples: int = 100,
+    *,
+    on_case: Callable[[], None] | None = None,
+    bound_s: float = ANSWER_BOUND_S,
+) -> FuzzReport:
+    """Send ``examples`` inputs per operation and mode (the same ones on every run); return what came
+    back. An answer that takes longer than ``bound_s`` is a violation, whatever its status."""
     import schemathesis
     from hypothesis import HealthCheck, given, settings
     from hypothesis.errors import Unsatisfiable
@@ -66,6 +76,7 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
     with httpx.Client(base_url=base_url, timeout=60) as http:
 
         def send(operation: str, mode: str, method: str, body: Any, content_type: str | None = None) -> None:
+            started = time.monotonic()
             try:
                 if isinstance(body, bytes | bytearray):
                     response = http.request(
@@ -88,6 +99,17 @@ def fuzz(base_url: str, examples: int = 100, *, on_case: Callable[[], None] | No
                 )
                 return
             report.add(f"{method} {operation}", mode, body, response)
+            seconds = time.monotonic() - started
+            if seconds > bound_s:
+                report.violations.append(
+                    {
+                        "operation": f"{method} {operation}",
+                        "mode": mode,
+                        "status": response.status_code,
+                        "problem": f"answered in {seconds:.1f} s, over the bound of {bound_s:g} s",
+                        "input": describe(body),
+                    }
+                )
             if on_case is not None:
                 on_case()
 
