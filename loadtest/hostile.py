@@ -18,6 +18,7 @@ import base64
 import hashlib
 import http.server
 import json
+import secrets
 import socket
 import statistics
 import sys
@@ -260,9 +261,12 @@ def cascade_body(target: Target, **mai: Any) -> dict[str, Any]:
 
 def tag_flood(client: httpx.Client, target: Target, tags: int) -> dict[str, Any]:
     """``tags`` requests, each with a task tag of its own: how many classes the server made of them."""
+    run_tag = secrets.token_hex(3)  # tags no earlier run sent
     before = set(client.get("/v1/mai/stats").json()["classes"])
     statuses = [
-        client.post("/v1/chat/completions", json=cascade_body(target, task=f"flood-{i}")).status_code
+        client.post(
+            "/v1/chat/completions", json=cascade_body(target, task=f"flood-{run_tag}-{i}")
+        ).status_code
         for i in range(tags)
     ]
     after = set(client.get("/v1/mai/stats").json()["classes"])
