@@ -8,7 +8,7 @@ the bound per client address is tested too). Beside them: task tags past the cla
 request id sent again and again (the server's audit sample must not follow it), and a normal request
 whose latency is measured alone and then beside a flood of the hostile bodies.
 
-    python -m loadtest.hostile --url http://127.0.0.1:8000 --out bench/results/hostile.json
+    python -m loadtest.hostile --url http://127.0.0.1:8000 --out experiments/safe-to-expose/hostile-after.json
 """
 
 from __future__ import annotations
@@ -16,216 +16,33 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import http.server
 import json
 import secrets
-import socket
 import statistics
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from harness.paths import ROOT
+from loadtest.hostile_cases import IMAGE_PATH, Outcome, Target, listener, request_cases, send, slow_body
 from serve_app.core.routes import AUDITED
 
-IMAGE_PATH = ROOT / "docs" / "examples" / "shape.png"
 QUESTION = "What is the color of the shape?"
-SLOW_ADDRESS = "127.0.0.2"  # the slow senders' source address: not the normal client's
-
-
-@dataclass
-class Outcome:
-    """One hostile request: what came back and when."""
-
-    case: str
-    item: str  # which part of the server it attacks
-    status: int  # 0: no answer within the client's own cap
-    seconds: float
-    expected: tuple[int, ...]
-    bound_s: float
-    code: str | None = None
-    ok: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.ok = self.status in self.expected and self.seconds <= self.bound_s
-
-
-@dataclass(frozen=True)
-class Target:
-    base_url: str
-    image: str  # a data URL
-    model_id: str  # a configured model id (passthrough)
-    listener: str  # a URL nobody may fetch
-
-
-# ---------------------------------------------------------------- the listener nobody may reach
-
-
-@contextmanager
-def listener() -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server on a free loopback port; yields its URL and the paths it was asked for."""
-    asked: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the library's name)
-            asked.append(self.path)
-            self.send_response(200)
-            self.send_header("content-type", "image/png")
-            self.end_headers()
-            self.wfile.write(IMAGE_PATH.read_bytes())
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", asked
-    finally:
-        server.shutdown()
-
-
-# ---------------------------------------------------------------- the crafted requests
-
-
-def backtracking_body(size: int) -> bytes:
-    """Brackets past the depth limit, then an unterminated string of escaped quotes."""
-    return b"[" * 40 + b'"' + b'\\"' * max(1, (size - 41) // 2)
-
-
-def model_body(target: Target, part: Any = None, **fields: Any) -> dict[str, Any]:
-    content = ([part] if part is not None else []) + [{"type": "text", "text": "What is it?"}]
-    return {"model": target.model_id, "messages": [{"role": "user", "content": content}], **fields}
-
-
-def request_cases(target: Target, body_size: int) -> list[tuple[str, str, Any, tuple[int, ...]]]:
-    """(case, item, body, expected statuses) of the JSON requests."""
-    url = target.listener
-    parts = {
-        "typeless image part, a string": {"image_url": f"{url}/typeless"},
-        "typeless image part, an object": {"image_url": {"url": f"{url}/typeless-object"}},
-        "image_url as a string": {"type": "image_url", "image_url": f"{url}/string"},
-        "input_image part": {"type": "input_image", "image_url": f"{url}/input-image"},
-        "typed image_url to the listener": {"type": "image_url", "image_url": {"url": f"{url}/typed"}},
-        "audio part": {"type": "audio_url", "audio_url": {"url": f"{url}/audio"}},
-        "video part": {"type": "video_url", "video_url": {"url": f"{url}/video"}},
-        "file URL, typeless": {"image_url": "file:///etc/passwd"},
-        "uuid reference": {"uuid": "another-clients-image", "image_url": None},
-    }
-    fields = {
-        "priority far ahead": {"priority": -1_000_000},
-        "n of 16384": {"n": 16384},
-        "ignore_eos": {"ignore_eos": True, "max_tokens": 64},
-        "min_tokens past the bound": {"min_tokens": 100_000},
-        "max_tokens of a million": {"max_tokens": 1_000_000},
-        "engine request id": {"request_id": "mai-audit-x"},
-        "chat template": {"chat_template": "{{ 7 * 7 }}"},
-        "processor settings": {"mm_processor_kwargs": {"max_pixels": 10**9}},
-    }
-    cases: list[tuple[str, str, Any, tuple[int, ...]]] = [
-        ("backtracking body", "linear parsing", backtracking_body(body_size), (400,)),
-        ("nested 100,000 deep", "linear parsing", b"[" * 100_000 + b"]" * 100_000, (400,)),
-        ("a million values", "linear parsing", b"[" + b"0," * 1_000_000 + b"0]", (400,)),
-    ]
-    cases += [
-        (name, "engines fetch nothing", model_body(target, part), (400,)) for name, part in parts.items()
-    ]
-    cases += [
-        (name, "passthrough fields", model_body(target, **extra), (400,)) for name, extra in fields.items()
-    ]
-    return cases
-
-
-def send(
-    client: httpx.Client, case: str, item: str, body: Any, expected: tuple[int, ...], bound_s: float
-) -> Outcome:
-    started = time.monotonic()
-    try:
-        if isinstance(body, bytes):
-            response = client.post(
-                "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-            )
-        else:
-            response = client.post("/v1/chat/completions", json=body)
-        status = response.status_code
-        code = _code(response)
-    except httpx.TimeoutException:
-        status, code = 0, None
-    return Outcome(case, item, status, time.monotonic() - started, expected, bound_s, code)
-
-
-def _code(response: httpx.Response) -> str | None:
-    try:
-        return response.json().get("error", {}).get("code")
-    except (ValueError, AttributeError):
-        return None
-
-
-# ---------------------------------------------------------------- bodies a byte at a time
-
-
-def slow_body(base_url: str, seconds_cap: float, source: str = SLOW_ADDRESS) -> tuple[int, float]:
-    """A POST whose body (declared 4096 bytes) comes a byte every 0.5 s: the status the server
-    answered with and when (0: none within ``seconds_cap``)."""
-    host, port = base_url.removeprefix("http://").split(":")
-    started = time.monotonic()
-    with socket.create_connection((host, int(port)), timeout=seconds_cap, source_address=(source, 0)) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
-            b"content-length: 4096\r\n\r\n{"
-        )
-        sock.setblocking(False)
-        reply = b""
-        while time.monotonic() - started < seconds_cap:
-            try:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                reply += chunk
-                if b"\r\n\r\n" in reply:
-                    break
-            except BlockingIOError:
-                pass
-            try:
-                sock.send(b" ")
-            except OSError:
-                break
-            time.sleep(0.5)
-    status = int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/") else 0
-    return status, time.monotonic() - started
 
 
 # ---------------------------------------------------------------- normal requests beside them
 
 
 def normal_latencies(client: httpx.Client, target: Target, count: int) -> list[float]:
-    body = {
-        "model": "mai",
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": target.image}},
-                    {"type": "text", "text": QUESTION},
-                ],
-            }
-        ],
-    }
     seconds = []
     for _ in range(count):
         started = time.monotonic()
-        response = client.post("/v1/chat/completions", json=body)
-        response.raise_for_status()
+        client.post("/v1/chat/completions", json=cascade_body(target, QUESTION)).raise_for_status()
         seconds.append(time.monotonic() - started)
     return seconds
 
@@ -243,18 +60,14 @@ def summary(values: list[float]) -> dict[str, Any]:
 # ---------------------------------------------------------------- the server's own state
 
 
-def cascade_body(target: Target, **mai: Any) -> dict[str, Any]:
+def cascade_body(target: Target, question: str = "Is the shape red?", **mai: Any) -> dict[str, Any]:
+    content = [
+        {"type": "image_url", "image_url": {"url": target.image}},
+        {"type": "text", "text": question},
+    ]
     return {
         "model": "mai",
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": target.image}},
-                    {"type": "text", "text": "Is the shape red?"},
-                ],
-            }
-        ],
+        "messages": [{"role": "user", "content": content}],
         **({"mai": mai} if mai else {}),
     }
 
