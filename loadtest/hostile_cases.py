@@ -104,7 +104,7 @@ def request_cases(target: Target, body_size: int) -> list[tuple[str, str, Any, t
     fields = {
         "priority far ahead": {"priority": -1_000_000},
         "n of 16384": {"n": 16384},
-        "ignore_eos": {"ignore_eos": True, "max_tokens": 64},
+        "ignore_eos to a context-sized budget": {"ignore_eos": True, "max_tokens": 100_000},
         "min_tokens past the bound": {"min_tokens": 100_000},
         "max_tokens of a million": {"max_tokens": 1_000_000},
         "engine request id": {"request_id": "mai-audit-x"},

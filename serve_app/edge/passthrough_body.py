@@ -54,6 +54,7 @@ CLIENT_FIELDS = frozenset(
         "top_k",
         "min_p",
         "min_tokens",
+        "ignore_eos",  # decodes to max_tokens, which is bounded like min_tokens
         "repetition_penalty",
         "stop_token_ids",
         "include_stop_str_in_output",

@@ -116,7 +116,7 @@ def test_what_only_the_server_sets_is_refused(field):
     assert (error.status, error.param) == (400, field) and "set by the server" in error.message
 
 
-@pytest.mark.parametrize("field", ["ignore_eos", "use_beam_search", "prompt_logprobs", "temprature"])
+@pytest.mark.parametrize("field", ["use_beam_search", "prompt_logprobs", "structured_outputs", "temprature"])
 def test_a_field_outside_the_allowlist_is_refused(field):
     error = refused(body(**{field: True}))
     assert (error.status, error.param) == (400, field) and repr(field) in error.message
@@ -136,6 +136,7 @@ def test_message_fields_are_allowlisted():
         ({"max_tokens": 4097}, "max_tokens"),
         ({"max_completion_tokens": 10**9}, "max_completion_tokens"),
         ({"min_tokens": 5000, "max_tokens": 10}, "min_tokens"),
+        ({"ignore_eos": True, "max_tokens": 100_000}, "max_tokens"),
     ],
 )
 def test_decode_work_is_bounded_by_configuration(fields, param):
