@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from ..config import Limits
@@ -186,13 +186,8 @@ async def _checked_message(
 ) -> Any:
     if not isinstance(message, dict):
         return message  # the request type's own validation names it
-    unknown = sorted(key for key in message if key not in MESSAGE_FIELDS)
-    if unknown:
-        raise RequestError(
-            f"unknown field {unknown[0]!r} in a message; a message has {', '.join(sorted(MESSAGE_FIELDS))}",
-            param=f"messages.{m}.{unknown[0]}",
-            code="unsupported_parameter",
-        )
+    where = f"a message (whose fields are {', '.join(sorted(MESSAGE_FIELDS))})"
+    _check_keys(message, MESSAGE_FIELDS, f"messages.{m}", where, "unsupported_parameter")
     content = message.get("content")
     if not isinstance(content, list):
         return message
@@ -242,23 +237,11 @@ def _image_url(part: dict[str, Any], kind: Any, param: str) -> str | None:
         allowed = {"type", "image_url", "detail"}
     else:
         return None
-    extra = sorted(key for key in part if key not in allowed)
-    if extra:
-        raise RequestError(
-            f"unknown field {extra[0]!r} in an image part",
-            param=f"{param}.{extra[0]}",
-            code="invalid_content_part",
-        )
+    _check_keys(part, allowed, param, "an image part", "invalid_content_part")
     image = part.get("image_url")
     detail = part.get("detail", "auto")
     if isinstance(image, dict):
-        extra = sorted(key for key in image if key not in ("url", "detail"))
-        if extra:
-            raise RequestError(
-                f"unknown field {extra[0]!r} in image_url",
-                param=f"{param}.image_url.{extra[0]}",
-                code="invalid_content_part",
-            )
+        _check_keys(image, {"url", "detail"}, f"{param}.image_url", "image_url", "invalid_content_part")
         detail = image.get("detail", detail)
         image = image.get("url")
     if not isinstance(image, str):
@@ -270,3 +253,10 @@ def _image_url(part: dict[str, Any], kind: Any, param: str) -> str | None:
             code="unsupported_parameter",
         )
     return image
+
+
+def _check_keys(value: dict[str, Any], allowed: Collection[str], param: str, where: str, code: str) -> None:
+    """A 400 naming the first key of ``value`` that ``allowed`` does not hold."""
+    extra = sorted(key for key in value if key not in allowed)
+    if extra:
+        raise RequestError(f"unknown field {extra[0]!r} in {where}", param=f"{param}.{extra[0]}", code=code)
