@@ -12,10 +12,14 @@ import binascii
 import io
 import re
 import warnings
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from .errors import RequestError
+
+# Downloads an allowed remote image and checks it like an inline one: (URL, param) -> a data URL.
+ImageFetcher = Callable[[str, str], Awaitable[str]]
 
 _DATA_URL = re.compile(
     r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w-]+=[\w.-]+)*)(?P<b64>;base64)?,(?P<data>.*)$",

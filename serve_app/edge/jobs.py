@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..core.options import CascadeOptions, Policy
 from ..core.plans import Plan
 from ..core.question_parsing import QuestionFormatError, read_question
 from .errors import RequestError, describe_validation_error
-from .images import check_image_under, is_remote
+from .images import ImageFetcher, check_image_under, is_remote
 from .protocol import (
     MODEL_OF_POLICY,
     POLICY_OF_MODEL,
@@ -33,8 +32,6 @@ from .protocol import (
 )
 from .remote_images import RemoteImagePolicy, check_remote_url
 from .routing import ToCascade, validated
-
-ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> the checked image, a data URL
 
 
 @dataclass(frozen=True)

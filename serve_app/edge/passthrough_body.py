@@ -16,14 +16,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 from ..config import Limits
 from .errors import RequestError
-from .images import check_image_under, is_remote
-
-ImageFetcher = Callable[[str, str], Awaitable[str]]  # (remote URL, param) -> checked data URL
+from .images import ImageFetcher, check_image_under, is_remote
+from .json_body import check_structure, outside_strings
 
 CLIENT_FIELDS = frozenset(
     {
@@ -62,6 +61,7 @@ CLIENT_FIELDS = frozenset(
         "spaces_between_special_tokens",
         "include_reasoning",
         "echo",
+        "structured_outputs",  # vLLM's grammars, as response_format's
     }
 )
 # Fields vLLM takes that steer the engine or the server's own bookkeeping: the server's to set. Any
@@ -73,7 +73,6 @@ SERVER_FIELDS = frozenset(
         "session_id",
         "cache_salt",
         "chat_template",
-        "chat_template_kwargs",
         "documents",
         "add_generation_prompt",
         "continue_final_message",
@@ -89,8 +88,17 @@ SERVER_FIELDS = frozenset(
         "stream_interval",
     }
 )
-MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+MESSAGE_FIELDS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning", "reasoning_content", "refusal"}
+)
+# What chat_template_kwargs may switch (a thinking model's mode); the template itself is the server's.
+TEMPLATE_SWITCHES = ("enable_thinking", "thinking")
+# OpenAI's image details; the engines read every image at the server's budget (vLLM takes auto alone
+# and ignores the rest), so the part is sent on without it.
+DETAILS = ("auto", "low", "high")
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "min_tokens")
+# Lists vLLM walks for every generated token (stop strings, stop token ids) or holds per request.
+LIST_BOUNDS = {"stop": 16, "stop_token_ids": 64, "logit_bias": 300}
 
 
 async def checked_body(payload: dict[str, Any], limits: Limits, fetch: ImageFetcher) -> dict[str, Any]:
@@ -101,16 +109,25 @@ async def checked_body(payload: dict[str, Any], limits: Limits, fetch: ImageFetc
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return bounded  # the request type's own validation names it
+    check_has_text(messages)  # before any image is downloaded
     images = _ImageCount(limits.max_passthrough_images or 1)
     checked = [
         await _checked_message(message, m, limits, fetch, images) for m, message in enumerate(messages)
     ]
-    check_has_text(checked)
     return {**bounded, "messages": checked}
 
 
 def check_fields(payload: dict[str, Any]) -> None:
     for key in payload:
+        if key == "chat_template_kwargs" and isinstance(payload[key], dict):
+            _check_keys(
+                payload[key],
+                TEMPLATE_SWITCHES,
+                key,
+                f"{key} (which takes {', '.join(TEMPLATE_SWITCHES)})",
+                "unsupported_parameter",
+            )
+            continue
         if key in CLIENT_FIELDS:
             continue
         if key in SERVER_FIELDS:
@@ -126,27 +143,49 @@ def check_fields(payload: dict[str, Any]) -> None:
 
 
 def bounded_sampling(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
-    """``payload`` with its decode work bounded: ``n`` and the token counts checked against the
-    configured bounds (a 400 past one), and the reply's budget set to the bound when it sets none."""
-    n = payload.get("n")
-    if isinstance(n, int) and not isinstance(n, bool) and n > limits.max_passthrough_n:
+    """``payload`` with its decode work bounded: ``n`` and the token counts JSON integers within the
+    configured bounds, lists vLLM checks per generated token within ``LIST_BOUNDS`` (a 400 past one),
+    and the reply's budget set to the bound when it sets none."""
+    n = _count(payload, "n")
+    if n is not None and n > limits.max_passthrough_n:
         raise RequestError(
             f"n is {n}; this server answers at most {limits.max_passthrough_n} choices per request",
             param="n",
             code="invalid_request",
         )
     for name in TOKEN_FIELDS:
-        value = payload.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > limits.max_passthrough_tokens:
+        value = _count(payload, name)
+        if value is not None and value > limits.max_passthrough_tokens:
             raise RequestError(
                 f"{name} is {value}; this server generates at most {limits.max_passthrough_tokens} tokens "
                 "per choice",
                 param=name,
                 code="invalid_max_tokens",
             )
+    for name, bound in LIST_BOUNDS.items():
+        value = payload.get(name)
+        if isinstance(value, list | dict) and len(value) > bound:
+            raise RequestError(
+                f"{name} has {len(value)} entries; this server takes at most {bound}",
+                param=name,
+                code="invalid_request",
+            )
     if payload.get("max_tokens") is None and payload.get("max_completion_tokens") is None:
         return {**payload, "max_tokens": limits.max_passthrough_tokens}
     return payload
+
+
+def _count(payload: dict[str, Any], name: str) -> int | None:
+    """``payload[name]`` when it is a JSON integer; a 400 for any other value but null (vLLM's request
+    type would turn "64" or 64.0 into 64, past a check of integers only)."""
+    value = payload.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RequestError(
+            f"{name} must be an integer, got {value!r:.40}", param=name, code="invalid_request"
+        )
+    return value
 
 
 def check_has_text(messages: list[Any]) -> None:
@@ -157,7 +196,11 @@ def check_has_text(messages: list[Any]) -> None:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str) and content:
             return
-        if isinstance(content, list) and any(part.get("text") for part in content):
+        if isinstance(content, list) and any(
+            (isinstance(part, str) and part)
+            or (isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"])
+            for part in content
+        ):
             return
     raise RequestError(
         "the messages carry no text; send at least one text part with the request",
@@ -188,6 +231,12 @@ async def _checked_message(
         return message  # the request type's own validation names it
     where = f"a message (whose fields are {', '.join(sorted(MESSAGE_FIELDS))})"
     _check_keys(message, MESSAGE_FIELDS, f"messages.{m}", where, "unsupported_parameter")
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):  # JSON the engine parses again: the body's bounds apply to it
+            check_structure(outside_strings(arguments.encode("utf-8", "surrogatepass")), limits)
     content = message.get("content")
     if not isinstance(content, list):
         return message
@@ -200,13 +249,20 @@ async def _checked_message(
 
 async def _checked_part(
     part: Any, param: str, limits: Limits, fetch: ImageFetcher, images: _ImageCount
-) -> dict[str, Any]:
-    """A content part as it is forwarded: text as sent, an image in one spelling with a checked data
-    URL; a 400 naming anything else."""
+) -> str | dict[str, Any]:
+    """A content part as it is forwarded: text as sent (a plain string is text to vLLM too), an image
+    in one spelling with a checked data URL; a 400 naming anything else."""
+    if isinstance(part, str):
+        return part
     if not isinstance(part, dict):
         raise RequestError("a content part must be an object", param=param, code="invalid_content_part")
     kind = part.get("type")
-    if kind == "text" and set(part) == {"type", "text"} and isinstance(part["text"], str):
+    if kind == "text":
+        _check_keys(part, {"type", "text"}, param, "a text part", "invalid_content_part")
+        if not isinstance(part.get("text"), str):
+            raise RequestError(
+                "a text part needs text, a string", param=f"{param}.text", code="invalid_content_part"
+            )
         return part
     url = _image_url(part, kind, param)
     if url is None:
@@ -246,11 +302,11 @@ def _image_url(part: dict[str, Any], kind: Any, param: str) -> str | None:
         image = image.get("url")
     if not isinstance(image, str):
         raise RequestError("image_url needs a url string", param=f"{param}.image_url", code="invalid_image")
-    if detail != "auto":
+    if detail not in DETAILS:
         raise RequestError(
-            f"image detail {detail!r} is not supported (the engines take detail: auto only)",
+            f"image detail {detail!r} is not one of {', '.join(DETAILS)}",
             param=f"{param}.image_url.detail",
-            code="unsupported_parameter",
+            code="invalid_content_part",
         )
     return image
 

@@ -90,7 +90,7 @@ def test_an_allowed_remote_image_in_any_spelling_is_downloaded_here(name):
         {"type": "image_url", "image_url": {"url": IMAGE}, "uuid": "x"},
         {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
         {"type": "text", "text": 3},
-        "just a string",
+        7,
     ],
 )
 def test_any_other_part_is_a_400_naming_it(part):
@@ -98,9 +98,44 @@ def test_any_other_part_is_a_400_naming_it(part):
     assert error.status == 400 and error.param.startswith("messages.0.content.0")
 
 
-def test_a_detail_the_engines_ignore_is_refused_not_dropped():
-    error = refused(body({"type": "image_url", "image_url": {"url": IMAGE, "detail": "high"}}))
+def test_openais_image_details_are_taken_and_others_refused():
+    for detail in ("auto", "low", "high"):
+        checked = check(body({"type": "image_url", "image_url": {"url": IMAGE, "detail": detail}}))
+        assert checked["messages"][0]["content"][0] == {"type": "image_url", "image_url": {"url": IMAGE}}
+    error = refused(body({"type": "image_url", "image_url": {"url": IMAGE, "detail": "ultra"}}))
     assert (error.status, error.param) == (400, "messages.0.content.0.image_url.detail")
+
+
+def test_what_clients_replay_in_a_conversation_passes():
+    payload = body("a plain string part is text", chat_template_kwargs={"enable_thinking": False})
+    payload["messages"] += [
+        {"role": "assistant", "content": "yes", "reasoning_content": "it is red", "refusal": None},
+        {"role": "user", "content": ["and now?"]},
+    ]
+    assert check(payload)["messages"] == payload["messages"]
+    template = refused(body(chat_template_kwargs={"chat_template": "{{ 7 * 7 }}"}))
+    assert (template.status, template.param) == (400, "chat_template_kwargs.chat_template")
+
+
+def test_tool_call_arguments_get_the_bodys_json_bounds():
+    payload = body()
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[" * 40 + "]" * 40}}
+    payload["messages"].append({"role": "assistant", "content": None, "tool_calls": [call]})
+    error = refused(payload)
+    assert error.code == "invalid_json" and "levels deep" in error.message
+    call["function"]["arguments"] = '{"x": [1, 2]}'
+    assert check(payload)["messages"][1]["tool_calls"] == [call]
+
+
+def test_an_image_only_request_is_refused_before_any_download():
+    limits = Limits(allow_remote_images=True, remote_image_hosts=["images.example.com"])
+    payload = {
+        "model": "l",
+        "messages": [{"role": "user", "content": [{"image_url": "https://images.example.com/a"}]}],
+    }
+    with pytest.raises(RequestError) as error:
+        check(payload, limits)  # ``check`` fails the test if anything is fetched
+    assert error.value.code == "missing_text"
 
 
 def test_images_count_across_spellings_and_messages():
@@ -116,7 +151,7 @@ def test_what_only_the_server_sets_is_refused(field):
     assert (error.status, error.param) == (400, field) and "set by the server" in error.message
 
 
-@pytest.mark.parametrize("field", ["use_beam_search", "prompt_logprobs", "structured_outputs", "temprature"])
+@pytest.mark.parametrize("field", ["use_beam_search", "prompt_logprobs", "documents_", "temprature"])
 def test_a_field_outside_the_allowlist_is_refused(field):
     error = refused(body(**{field: True}))
     assert (error.status, error.param) == (400, field) and repr(field) in error.message
@@ -137,11 +172,22 @@ def test_message_fields_are_allowlisted():
         ({"max_completion_tokens": 10**9}, "max_completion_tokens"),
         ({"min_tokens": 5000, "max_tokens": 10}, "min_tokens"),
         ({"ignore_eos": True, "max_tokens": 100_000}, "max_tokens"),
+        ({"stop": ["."] * 17}, "stop"),
+        ({"logit_bias": {str(i): 1 for i in range(301)}}, "logit_bias"),
     ],
 )
 def test_decode_work_is_bounded_by_configuration(fields, param):
     error = refused(body(**fields))
     assert (error.status, error.param) == (400, param) and "at most" in error.message
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n", "64"), ("max_completion_tokens", "16000"), ("max_tokens", 16000.0), ("n", True)],
+)
+def test_counts_must_be_json_integers(field, value):
+    error = refused(body(**{field: value}))
+    assert (error.status, error.param) == (400, field) and "must be an integer" in error.message
 
 
 def test_the_reply_budget_is_the_bound_when_the_request_sets_none():
