@@ -241,7 +241,8 @@ def parse_number(answer: object) -> tuple[float, bool] | None:
         return None
     digits = match.group("num").replace(",", "")
     try:
-        value = float(digits) * (10 ** int(match.group("exp")) if match.group("exp") else 1)
+        # One float of mantissa and exponent: 10 ** int(exp) would build an integer of any size.
+        value = float(f"{digits}e{match.group('exp') or 0}")
     except (ValueError, OverflowError):
         return None
     if match.group("sign") in ("-", "−"):

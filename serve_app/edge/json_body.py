@@ -28,6 +28,11 @@ def parse_json(body: bytes, limits: Limits | None = None) -> Any:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _invalid(f"the request body is not valid JSON (not UTF-8: {exc.reason})") from None
+    # Every string is a key or a value: more quotes than those bounds allow are refused before the
+    # body is split at them (a piece per string would cost many times the body's size in objects).
+    strings = body.count(b'"') // 2
+    if strings > limits.max_json_keys + limits.max_json_values:
+        raise _invalid(f"the JSON body has {strings} strings, more than its keys and values may hold")
     check_structure(outside_strings(body), limits)
     try:
         return json.loads(text)

@@ -45,6 +45,7 @@ def refused(call, *args, **kwargs) -> RequestError:
         (b'{"n": -1.' + b"5" * 100 + b"}", "103 characters"),
         (json.dumps({f"k{i}": i for i in range(10_001)}).encode(), "more than 10000 keys"),
         (b"[" + b"0," * 100_001 + b"0]", "more than 100000 values"),
+        (b'["' + b'ab"ab"' * 120_000 + b'"]', "strings, more than its keys and values"),
         (b"[" * 40 + b'"' + b'\\"' * 50_000, "nests more than 32 levels deep"),
         (b'{"a": "\xff"}', "not UTF-8"),
     ],

@@ -144,6 +144,7 @@ def test_a_hostile_body_costs_milliseconds_per_megabyte():
         "digits": b"[" + b"1" * (16 * 1024 * 1024) + b"]",
         "escapes in a string": b'{"a": "' + b"\\\\" * (8 * 1024 * 1024) + b'"}',
         "deep then flat": b"[" * 32 + b"0," * (2 * 1024 * 1024) + b"0" + b"]" * 32,
+        "quotes": b'"ab' * (5 * 1024 * 1024),
     }
     for name, body in bodies.items():
         started = time.perf_counter()
@@ -156,6 +157,9 @@ def test_a_hostile_body_costs_milliseconds_per_megabyte():
 
 def test_question_readers_are_linear_on_long_text():
     from serve_app.core.answers import extract_answer, parse_number
+
+    assert timed(parse_number, "1e999999999") < BOUND_S and parse_number("1e999999999") is None
+    assert parse_number("2.5e3") == (2500.0, False) and parse_number("1e" + "9" * 5000) is None
     from serve_app.core.question_parsing import read_question
     from serve_app.edge.routing import wants_open_answer
 
