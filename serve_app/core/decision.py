@@ -243,11 +243,12 @@ class ClassSettings(BaseModel):
         "pools into <kind>/other, on every replica alike",
     )
     max_tasks: int = Field(
-        16,
+        0,
         ge=0,
         le=1000,
         description="with no tasks listed: the first tags a replica sees that become classes of their own; "
-        "later ones pool into <kind>/other",
+        "later ones pool into <kind>/other (0: every tag pools; a client that sends tags first would take "
+        "these places, and each new replica keeps its own)",
     )
 
     @model_validator(mode="after")
@@ -353,6 +354,9 @@ _NOT_THE_STAGES: dict[str, Any] = {
     "plan": True,
     "on_large_failure": True,
     "decoding": {"logprobs", "top_logprobs"},
+    # The explain policies' budget: no stage of the cascade runs with it (a client's max_tokens cap
+    # under it, lmms-eval's 16 to 128, leaves the cascade's stages as configured).
+    "max_tokens": {"explain"},
 }
 _OPTIONS = set(CascadeOptions.model_fields)
 

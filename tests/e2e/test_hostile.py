@@ -20,7 +20,8 @@ def test_a_hostile_caller_gets_4xx_in_bounded_time_and_moves_nothing(server):
     alone, beside = latency["alone"]["median_s"], latency["beside_hostile"]["median_s"]
     assert beside <= max(3 * alone, alone + 2.0), latency
     flood = report["tag_flood"]
-    assert flood["answered"] == flood["tags_sent"] and flood["classes_created"] <= 16 + 1, flood
+    # No list of tasks in mai-cpu.yaml: every tag pools into one class per kind.
+    assert flood["answered"] == flood["tags_sent"] and flood["classes_created"] <= 1, flood
     reused = report["reused_request_id"]
     # The server's sample does not follow the client's id: not every answer it could audit is sampled.
     assert reused["auditable"] < 10 or reused["sampled"] < reused["auditable"], reused

@@ -794,6 +794,7 @@ def audited(server):
                 "adaptive": {"mode": "learn", "explore": 0.0},
             },
             "ingress": {"autoscaling": {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 8}},
+            "classes": {"tasks": ["pope"]},
         }
     )
     handles = run_app(config, "audited", "/audited")

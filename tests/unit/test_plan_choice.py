@@ -249,6 +249,9 @@ def test_the_decision_measures_only_a_plan_the_server_chose_run_as_configured():
     assert not measures(min_confidence=0.6) and not measures(confident_large=0.9)
     assert not measures(decoding=Decoding(temperature=0.7))
     assert not measures(max_tokens=TokenBudgets(simple=4, stage2=4, transfer=4, explain=4))
+    # A cap under the explain policies' budget only (lmms-eval's max_tokens): the cascade's stages
+    # run as configured.
+    assert measures(max_tokens=server.max_tokens.model_copy(update={"explain": 64}))
     assert not measures(structured_answers=True) and not measures(transfer_selector="budget")
     assert not measures(policy=Policy.TRANSFER)  # not the cascade: no plan at all
 
