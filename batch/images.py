@@ -4,8 +4,9 @@ A record names its image by a path an input line chose, so the line decides what
 only regular files under the image root (the input's folder, or ``--image-root``) once symlinks are
 resolved, of at most ``max_bytes`` (the config's ``limits.max_image_bytes``: the server refuses a larger
 image anyway): a FIFO, a device, a folder, a path out of the root or a file too large is refused without
-reading it. The file is opened with ``O_NONBLOCK`` and ``O_NOFOLLOW`` and checked again once open, so a
-FIFO or symlink swapped in after the first check cannot block the job or lead it out of the root.
+reading it. The file is opened with ``O_NONBLOCK`` and ``O_NOFOLLOW`` and checked again once open (its
+type, size, inode, and the path the kernel opened it at), so a FIFO or a symlink swapped in after the
+first check, for the file or a folder on its way, cannot block the job or lead it out of the root.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def image_data_url(image: str, base: Path, root: Path, max_bytes: int) -> str:
         _check(image, opened, max_bytes)
         if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
             raise ImageRefused(f"image {image!r} changed while it was opened", "invalid_image")
+        if not _opened_under(file.fileno(), root):  # a folder on the way swapped for a link meanwhile
+            raise ImageRefused(
+                f"image {image!r} is outside the image root {str(root)!r} (--image-root)",
+                "image_outside_root",
+            )
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:  # it grew since
         raise ImageRefused(_too_large(image, f"more than {max_bytes}", max_bytes), "image_too_large")
@@ -60,6 +66,16 @@ def image_data_url(image: str, base: Path, root: Path, max_bytes: int) -> str:
     if kind is None:
         raise ImageRefused(f"image {image!r} is not PNG, JPEG, GIF or WebP", "invalid_image")
     return f"data:image/{kind.lower()};base64," + base64.b64encode(data).decode("ascii")
+
+
+def _opened_under(fd: int, root: Path) -> bool:
+    """Whether the file open as ``fd`` is, by the path the kernel resolved it at, under ``root`` (where
+    the kernel does not say, /proc absent, the checks before the open stand)."""
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return True
+    return Path(opened).is_relative_to(os.path.realpath(root))
 
 
 def _check(image: str, status: os.stat_result, max_bytes: int) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import threading
 import time
 import tracemalloc
@@ -326,6 +327,21 @@ def test_a_fifo_swapped_in_after_the_check_is_opened_without_blocking_and_refuse
     )
     error = in_time(lambda: parsed(record_text("pipe.png"), RECORDS, dataset))
     assert isinstance(error, LineError) and error.code == "image_not_a_file"
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_refused(dataset, monkeypatch):
+    """The path resolved inside the root when it was checked; by the open, a folder on its way leads
+    out of it (simulated: the check sees the path as it was)."""
+    outside = dataset.parent / "elsewhere"
+    outside.mkdir()
+    shutil.copy(dataset / "images" / "1.png", outside / "1.png")
+    (dataset / "sub").symlink_to(outside)
+    real = os.path.realpath
+    monkeypatch.setattr(
+        os.path, "realpath", lambda p, *a, **k: str(p) if str(p).endswith("sub/1.png") else real(p, *a, **k)
+    )
+    error = parsed(record_text("sub/1.png"), RECORDS, dataset)
+    assert isinstance(error, LineError) and error.code == "image_outside_root"
 
 
 @pytest.mark.parametrize("image", ["missing/9.png", "images/1.png\x00.txt"])
