@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
 from ..core.answers import AnswerKind
+from ..core.decision import TASK_PATTERN
 from ..core.options import Policy
 from ..core.plans import Plan
 from ..core.prompts import TransferForm
@@ -31,7 +32,7 @@ MODEL_OF_POLICY = {policy: name for name, policy in POLICY_OF_MODEL.items()}
 # A client's task tag (``mai.task``): refines the question class the server's statistics count under.
 TASK_TAG = Field(
     None,
-    pattern=r"^[a-z0-9][a-z0-9_.-]{0,31}$",
+    pattern=TASK_PATTERN,
     description="a task tag such as chartqa: 1 to 32 lower-case letters, digits or . _ -",
 )
 

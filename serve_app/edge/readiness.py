@@ -32,7 +32,9 @@ class Check:
         return not self.not_ready
 
 
-def not_ready_reason(error: BaseException | None, timeout_s: float, error_id: str = "") -> str | None:
+def not_ready_reason(
+    error: BaseException | None, timeout_s: float, error_id: str | None = None
+) -> str | None:
     """Why a deployment is not ready, from how its check ended: None when it answered; a timeout is a
     deployment still loading (a call waits in its handle's queue until a replica exists); any other
     failure is named by ``error_id`` alone (``/readyz`` answers without a key: the exception's words
@@ -41,7 +43,8 @@ def not_ready_reason(error: BaseException | None, timeout_s: float, error_id: st
         return None
     if isinstance(error, TimeoutError):
         return f"loading: no answer within {timeout_s:g} s"
-    return f"failing (error id {error_id}; the detail is in the server log)"
+    logged = f"error id {error_id}; " if error_id else ""
+    return f"failing ({logged}the detail is in the server log)"
 
 
 def unanswered(deployments: tuple[str, ...], now: float, timeout_s: float) -> Check:

@@ -96,7 +96,10 @@ def test_an_openai_batch_file_is_answered_row_by_row_with_its_errors(local_ray, 
     assert ok["body"]["mai"]["route"] == "agree_short" and rows["batch_req_1"]["custom_id"] == "agree"
     assert rows["batch_req_2"]["response"]["body"]["mai"]["route"] == "agree_reasoned"
     assert rows["batch_req_7"]["response"]["body"]["mai"]["route"] == "transfer"
-    assert rows["batch_req_3"]["response"] is None and "not JSON" in rows["batch_req_3"]["error"]["message"]
+    assert (
+        rows["batch_req_3"]["response"] is None
+        and "not valid JSON" in rows["batch_req_3"]["error"]["message"]
+    )
     assert (
         rows["batch_req_4"]["error"]["code"] == "duplicate_id"
         and "line 1" in rows["batch_req_4"]["error"]["message"]
