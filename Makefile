@@ -50,7 +50,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: models lint
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=25
 
 bench: models
 	RAY_SERVE_THROUGHPUT_OPTIMIZED=1 $(PY) -m loadtest.bench
