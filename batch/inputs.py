@@ -109,11 +109,6 @@ def line_too_long(line: int, overlong: Overlong) -> LineError:
     )
 
 
-def format_of(first_line: str, limits: Limits | None = None) -> InputFormat | None:
-    """The format a file's first line is in, or None when it is neither."""
-    return _format_of_value(json_of(first_line, 1, limits or Limits()))
-
-
 def _format_of_value(value: Any) -> InputFormat | None:
     if not isinstance(value, dict):
         return None

@@ -18,7 +18,7 @@ from batch.inputs import (
     LineError,
     RecordSettings,
     Request,
-    format_of,
+    first_format,
     openai_request,
     parse_line,
     record_request,
@@ -57,13 +57,13 @@ def image_url_of(body: dict) -> str:
     return part["image_url"]["url"]
 
 
-# --- format_of ---------------------------------------------------------------------------------------
+# --- first_format ------------------------------------------------------------------------------------
 
 
 def test_the_format_is_read_from_a_line_of_either_kind():
-    assert format_of(json.dumps(openai_line())) is OPENAI
-    assert format_of(json.dumps({"body": {}})) is OPENAI  # a bad request line is still a request line
-    assert format_of(json.dumps(record_line())) is RECORDS
+    assert first_format(1, json.dumps(openai_line())) is OPENAI
+    assert first_format(1, json.dumps({"body": {}})) is OPENAI  # a bad request line is still a request line
+    assert first_format(1, json.dumps(record_line())) is RECORDS
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,8 @@ def test_the_format_is_read_from_a_line_of_either_kind():
     ["{not json", "[1, 2]", '"a string"', "", json.dumps({"id": "r1", "question": "q"}), '{"prompt": "x"}'],
 )
 def test_a_line_of_neither_kind_has_no_format(text):
-    assert format_of(text) is None
+    with pytest.raises(InputFormatError, match="line 1 is neither"):
+        first_format(1, text)
 
 
 # --- openai_request ----------------------------------------------------------------------------------

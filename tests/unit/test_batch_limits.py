@@ -26,7 +26,7 @@ from batch.inputs import (
     LineError,
     RecordSettings,
     Request,
-    format_of,
+    first_format,
     line_too_long,
     parse_line,
     record_request,
@@ -82,7 +82,9 @@ def test_a_line_nested_1000_deep_is_an_error_naming_the_depth_limit(tmp_path, fm
     assert isinstance(error, LineError) and error.code == "invalid_json"
     assert error.message.startswith("line 3: ")
     assert f"{LIMITS.max_json_depth} levels deep" in error.message
-    assert format_of(text) is None and row_id_of(text, fmt) is None
+    assert row_id_of(text, fmt) is None
+    with pytest.raises(InputFormatError, match="levels deep"):
+        first_format(3, text)
 
 
 def test_the_depth_limit_is_the_configs(tmp_path):
