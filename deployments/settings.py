@@ -139,6 +139,18 @@ class ModelDeployment(Strict):
                 "prefix_cache_routing and stage_affinity are two request routers: set "
                 "stage_affinity.enabled: false to use prefix_cache_routing"
             )
+        if self.device == "gpu" and self.engine == "vllm" and not 0 < self.gpu_share() <= 1:
+            raise ValueError(
+                f"{self.model_id}: bundle GPU {self.gpu_share()} is not a share of one GPU: an engine worker "
+                "runs on a fraction of a GPU or a whole one (0 < GPU <= 1); more GPUs per engine are "
+                "engine_kwargs.tensor_parallel_size"
+            )
+        declared = self.env.get("VLLM_RAY_PER_WORKER_GPUS")
+        if declared is not None and (not self.shares_a_gpu() or declared != str(self.gpu_share())):
+            raise ValueError(
+                f"{self.model_id}: env.VLLM_RAY_PER_WORKER_GPUS {declared!r} differs from the bundle's GPU "
+                f"share {self.gpu_share()}; remove it: the server sets it from the bundle"
+            )
         if self.shares_a_gpu() and "kv_cache_memory_bytes" not in self.engine_kwargs:
             raise ValueError(
                 f"{self.model_id}: bundle GPU {self.gpu_share()} shares a GPU with another engine, so it "

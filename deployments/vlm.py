@@ -36,6 +36,22 @@ ENGINE_FETCHES_NOTHING: dict[str, Any] = {
 }
 ENGINE_ENV: dict[str, str] = {"VLLM_MEDIA_URL_ALLOW_REDIRECTS": "0"}
 
+# vLLM's Ray executor sizes each engine worker from VLLM_RAY_PER_WORKER_GPUS in its own process (the
+# engine runs inside the replica actor). ray.serve.llm 2.60 derives the variable from a fractional
+# bundle but hands it only to its helper tasks, not to the replica (ray-project/ray#63875): the worker
+# then asks for a whole GPU inside a fractional bundle and never starts. The replica's environment
+# carries it here; tests/integration/test_configs.py fails once ray.serve.llm does it itself.
+PER_WORKER_GPUS = "VLLM_RAY_PER_WORKER_GPUS"
+
+
+def replica_env(spec: ModelDeployment) -> dict[str, str]:
+    """The environment of the replica actor, where the engine and its executor run: the config's
+    variables, what the engines may fetch, and the bundle's share of a GPU when it is a fraction."""
+    env = {**spec.env, **ENGINE_ENV}
+    if spec.shares_a_gpu():
+        env[PER_WORKER_GPUS] = str(spec.gpu_share())
+    return env
+
 
 def engine_bundle(spec: ModelDeployment) -> dict[str, float]:
     """The placement-group bundle of one engine worker: its device plus the pin resources."""
@@ -96,7 +112,7 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
         "engine_kwargs": engine_kwargs(spec),
         "placement_group_config": {"bundle_per_worker": engine_bundle(spec)},
         "deployment_config": deployment_options(spec),
-        "runtime_env": {"env_vars": {**spec.env, **ENGINE_ENV}},
+        "runtime_env": {"env_vars": replica_env(spec)},
     }
     if spec.accelerator_type:
         kwargs["accelerator_type"] = spec.accelerator_type
