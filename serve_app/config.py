@@ -5,6 +5,7 @@ Unknown keys are errors that name the key; every default is written here, not in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -14,7 +15,7 @@ from deployments.vlm import images_per_prompt
 
 from .core.audit import AuditSettings
 from .core.decision import ClassSettings, OverloadSettings, check_floors
-from .core.options import CascadeOptions
+from .core.options import REASON_BASELINES, CascadeOptions
 from .core.plan_choice import AdaptiveSettings
 from .core.plans import Plan
 from .core.roles import LARGE, SMALL
@@ -169,10 +170,18 @@ class CascadeConfig(CascadeOptions):
         check_floors(self.overload.relax_to, self)
         return self
 
-    def request_defaults(self) -> dict[str, Any]:
-        """The defaults a request's options start from; its plan is the ingress's to set, unless the
-        request forces one."""
-        return self.model_dump(exclude={"audit", "adaptive", "overload", "eager_reasoning"})
+    def request_options(self, update: Mapping[str, Any]) -> CascadeOptions:
+        """A request's options: the server's defaults under the request's own (``update``, its policy
+        among them); its plan is the ingress's to set, unless the request forces one. The server's
+        ``stage2_answer`` is the cascade's and transfer's: the ``*-reason`` baselines keep the paper's
+        Stage 2 prompt unless the request itself names another way."""
+        defaults = self.model_dump(
+            exclude={"audit", "adaptive", "overload", "eager_reasoning", "stage2_answer"}
+        )
+        options = CascadeOptions.model_validate(defaults | dict(update))
+        if options.stage2_answer is None and options.policy not in REASON_BASELINES:
+            options = options.model_copy(update={"stage2_answer": self.stage2_answer})
+        return options
 
 
 class AppAutoscaling(Strict):

@@ -24,6 +24,9 @@ class Policy(StrEnum):
     TRANSFER = "transfer"  # the paper's "Full RT": small reasons, large always answers with it
 
 
+# The paper's 2B(R)/8B(R): one model reasons, then answers with the Stage 2 prompt unless told otherwise.
+REASON_BASELINES = frozenset({Policy.SMALL_REASON, Policy.LARGE_REASON})
+
 # Two decimal answers to a number question agree within this share of the larger, by default.
 DECIMAL_TOLERANCE = 0.01
 
@@ -121,4 +124,4 @@ class CascadeOptions(BaseModel):
     def resolved_stage2_answer(self) -> str:
         if self.stage2_answer is not None:
             return self.stage2_answer
-        return "two_stage" if self.policy in (Policy.SMALL_REASON, Policy.LARGE_REASON) else "inline"
+        return "two_stage" if self.policy in REASON_BASELINES else "inline"

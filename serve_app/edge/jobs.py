@@ -91,7 +91,7 @@ def _options(
             }
         )
     try:
-        options = CascadeOptions.model_validate(config.cascade.request_defaults() | update)
+        options = config.cascade.request_options(update)
     except ValidationError as exc:
         message, field = describe_validation_error(exc)
         raise RequestError(message, param=field, code="invalid_options") from None
