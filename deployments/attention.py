@@ -10,6 +10,10 @@ The prefill never holds an attention matrix: every layer runs PyTorch's scaled-d
 and the one layer read also computes the softmax row of the final position (``last_row_attention``,
 as transformers' eager attention computes it), so memory grows with the sequence, not its square.
 
+The scorer sees an image as the engine it scores for does: its processor is loaded with the engine's
+``mm_processor_kwargs`` (``load_processor``), and its weights are in bfloat16 on a GPU, float32 on the
+CPU, unless a dtype is set (``scorer_dtype``).
+
 ``ReasoningScorer`` is the plain class, no Ray here; ``deployments/scorer.py`` is the Ray Serve
 deployment around it, so the ingress stays light.
 """
@@ -20,11 +24,13 @@ import base64
 import io
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 GAP = " … "  # between runs of kept tokens that were not adjacent
 TORCH_DEVICES = {"cpu": "cpu", "gpu": "cuda"}  # the configuration's device names -> torch's
+DEFAULT_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}  # by torch device, when no dtype is set
+DTYPES = ("float32", "bfloat16", "float16")  # the torch dtypes a scorer may load its weights in
 ATTENTION = "mai_last_row"  # the attention implementation registered below, by this name
 
 _capture = threading.local()  # per calling thread: the attention module read and the row it gave
@@ -36,6 +42,25 @@ def torch_device(device: str) -> str:
     if device not in TORCH_DEVICES:
         raise ValueError(f"scorer device must be one of {sorted(TORCH_DEVICES)}, got {device!r}")
     return TORCH_DEVICES[device]
+
+
+def scorer_dtype(device: str, dtype: str | None = None) -> str:
+    """The torch dtype the scorer loads its weights in: ``dtype`` when set, else bfloat16 on a GPU (the
+    engines' dtype for the released checkpoints) and float32 on the CPU."""
+    chosen = DEFAULT_DTYPES[torch_device(device)] if dtype is None else dtype
+    if chosen not in DTYPES:
+        raise ValueError(f"scorer dtype must be one of {list(DTYPES)}, got {chosen!r}")
+    return chosen
+
+
+def load_processor(source: str, mm_processor_kwargs: Mapping[str, Any] | None = None):
+    """The checkpoint's processor under the engine's ``mm_processor_kwargs``, given to
+    ``from_pretrained`` as vLLM gives them (``cached_processor_from_config``): Qwen3-VL's ``max_pixels``
+    and ``min_pixels`` become its image processor's size, so an image costs the scorer the tokens it
+    costs the engine."""
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(source, **dict(mm_processor_kwargs or {}))
 
 
 def select_by_mass(weights: Sequence[float], delta: float) -> list[int]:
@@ -113,19 +138,26 @@ class ReasoningScorer:
     MARK = "\u0000MAI-REASONING\u0000"
 
     def __init__(
-        self, source: str, *, device: str = "cpu", dtype: str = "float32", max_reasoning_tokens: int = 4096
+        self,
+        source: str,
+        *,
+        device: str = "cpu",
+        dtype: str | None = None,
+        max_reasoning_tokens: int = 4096,
+        mm_processor_kwargs: Mapping[str, Any] | None = None,
     ):
         import torch
-        from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+        from transformers import Qwen3VLForConditionalGeneration
 
         register_attention()
         self.torch = torch
         self.device = torch_device(device)
+        self.dtype = scorer_dtype(device, dtype)
         self.max_reasoning_tokens = max_reasoning_tokens
-        self.processor = AutoProcessor.from_pretrained(source)
+        self.processor = load_processor(source, mm_processor_kwargs)
         self.model = (
             Qwen3VLForConditionalGeneration.from_pretrained(
-                source, attn_implementation=ATTENTION, dtype=getattr(torch, dtype)
+                source, attn_implementation=ATTENTION, dtype=getattr(torch, self.dtype)
             )
             .to(self.device)  # type: ignore[arg-type]  # transformers' stub types .to as the model's own call
             .eval()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from ray import serve
 
@@ -16,17 +17,26 @@ logger = logging.getLogger("ray.serve")
 
 @serve.deployment(name="AttentionScorer", ray_actor_options={"num_cpus": 0})
 class AttentionScorer:
-    """One prefill per call; CPU or GPU per its settings."""
+    """One prefill per call; CPU or GPU per its settings. ``mm_processor_kwargs``: those of the engine
+    whose checkpoint it scores with, so that an image costs it the tokens it costs that engine."""
 
-    def __init__(self, settings: ScorerSettings, source: str):
+    def __init__(
+        self, settings: ScorerSettings, source: str, mm_processor_kwargs: dict[str, Any] | None = None
+    ):
         self.scorer = ReasoningScorer(
             source,
             device=settings.device,
             dtype=settings.dtype,
             max_reasoning_tokens=settings.max_reasoning_tokens,
+            mm_processor_kwargs=mm_processor_kwargs,
         )
         logger.info(
-            "AttentionScorer loaded %s on %s (%d layers)", source, settings.device, self.scorer.layers
+            "AttentionScorer loaded %s on %s in %s (%d layers), processor kwargs %s",
+            source,
+            settings.device,
+            self.scorer.dtype,
+            self.scorer.layers,
+            mm_processor_kwargs or {},
         )
 
     async def check_health(self) -> None:

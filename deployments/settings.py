@@ -226,7 +226,14 @@ class ScorerSettings(Strict):
 
     source: str | None = Field(None, description="a Qwen3-VL checkpoint; default: the small model's source")
     device: Literal["cpu", "gpu"] = Field("cpu", description="gpu: torch's cuda device")
-    dtype: str = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="torch dtype of the weights; default bfloat16 on gpu, float32 on cpu"
+    )
+    mm_processor_kwargs: dict[str, Any] | None = Field(
+        None,
+        description="the scorer's processor arguments, as an engine's engine_kwargs.mm_processor_kwargs; "
+        "default: those of the model whose checkpoint it scores with",
+    )
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     max_reasoning_tokens: int = Field(4096, ge=1)

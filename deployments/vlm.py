@@ -8,6 +8,7 @@ request's stages on one replica per model. This module only turns our validated 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .settings import ModelDeployment, ScorerSettings
@@ -21,6 +22,10 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "enable_prompt_tokens_details": True,  # report cached prompt tokens in usage
     # A cascade request carries one image and never a video: vLLM then profiles no video at start.
     "limit_mm_per_prompt": {"image": 1, "video": 0},
+    # Sampling is what the request says: vLLM's "auto" would take the checkpoint's generation_config.json
+    # as every request's defaults (the released Qwen3-VL: temperature 0.7, top_k 20, top_p 0.8;
+    # configs/checkpoints/README.md), and a request never sends top_k.
+    "generation_config": "vllm",
 }
 
 
@@ -144,12 +149,14 @@ def build_emulated_deployment(spec: ModelDeployment, role: str):
     ).bind(spec.emulation, role, spec.model_id)
 
 
-def build_scorer_deployment(settings: ScorerSettings, source: str):
+def build_scorer_deployment(
+    settings: ScorerSettings, source: str, mm_processor_kwargs: Mapping[str, Any] | None = None
+):
     """The AttentionScorer for sparse reasoning transfer (deployments/scorer.py), scoring with the
-    checkpoint at ``source``."""
+    checkpoint at ``source``, its processor under ``mm_processor_kwargs`` (the engine's image budget)."""
     from .scorer import AttentionScorer
 
     return AttentionScorer.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         autoscaling_config=settings.autoscaling.to_serve(),
         ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
-    ).bind(settings, source)
+    ).bind(settings, source, dict(mm_processor_kwargs or {}))

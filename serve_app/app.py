@@ -41,7 +41,9 @@ def build_ingress(
 def build_scorer(config: AppConfig) -> Application | None:
     if not config.transfer_selection.attention:
         return None
-    return build_scorer_deployment(config.transfer_selection.scorer, config.scorer_source())
+    return build_scorer_deployment(
+        config.transfer_selection.scorer, config.scorer_source(), config.scorer_mm_processor_kwargs()
+    )
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -299,6 +299,17 @@ class AppConfig(Strict):
             )
         return self
 
+    def scorer_mm_processor_kwargs(self) -> dict[str, Any]:
+        """The scorer's processor arguments: its own, else those of the model whose checkpoint it
+        scores with, so that an image costs it what it costs that engine."""
+        scorer = self.transfer_selection.scorer
+        if scorer.mm_processor_kwargs is not None:
+            return dict(scorer.mm_processor_kwargs)
+        for model in (self.small, self.large):
+            if (scorer.source or self.small.source) == model.source:
+                return dict(model.engine_kwargs.get("mm_processor_kwargs") or {})
+        return {}
+
     def scorer_source(self) -> str:
         """The scorer's checkpoint: its own source, else the small model's (a local folder resolved)."""
         source = self.transfer_selection.scorer.source or self.small.source

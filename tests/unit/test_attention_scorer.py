@@ -1,6 +1,7 @@
-"""The attention scorer's prefill: the configured device names torch's, and the one attention row it
-reads (scaled-dot-product attention everywhere, one softmax row at one layer) gives the scores the
-full attention matrices of transformers' eager attention give, on the tiny Qwen3-VL checkpoint."""
+"""The attention scorer's prefill: the configured device names torch's, its dtype follows the device
+unless set, its processor sees an image under the engine's mm_processor_kwargs, and the one attention
+row it reads (scaled-dot-product attention everywhere, one softmax row at one layer) gives the scores
+the full attention matrices of transformers' eager attention give, on the tiny Qwen3-VL checkpoint."""
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -9,14 +10,24 @@ from typing import get_args
 
 import pytest
 
-from deployments.attention import last_row_attention, select_by_mass, torch_device
+from deployments.attention import (
+    last_row_attention,
+    load_processor,
+    scorer_dtype,
+    select_by_mass,
+    torch_device,
+)
 from deployments.settings import ScorerSettings
+from serve_app.engines.image_budget import image_budget
 
 from ..images import data_url
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "models" / "tiny-small"
 REASONING = "The shape in the image is a red circle. Its colour is red, so the answer is yes. [[Yes]]"
+# An engine's mm_processor_kwargs at the tiny checkpoint's scale: half its processor's 16,384 pixels.
+ENGINE_KWARGS = {"max_pixels": 8192, "min_pixels": 4096}
+BIG = (640, 480)  # more pixels than either bound
 
 
 # ---------------------------------------------------------------- device names
@@ -33,6 +44,46 @@ def test_every_device_the_scorer_settings_accept_has_a_torch_name():
     devices = get_args(ScorerSettings.model_fields["device"].annotation)
     assert set(devices) == {"cpu", "gpu"}
     assert {device: torch_device(device) for device in devices} == {"cpu": "cpu", "gpu": "cuda"}
+
+
+# ---------------------------------------------------------------- dtype
+
+
+def test_the_dtype_is_bfloat16_on_a_gpu_and_float32_on_the_cpu_unless_set():
+    assert scorer_dtype("gpu") == "bfloat16"
+    assert scorer_dtype("cpu") == "float32"
+    assert scorer_dtype("gpu", "float32") == "float32"
+    assert scorer_dtype("cpu", "bfloat16") == "bfloat16"
+    with pytest.raises(ValueError, match=r"one of \['float32', 'bfloat16', 'float16'\], got 'fp8'"):
+        scorer_dtype("gpu", "fp8")
+    with pytest.raises(ValueError, match="got 'cuda'"):
+        scorer_dtype("cuda")
+
+
+# ---------------------------------------------------------------- the processor's image budget
+
+
+def image_tokens(processor, size: tuple[int, int]) -> int:
+    """The image tokens of a ``size`` image in the scorer's prompt, as ``processor`` makes them."""
+    from PIL import Image
+
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Is the shape red?"}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    inputs = processor(text=[text], images=[Image.new("RGB", size, (200, 30, 30))], return_tensors="pt")
+    return int((inputs.input_ids == processor.image_token_id).sum())
+
+
+def test_the_processor_honours_the_engines_max_pixels():
+    released = load_processor(str(TINY))
+    engine = load_processor(str(TINY), ENGINE_KWARGS)
+    budget = image_budget(released.image_processor, ENGINE_KWARGS)  # what the engine allows an image
+    assert (budget.max_pixels, budget.max_tokens) == (8192, 8)
+    assert 0 < image_tokens(engine, BIG) <= budget.max_tokens
+    assert image_tokens(released, BIG) > budget.max_tokens  # without them the image costs more
+    assert image_tokens(released, BIG) <= image_budget(released.image_processor).max_tokens
 
 
 # ---------------------------------------------------------------- one attention row
@@ -71,6 +122,18 @@ def scorer():
 
     assert (TINY / "config.json").exists(), "build the tiny models first: mai-build-tiny --out models"
     return ReasoningScorer(str(TINY), max_reasoning_tokens=512)
+
+
+def test_the_scorer_reads_an_image_under_its_mm_processor_kwargs_in_float32_on_the_cpu():
+    from deployments.attention import ReasoningScorer
+
+    scorer = ReasoningScorer(str(TINY), max_reasoning_tokens=64, mm_processor_kwargs=ENGINE_KWARGS)
+    assert (scorer.dtype, str(scorer.model.dtype)) == ("float32", "torch.float32")
+    ids = scorer.processor.tokenizer(REASONING, add_special_tokens=False).input_ids
+    inputs, _ = scorer.inputs(data_url(size=BIG), "Is the shape red?", ids)
+    tokens = int((inputs["input_ids"] == scorer.processor.image_token_id).sum())
+    assert 0 < tokens <= 8
+    assert int(inputs["image_grid_thw"].prod()) // 4 == tokens  # 2x2 patches merge into one token
 
 
 @pytest.fixture(scope="module")

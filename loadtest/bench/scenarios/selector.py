@@ -34,8 +34,8 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     deploy(args)
     handle = deployment_handle("AttentionScorer")
     # In process, the very checkpoint the served AttentionScorer loads.
-    source = load_app_config(args).scorer_source()
-    scorer = ReasoningScorer(source)
+    config = load_app_config(args)
+    scorer = ReasoningScorer(config.scorer_source(), mm_processor_kwargs=config.scorer_mm_processor_kwargs())
     image, question = records[0]["image"], "What is the value of the red bar?"
     sentence = "the red bar is taller than the blue bar so the answer is 42"
     repeats = parameters.repeats
@@ -63,7 +63,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
         "repeats": repeats,
         "delta": 0.8,
         "by_reasoning_tokens": rows,
-        "scorer_checkpoint": source,
+        "scorer_checkpoint": config.scorer_source(),
         "note": "the demo small model's checkpoint on 2 CPU cores: costs, not accuracy",
     }
 
