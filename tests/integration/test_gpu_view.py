@@ -1,0 +1,62 @@
+"""The engine each GPU config gets on a GPU, built by vLLM's own config code with its CUDA platform
+describing the GPU (serve_app/engines/gpu_view.py), in the replica's environment, with the usage
+context ray.serve.llm's replica uses; and the fallbacks docs/deploying.md names doing what it says."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serve_app.engines.engine_check import check_config, main
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINTS = ROOT / "configs" / "checkpoints"
+RELEASED = {"small": str(CHECKPOINTS / "qwen3-vl-2b"), "large": str(CHECKPOINTS / "qwen3-vl-8b")}
+RELEASED_SAMPLING = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.0}
+
+
+def serve_config(name: str) -> dict:
+    return yaml.safe_load((ROOT / "configs" / name).read_text())
+
+
+@pytest.mark.parametrize(("name", "share"), [("mai.yaml", 1.0), ("mai-1gpu.yaml", 0.49)])
+def test_a_gpu_config_on_an_h100(name, share):
+    result = check_config(serve_config(name), RELEASED, gpu="H100")
+    for role in ("small", "large"):
+        view = result["models"][role]["on_gpu"]
+        assert view["device"] == "cuda"
+        assert view["runner"] == "v2" and view["async_scheduling"] is True
+        # The OpenAI server's usage context on a 70+ GiB GPU (the offline LLM class would get 16,384).
+        assert view["max_num_batched_tokens"] == 8192
+        assert view["compilation_mode"] == "VLLM_COMPILE" and view["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+        assert view["executor"] == "ray (RayExecutorV2)"
+        assert view["per_worker_gpus"] == share  # what the executor reads in the replica's process
+        assert view["generation_config"] == "vllm"  # sampling is the request's
+        assert view["checkpoint_sampling_defaults"] == RELEASED_SAMPLING  # what "auto" would have added
+
+
+def test_on_an_l4_the_batched_token_budget_is_the_smaller_gpus():
+    result = check_config(serve_config("mai.yaml"), RELEASED, gpu="L4")
+    assert result["models"]["large"]["on_gpu"]["max_num_batched_tokens"] == 2048
+
+
+def test_the_documented_fallbacks_turn_off_what_they_name():
+    config = serve_config("mai-1gpu.yaml")
+    large = config["applications"][0]["args"]["large"]
+    large["engine_kwargs"] |= {"enforce_eager": True, "async_scheduling": False}
+    large["env"] = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    view = check_config(config, RELEASED, gpu="H100")["models"]["large"]["on_gpu"]
+    assert view["enforce_eager"] is True and view["cudagraph_mode"] == "NONE"
+    assert view["async_scheduling"] is False
+    assert view["runner"] == "v1"
+
+
+def test_mai_check_config_prints_the_gpu_engine_and_refuses_what_cannot_be_placed(tmp_path, capsys):
+    checkpoints = [f"--checkpoint={role}={path}" for role, path in RELEASED.items()]
+    assert main([str(ROOT / "configs" / "mai-1gpu.yaml"), *checkpoints, "--gpus", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "on H100: runner v2, async scheduling on, 8192 batched tokens" in out
+    assert "at 0.49 GPU per worker, KV 24 GiB fixed" in out and "top_k 20" in out
+    assert main([str(ROOT / "configs" / "mai.yaml"), *checkpoints, "--gpus", "2", "--no-gpu-view"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "ask for 8 GPUs" in line and "wait forever" in line
