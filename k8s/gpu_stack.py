@@ -16,6 +16,10 @@ checks, each a pure function of the report's summary, pyproject.toml and the Doc
 - the gpu extra's Ray is the cpu extra's;
 - the summary was resolved from the gpu extra as it stands, and resolved each pin to its version;
 - no resolved package is named for another CUDA major, except those in TOLERATED (each with its reason).
+
+Beside the checks it reports what Ray's llm extra would ask for (k8s/ray_llm_pins.py): the image runs
+ray[serve] with the gpu extra's vLLM, not ray[llm]'s pin (docs/deploying.md says why). The summary keeps
+that report (``ray_llm_extra``), and a check holds it to what Ray's requirements give.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from ray_llm_pins import check_ray_llm_extra, ray_llm_extra, report_lines  # k8s/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -101,7 +106,7 @@ def base_image(dockerfile: str) -> BaseImage:
 
 def exact_pins(requirements: list[str]) -> dict[str, str]:
     """name -> version for each requirement pinned with ``==`` (others are left out)."""
-    pins = {}
+    pins: dict[str, str] = {}
     for text in requirements:
         requirement = Requirement(text)
         specs = list(requirement.specifier)
@@ -169,13 +174,16 @@ def stack_majors(summary: Mapping[str, Any]) -> set[int]:
 
 def summarize(report: Mapping[str, Any], requirements: list[str], python: str) -> dict[str, Any]:
     """The committed form of pip's report: what was asked, for what, and what it resolved to."""
-    packages = {}
+    packages: dict[str, str] = {}
     requires = {}
+    ray_requires: list[str] = []
     for item in report["install"]:
         name = canonicalize_name(item["metadata"]["name"])
         packages[name] = item["metadata"]["version"]
         if name in STACK:
             requires[name] = list(item["metadata"].get("requires_dist") or [])
+        if name == "ray":
+            ray_requires = list(item["metadata"].get("requires_dist") or [])
     missing = [name for name in STACK if name not in requires]
     if missing:
         raise ValueError(f"pip's report resolved no {', '.join(missing)}")
@@ -188,6 +196,7 @@ def summarize(report: Mapping[str, Any], requirements: list[str], python: str) -
         "requirements": requirements,
         "packages": dict(sorted(packages.items())),
         "requires_dist": requires,
+        "ray_llm_extra": ray_llm_extra(ray_requires, packages, target_environment(python)),
     }
 
 
@@ -297,6 +306,7 @@ def check_all(summary: Mapping[str, Any], pyproject: Mapping[str, Any], dockerfi
         + check_torch_pins(summary, gpu_pins)
         + check_ray_pins(pyproject)
         + check_other_majors(summary)
+        + check_ray_llm_extra(summary)
     )
 
 
@@ -355,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(summary['packages'])} packages: consistent",
             file=sys.stderr,
         )
+    for line in report_lines(summary["ray_llm_extra"]) if "ray_llm_extra" in summary else []:
+        print(f"gpu stack: {line}", file=sys.stderr)
     return 1 if problems else 0
 
 

@@ -1,6 +1,7 @@
 """The KubeRay artifacts: the RayService is rendered from configs/mai.yaml (no drift), validates against
 KubeRay's RayService CRD schema, and its names, ports, pins and image tags agree with each other, with
-the Dockerfile and with the project's pins."""
+the Dockerfile and with the project's pins; every pod has /dev/shm in memory, sized for what uses it, and
+every GPU pod keeps its checkpoints and compile artefacts on the model cache claim."""
 
 import copy
 import json
@@ -12,7 +13,17 @@ import jsonschema
 import pytest
 import yaml
 
-from .kuberay import ROOT, crd_schema, load_render
+from .kuberay import (
+    ROOT,
+    check_model_cache,
+    check_shared_memory,
+    crd_schema,
+    gpu_groups,
+    load_render,
+    mounted,
+    quantity_bytes,
+    vllm_message_queue_bytes,
+)
 
 CRD = "ray.io_rayservices.yaml"  # vendored: KubeRay commit feeaf72
 
@@ -21,6 +32,7 @@ MANIFEST = yaml.safe_load((ROOT / "k8s" / "rayservice.yaml").read_text())
 SERVE = yaml.safe_load(MANIFEST["spec"]["serveConfigV2"])
 CLUSTER = MANIFEST["spec"]["rayClusterConfig"]
 GROUPS = {group["groupName"]: group for group in CLUSTER["workerGroupSpecs"]}
+MODEL_CACHE = yaml.safe_load((ROOT / "k8s" / "model-cache.yaml").read_text())
 
 
 def ray_pin() -> str:
@@ -202,3 +214,65 @@ def test_the_image_copies_every_package_serve_and_mai_batch_import():
     )
     assert {"serve_app", "batch", "evaluation", "harness", "deployments"} <= imported
     assert imported <= copied, f"imported but not copied into the image: {sorted(imported - copied)}"
+
+
+def test_every_pod_has_dev_shm_in_memory_sized_for_the_object_store_and_vllms_queues():
+    assert set(gpu_groups(CLUSTER)) == {"small-gpu", "large-gpu"}
+    check_shared_memory(CLUSTER)
+    # what the GPU pods' limit holds beside the object store: one engine's two queues, 160 and 240 MiB
+    assert vllm_message_queue_bytes() == (16 + 24) * 10 * 2**20
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda pod, container: pod.pop("volumes"),
+        lambda pod, container: pod["volumes"][0]["emptyDir"].pop("medium"),
+        lambda pod, container: pod["volumes"][0]["emptyDir"].pop("sizeLimit"),
+        lambda pod, container: pod["volumes"][0]["emptyDir"].update(sizeLimit="8Gi"),  # the store alone
+        lambda pod, container: container["volumeMounts"].pop(0),
+    ],
+)
+def test_the_shared_memory_check_fails_a_gpu_pod_without_enough_of_it(breakage):
+    cluster = copy.deepcopy(CLUSTER)
+    pod = cluster["workerGroupSpecs"][1]["template"]["spec"]
+    assert pod["volumes"][0]["name"] == "shm" and pod["containers"][0]["volumeMounts"][0]["name"] == "shm"
+    breakage(pod, pod["containers"][0])
+    with pytest.raises((AssertionError, KeyError)):
+        check_shared_memory(cluster)
+
+
+def test_every_gpu_pod_mounts_the_model_cache_claim_at_its_hf_home():
+    spec = MODEL_CACHE["spec"]
+    assert (
+        MODEL_CACHE["kind"] == "PersistentVolumeClaim"
+        and MODEL_CACHE["metadata"]["name"] == "mai-model-cache"
+    )
+    # pods on several nodes share it; the storage class is the user's (the file documents the choice)
+    assert spec["accessModes"] == ["ReadWriteMany"] and "storageClassName" not in spec
+    # both checkpoints in bf16 (4.3 GB and 17.5 GB) twice over, one revision beside the next
+    assert quantity_bytes(spec["resources"]["requests"]["storage"]) >= 2 * (4.3 + 17.5) * 10**9
+    check_model_cache(CLUSTER, MODEL_CACHE)
+    for group in gpu_groups(CLUSTER).values():  # the image's ray user (gid 100) may write to it
+        assert group["template"]["spec"]["securityContext"]["fsGroup"] == 100
+    # the head runs no engine: no checkpoint, no cache
+    [head] = CLUSTER["headGroupSpec"]["template"]["spec"]["containers"]
+    assert "/model-cache" not in mounted(CLUSTER["headGroupSpec"], head)
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda env, pod: env.remove(next(e for e in env if e["name"] == "HF_HOME")),
+        lambda env, pod: next(e for e in env if e["name"] == "HF_HOME").update(value="/root/.cache/hf"),
+        lambda env, pod: next(e for e in env if e["name"] == "VLLM_CACHE_ROOT").update(value="/tmp/vllm"),
+        lambda env, pod: pod["volumes"][1]["persistentVolumeClaim"].update(claimName="other"),
+    ],
+)
+def test_the_model_cache_check_fails_a_pod_whose_caches_miss_the_claim(breakage):
+    cluster = copy.deepcopy(CLUSTER)
+    pod = cluster["workerGroupSpecs"][0]["template"]["spec"]
+    assert pod["volumes"][1]["name"] == "model-cache"
+    breakage(pod["containers"][0]["env"], pod)
+    with pytest.raises(AssertionError):
+        check_model_cache(cluster, MODEL_CACHE)

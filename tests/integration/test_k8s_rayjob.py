@@ -1,7 +1,7 @@
 """The KubeRay RayJob that runs mai-batch: rendered from its template, the RayService's and configs/mai.yaml
 (no drift), valid against KubeRay's RayJob CRD schema, on the RayService's cluster (image, groups, pins,
-resources) with the batch storage mounted, and running the ``mai-batch`` console script on the
-RayService's pinned application."""
+resources, /dev/shm and the model cache) with the batch storage mounted, and running the ``mai-batch``
+console script on the RayService's pinned application."""
 
 import copy
 import inspect
@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from .kuberay import ROOT, crd_schema, load_render
+from .kuberay import ROOT, check_model_cache, check_shared_memory, crd_schema, load_render
 
 CRD = "ray.io_rayjobs.yaml"  # vendored: KubeRay commit feeaf72, the RayService CRD's
 
@@ -208,7 +208,23 @@ def test_the_batch_cluster_leaves_the_rayservices_template_alone():
     assert cluster == before and batch != before
 
 
+def test_the_jobs_pods_have_dev_shm_in_memory_and_the_gpu_pods_the_model_cache():
+    check_shared_memory(JOB_CLUSTER)
+    cache = yaml.safe_load((ROOT / "k8s" / "model-cache.yaml").read_text())
+    check_model_cache(JOB_CLUSTER, cache)
+    # beside the batch data: the GPU pods mount both claims, each once
+    for group in JOB_CLUSTER["workerGroupSpecs"]:
+        claims = [
+            volume["persistentVolumeClaim"]["claimName"]
+            for volume in group["template"]["spec"]["volumes"]
+            if "persistentVolumeClaim" in volume
+        ]
+        assert sorted(claims) == sorted(
+            [cache["metadata"]["name"], STORAGE["PersistentVolumeClaim"]["metadata"]["name"]]
+        )
+
+
 def test_the_docs_apply_the_files_that_exist():
     text = (ROOT / "docs" / "deploying.md").read_text()
-    for name in ("k8s/batch-data.yaml", "k8s/rayjob.yaml"):
+    for name in ("k8s/batch-data.yaml", "k8s/rayjob.yaml", "k8s/model-cache.yaml"):
         assert f"kubectl apply -f {name}" in text and Path(ROOT / name).is_file()
