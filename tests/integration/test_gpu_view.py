@@ -44,11 +44,12 @@ def test_the_documented_fallbacks_turn_off_what_they_name():
     config = serve_config("mai-1gpu.yaml")
     large = config["applications"][0]["args"]["large"]
     large["engine_kwargs"] |= {"enforce_eager": True, "async_scheduling": False}
-    large["env"] = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    large["env"] = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}
     view = check_config(config, RELEASED, gpu="H100")["models"]["large"]["on_gpu"]
     assert view["enforce_eager"] is True and view["cudagraph_mode"] == "NONE"
     assert view["async_scheduling"] is False
     assert view["runner"] == "v1"
+    assert view["executor"] == "ray (RayDistributedExecutor)"
 
 
 def test_mai_check_config_prints_the_gpu_engine_and_refuses_what_cannot_be_placed(tmp_path, capsys):
