@@ -37,7 +37,8 @@ from deployments.vlm import PER_WORKER_GPUS, llm_config_kwargs, replica_env
 from ..config import AppConfig, ModelDeployment, check_application
 from ..core.roles import ROLES
 from .generation_defaults import generation_defaults
-from .gpu_view import DEFAULT_GPU, GPUS, MiB, gpu_view
+from .gpu_view import gpu_view
+from .gpus import DEFAULT_GPU, GPU_MEMORY, GPUS
 from .inventory import manifest_groups, one_host
 from .model_limits import _image_processor, context_budgets, prompt_bytes_left
 from .placement import NodeGroup, engine_asks, placement_problems
@@ -108,8 +109,7 @@ def check_config(
     config = check_application(application)
     config = with_checkpoints(config, checkpoints)
     if inventory is not None:
-        memory = {kind: mib * MiB for kind, (_, mib, _) in GPUS.items()}
-        problems = placement_problems(engine_asks(config), inventory, memory)
+        problems = placement_problems(engine_asks(config), inventory, GPU_MEMORY)
         if problems:
             raise ValueError("; ".join(problems))
     processors = [_image_processor(model) for model in (config.small, config.large)]

@@ -24,17 +24,7 @@ import sys
 import types
 from typing import Any
 
-MiB = 1 << 20
-# Name as NVML reports it, total memory (MiB, as nvidia-smi shows it), compute capability.
-GPUS: dict[str, tuple[str, int, tuple[int, int]]] = {
-    "H100": ("NVIDIA H100 80GB HBM3", 81559, (9, 0)),
-    "H200": ("NVIDIA H200", 143771, (9, 0)),
-    "A100": ("NVIDIA A100-SXM4-80GB", 81920, (8, 0)),
-    "L40S": ("NVIDIA L40S", 46068, (8, 9)),
-    "L4": ("NVIDIA L4", 23034, (8, 9)),
-    "A10G": ("NVIDIA A10G", 23028, (8, 6)),
-}
-DEFAULT_GPU = "H100"  # the paper's
+from .gpus import GPUS
 
 
 def gpu_view(
@@ -67,7 +57,8 @@ def _last_error(stderr: str) -> str:
 
 def _describe_gpu(gpu: str) -> None:
     """Make vLLM's current platform a CUDA platform describing ``gpu``; before vLLM is imported."""
-    name, memory_mib, capability = GPUS[gpu]
+    name, _, capability = GPUS[gpu]
+    memory_bytes = GPUS[gpu].memory_bytes
     for module in ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn"):
         sys.modules[module] = _Absent(module)
     import vllm.platforms as platforms
@@ -85,7 +76,7 @@ def _describe_gpu(gpu: str) -> None:
 
         @classmethod
         def get_device_total_memory(cls, device_id: int = 0) -> int:
-            return memory_mib * MiB
+            return memory_bytes
 
         @classmethod
         def is_fully_connected(cls, device_ids: list[int]) -> bool:

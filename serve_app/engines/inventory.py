@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .gpu_view import GPUS
+from .gpus import GPUS
 from .placement import NodeGroup
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"

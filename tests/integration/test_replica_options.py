@@ -76,3 +76,18 @@ def test_a_share_that_cannot_work_is_refused_naming_the_numbers(change, refusal)
     args["small"] = args["small"] | change
     with pytest.raises(ValueError, match=refusal):
         load_app_config(args)
+
+
+def test_a_kv_budget_over_the_memory_share_of_the_named_gpu_is_refused_at_start():
+    args = app_args("mai-1gpu.yaml")
+    small = args["small"]
+    small["engine_kwargs"] = small["engine_kwargs"] | {"kv_cache_memory_bytes": 24 * 2**30}
+    assert load_app_config(args)  # no GPU named: the check waits for mai-check-config --gpu
+    args["small"] = small | {"accelerator_type": "H100"}
+    with pytest.raises(
+        ValueError,
+        match=r"bytes 24.0 GiB does not fit gpu_memory_utilization 0.25 of a H100 \(19.9 GiB\)",
+    ):
+        load_app_config(args)
+    args["small"]["engine_kwargs"]["gpu_memory_utilization"] = 0.35  # 27.9 GiB: fits (and 0.35 + 0.62 < 1)
+    assert load_app_config(args).small.accelerator_type == "H100"

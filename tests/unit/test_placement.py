@@ -7,12 +7,12 @@ import pytest
 import yaml
 
 from serve_app.config import load_app_config
-from serve_app.engines.gpu_view import GPUS, MiB
+from serve_app.engines.gpus import GPU_MEMORY
 from serve_app.engines.inventory import gpu_kind, manifest_groups, one_host
 from serve_app.engines.placement import Ask, NodeGroup, engine_asks, placement_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-MEMORY = {kind: mib * MiB for kind, (_, mib, _) in GPUS.items()}
+MEMORY = GPU_MEMORY
 GiB = 1 << 30
 
 
