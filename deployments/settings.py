@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .gpus import GPUS
 from .paper_profile import Dataset, ModelSize
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +163,15 @@ class ModelDeployment(Strict):
             raise ValueError(
                 f"{self.model_id}: engine_kwargs.kv_cache_memory_bytes must be a positive number of bytes, "
                 f"got {budget!r}"
+            )
+        gpu = GPUS.get(self.accelerator_type or "")
+        share = float(self.engine_kwargs.get("gpu_memory_utilization", 0.9))
+        if budget is not None and gpu is not None and budget >= share * gpu.memory_bytes:
+            # vLLM would refuse it only once the engine has loaded its weights.
+            raise ValueError(
+                f"{self.model_id}: engine_kwargs.kv_cache_memory_bytes {budget / 2**30:.1f} GiB does not fit "
+                f"gpu_memory_utilization {share} of a {self.accelerator_type} "
+                f"({share * gpu.memory_bytes / 2**30:.1f} GiB) beside the weights"
             )
         fetching = sorted(set(self.engine_kwargs) & {"allowed_media_domains", "allowed_local_media_path"})
         if fetching:

@@ -21,7 +21,6 @@ from .core.plans import Plan
 from .core.roles import LARGE, SMALL
 from .core.scaling import ScalingPolicy
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
-from .engines.gpus import GPUS
 
 # The application-level autoscaling policy of ``autoscaling.policy: coupled``: Ray Serve reads it from
 # the application's entry in a config file (beside ``args``), never from the builder.
@@ -258,24 +257,6 @@ class AppConfig(Strict):
                 f"{' + '.join(f'{key} ({value})' for key, value in shares.items())} exceed one GPU: both "
                 "engines share it (fractional GPU bundles), and each needs its share free at start"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _kv_budgets_fit_their_gpu(self) -> AppConfig:
-        """A fixed KV budget must fit the memory share the engine claims of the GPU it names
-        (``accelerator_type``), beside the weights: vLLM would refuse it only once the engine starts."""
-        for role, model in ((SMALL, self.small), (LARGE, self.large)):
-            budget = model.engine_kwargs.get("kv_cache_memory_bytes")
-            gpu = GPUS.get(model.accelerator_type or "")
-            if budget is None or gpu is None:
-                continue
-            share = float(model.engine_kwargs.get("gpu_memory_utilization", 0.9))
-            if budget >= share * gpu.memory_bytes:
-                raise ValueError(
-                    f"{role}.engine_kwargs.kv_cache_memory_bytes {budget / 2**30:.1f} GiB does not fit "
-                    f"gpu_memory_utilization {share} of a {model.accelerator_type} "
-                    f"({share * gpu.memory_bytes / 2**30:.1f} GiB) beside the weights"
-                )
         return self
 
     @model_validator(mode="after")

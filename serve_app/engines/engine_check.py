@@ -32,13 +32,13 @@ from typing import Any
 
 import yaml
 
+from deployments.gpus import DEFAULT_GPU, GPU_MEMORY, GPUS
 from deployments.vlm import PER_WORKER_GPUS, llm_config_kwargs, replica_env
 
 from ..config import AppConfig, ModelDeployment, check_application
 from ..core.roles import ROLES
 from .generation_defaults import generation_defaults
 from .gpu_view import gpu_view
-from .gpus import DEFAULT_GPU, GPU_MEMORY, GPUS
 from .inventory import manifest_groups, one_host
 from .model_limits import _image_processor, context_budgets, prompt_bytes_left
 from .placement import NodeGroup, engine_asks, placement_problems

@@ -24,7 +24,7 @@ import sys
 import types
 from typing import Any
 
-from .gpus import GPUS
+from deployments.gpus import GPUS
 
 
 def gpu_view(

@@ -7,7 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .gpus import GPUS
+from deployments.gpus import GPUS
+
 from .placement import NodeGroup
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"

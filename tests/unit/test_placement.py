@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from deployments.gpus import GPU_MEMORY
 from serve_app.config import load_app_config
-from serve_app.engines.gpus import GPU_MEMORY
 from serve_app.engines.inventory import gpu_kind, manifest_groups, one_host
 from serve_app.engines.placement import Ask, NodeGroup, engine_asks, placement_problems
 
