@@ -57,8 +57,9 @@ class LLMServerClient:
             stream=False,
             request_id=engine_request_id(call),
             **self._sampling(decoding),
-            # An audit's calls wait behind served ones (scheduling_policy: priority, checked at start).
-            **({"priority": call.audit_priority} if call.audit_priority else {}),
+            # Lower runs first (scheduling_policy: priority): audits behind served calls, a key's flood
+            # behind another key's trickle.
+            **({"priority": call.priority} if call.priority else {}),
             # The answer's closed form (core/answer_forms.py), as vLLM's structured outputs.
             **({"structured_outputs": {"regex": call.constraint}} if call.constraint else {}),
         )

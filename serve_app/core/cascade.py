@@ -110,16 +110,18 @@ class Cascade:
         options: CascadeOptions | None = None,
         *,
         request_id: str | None = None,
-        audit_priority: int | None = None,
+        priority: int = 0,
+        audit: bool = False,
         decision: Decision | None = None,
     ) -> CascadeResult:
         """Answer ``question`` under ``options``; every model call names ``request_id`` (a new id when
-        None) and, for an audit, the engine priority its calls run at. With the server's ``decision``
-        for the request (``decision.decide``), the request runs its options, and the trace records it.
+        None) and runs at the engine ``priority`` (an ``audit``'s calls at the audit priority). With the
+        server's ``decision`` for the request (``decision.decide``), the request runs its options, and
+        the trace records it.
         An unknown transfer selector is refused before any model is called."""
         options = decision.options if decision is not None else options or CascadeOptions()
         check_transfer_selector(options.transfer_selector, self.selectors)
-        run = _Run(self, question, options, request_id or uuid.uuid4().hex, audit_priority, decision)
+        run = _Run(self, question, options, request_id or uuid.uuid4().hex, priority, audit, decision)
         return await run.execute()
 
 
@@ -132,7 +134,8 @@ class _Run(StageCalls):
         question: Question,
         options: CascadeOptions,
         request_id: str,
-        audit_priority: int | None = None,
+        priority: int = 0,
+        audit: bool = False,
         decision: Decision | None = None,
     ):
         plan = options.plan or Plan.SEQUENTIAL
@@ -158,7 +161,8 @@ class _Run(StageCalls):
             options,
             request_id,
             trace,
-            audit_priority,
+            priority,
+            audit,
             layouts=cascade.layouts,
         )
         self.plan = plan

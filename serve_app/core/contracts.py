@@ -52,16 +52,18 @@ class EngineCall:
     stage: str
     prompt_kind: PromptKind
     answer_kind: str = "text"
-    # None: a served call. An int: an audit's call, sent at that engine priority (vLLM runs lower
-    # values first; served calls run at 0), so audits wait behind served calls.
-    audit_priority: int | None = None
+    # The engine priority the call is sent at (vLLM runs lower values first): a served call's is its
+    # API key's class and share (serve_app/edge/access.py), 0 by default; an audit's is the audit
+    # priority, so audits wait behind served calls.
+    priority: int = 0
     # The regex the completion must match (the engine's structured outputs: answer_forms.py); None:
     # free text.
     constraint: str | None = None
+    audit: bool = False  # an audit's call (serve_app/edge/auditor.py), not a served one
 
     @property
     def is_audit(self) -> bool:
-        return self.audit_priority is not None
+        return self.audit
 
 
 @dataclass(frozen=True)

@@ -54,14 +54,15 @@ class StageCalls:
         options: CascadeOptions,
         request_id: str,
         trace: Trace,
-        audit_priority: int | None = None,
+        priority: int = 0,
+        audit: bool = False,
         *,
         layouts: Mapping[str, PromptLayout] | None = None,
     ):
         self.clients, self.selectors = clients, selectors
         self.layouts = layouts or {}
         self.question, self.options, self.request_id, self.trace = question, options, request_id, trace
-        self.audit_priority = audit_priority  # None: served; else an audit's engine priority
+        self.priority, self.audit = priority, audit  # the engine priority of its calls; an audit's?
         self.kind: str = question.kind
         # The answer's closed form every stage asks for, when the options ask for one (None: free).
         self.form = (
@@ -186,8 +187,9 @@ class StageCalls:
             name,
             prompt_kind,
             self.kind,
-            self.audit_priority,
+            self.priority,
             self.form.regex(prompt_kind) if self.form is not None else None,
+            self.audit,
         )
         try:
             completion = await asyncio.wait_for(

@@ -129,7 +129,8 @@ class Auditor:
             job.question,
             options,
             request_id=AUDIT_PREFIX + job.request_id,
-            audit_priority=self.settings.priority,
+            priority=self.settings.priority,
+            audit=True,
         )
         try:
             reference = await asyncio.wait_for(run, self.timeout_s)

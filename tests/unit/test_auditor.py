@@ -217,10 +217,10 @@ async def test_an_audit_runs_to_its_end_while_served_requests_arrive_and_never_s
     await asyncio.gather(*auditor.running)
     assert metrics.not_run == [] and len(metrics.audits) == 2
     priorities = {
-        call.engine_call.request_id.startswith(AUDIT_PREFIX): call.engine_call.audit_priority
+        call.engine_call.request_id.startswith(AUDIT_PREFIX): call.engine_call.priority
         for call in small.calls + large.calls
     }
-    assert priorities == {True: 3, False: None}  # audits' calls at their priority, served ones not
+    assert priorities == {True: 3, False: 0}  # audits' calls at their priority, served ones at 0
 
 
 async def test_the_load_counter_counts_served_calls_and_audits_apart():
@@ -228,7 +228,7 @@ async def test_the_load_counter_counts_served_calls_and_audits_apart():
     seen = []
 
     async def call(audit_priority):
-        engine_call = EngineCall("r", "s", S, "yes_no", audit_priority)
+        engine_call = EngineCall("r", "s", S, "yes_no", audit_priority or 0, audit=audit_priority is not None)
         messages = [{"role": "user", "content": [{"type": "text", "text": "q"}]}]
         await counter.complete(messages, max_tokens=4, call=engine_call)
 

@@ -175,7 +175,7 @@ async def test_an_audits_calls_carry_its_engine_priority_and_served_calls_none()
     client = LLMServerClient(handle, "m", logprobs=False)
     messages = [{"role": "user", "content": "Hi"}]
     await client.complete(messages, max_tokens=4, call=EngineCall("r1", "short_small", PromptKind.SIMPLE))
-    audit = EngineCall("audit-r1", "reasoning", PromptKind.REASONING, "text", audit_priority=5)
+    audit = EngineCall("audit-r1", "reasoning", PromptKind.REASONING, "text", priority=5, audit=True)
     await client.complete(messages, max_tokens=4, call=audit)
     assert [request.priority for request in handle.requests] == [0, 5]  # vLLM's default is 0
 
