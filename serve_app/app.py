@@ -8,6 +8,7 @@ large VLM (LLMServer) ─┘        │
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ray.serve import Application
@@ -17,15 +18,24 @@ from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 from .config import AppConfig, load_app_config
 from .core.roles import LARGE, SMALL
 from .edge.ingress import MAIIngress
+from .edge.key_ledger import KeyLedgerDeployment
+from .edge.keys import KeyRing, check_exposure
 from .edge.stats_holder import StatsHolderDeployment
 from .engines.model_limits import with_model_limits
 
+logger = logging.getLogger("ray.serve")
+
 
 def build_ingress(
-    config: AppConfig, small: Application, large: Application, scorer: Application | None = None
+    config: AppConfig,
+    small: Application,
+    large: Application,
+    scorer: Application | None = None,
+    access: str = "keys",
 ) -> Application:
     """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
-    for sparse reasoning transfer, the attention scorer."""
+    for sparse reasoning transfer, the attention scorer; ``access``: how callers reach it (``keys``,
+    or ``anonymous``, see ``exposure``)."""
     ingress, cascade = config.ingress, config.cascade
     stats = StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
         cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled, classes=config.classes
@@ -35,7 +45,7 @@ def build_ingress(
         max_ongoing_requests=ingress.max_ongoing_requests,
         max_queued_requests=ingress.max_queued_requests,
         ray_actor_options={"num_cpus": ingress.num_cpus},
-    ).bind(small, large, config, scorer, stats)
+    ).bind(small, large, config, scorer, stats, KeyLedgerDeployment.bind(), access)
 
 
 def build_scorer(config: AppConfig) -> Application | None:
@@ -46,6 +56,22 @@ def build_scorer(config: AppConfig) -> Application | None:
     )
 
 
+def exposure(config: AppConfig) -> str:
+    """How callers reach the API (``keys`` or ``anonymous``), checked against the address Serve's
+    proxies listen on: beyond loopback, keys or ``security.anonymous: true`` (serve_app/edge/keys.py).
+    Every key source is read here too, so a malformed one fails the start, naming it."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    # Without a running Ray (the app built to be inspected), no proxy listens anywhere yet.
+    client = _get_global_client(raise_if_no_controller_running=False) if ray.is_initialized() else None
+    host = client.http_config.host if client is not None else "127.0.0.1"
+    access = check_exposure(host, KeyRing(config.security), config.security)
+    if access == "anonymous":
+        logger.warning("MAI serves without API keys on %s: every caller is anonymous", host)
+    return access
+
+
 def build_app(args: dict[str, Any]) -> Application:
     """The application of a config: its limits completed from what the models refuse (model_limits)."""
     config = with_model_limits(load_app_config(args))
@@ -54,4 +80,5 @@ def build_app(args: dict[str, Any]) -> Application:
         build_vlm_deployment(config.small, SMALL),
         build_vlm_deployment(config.large, LARGE),
         build_scorer(config),
+        exposure(config),
     )

@@ -101,12 +101,16 @@ class Limits(Strict):
 
 
 class Security(Strict):
-    """Who may call the API and from where. API keys come from an environment variable (comma-separated)
-    and/or a file (one key per line, e.g. a mounted Kubernetes secret); with no key configured the API
-    is open. CORS is off unless origins are listed."""
+    """Who may call the API and from where (serve_app/edge/keys.py). Keys come from an environment
+    variable (comma-separated), a file (one key per line, e.g. a mounted Kubernetes secret) and/or a
+    keys file of named keys with quotas. A server listening beyond loopback starts only with a key, or
+    with ``anonymous: true``. CORS is off unless origins are listed."""
 
     api_keys_env: str | None = Field("MAI_API_KEYS", description="environment variable holding API keys")
     api_keys_file: str | None = Field(None, description="file holding API keys, one per line")
+    keys_file: str | None = Field(None, description="YAML or JSON file of named keys with quotas")
+    # Serve without keys on a non-loopback address: said in the start-up log and in /v1/models.
+    anonymous: bool = False
     cors_allow_origins: list[str] = Field(default_factory=list)
     # The API's OpenAPI schema at GET /openapi.json (behind the API key), for clients and fuzzers.
     # Off by default; the interactive pages (/docs, /redoc) are never served (they load a CDN's assets).

@@ -83,7 +83,7 @@ def add_console_routes(
     api: FastAPI,
     console: Mapping[str, ConsoleFile],
     settings: dict[str, Any],
-    authorize: Callable[[Mapping[str, str]], None],
+    authorize: Callable[[Mapping[str, str]], object],
 ) -> None:
     """``GET /console`` (the page) and ``GET /console/<file>`` on ``api``. ``authorize``: the API key
     check, which ``settings.json`` passes like every API call (the page's own files hold no data)."""

@@ -25,11 +25,14 @@ from ..core.decision import Decision, Observer, decide, fleet_overload
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
+from ..core.usage import Outcome
+from .access import Access, Grant, cascade_outcome
 from .console import add_console_routes, console_files, console_settings
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
 from .jobs import Job, job_from_answer, job_from_chat, remote_image_policy
 from .json_body import parse_json
+from .keys import ANONYMOUS_CALLER, Caller, KeyRing
 from .metrics import IngressMetrics, RequestMetrics
 from .parts import IngressParts, build_parts
 from .passthrough import chat_request, forward
@@ -40,7 +43,7 @@ from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
 from .responses import answer_reply, chat_reply, models_list
 from .routing import Passthrough, route
-from .security import BodyReads, check_api_key, load_api_keys, read_body
+from .security import BodyReads, read_body
 from .stats_holder import stats_body
 from .stats_reporter import StatsReporter
 
@@ -69,7 +72,7 @@ def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
     if security.openapi:
 
         async def openapi(request: Request) -> JSONResponse:
-            check_api_key(request.headers, ingress.api_keys)
+            ingress.access.identify(request.headers)
             return JSONResponse(api.openapi())
 
         api.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
@@ -96,9 +99,7 @@ def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
     )
     api.add_api_route("/v1/mai/stats", ingress.stats, methods=["GET"])
     settings = console_settings(ingress.cascade.selectors, ingress.config.cascade.audit.report_interval_s)
-    add_console_routes(
-        api, console_files(), settings, lambda headers: check_api_key(headers, ingress.api_keys)
-    )
+    add_console_routes(api, console_files(), settings, ingress.access.identify)
     return api
 
 
@@ -107,7 +108,16 @@ class IngressReplica:
     deploys it as ``MAIIngress`` (below), with its FastAPI app; a batch actor holds one as it is
     (batch/answerer.py) and calls ``chat``."""
 
-    def __init__(self, small: Any, large: Any, config: AppConfig, scorer: Any = None, stats: Any = None):
+    def __init__(
+        self,
+        small: Any,
+        large: Any,
+        config: AppConfig,
+        scorer: Any = None,
+        stats: Any = None,
+        ledger: Any = None,
+        access: str = "keys",
+    ):
         selection = config.transfer_selection
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
         if scorer is not None:
@@ -130,12 +140,12 @@ class IngressReplica:
         probes = {"small model": handle_probe(small), "large model": handle_probe(large)}
         if scorer is not None:
             probes["attention scorer"] = handle_probe(scorer)
-        self.assemble(
-            config, parts, handles, stats, load_api_keys(config.security), readiness=ReadinessGate(probes)
-        )
+        ring = KeyRing(config.security)
+        self.assemble(config, parts, handles, stats, ring, readiness=ReadinessGate(probes), ledger=ledger)
+        self.exposure = access
         logger.info(
             "MAI ingress: API keys %s",
-            f"required ({len(self.api_keys)} configured)" if self.api_keys else "off",
+            f"required ({len(ring.keys)} configured)" if not ring.open else f"none: {access} access",
         )
 
     def assemble(
@@ -144,18 +154,25 @@ class IngressReplica:
         parts: IngressParts,
         model_handles: dict[str, Any],
         stats: Any,
-        api_keys: Any,
+        keys: KeyRing,
         name: str | None = None,
         *,
         readiness: ReadinessGate | None = None,
+        ledger: Any = None,
     ) -> None:
         """The replica over its parts (``parts.build_parts``): what ``__init__`` does once it has built
         them from its handles, and what the tests do over scripted ones. ``readiness``: the check of
-        the model deployments (none: nothing to wait for)."""
-        self.config, self.api_keys, self.model_handles = config, api_keys, model_handles
+        the model deployments (none: nothing to wait for); ``ledger``: the key ledger's handle (none:
+        this replica keeps its own)."""
+        self.config, self.model_handles = config, model_handles
+        self.access = Access(
+            keys, ledger, capacity=config.ingress.max_ongoing_requests, metrics=parts.metrics
+        )
+        self.exposure = "keys" if not keys.open else "anonymous"
         self.readiness = readiness or ReadinessGate({})
         self.body_reads = BodyReads(config.limits.max_body_reads_per_client)
         self.model_roles = {config.small.model_id: SMALL, config.large.model_id: LARGE}
+        self.model_ids = {SMALL: config.small.model_id, LARGE: config.large.model_id}
         self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
         self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
         self.overload, self.demand, self.classes = parts.overload, parts.demand, parts.classes
@@ -193,31 +210,36 @@ class IngressReplica:
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def models(self, request: Request):
-        check_api_key(request.headers, self.api_keys)
-        return models_list(tuple(self.model_handles))
+        caller = self.access.identify(request.headers)
+        return models_list(tuple(self.model_handles), self.exposure, caller.may_use)
 
     async def chat_completions(self, request: Request):
-        return await self.chat(await self._payload(request), _request_id(request))
+        caller = self.access.identify(request.headers)
+        return await self.chat(await self._payload(request), _request_id(request), caller)
 
-    async def chat(self, payload: Any, request_id: str | None):
+    async def chat(self, payload: Any, request_id: str | None, caller: Caller = ANONYMOUS_CALLER):
         """One chat completion request, parsed, from its JSON on: what ``POST /v1/chat/completions``
-        runs after the API key and size checks, and what a batch row runs (batch/answerer.py)."""
+        runs after the API key and size checks, and what a batch row runs (batch/answerer.py), for
+        ``caller``'s key."""
         decision = route(payload, self.config)
         if isinstance(decision, Passthrough):
-            return await self._passthrough(decision)
+            async with self.access.admitted(caller, decision.model_id) as grant:
+                return await self._passthrough(decision, grant)
         job = await job_from_chat(self.config, decision, request_id, self._fetch_image)
-        return await self._answer(job, chat_reply)
+        async with self.access.admitted(caller, job.model) as grant:
+            return await self._answer(job, chat_reply, grant)
 
     async def answer(self, request: Request):
+        caller = self.access.identify(request.headers)
         payload = await self._payload(request)
         job = await job_from_answer(self.config, payload, _request_id(request), self._fetch_image)
-        return await self._answer(job, answer_reply)
+        async with self.access.admitted(caller, job.model) as grant:
+            return await self._answer(job, answer_reply, grant)
 
     # -------------------------------------------------------------------------------------------
 
     async def _payload(self, request: Request) -> Any:
-        """The request's JSON, once its API key and size pass."""
-        check_api_key(request.headers, self.api_keys)
+        """The request's JSON, once its size passes (its key has been checked)."""
         limits = self.config.limits
         with self.body_reads.from_client(request.client.host if request.client else ""):
             body = await read_body(
@@ -226,12 +248,14 @@ class IngressReplica:
         return parse_json(body, self.config.limits)
 
     async def stats(self, request: Request):
-        """The audit statistics of every replica, merged (docs/api.md, "Audits")."""
-        check_api_key(request.headers, self.api_keys)
+        """The audit statistics of every replica, merged (docs/api.md, "Audits"); for an admin key, every
+        key's usage too."""
+        caller = self.access.identify(request.headers)
+        usage = {"usage": await self.access.usage()} if caller.key.admin else {}
         cascade = self.config.cascade
         if self.stats_holder is None:  # this replica alone: its own overload level
             overload = fleet_overload(cascade.overload.enabled, [self.overload.level_label()])
-            return stats_body(
+            return usage | stats_body(
                 self.auditor.book,
                 self.plans.book,
                 cascade.audit,
@@ -241,19 +265,24 @@ class IngressReplica:
             )
         try:
             await self._report()
-            return await self.stats_holder.snapshot.remote()
+            return usage | await self.stats_holder.snapshot.remote()
         except transport_errors() as exc:  # the holder is being replaced; the replicas report again
             self.plans.holder_failed(type(exc).__name__)
             raise unavailable(
                 f"the statistics holder is restarting ({type(exc).__name__})", code="stats_unavailable"
             ) from None
 
-    async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any]):
+    async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any], grant: Grant):
         await self.readiness.wait(self.config.readiness.wait_s)
         self._start_reporting()
         self.demand.arrived()
         decision = self._decide(job)
-        result = await self._run(job, decision)
+        try:
+            result = await self._run(job, decision, grant.priority)
+        except RequestError as error:
+            self.access.record(grant.caller, Outcome(error=error.status >= 500))
+            raise
+        self.access.record(grant.caller, cascade_outcome(result, self.model_ids))
         for observer in self.observers:
             observer.answered(decision, result)
         response = reply(job, result)
@@ -299,7 +328,7 @@ class IngressReplica:
         )
         self.plans.update(view)
 
-    async def _passthrough(self, decision: Passthrough):
+    async def _passthrough(self, decision: Passthrough, grant: Grant):
         """The request to the model it names, unchanged, after the same image checks as the cascade's.
         ``decision.reason``: why ``mai`` sent it there (in the reply's ``mai`` object and
         ``x-mai-route-reason``)."""
@@ -322,6 +351,7 @@ class IngressReplica:
             timeout_s=self.config.request_timeout_s,
         )
         seconds = time.monotonic() - started
+        self.access.record(grant.caller, Outcome())
         self.metrics.record_passthrough("mai" if reason is not None else model_id, seconds)
         self.demand.passed_through(self.model_roles[model_id], seconds)
         return reply
@@ -331,11 +361,14 @@ class IngressReplica:
         data = await fetch_image(url, remote_image_policy(self.config), param=param)
         return check_image_bytes_under(self.config.limits, data, param=param)
 
-    async def _run(self, job: Job, decision: Decision) -> CascadeResult:
+    async def _run(self, job: Job, decision: Decision, priority: int = 0) -> CascadeResult:
         timeout_s = self.config.request_timeout_s
         try:
             return await asyncio.wait_for(
-                self.cascade.run(job.question, request_id=job.request_id, decision=decision), timeout_s
+                self.cascade.run(
+                    job.question, request_id=job.request_id, decision=decision, priority=priority
+                ),
+                timeout_s,
             )
         except TimeoutError:
             raise RequestError(

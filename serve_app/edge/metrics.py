@@ -7,6 +7,7 @@ the prefix ``ray_`` (``ray_mai_requests_total``, ...), tagged also with the Serv
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -80,6 +81,16 @@ PROMETHEUS_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Requests answered with an error, by HTTP status and error code",
         ("status", "code"),
     ),
+    "mai_key_requests": (
+        "counter",
+        "Requests by API key name and outcome: answered, error, or the quota or share that refused it",
+        ("key", "outcome"),
+    ),
+    "mai_key_tokens": (
+        "counter",
+        "Tokens (prompt and completion) by API key name and model",
+        ("key", "model"),
+    ),
 }
 
 
@@ -135,6 +146,7 @@ class Metrics(Protocol):
     def record_overload(self, level: str, route: str) -> None: ...
     def set_overload_level(self, level: int) -> None: ...
     def record_error(self, status: int, code: str) -> None: ...
+    def record_key(self, key: str, outcome: str, tokens: Mapping[str, int]) -> None: ...
 
 
 class IngressMetrics(Metrics):
@@ -190,6 +202,12 @@ class IngressMetrics(Metrics):
 
     def record_error(self, status: int, code: str) -> None:
         self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})
+
+    def record_key(self, key: str, outcome: str, tokens: Mapping[str, int]) -> None:
+        """A request of the API key named ``key`` (a name, never a key): its outcome and tokens."""
+        self._metrics["mai_key_requests"].inc(1, tags={"key": key, "outcome": outcome})
+        for model, count in tokens.items():
+            self._metrics["mai_key_tokens"].inc(count, tags={"key": key, "model": model})
 
 
 class RequestMetrics:

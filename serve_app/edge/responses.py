@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -110,8 +110,11 @@ def answer_response(job: Job, result: CascadeResult) -> dict[str, Any]:
     }
 
 
-def models_list(model_ids: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The policies, then the models themselves (requests for those are passed to them unchanged)."""
+def models_list(
+    model_ids: tuple[str, ...] = (), access: str = "keys", may_use: Callable[[str], bool] = lambda _: True
+) -> dict[str, Any]:
+    """The policies, then the models themselves (requests for those are passed to them unchanged), that
+    the caller may use; ``mai.access``: ``keys``, or ``anonymous`` when the API asks for none."""
     policies = [
         {"id": name, "object": "model", "created": 0, "owned_by": "mai-serve", "policy": policy.value}
         for name, policy in POLICY_OF_MODEL.items()
@@ -119,7 +122,11 @@ def models_list(model_ids: tuple[str, ...] = ()) -> dict[str, Any]:
     models = [
         {"id": model_id, "object": "model", "created": 0, "owned_by": "mai-serve"} for model_id in model_ids
     ]
-    return {"object": "list", "data": policies + models}
+    return {
+        "object": "list",
+        "data": [entry for entry in policies + models if may_use(str(entry["id"]))],
+        "mai": {"access": access},
+    }
 
 
 # -- HTTP replies --------------------------------------------------------------------------------

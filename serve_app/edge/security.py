@@ -1,70 +1,14 @@
-"""API keys and request-body limits for the ingress.
-
-Keys come from an environment variable (comma-separated) and/or a file (one per line; blank lines and
-``#`` comments skipped), read when a replica starts. A client presents one as ``Authorization: Bearer
-<key>`` (what OpenAI clients send) or ``x-api-key: <key>``. Keys are compared in constant time against
-every configured key, and never logged or echoed.
-"""
+"""Request-body limits for the ingress: how much, how slowly and how many at once from one address
+(API keys: serve_app/edge/keys.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
-from ..config import Security
 from .errors import RequestError
-
-
-def load_api_keys(security: Security, environ: Mapping[str, str] | None = None) -> tuple[bytes, ...]:
-    """The SHA-256 digests of the configured keys; empty when none is configured (the API is open)."""
-    environ = os.environ if environ is None else environ
-    keys: list[str] = []
-    if security.api_keys_env and environ.get(security.api_keys_env):
-        keys += [key.strip() for key in environ[security.api_keys_env].split(",")]
-    if security.api_keys_file:
-        path = Path(security.api_keys_file)
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            raise ValueError(f"security.api_keys_file {path}: {exc.strerror or exc}") from None
-        keys += [line.strip() for line in lines if not line.strip().startswith("#")]
-        if not any(keys):
-            raise ValueError(f"security.api_keys_file {path} holds no key")
-    return tuple(hashlib.sha256(key.encode()).digest() for key in keys if key)
-
-
-def presented_key(headers: Mapping[str, str]) -> str | None:
-    authorization = headers.get("authorization")
-    if authorization:
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return token.strip()
-    return headers.get("x-api-key") or None
-
-
-def check_api_key(headers: Mapping[str, str], keys: tuple[bytes, ...]) -> None:
-    """Nothing when the API is open or a valid key is presented; else a 401."""
-    if not keys:
-        return
-    key = presented_key(headers)
-    if key is None:
-        raise _unauthorized("an API key is required: send Authorization: Bearer <key>")
-    digest = hashlib.sha256(key.encode()).digest()
-    matched = False
-    for known in keys:  # every key is compared, so the time does not depend on which one matches
-        matched |= hmac.compare_digest(digest, known)
-    if not matched:
-        raise _unauthorized("the API key is not valid")
-
-
-def _unauthorized(message: str) -> RequestError:
-    return RequestError(message, code="invalid_api_key", status=401, headers={"WWW-Authenticate": "Bearer"})
 
 
 async def read_body(

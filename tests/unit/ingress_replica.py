@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from serve_app.config import AppConfig
 from serve_app.edge.ingress import MAIIngress, build_api
+from serve_app.edge.keys import KeyRing, unlimited
 from serve_app.edge.metrics import Metrics
 from serve_app.edge.parts import build_parts
 
@@ -23,12 +24,16 @@ class RecordedMetrics(Metrics):
 
     def __init__(self):
         self.errors: list[tuple[int, str]] = []
+        self.keys: list[tuple[str, str, dict]] = []
         self.plans: list[tuple[str, str]] = []
         self.overload: list[tuple[str, str]] = []
         self.overload_levels: list[int] = []
 
     def record_error(self, status: int, code: str) -> None:
         self.errors.append((status, code))
+
+    def record_key(self, key: str, outcome: str, tokens) -> None:
+        self.keys.append((key, outcome, dict(tokens)))
 
     def record(self, policy, result) -> None:
         pass
@@ -62,7 +67,7 @@ def replica(
     large: Any,
     config: AppConfig = CONFIG,
     *,
-    api_keys: tuple = (),
+    api_keys: tuple | KeyRing = (),
     stats: Any = None,
     name: str = "replica-a",
     large_queue: Any = None,
@@ -81,7 +86,12 @@ def replica(
         clock=clock,
     )
     ingress = object.__new__(Replica)  # __init__ builds the clients from deployment handles
-    ingress.assemble(config, parts, {}, stats, api_keys, name)
+    keys = (
+        api_keys
+        if isinstance(api_keys, KeyRing)
+        else KeyRing.of(tuple(unlimited(f"key-{n}", digest.hex()) for n, digest in enumerate(api_keys)))
+    )
+    ingress.assemble(config, parts, {}, stats, keys, name)
     return ingress
 
 

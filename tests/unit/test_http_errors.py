@@ -2,6 +2,7 @@
 process, without Ray: the replica's attributes are set by hand and the cascade's clients are
 scripted. What reaches the client for a bug, a failed model and a refused input."""
 
+import hashlib
 import logging
 
 import pytest
@@ -10,7 +11,6 @@ from fastapi.testclient import TestClient
 from serve_app.config import Security
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, InputRejectedError
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.security import load_api_keys
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
@@ -132,7 +132,7 @@ def test_the_schema_and_docs_are_not_served_unless_configured():
             ScriptedVLM({}),
             ScriptedVLM({}),
             config,
-            api_keys=load_api_keys(Security(), {"MAI_API_KEYS": "k"}),
+            api_keys=(hashlib.sha256(b"k").digest(),),
         )
     )
     assert keyed.get("/openapi.json").status_code == 401

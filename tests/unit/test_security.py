@@ -1,4 +1,4 @@
-"""API keys, body limits and remote images: what gets through and what the client is told."""
+"""Body limits and remote images: what gets through and what the client is told."""
 
 import asyncio
 import http.server
@@ -7,58 +7,13 @@ import time
 
 import pytest
 
-from serve_app.config import AppConfig, Limits, Security
+from serve_app.config import AppConfig, Limits
 from serve_app.edge.errors import RequestError
 from serve_app.edge.remote_images import RemoteImagePolicy, address_is_public, fetch_image, host_allowed
-from serve_app.edge.security import BodyReads, check_api_key, load_api_keys, presented_key, read_body
+from serve_app.edge.security import BodyReads, read_body
 
 from ..images import chat_body, data_url, image_bytes
 from .build import answer_job, chat_job
-
-# ---------------------------------------------------------------- API keys
-
-
-def test_keys_come_from_the_env_var_and_the_file(tmp_path):
-    secret = tmp_path / "keys"
-    secret.write_text("# rotated monthly\nkey-from-file\n\n")
-    keys = load_api_keys(Security(api_keys_file=str(secret)), {"MAI_API_KEYS": "k1, k2,"})
-    assert len(keys) == 3
-    assert load_api_keys(Security(), {}) == ()  # nothing configured: the API is open
-    with pytest.raises(ValueError, match="holds no key"):
-        secret.write_text("# none yet\n")
-        load_api_keys(Security(api_keys_file=str(secret)), {})
-    with pytest.raises(ValueError, match="api_keys_file .*missing"):
-        load_api_keys(Security(api_keys_file=str(tmp_path / "missing")), {})
-
-
-@pytest.mark.parametrize(
-    ("headers", "allowed"),
-    [
-        ({"authorization": "Bearer k2"}, True),
-        ({"authorization": "bearer k1"}, True),
-        ({"x-api-key": "k1"}, True),
-        ({"authorization": "Bearer k3"}, False),
-        ({"authorization": "Basic azE6"}, False),
-        ({"authorization": "Bearer "}, False),
-        ({}, False),
-    ],
-)
-def test_a_request_needs_one_of_the_keys(headers, allowed):
-    keys = load_api_keys(Security(), {"MAI_API_KEYS": "k1,k2"})
-    if allowed:
-        check_api_key(headers, keys)
-        return
-    with pytest.raises(RequestError) as caught:
-        check_api_key(headers, keys)
-    error = caught.value
-    assert error.status == 401 and error.headers == {"WWW-Authenticate": "Bearer"}
-    assert "k3" not in error.message and "k1" not in error.message  # keys are never echoed
-
-
-def test_open_api_needs_no_key():
-    check_api_key({}, ())
-    assert presented_key({"authorization": "Bearer abc"}) == "abc"
-
 
 # ---------------------------------------------------------------- body limit
 

@@ -1,0 +1,145 @@
+"""Per API key: what it may still do this minute (its quotas) and what it has used (its bill).
+
+One ``Ledger`` serves every ingress replica (serve_app/edge/key_ledger.py holds it in a Serve
+deployment), so a quota holds across replicas. A request is admitted when the key's requests of the
+last 60 seconds are under its ``requests_per_minute`` and its tokens under its
+``tokens_per_minute``; it counts against the requests at once and against the tokens when it has
+answered (its tokens are known then), so the tokens of requests still running are the ledger's only
+lag. Windows are 60 one-second buckets. Pure: the clock is passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+WINDOW_S = 60
+
+
+class Window:
+    """Amounts of the last ``WINDOW_S`` seconds, in one-second buckets."""
+
+    def __init__(self) -> None:
+        self.buckets: deque[list[float]] = deque()  # [second, amount], oldest first
+
+    def _expire(self, now: float) -> None:
+        while self.buckets and self.buckets[0][0] <= now - WINDOW_S:
+            self.buckets.popleft()
+
+    def add(self, now: float, amount: float) -> None:
+        self._expire(now)
+        second = math.floor(now)
+        if self.buckets and self.buckets[-1][0] == second:
+            self.buckets[-1][1] += amount
+        else:
+            self.buckets.append([second, amount])
+
+    def total(self, now: float) -> float:
+        self._expire(now)
+        return sum(amount for _, amount in self.buckets)
+
+    def seconds_until_under(self, now: float, limit: float) -> int:
+        """Whole seconds until the window's total drops under ``limit`` as its buckets expire."""
+        total = self.total(now)
+        if total < limit:
+            return 0
+        for second, amount in self.buckets:
+            total -= amount
+            if total < limit:
+                return max(1, math.ceil(second + WINDOW_S - now))
+        return WINDOW_S
+
+
+@dataclass(frozen=True)
+class Quota:
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request over a quota: which one, its value, and when to try again."""
+
+    quota: str  # requests_per_minute | tokens_per_minute
+    limit: int
+    retry_after_s: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one request of a key used, once it answered (or failed)."""
+
+    tokens: Mapping[str, int] = field(default_factory=dict)  # per model id: prompt + completion
+    route: str | None = None  # the cascade's route; None for passthrough and failures
+    early_exit: bool = False
+    escalated: bool = False
+    error: bool = False
+
+
+@dataclass
+class KeyUsage:
+    requests: int = 0
+    refused: int = 0  # 429s for a quota
+    errors: int = 0
+    early_exits: int = 0
+    escalations: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per model id
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "refused": self.refused,
+            "errors": self.errors,
+            "early_exits": self.early_exits,
+            "escalations": self.escalations,
+            "tokens": dict(sorted(self.tokens.items())),
+        }
+
+
+class Ledger:
+    """The quotas' windows and the usage of every key seen."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, Window] = defaultdict(Window)
+        self.tokens: dict[str, Window] = defaultdict(Window)
+        self.usage: dict[str, KeyUsage] = defaultdict(KeyUsage)
+
+    def admit(self, key: str, quota: Quota, now: float) -> Refusal | None:
+        """None (and the request counted) when ``key`` is under its quotas; else the quota it is over."""
+        for name, window, limit in (
+            ("requests_per_minute", self.requests[key], quota.requests_per_minute),
+            ("tokens_per_minute", self.tokens[key], quota.tokens_per_minute),
+        ):
+            if limit is not None and window.total(now) >= limit:
+                self.usage[key].refused += 1
+                return Refusal(name, limit, window.seconds_until_under(now, limit))
+        self.requests[key].add(now, 1)
+        self.usage[key].requests += 1
+        return None
+
+    def record(self, key: str, outcome: Outcome, now: float) -> None:
+        usage = self.usage[key]
+        spent = sum(outcome.tokens.values())
+        if spent:
+            self.tokens[key].add(now, spent)
+        for model, count in outcome.tokens.items():
+            usage.tokens[model] += count
+        usage.errors += outcome.error
+        usage.early_exits += outcome.early_exit
+        usage.escalations += outcome.escalated
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Every key's usage since the ledger started, and its windows' totals now."""
+        return {
+            key: usage.as_dict()
+            | {
+                "last_minute": {
+                    "requests": int(self.requests[key].total(now)),
+                    "tokens": int(self.tokens[key].total(now)),
+                }
+            }
+            for key, usage in sorted(self.usage.items())
+        }

@@ -1,0 +1,124 @@
+"""A request's way in, and what it is billed: its key (serve_app/edge/keys.py), whether the key may use
+the model it names, its share of a busy replica (serve_app/core/fair_share.py) and its quotas (the
+shared key ledger, serve_app/edge/key_ledger.py); then what it used, told to the ledger."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..clients.failures import transport_errors
+from ..core.fair_share import FairShare
+from ..core.roles import ROLES
+from ..core.routes import EARLY_EXITS, Route
+from ..core.trace import CascadeResult
+from ..core.usage import Outcome
+from .errors import RequestError
+from .key_ledger import KeyLedger
+from .keys import Caller, KeyRing
+from .metrics import Metrics
+
+logger = logging.getLogger("ray.serve")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """An admitted request: its caller and the engine priority its calls run at (lower first)."""
+
+    caller: Caller
+    priority: int
+
+
+def cascade_outcome(result: CascadeResult, model_ids: Mapping[str, str]) -> Outcome:
+    """What a cascade request used: its tokens per model id, and how it ended."""
+    tokens = result.trace.tokens()
+    spent = {
+        model_ids[role]: tokens[role].get("prompt_tokens", 0) + tokens[role].get("completion_tokens", 0)
+        for role in ROLES
+    }
+    return Outcome(
+        tokens={model: count for model, count in spent.items() if count},
+        route=result.route,
+        early_exit=result.route in EARLY_EXITS,
+        escalated=result.route == Route.TRANSFER,
+    )
+
+
+class Access:
+    def __init__(self, ring: KeyRing, ledger: Any = None, *, capacity: int, metrics: Metrics | None = None):
+        self.ring, self.metrics = ring, metrics
+        self.ledger = ledger  # the KeyLedger deployment's handle; None: this replica's own
+        self.local = KeyLedger() if ledger is None else None
+        self.fair = FairShare(capacity)
+
+    def identify(self, headers: Mapping[str, str]) -> Caller:
+        return self.ring.identify(headers)
+
+    @asynccontextmanager
+    async def admitted(self, caller: Caller, model: str) -> AsyncIterator[Grant]:
+        """The request let in (its share and quotas counted), or a 403/429 naming why not."""
+        caller.check_model(model)
+        rank = self.fair.enter(caller.name, caller.key.weight)
+        if rank is None:
+            self._count(caller, "fair_share")
+            raise _too_many(
+                f"this API key already has {self.fair.in_flight[caller.name]} requests in flight on a "
+                "busy server, its share; retry when one has answered",
+                "fair_share",
+                1,
+            )
+        try:
+            refusal = await self._admit(caller)
+            if refusal is not None:
+                self._count(caller, refusal["quota"])
+                raise _too_many(
+                    f"this API key is over its {refusal['quota']} of {refusal['limit']}",
+                    refusal["quota"],
+                    refusal["retry_after_s"],
+                )
+            yield Grant(caller, caller.key.priority + rank)
+        finally:
+            self.fair.leave(caller.name)
+
+    async def _admit(self, caller: Caller) -> dict | None:
+        quota = (caller.key.requests_per_minute, caller.key.tokens_per_minute)
+        if self.local is not None:
+            return self.local.admit(caller.name, *quota)
+        try:
+            return await self.ledger.admit.remote(caller.name, *quota)
+        except transport_errors() as exc:  # the ledger restarting: serve, and say the count missed it
+            logger.warning("MAI key ledger unavailable (%s): request admitted uncounted", type(exc).__name__)
+            return None
+
+    def _count(self, caller: Caller, outcome: str, tokens: Mapping[str, int] | None = None) -> None:
+        if self.metrics is not None:
+            self.metrics.record_key(caller.name, outcome, tokens or {})
+
+    def record(self, caller: Caller, outcome: Outcome) -> None:
+        """Tell the ledger (and the metrics) what a request used; never waits, never raises."""
+        self._count(caller, "error" if outcome.error else "answered", outcome.tokens)
+        if self.local is not None:
+            self.local.record(caller.name, asdict(outcome))
+            return
+        try:
+            self.ledger.record.remote(caller.name, asdict(outcome))
+        except Exception:  # the bill must not fail the request: logged with its traceback
+            logger.exception("MAI key ledger: usage not recorded")
+
+    async def usage(self) -> dict[str, Any]:
+        if self.local is not None:
+            return self.local.snapshot()
+        return await self.ledger.snapshot.remote()
+
+
+def _too_many(message: str, quota: str, retry_after_s: int) -> RequestError:
+    return RequestError(
+        message,
+        code="rate_limited",
+        param=quota,
+        status=429,
+        headers={"Retry-After": str(max(1, retry_after_s))},
+    )

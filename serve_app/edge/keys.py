@@ -1,0 +1,293 @@
+"""Who is calling: API keys, each with a name, quotas and what it may use.
+
+Three sources, any together (``security`` in the config):
+
+- ``api_keys_env`` (``MAI_API_KEYS``): keys separated by commas, named ``MAI_API_KEYS#1``, ``#2``, ...
+- ``api_keys_file``: one key per line (``#`` comments), named ``api_keys_file#<line>``.
+- ``keys_file``: named keys (YAML or JSON, e.g. a mounted Kubernetes Secret): per key its ``name``,
+  the SHA-256 of the key (``mai-keys hash``), and optionally ``requests_per_minute``,
+  ``tokens_per_minute``, the ``models`` it may ask for, its engine ``priority``, its ``weight`` under
+  pressure and ``admin`` (reads every key's usage). Reloaded when it changes, without a restart.
+
+Keys from the first two have no limits and are admins, as every key was before named keys. A source
+that is configured yet yields no key is an error at start, naming it. Keys are compared as SHA-256
+digests in constant time against every configured key; no key is logged or echoed, and a refusal never
+says which keys exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..config import Security
+from .errors import RequestError
+
+logger = logging.getLogger("ray.serve")
+
+ANONYMOUS = "anonymous"
+RELOAD_EVERY_S = 5.0  # how often a replica looks at the keys file's modification time
+
+
+class NamedKey(BaseModel):
+    """One entry of the keys file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # A Prometheus label and a statistics key: short, plain.
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.#-]{0,63}$")
+    sha256: str = Field(..., pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the key")
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+    models: tuple[str, ...] | None = Field(None, description="the `model` values it may ask for; None: all")
+    priority: int = Field(0, ge=0, le=1000, description="added to its calls' engine priority (lower first)")
+    weight: float = Field(1.0, gt=0, le=1000, description="its share of a full ingress against other keys'")
+    admin: bool = False
+
+
+class KeysFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keys: tuple[NamedKey, ...] = Field(..., min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> KeysFile:
+        for field in ("name", "sha256"):
+            seen: set[str] = set()
+            for key in self.keys:
+                value = getattr(key, field)
+                if value in seen:
+                    raise ValueError(f"two keys share the {field} {value if field == 'name' else '(hidden)'}")
+                seen.add(value)
+        return self
+
+
+UNLIMITED = {"requests_per_minute": None, "tokens_per_minute": None, "models": None, "admin": True}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The key a request came with (``anonymous`` on an open API) and what it may do."""
+
+    key: NamedKey
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    def may_use(self, model: str) -> bool:
+        return self.key.models is None or model in self.key.models
+
+    def check_model(self, model: str) -> None:
+        if not self.may_use(model):
+            raise RequestError(
+                f"this API key may not use model {model!r}",
+                param="model",
+                code="model_not_allowed",
+                status=403,
+            )
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def unlimited(name: str, sha256: str) -> NamedKey:
+    return NamedKey(name=name, sha256=sha256, admin=True)
+
+
+ANONYMOUS_CALLER = Caller(unlimited(ANONYMOUS, "0" * 64))
+
+
+def read_keys_file(path: Path) -> tuple[NamedKey, ...]:
+    """The named keys of ``path``; a malformed file or an unknown field is refused naming its line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"security.keys_file {path}: {exc.strerror or exc}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(
+            f"security.keys_file {path}{where}: not YAML or JSON ({exc.__class__.__name__})"
+        ) from None
+    try:
+        return KeysFile.model_validate(data).keys
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = tuple(error["loc"])
+        line = _line_of(node, loc)
+        field = ".".join(str(part) for part in loc) or "the file"
+        raise ValueError(
+            f"security.keys_file {path} line {line}: {field}: {error['msg']}"
+            + (
+                f" (the fields: {', '.join(NamedKey.model_fields)})"
+                if error["type"] == "extra_forbidden"
+                else ""
+            )
+        ) from None
+
+
+def _line_of(node: Any, loc: tuple[Any, ...]) -> int:
+    """The 1-based line of the YAML node at ``loc`` (as deep as it exists)."""
+    line = node.start_mark.line if node is not None else 0
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = [(k, v) for k, v in node.value if k.value == part]
+            if not match:
+                break
+            key, node = match[0]
+            line = key.start_mark.line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line
+        else:
+            break
+    return line + 1
+
+
+class KeyRing:
+    """Every configured key of a replica, and who a request's headers name."""
+
+    def __init__(self, security: Security, environ: Mapping[str, str] | None = None, *, now=time.monotonic):
+        environ = os.environ if environ is None else environ
+        self.security, self.now = security, now
+        self.fixed = _fixed_keys(security, environ)
+        self.named: tuple[NamedKey, ...] = ()
+        self.file_stamp: float | None = None
+        self.checked_at = now()
+        if security.keys_file:
+            path = Path(security.keys_file)
+            self.named, self.file_stamp = read_keys_file(path), _stamp(path)
+
+    @classmethod
+    def of(cls, keys: tuple[NamedKey, ...]) -> KeyRing:
+        """A ring over these keys alone (tests, the batch runner)."""
+        ring = cls(Security(api_keys_env=None))
+        ring.named = keys
+        return ring
+
+    @property
+    def keys(self) -> tuple[NamedKey, ...]:
+        return self.fixed + self.named
+
+    @property
+    def open(self) -> bool:
+        return not self.keys
+
+    def reload(self) -> None:
+        """Read the keys file again when it has changed (at most every ``RELOAD_EVERY_S``); a file that
+        no longer reads keeps the keys it had, and says why in the log."""
+        if not self.security.keys_file or self.now() - self.checked_at < RELOAD_EVERY_S:
+            return
+        self.checked_at = self.now()
+        path = Path(self.security.keys_file)
+        stamp = _stamp(path)
+        if stamp == self.file_stamp:
+            return
+        try:
+            self.named = read_keys_file(path)
+        except ValueError as exc:
+            logger.error("MAI keys file not reloaded, the previous keys stay: %s", exc)
+        else:
+            logger.info("MAI keys file reloaded: %d named keys", len(self.named))
+        self.file_stamp = stamp
+
+    def identify(self, headers: Mapping[str, str]) -> Caller:
+        """The caller the headers' key names; anonymous on an open API; else a 401 that names no key."""
+        self.reload()
+        if self.open:
+            return ANONYMOUS_CALLER
+        presented = presented_key(headers)
+        if presented is None:
+            raise unauthorized("an API key is required: send Authorization: Bearer <key>")
+        offered = hashlib.sha256(presented.encode()).digest()
+        found = None
+        for key in self.keys:  # every key is compared: the time does not depend on which one matches
+            if hmac.compare_digest(offered, bytes.fromhex(key.sha256)):
+                found = key
+        if found is None:
+            raise unauthorized("the API key is not valid")
+        return Caller(found)
+
+
+def _fixed_keys(security: Security, environ: Mapping[str, str]) -> tuple[NamedKey, ...]:
+    keys: list[NamedKey] = []
+    variable = security.api_keys_env
+    if variable and variable in environ:
+        values = [value.strip() for value in environ[variable].split(",")]
+        keys += [unlimited(f"{variable}#{n}", digest(v)) for n, v in enumerate(values, 1) if v]
+        if not keys:
+            raise ValueError(f"environment variable {variable} is set but holds no key")
+    if security.api_keys_file:
+        path = Path(security.api_keys_file)
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise ValueError(f"security.api_keys_file {path}: {exc.strerror or exc}") from None
+        found = [
+            unlimited(f"api_keys_file#{n}", digest(line.strip()))
+            for n, line in enumerate(lines, 1)
+            if line.strip() and not line.strip().startswith("#")
+        ]
+        if not found:
+            raise ValueError(f"security.api_keys_file {path} holds no key")
+        keys += found
+    return tuple(keys)
+
+
+def _stamp(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    authorization = headers.get("authorization")
+    if authorization:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return headers.get("x-api-key") or None
+
+
+def unauthorized(message: str) -> RequestError:
+    return RequestError(message, code="invalid_api_key", status=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+def check_exposure(host: str, ring: KeyRing, security: Security) -> str:
+    """How the API is reached: ``keys``, or ``anonymous`` (no key configured: on loopback, or with
+    ``security.anonymous: true``); a server bound beyond loopback without keys is refused."""
+    if not ring.open:
+        return "keys"
+    if security.anonymous or _loopback(host):
+        return "anonymous"
+    raise ValueError(
+        f"the server listens on {host} and no API key is configured: set "
+        f"{security.api_keys_env or 'MAI_API_KEYS'}, security.api_keys_file or security.keys_file, "
+        "or security.anonymous: true to serve without keys"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
