@@ -223,7 +223,9 @@ class IngressReplica:
         ``caller``'s key."""
         decision = route(payload, self.config)
         if isinstance(decision, Passthrough):
-            async with self.access.admitted(caller, decision.model_id) as grant:
+            # The model the client named: ``mai`` when it sent there what MAI does not fit.
+            named = decision.model_id if decision.reason is None else "mai"
+            async with self.access.admitted(caller, named) as grant:
                 return await self._passthrough(decision, grant)
         job = await job_from_chat(self.config, decision, request_id, self._fetch_image)
         async with self.access.admitted(caller, job.model) as grant:

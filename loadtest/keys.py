@@ -1,0 +1,195 @@
+"""API keys under load, against a running server: how many requests and tokens a key's quota admits
+per minute, and how a key's trickle fares beside another key's flood.
+
+    # quotas: send faster than the key's requests_per_minute for --minutes, count what is admitted
+    python -m loadtest.keys quota --url http://127.0.0.1:8000 --key "$KEY" --rate 4 --minutes 3 \
+        --out experiments/keys-and-quotas/quota-1-replica.json
+    # fairness: the trickle alone, then beside a flood from another key
+    python -m loadtest.keys fairness --url http://127.0.0.1:8000 --key "$TRICKLE" --flood-key "$FLOOD" \
+        --rate 0.2 --flood-concurrency 32 --seconds 120 --out experiments/keys-and-quotas/fairness.json
+
+Requests are the cascade's (``model: mai``) yes/no questions on a small synthetic image, each a
+distinct question so that no prefix cache answers for another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def image_url() -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+IMAGE = image_url()
+
+
+def body(n: int) -> dict[str, Any]:
+    return {
+        "model": "mai",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": IMAGE}},
+                    {"type": "text", "text": f"Is the square red? (case {n})"},
+                ],
+            }
+        ],
+    }
+
+
+async def send(client: httpx.AsyncClient, key: str, n: int) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        reply = await client.post(
+            "/v1/chat/completions", json=body(n), headers={"authorization": f"Bearer {key}"}
+        )
+    except httpx.HTTPError as exc:
+        return {
+            "at": started,
+            "status": None,
+            "error": type(exc).__name__,
+            "seconds": time.monotonic() - started,
+        }
+    record: dict[str, Any] = {
+        "at": started,
+        "status": reply.status_code,
+        "seconds": time.monotonic() - started,
+    }
+    if reply.status_code == 200:
+        record["tokens"] = reply.json().get("usage", {}).get("total_tokens", 0)
+    elif reply.status_code == 429:
+        record["quota"] = reply.json().get("error", {}).get("param")
+    return record
+
+
+async def paced(
+    client: httpx.AsyncClient, key: str, rate: float, seconds: float, start: int = 0
+) -> list[dict]:
+    """Requests sent at ``rate`` per second for ``seconds``, each without waiting for the last."""
+    tasks, began, n = [], time.monotonic(), start
+    while time.monotonic() - began < seconds:
+        tasks.append(asyncio.create_task(send(client, key, n)))
+        n += 1
+        await asyncio.sleep(max(0.0, began + (n - start) / rate - time.monotonic()))
+    return list(await asyncio.gather(*tasks))
+
+
+async def flood(client: httpx.AsyncClient, key: str, concurrency: int, stop: asyncio.Event) -> list[dict]:
+    """``concurrency`` senders, each sending again as soon as it has an answer, until ``stop``."""
+    records: list[dict] = []
+
+    async def sender(first: int) -> None:
+        n = first
+        while not stop.is_set():
+            record = await send(client, key, 1_000_000 + n)
+            records.append(record)
+            n += concurrency
+            if record["status"] == 429:
+                await asyncio.sleep(0.05)  # a refused sender tries again at once, as a flood would
+
+    await asyncio.gather(*(sender(i) for i in range(concurrency)))
+    return records
+
+
+def per_minute(records: list[dict], began: float) -> list[dict[str, int]]:
+    minutes: dict[int, Counter] = {}
+    for record in records:
+        minute = int((record["at"] - began) // 60)
+        counts = minutes.setdefault(minute, Counter())
+        counts["sent"] += 1
+        counts[f"status_{record['status']}"] += 1
+        counts["tokens"] += record.get("tokens", 0)
+    return [dict(minutes[m]) | {"minute": m} for m in sorted(minutes)]
+
+
+def latency(records: list[dict]) -> dict[str, Any]:
+    ok = sorted(r["seconds"] for r in records if r["status"] == 200)
+    return {
+        "sent": len(records),
+        "answered": len(ok),
+        "errors": sum(1 for r in records if r["status"] != 200),
+        "statuses": dict(Counter(str(r["status"]) for r in records)),
+        "p50_s": round(statistics.median(ok), 3) if ok else None,
+        "p90_s": round(ok[int(0.9 * (len(ok) - 1))], 3) if ok else None,
+    }
+
+
+async def quota(args: argparse.Namespace) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout) as client:
+        began = time.monotonic()
+        records = await paced(client, args.key, args.rate, args.minutes * 60)
+    minutes = per_minute(records, began)
+    return {"rate_per_s": args.rate, "minutes": minutes, "overall": latency(records)}
+
+
+async def fairness(args: argparse.Namespace) -> dict[str, Any]:
+    async with httpx.AsyncClient(
+        base_url=args.url, timeout=args.timeout, limits=httpx.Limits(max_connections=None)
+    ) as client:
+        alone = await paced(client, args.key, args.rate, args.seconds)
+        stop = asyncio.Event()
+        flooding = asyncio.create_task(flood(client, args.flood_key, args.flood_concurrency, stop))
+        await asyncio.sleep(args.warmup_s)
+        beside = await paced(client, args.key, args.rate, args.seconds, start=10_000)
+        stop.set()
+        flood_records = await flooding
+    return {
+        "trickle_rate_per_s": args.rate,
+        "flood_concurrency": args.flood_concurrency,
+        "alone": latency(alone),
+        "beside_flood": latency(beside),
+        "flood": latency(flood_records),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.keys", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    for name in ("quota", "fairness"):
+        command = sub.add_parser(name)
+        command.add_argument("--url", default="http://127.0.0.1:8000")
+        command.add_argument("--key", required=True)
+        command.add_argument("--rate", type=float, required=True, help="requests per second")
+        command.add_argument("--timeout", type=float, default=300)
+        command.add_argument("--out", type=Path)
+        if name == "quota":
+            command.add_argument("--minutes", type=float, default=3)
+        else:
+            command.add_argument("--flood-key", required=True)
+            command.add_argument("--flood-concurrency", type=int, default=32)
+            command.add_argument("--seconds", type=float, default=120)
+            command.add_argument("--warmup-s", type=float, default=10)
+    args = parser.parse_args(argv)
+    result = asyncio.run(quota(args) if args.what == "quota" else fairness(args))
+    result["command"] = " ".join(["python -m loadtest.keys", *(argv or sys.argv[1:])]).replace(
+        args.key, "$KEY"
+    )
+    if getattr(args, "flood_key", None):
+        result["command"] = result["command"].replace(args.flood_key, "$FLOOD_KEY")
+    text = json.dumps(result, indent=2) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
