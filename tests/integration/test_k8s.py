@@ -1,7 +1,10 @@
 """The KubeRay artifacts: the RayService is rendered from configs/mai.yaml (no drift), validates against
 KubeRay's RayService CRD schema, and its names, ports, pins and image tags agree with each other, with
 the Dockerfile and with the project's pins; every pod has /dev/shm in memory, sized for what uses it, and
-every GPU pod keeps its checkpoints and compile artefacts on the model cache claim."""
+every GPU pod keeps its checkpoints and compile artefacts on the model cache claim. Access: every pod
+has the API keys from their Secret, Ray's token authentication is on, every container runs as a user
+other than root without privileges, and k8s/networkpolicy.yaml admits from outside the Ray pods only
+Serve's port (and the dashboard to the KubeRay operator and the RayJob's submitter)."""
 
 import copy
 import json
@@ -14,14 +17,24 @@ import pytest
 import yaml
 
 from .kuberay import (
+    API_KEYS_SECRET,
+    RAY_PODS,
+    RAY_TOKEN_KEY,
+    RAY_TOKEN_SECRET,
     ROOT,
+    check_api_keys,
+    check_container_security,
     check_model_cache,
+    check_network_policy,
+    check_pod_security,
     check_shared_memory,
+    check_token_auth,
     crd_schema,
     gpu_groups,
     load_render,
     mounted,
     quantity_bytes,
+    strict_crd_schema,
     vllm_message_queue_bytes,
 )
 
@@ -33,6 +46,8 @@ SERVE = yaml.safe_load(MANIFEST["spec"]["serveConfigV2"])
 CLUSTER = MANIFEST["spec"]["rayClusterConfig"]
 GROUPS = {group["groupName"]: group for group in CLUSTER["workerGroupSpecs"]}
 MODEL_CACHE = yaml.safe_load((ROOT / "k8s" / "model-cache.yaml").read_text())
+POLICY = yaml.safe_load((ROOT / "k8s" / "networkpolicy.yaml").read_text())
+DEPLOYING = (ROOT / "docs" / "deploying.md").read_text()
 
 
 def ray_pin() -> str:
@@ -276,3 +291,209 @@ def test_the_model_cache_check_fails_a_pod_whose_caches_miss_the_claim(breakage)
     breakage(pod["containers"][0]["env"], pod)
     with pytest.raises(AssertionError):
         check_model_cache(cluster, MODEL_CACHE)
+
+
+def test_the_manifest_has_no_field_the_api_server_would_drop():
+    # a misplaced field (authOptions under spec, a misspelt securityContext key) validates against the
+    # CRD as it is, since its objects admit unknown fields; the API server drops them without a word
+    jsonschema.validate(MANIFEST, strict_crd_schema(CRD))
+
+
+@pytest.mark.parametrize(
+    "mutation",
+    [
+        lambda m: m["spec"].update(authOptions=m["spec"]["rayClusterConfig"].pop("authOptions")),
+        lambda m: m["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0][
+            "securityContext"
+        ].update(allowPrivilegeEscalaton=False),
+    ],
+)
+def test_the_strict_schema_check_catches_a_field_the_api_server_would_drop(mutation):
+    broken = copy.deepcopy(MANIFEST)
+    mutation(broken)
+    jsonschema.validate(broken, schema())  # the CRD's own schema lets it through
+    with pytest.raises(jsonschema.ValidationError, match="Additional properties are not allowed"):
+        jsonschema.validate(broken, strict_crd_schema(CRD))
+
+
+def _api_keys_variable() -> str:
+    from serve_app.config import check_application
+
+    return check_application(SERVE["applications"][0]).security.api_keys_env
+
+
+def test_every_pod_has_the_api_keys_from_their_secret():
+    # proxy_location EveryNode: every pod runs an HTTP proxy, and an ingress replica lands on any pod
+    # with a CPU free, so every pod needs the keys
+    assert SERVE["proxy_location"] == "EveryNode"
+    assert _api_keys_variable() == "MAI_API_KEYS"
+    check_api_keys(CLUSTER, _api_keys_variable())
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda env: env.remove(next(e for e in env if e["name"] == "MAI_API_KEYS")),
+        lambda env: next(e for e in env if e["name"] == "MAI_API_KEYS")["valueFrom"]["secretKeyRef"].update(
+            optional=True
+        ),
+        lambda env: next(e for e in env if e["name"] == "MAI_API_KEYS")["valueFrom"]["secretKeyRef"].update(
+            name="hf-token"
+        ),
+        lambda env: next(e for e in env if e["name"] == "MAI_API_KEYS").update(
+            value="sk-in-the-manifest", valueFrom=None
+        ),
+    ],
+)
+def test_the_api_keys_check_fails_a_pod_without_them_from_their_secret(breakage):
+    cluster = copy.deepcopy(CLUSTER)
+    breakage(cluster["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]["env"])
+    with pytest.raises(AssertionError):
+        check_api_keys(cluster, _api_keys_variable())
+
+
+def test_ray_token_authentication_is_on_with_the_token_of_its_secret():
+    check_token_auth(CLUSTER)
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda c: c.pop("authOptions"),
+        lambda c: c["authOptions"].update(mode="disabled"),
+        lambda c: c["authOptions"].pop("mode"),  # KubeRay turns auth on for mode: token only
+        lambda c: c["authOptions"].update(secretName="other"),
+        lambda c: c.update(rayVersion="2.51.0"),
+        lambda c: c["headGroupSpec"]["template"]["spec"]["containers"][0]["env"].append(
+            {"name": "RAY_AUTH_MODE", "value": "disabled"}
+        ),
+    ],
+)
+def test_the_token_check_fails_a_cluster_without_it(breakage):
+    cluster = copy.deepcopy(CLUSTER)
+    breakage(cluster)
+    with pytest.raises(AssertionError):
+        check_token_auth(cluster)
+
+
+def test_every_container_runs_as_the_images_user_without_privileges():
+    check_pod_security(CLUSTER)
+    dockerfile = (ROOT / "k8s" / "Dockerfile").read_text()
+    user = re.findall(r"^USER (\S+)$", dockerfile, re.M)[-1]  # the image's user, the last USER line
+    for group in [CLUSTER["headGroupSpec"], *GROUPS.values()]:
+        context = group["template"]["spec"]["securityContext"]
+        assert user == f"{context['runAsUser']}:{context['runAsGroup']}" == "1000:100"  # ray, users
+    data = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "k8s" / "batch-data.yaml").read_text())}
+    pod = data["Pod"]["spec"]
+    for container in pod["containers"]:
+        check_container_security(pod, container, "mai-batch-data")
+
+
+def _head_pod(cluster):
+    return cluster["headGroupSpec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda c: _head_pod(c)["securityContext"].pop("runAsNonRoot"),
+        lambda c: _head_pod(c)["securityContext"].update(runAsUser=0),
+        lambda c: _head_pod(c)["securityContext"].pop("seccompProfile"),
+        lambda c: _head_pod(c)["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+        lambda c: _head_pod(c)["containers"][0]["securityContext"].pop("capabilities"),
+        lambda c: _head_pod(c)["containers"][0]["securityContext"]["capabilities"].update(add=["NET_ADMIN"]),
+        lambda c: _head_pod(c)["containers"][0]["securityContext"].update(runAsUser=0),
+        lambda c: c["workerGroupSpecs"][0]["template"]["spec"]["containers"][0].pop("securityContext"),
+        lambda c: c["workerGroupSpecs"][1]["template"]["spec"].update(
+            initContainers=[{"name": "fetch", "image": "busybox:1.37"}]
+        ),
+        lambda c: c["autoscalerOptions"].pop("securityContext"),
+    ],
+)
+def test_the_security_check_fails_a_container_that_may_run_as_root_or_gain_privileges(breakage):
+    cluster = copy.deepcopy(CLUSTER)
+    breakage(cluster)
+    with pytest.raises(AssertionError):
+        check_pod_security(cluster)
+
+
+def _policy_ports() -> tuple[int, int]:
+    """Serve's port (the application's) and the dashboard's (the head container's port named so)."""
+    [head] = CLUSTER["headGroupSpec"]["template"]["spec"]["containers"]
+    ports = {port["name"]: port["containerPort"] for port in head["ports"]}
+    return SERVE["http_options"]["port"], ports["dashboard"]
+
+
+def _dashboard_peers() -> list[dict]:
+    """Who calls the dashboard's API: the KubeRay operator, in the namespace docs/deploying.md installs
+    its Helm chart to (the chart labels its pod app.kubernetes.io/name: kuberay-operator), and the
+    submitter pod of k8s/rayjob.yaml's RayJob (KubeRay labels it with the RayJob's kind and name)."""
+    [namespace] = re.findall(
+        r"helm install kuberay-operator kuberay/kuberay-operator --namespace (\S+)", DEPLOYING
+    )
+    [job] = [
+        d for d in yaml.safe_load_all((ROOT / "k8s" / "rayjob.yaml").read_text()) if d["kind"] == "RayJob"
+    ]
+    operator = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
+    }
+    submitter_labels = {
+        "ray.io/originated-from-crd": "RayJob",
+        "ray.io/originated-from-cr-name": job["metadata"]["name"],
+    }
+    return [operator, {"podSelector": {"matchLabels": submitter_labels}}]
+
+
+def test_the_network_policy_admits_from_outside_the_ray_pods_only_serves_port():
+    serve_port, dashboard_port = _policy_ports()
+    assert (serve_port, dashboard_port) == (8000, 8265)
+    check_network_policy(POLICY, serve_port, dashboard_port, _dashboard_peers())
+    # the dashboard listens beyond its pod because the operator needs it, and only it and the
+    # submitter reach it there
+    assert CLUSTER["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+
+
+def _rule(policy, port):
+    return next(
+        rule
+        for rule in policy["spec"]["ingress"]
+        if {"protocol": "TCP", "port": port} in rule.get("ports", [])
+    )
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda p: _rule(p, 8000)["ports"].append({"protocol": "TCP", "port": 8265}),  # the dashboard to all
+        lambda p: _rule(p, 8000)["ports"].append({"protocol": "TCP", "port": 6379}),  # GCS to all
+        lambda p: _rule(p, 8000).pop("ports"),  # every port from anywhere
+        lambda p: p["spec"]["ingress"][0].update(
+            ports=[{"protocol": "TCP", "port": 6379}]
+        ),  # Ray pods cut off
+        lambda p: p["spec"]["ingress"].pop(0),
+        lambda p: _rule(p, 8265)["from"][0].pop("podSelector"),  # every pod of the operator's namespace
+        lambda p: _rule(p, 8265)["from"].append({"namespaceSelector": {}}),  # every pod anywhere
+        lambda p: _rule(p, 8265)["from"][0]["namespaceSelector"]["matchLabels"].update(
+            {"kubernetes.io/metadata.name": "default"}
+        ),
+        lambda p: p["spec"].update(podSelector={}),
+        lambda p: p["spec"].update(policyTypes=["Egress"]),
+        lambda p: p["spec"]["ingress"][0]["from"][0].update(podselector=RAY_PODS),  # misspelt: dropped
+    ],
+)
+def test_the_network_policy_check_fails_a_policy_that_admits_more(breakage):
+    policy = copy.deepcopy(POLICY)
+    breakage(policy)
+    with pytest.raises((AssertionError, jsonschema.ValidationError)):
+        check_network_policy(policy, *_policy_ports(), _dashboard_peers())
+
+
+def test_the_docs_create_the_secrets_the_pods_read_and_apply_the_policy():
+    assert f"kubectl create secret generic {RAY_TOKEN_SECRET} --from-literal={RAY_TOKEN_KEY}=" in DEPLOYING
+    assert (
+        f"kubectl create secret generic {API_KEYS_SECRET['name']} --from-literal={API_KEYS_SECRET['key']}="
+        in DEPLOYING
+    )
+    assert "kubectl apply -f k8s/networkpolicy.yaml" in DEPLOYING
+    assert "kubectl port-forward svc/mai-head-svc 8265:8265" in DEPLOYING  # the dashboard's only way in

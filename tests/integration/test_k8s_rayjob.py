@@ -1,7 +1,8 @@
 """The KubeRay RayJob that runs mai-batch: rendered from its template, the RayService's and configs/mai.yaml
 (no drift), valid against KubeRay's RayJob CRD schema, on the RayService's cluster (image, groups, pins,
-resources, /dev/shm and the model cache) with the batch storage mounted, and running the ``mai-batch``
-console script on the RayService's pinned application."""
+resources, /dev/shm and the model cache, Ray's token, non-root pods) with the batch storage mounted and
+no API keys, its submitter as restricted as the Ray pods, and running the ``mai-batch`` console script on
+the RayService's pinned application."""
 
 import copy
 import inspect
@@ -14,7 +15,18 @@ import jsonschema
 import pytest
 import yaml
 
-from .kuberay import ROOT, check_model_cache, check_shared_memory, crd_schema, load_render
+from .kuberay import (
+    ROOT,
+    api_keys_env,
+    check_container_security,
+    check_model_cache,
+    check_pod_security,
+    check_shared_memory,
+    check_token_auth,
+    crd_schema,
+    load_render,
+    strict_crd_schema,
+)
 
 CRD = "ray.io_rayjobs.yaml"  # vendored: KubeRay commit feeaf72, the RayService CRD's
 
@@ -47,7 +59,8 @@ def mounts(group: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def without_batch_changes(cluster: dict[str, Any]) -> dict[str, Any]:
-    """The cluster without what a batch job changes: volumes, their mounts, the readiness probes."""
+    """The cluster without what a batch job changes: volumes, their mounts, the readiness probes, the
+    API keys."""
     stripped = copy.deepcopy(cluster)
     for group in pod_groups(stripped).values():
         pod = group["template"]["spec"]
@@ -55,6 +68,8 @@ def without_batch_changes(cluster: dict[str, Any]) -> dict[str, Any]:
         for container in pod["containers"]:
             container.pop("volumeMounts", None)
             container.pop("readinessProbe", None)
+            env = [item for item in container.pop("env", []) if item["name"] != render.API_KEYS_ENV]
+            container.update({"env": env} if env else {})
     return stripped
 
 
@@ -78,6 +93,7 @@ def test_render_check_passes_on_the_committed_manifests_and_names_a_stale_one(tm
 
 def test_rayjob_validates_against_the_rayjob_crd():
     jsonschema.validate(JOB, crd_schema(CRD))
+    jsonschema.validate(JOB, strict_crd_schema(CRD))  # no field the API server would drop
 
 
 @pytest.mark.parametrize(
@@ -226,5 +242,57 @@ def test_the_jobs_pods_have_dev_shm_in_memory_and_the_gpu_pods_the_model_cache()
 
 def test_the_docs_apply_the_files_that_exist():
     text = (ROOT / "docs" / "deploying.md").read_text()
-    for name in ("k8s/batch-data.yaml", "k8s/rayjob.yaml", "k8s/model-cache.yaml"):
+    for name in ("k8s/batch-data.yaml", "k8s/rayjob.yaml", "k8s/model-cache.yaml", "k8s/networkpolicy.yaml"):
         assert f"kubectl apply -f {name}" in text and Path(ROOT / name).is_file()
+
+
+def test_the_jobs_cluster_has_the_ray_token_non_root_pods_and_no_api_keys():
+    check_token_auth(JOB_CLUSTER)
+    check_pod_security(JOB_CLUSTER)
+    assert JOB_CLUSTER["authOptions"] == SERVICE_CLUSTER["authOptions"]
+    # no ingress in a batch job: nothing reads the keys, and the job starts without their Secret
+    for name, group in pod_groups(JOB_CLUSTER).items():
+        for container in group["template"]["spec"]["containers"]:
+            assert api_keys_env(container, render.API_KEYS_ENV) is None, name
+    service_head = SERVICE_CLUSTER["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert api_keys_env(service_head, render.API_KEYS_ENV) is not None
+
+
+def test_the_submitter_runs_the_heads_image_as_restricted_as_the_ray_pods():
+    submitter = JOB["spec"]["submitterPodTemplate"]
+    pod = submitter["spec"]
+    [container] = pod["containers"]
+    head = SERVICE_CLUSTER["headGroupSpec"]["template"]["spec"]
+    # KubeRay fills in the first container's command (`ray job submit ...`), address and token
+    assert container["name"] == "ray-job-submitter" and "command" not in container
+    assert container["image"] == head["containers"][0]["image"]
+    assert pod["restartPolicy"] == "Never"  # a Kubernetes Job's pod; the Job retries, not the kubelet
+    check_container_security(pod, container, "submitter")
+    assert pod["securityContext"] == head["securityContext"]
+    assert container["securityContext"] == head["containers"][0]["securityContext"]
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda pod: pod.pop("securityContext"),
+        lambda pod: pod["containers"][0].pop("securityContext"),
+        lambda pod: pod["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+    ],
+)
+def test_the_security_check_fails_a_submitter_that_may_run_as_root(breakage):
+    pod = copy.deepcopy(JOB["spec"]["submitterPodTemplate"]["spec"])
+    breakage(pod)
+    with pytest.raises(AssertionError):
+        check_container_security(pod, pod["containers"][0], "submitter")
+
+
+def test_the_batch_cluster_drops_only_the_api_keys_from_the_env():
+    service_template = yaml.safe_load((ROOT / "k8s" / "rayservice.template.yaml").read_text())
+    batch = render.batch_cluster(service_template["spec"]["rayClusterConfig"], "mai-batch-config")
+    service_groups = pod_groups(service_template["spec"]["rayClusterConfig"])
+    for name, group in pod_groups(batch).items():
+        [container] = group["template"]["spec"]["containers"]
+        [service_container] = service_groups[name]["template"]["spec"]["containers"]
+        kept = [e for e in service_container.get("env", []) if e["name"] != render.API_KEYS_ENV]
+        assert container.get("env", []) == kept, name  # HF_TOKEN, HF_HOME ... stay
