@@ -94,6 +94,12 @@ class ModelDeployment(Strict):
     source: str = Field(
         ..., min_length=1, description="a Hugging Face repo id, or a local folder ('./...' or '/...')"
     )
+    revision: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{40}$",
+        description="the hub commit the weights, config and tokenizer are read at (a hub source only); "
+        "without it they are whatever the repo holds when a replica starts",
+    )
     device: Literal["gpu", "cpu"] = "gpu"
     # "emulated" replaces the engine by EmulatedVLM (load tests without GPUs); never for real serving.
     engine: Literal["vllm", "emulated"] = "vllm"
@@ -173,6 +179,13 @@ class ModelDeployment(Strict):
                 f"gpu_memory_utilization {share} of a {self.accelerator_type} "
                 f"({share * gpu.memory_bytes / 2**30:.1f} GiB) beside the weights"
             )
+        if self.revision is not None and self.local_source() is not None:
+            raise ValueError(
+                f"{self.model_id}: revision is for a hub source; {self.source!r} is a local folder"
+            )
+        pinned = sorted(set(self.engine_kwargs) & {"revision", "tokenizer_revision"})
+        if pinned:
+            raise ValueError(f"{self.model_id}: engine_kwargs.{pinned[0]} is set from the model's revision")
         fetching = sorted(set(self.engine_kwargs) & {"allowed_media_domains", "allowed_local_media_path"})
         if fetching:
             raise ValueError(

@@ -92,9 +92,10 @@ def deployment_options(spec: ModelDeployment) -> dict[str, Any]:
 
 
 def engine_kwargs(spec: ModelDeployment) -> dict[str, Any]:
-    """The vLLM engine arguments of one model: MAI's defaults under the config's own, and what the
-    engines may fetch (nothing) over both."""
-    return {**ENGINE_DEFAULTS, **spec.engine_kwargs, **ENGINE_FETCHES_NOTHING}
+    """The vLLM engine arguments of one model: MAI's defaults under the config's own, what the engines
+    may fetch (nothing) over both, and the hub commit the model is read at when it names one."""
+    pinned = {"revision": spec.revision, "tokenizer_revision": spec.revision} if spec.revision else {}
+    return {**ENGINE_DEFAULTS, **spec.engine_kwargs, **ENGINE_FETCHES_NOTHING, **pinned}
 
 
 def images_per_prompt(spec: ModelDeployment) -> int:

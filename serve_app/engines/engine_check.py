@@ -107,6 +107,7 @@ def check_config(
     ``inventory``: the nodes the config must fit at its maximum replicas."""
     [application] = serve_config["applications"]
     config = check_application(application)
+    pins = {role: pinned_at(getattr(config, role)) for role in ROLES}
     config = with_checkpoints(config, checkpoints)
     if inventory is not None:
         problems = placement_problems(engine_asks(config), inventory, GPU_MEMORY)
@@ -128,6 +129,8 @@ def check_config(
             )
     for role, budget in zip(ROLES, budgets or [], strict=False):
         models[role]["image_budget"] = budget.as_dict()
+    for role in ROLES:
+        models[role]["revision"] = pins[role]
     return {
         "models": models,
         "max_prompt_bytes": left,
@@ -136,10 +139,20 @@ def check_config(
     }
 
 
+def pinned_at(spec: ModelDeployment) -> str:
+    """What a model is read at: its hub commit, ``unpinned`` for a hub source without one (the weights
+    can change under a fixed config), or ``local`` for a folder."""
+    if spec.local_source() is not None:
+        return "local"
+    return spec.revision or "unpinned"
+
+
 def with_checkpoints(config: AppConfig, checkpoints: Mapping[str, str]) -> AppConfig:
     """``config`` with the named roles' sources replaced by local copies of their config files."""
     update = {
-        role: getattr(config, role).model_copy(update={"source": str(Path(folder).resolve())})
+        role: getattr(config, role).model_copy(
+            update={"source": str(Path(folder).resolve()), "revision": None}
+        )
         for role, folder in checkpoints.items()
     }
     return config.model_copy(update=update)
@@ -155,6 +168,11 @@ def report(path: str, result: Mapping[str, Any]) -> list[str]:
             f"{model.get('max_model_len')}, image <= {budget.get('max_image_tokens')} tokens, "
             f"{budget.get('left_for_the_question')} left for the question)"
         )
+        if model.get("revision") == "unpinned":
+            lines.append(
+                "  revision: none; the weights are the hub repo's when a replica starts (set revision: "
+                "<commit> to pin them)"
+            )
         view = model.get("on_gpu")
         if view is None:
             continue

@@ -91,3 +91,20 @@ def test_a_kv_budget_over_the_memory_share_of_the_named_gpu_is_refused_at_start(
         load_app_config(args)
     args["small"]["engine_kwargs"]["gpu_memory_utilization"] = 0.35  # 27.9 GiB: fits (and 0.35 + 0.62 < 1)
     assert load_app_config(args).small.accelerator_type == "H100"
+
+
+def test_a_hub_revision_pins_weights_and_tokenizer_and_only_a_hub_source_takes_one():
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    args = app_args("mai.yaml")
+    args["large"] = args["large"] | {"revision": commit}
+    kwargs = llm_config_kwargs(load_app_config(args).large)
+    assert kwargs["engine_kwargs"]["revision"] == kwargs["engine_kwargs"]["tokenizer_revision"] == commit
+    for change, refusal in (
+        ({"revision": "main"}, "String should match pattern"),
+        ({"revision": commit, "source": "./models/demo-large"}, "revision is for a hub source"),
+        ({"engine_kwargs": {"revision": commit}}, "engine_kwargs.revision is set from the model's revision"),
+    ):
+        wrong = app_args("mai.yaml")
+        wrong["large"] = wrong["large"] | change
+        with pytest.raises(ValueError, match=refusal):
+            load_app_config(wrong)

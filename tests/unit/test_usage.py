@@ -101,8 +101,8 @@ def sha(key: str) -> str:
 def test_through_the_api_a_key_is_held_to_its_quota_its_models_and_billed():
     from serve_app.core.prompts import PromptKind
 
-    from .fakes import ScriptedVLM
     from ..images import chat_body
+    from .fakes import ScriptedVLM
     from .ingress_replica import client_of, replica
 
     simple = {PromptKind.SIMPLE: "[[yes]]"}
