@@ -57,6 +57,7 @@ class RowJob:
     attempts: int = 6
     retry_pause_s: float = 2.0  # doubled after each attempt, up to 30 s
     max_line_bytes: int = MAX_LINE_BYTES  # a row without text was longer (batch/source.py)
+    key_name: str | None = None  # the API key the rows count against; None: ``mai-batch``, unlimited
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,14 @@ class RowAnswerer:
     def __init__(self, config: AppConfig, targets: Targets, job: RowJob):
         import ray
 
+        from serve_app.edge.keys import BATCH_CALLER, KeyRing
+
         self.config, self.targets = config, targets
         self.ingress: Any = None  # built on the loop the rows run on (``_replica``)
+        # Whose rows these are: the key's models, quotas and usage apply (the key ledger's).
+        self.caller = (
+            BATCH_CALLER if job.key_name is None else KeyRing(config.security).caller_named(job.key_name)
+        )
         self.job = job
         self.node = ray.get_runtime_context().get_node_id()
         self._slots: asyncio.Semaphore | None = None
@@ -108,8 +115,8 @@ class RowAnswerer:
         on the caller's loop (``RAY_SERVE_THROUGHPUT_OPTIMIZED``)."""
         from serve_app.edge.ingress import IngressReplica
 
-        small, large, scorer, stats = self.targets.handles()
-        return IngressReplica(small, large, self.config, scorer, stats)
+        small, large, scorer, stats, ledger = self.targets.handles()
+        return IngressReplica(small, large, self.config, scorer, stats, ledger)
 
     async def answer(self, line: int, text: str | Overlong) -> tuple[dict[str, Any], dict[str, Any]]:
         """A line's output row, and what the job's tally reads of it (status, route, tokens)."""
@@ -173,7 +180,7 @@ class RowAnswerer:
         started = time.monotonic()
         try:
             # The ingress reads the payload as a request's JSON; each attempt gets its own copy.
-            response = await self.ingress.chat(copy.deepcopy(request.body), request.request_id)
+            response = await self.ingress.chat(copy.deepcopy(request.body), request.request_id, self.caller)
             status, body = response.status_code, json.loads(bytes(response.body))
         except EXPECTED as exc:  # what the server answers with a 4xx, 503 or 504
             error = request_error_of(exc)

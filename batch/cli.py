@@ -62,6 +62,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--row-timeout", type=float, default=900.0, help="seconds per attempt at a row")
     p.add_argument("--attempts", type=int, default=6, help="tries of a row whose model failed")
     p.add_argument(
+        "--key-name",
+        help="the configured API key (security.keys_file) the rows count against: its models, quotas and "
+        "usage (default: mai-batch, unlimited)",
+    )
+    p.add_argument(
         "--max-line-bytes",
         type=int,
         default=MAX_LINE_BYTES,
@@ -109,9 +114,18 @@ def job_of(args: argparse.Namespace) -> BatchJob:
             row_timeout_s=args.row_timeout,
             attempts=args.attempts,
             max_line_bytes=args.max_line_bytes,
+            key_name=args.key_name,
         )
     except ValidationError as exc:
         raise UsageError(" ".join(str(exc).split())) from None
+    config = read_config(args.config, args.app_name)
+    if args.key_name is not None:
+        from serve_app.edge.keys import KeyRing
+
+        try:
+            KeyRing(config.security).caller_named(args.key_name)
+        except ValueError as exc:
+            raise UsageError(f"--key-name: {exc}") from None
     options = []
     for pair in args.option:
         key, equals, value = pair.partition("=")
@@ -132,7 +146,7 @@ def job_of(args: argparse.Namespace) -> BatchJob:
     return BatchJob(
         input=args.input,
         output=args.output,
-        config=read_config(args.config, args.app_name),
+        config=config,
         settings=settings,
         records=records,
         fmt=InputFormat(args.format) if args.format else None,

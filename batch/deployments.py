@@ -22,8 +22,14 @@ from typing import Any
 from serve_app.config import AppConfig
 
 STARTED_APP_PREFIX = "mai-batch"
-ROLES = ("small", "large", "scorer", "stats")
-_PREFIXES = {"small": "small:", "large": "large:", "scorer": "AttentionScorer", "stats": "StatsHolder"}
+ROLES = ("small", "large", "scorer", "stats", "ledger")
+_PREFIXES = {
+    "small": "small:",
+    "large": "large:",
+    "scorer": "AttentionScorer",
+    "stats": "StatsHolder",
+    "ledger": "KeyLedger",
+}
 
 
 class AttachError(RuntimeError):
@@ -44,22 +50,32 @@ class Targets:
     large: Target
     scorer: Target | None = None
     stats: Target | None = None
+    ledger: Target | None = None  # the API keys' ledger: rows count against a key's quotas and usage
 
-    def handles(self) -> tuple[Any, Any, Any, Any]:
-        """Handles to small, large, scorer and holder (None where there is none), for this process."""
+    def handles(self) -> tuple[Any, Any, Any, Any, Any]:
+        """Handles to small, large, scorer, holder and key ledger (None where there is none), for this
+        process."""
         from ray import serve
 
         def handle(target: Target | None) -> Any:
             return None if target is None else serve.get_deployment_handle(target.deployment, target.app)
 
-        return handle(self.small), handle(self.large), handle(self.scorer), handle(self.stats)
+        return (
+            handle(self.small),
+            handle(self.large),
+            handle(self.scorer),
+            handle(self.stats),
+            handle(self.ledger),
+        )
 
 
 def model_apps(config: AppConfig) -> dict[str, Any]:
-    """The applications a job starts: each model's, the scorer's when configured, the holder's."""
+    """The applications a job starts: each model's, the scorer's when configured, the holder's and
+    the key ledger's."""
     from deployments.vlm import build_vlm_deployment
     from serve_app.app import build_scorer
     from serve_app.core.roles import LARGE, SMALL
+    from serve_app.edge.key_ledger import KeyLedgerDeployment
     from serve_app.edge.stats_holder import StatsHolderDeployment
 
     cascade = config.cascade
@@ -69,6 +85,7 @@ def model_apps(config: AppConfig) -> dict[str, Any]:
         "stats": StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
             cascade.audit, cascade.adaptive, overload_enabled=False
         ),
+        "ledger": KeyLedgerDeployment.bind(),  # type: ignore[attr-defined]  # a Deployment
     }
     scorer = build_scorer(config)
     if scorer is not None:
@@ -91,7 +108,7 @@ def start(apps: Mapping[str, Any]) -> Targets:
 def stop(targets: Targets) -> None:
     from ray import serve
 
-    for target in (targets.small, targets.large, targets.scorer, targets.stats):
+    for target in (targets.small, targets.large, targets.scorer, targets.stats, targets.ledger):
         if target is not None:
             serve.delete(target.app)
 
@@ -133,4 +150,4 @@ def _targets(found: Mapping[str, tuple[str, list[str]]]) -> Targets:
 
     small, large = target("small"), target("large")
     assert small is not None and large is not None
-    return Targets(small, large, target("scorer"), target("stats"))
+    return Targets(small, large, target("scorer"), target("stats"), target("ledger"))

@@ -13,6 +13,7 @@ flight when it stops are answered by the next run.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from .tally import Tally
 
 ACTOR_NUM_CPUS = 0.01
 BLOCKS_PER_ACTOR = 4
+
+logger = logging.getLogger("mai-batch")
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ def run(
         rows_per_actor=per_actor,
         attempts=settings.attempts,
         max_line_bytes=settings.max_line_bytes,
+        key_name=settings.key_name,
     )
     ray.data.DataContext.get_current().enable_progress_bars = False
     rows = ray.data.read_datasource(
@@ -202,6 +206,7 @@ def run(
     finally:
         wall_s = time.monotonic() - started
         writer.close()
+        usage = _key_usage(targets, settings.key_name)
         if not job.attach:
             deployments.stop(targets)
         if scan.fmt is InputFormat.RECORDS and tally.rows:  # mai-eval report's timed segment
@@ -212,11 +217,28 @@ def run(
             "first_lines_s": None if first_lines_s is None else round(first_lines_s, 3),
             "steady_rows_per_s": _rate(tally.rows - first_lines, wall_s - (first_lines_s or 0.0)),
             "driver_peak_rss_mb": peak_rss_mb(),
+            # What the rows' API key used, from the key ledger (attached: the app's running total).
+            "key_usage": usage,
             # Ray Data's own account of the run: each operator's wall and CPU time, rows and blocks.
             "ray_data_stats": _stats_text(answered),
         }
         summary_path(job.output, scan.fmt).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _key_usage(targets: Any, key_name: str | None) -> dict[str, Any] | None:
+    """The key ledger's usage of the key the rows counted against (``mai-batch`` by default)."""
+    if targets.ledger is None:
+        return None
+    from ray import serve
+
+    name = key_name or "mai-batch"
+    try:
+        ledger = serve.get_deployment_handle(targets.ledger.deployment, targets.ledger.app)
+        return {"key": name, **ledger.snapshot.remote().result(timeout_s=30).get(name, {})}
+    except Exception:  # the bill is read for the summary; its absence never fails the job
+        logger.warning("mai-batch: the key ledger's usage was not read", exc_info=True)
+        return None
 
 
 def _rate(rows: int, seconds: float) -> float | None:

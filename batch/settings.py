@@ -33,6 +33,9 @@ class BatchSettings(BaseModel):
     )
     row_timeout_s: float = Field(900.0, gt=0, le=3600, description="seconds one attempt at a row may take")
     attempts: int = Field(6, ge=1, description="tries of a row whose model failed (503, 504, degraded)")
+    key_name: str | None = Field(
+        None, description="the configured API key the rows count against (its models, quotas, usage)"
+    )
     max_line_bytes: int = Field(
         MAX_LINE_BYTES,
         ge=1024,

@@ -108,6 +108,7 @@ def unlimited(name: str, sha256: str) -> NamedKey:
 
 
 ANONYMOUS_CALLER = Caller(unlimited(ANONYMOUS, "0" * 64))
+BATCH_CALLER = Caller(unlimited("mai-batch", "0" * 64))  # a batch job's rows, unless it names a key
 
 
 def read_keys_file(path: Path) -> tuple[NamedKey, ...]:
@@ -206,6 +207,13 @@ class KeyRing:
         else:
             logger.info("MAI keys file reloaded: %d named keys", len(self.named))
         self.file_stamp = stamp
+
+    def caller_named(self, name: str) -> Caller:
+        """The caller of the configured key named ``name`` (a batch job's rows count against it)."""
+        for key in self.keys:
+            if key.name == name:
+                return Caller(key)
+        raise ValueError(f"no configured API key is named {name!r}")
 
     def identify(self, headers: Mapping[str, str]) -> Caller:
         """The caller the headers' key names; anonymous on an open API; else a 401 that names no key."""

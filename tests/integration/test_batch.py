@@ -206,3 +206,31 @@ def test_a_process_killed_mid_job_loses_no_row_and_degrades_none(local_ray, tmp_
     assert summary["routes"] == {"agree_short": rows}  # not one degraded answer
     if victim.startswith("ServeReplica"):  # the rows in flight on it were asked again
         assert summary["retried"] >= 1
+
+
+def test_rows_count_against_the_key_the_job_names(local_ray, tmp_path):
+    from serve_app.edge.key_ledger import KeyLedgerDeployment
+
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(f"keys:\n  - name: team-batch\n    sha256: {'ab' * 32}\n    models: [mai]\n")
+    config = AppConfig.model_validate(CONFIG | {"security": {"keys_file": str(keys)}})
+    source = tmp_path / "requests.jsonl"
+    lines = [
+        openai_line("one", "[agree] Is there a red shape?"),
+        openai_line("two", "[transfer] Is the shape blue?"),
+        openai_line("other-model", "[agree] Is it round?", model="mai-large"),
+    ]
+    source.write_text("\n".join(lines) + "\n")
+    job = BatchJob(
+        input=str(source),
+        output=tmp_path / "out.jsonl",
+        config=config,
+        settings=BatchSettings(key_name="team-batch"),
+    )
+    apps = scripted_apps(config) | {"ledger": KeyLedgerDeployment.bind()}
+    summary = run(job, prepare(job), apps=apps)
+    rows = {row["custom_id"]: row for row in read_lines(tmp_path / "out.jsonl")}
+    assert rows["other-model"]["response"]["status_code"] == 403  # the key may use mai only
+    usage = summary["key_usage"]
+    assert usage["key"] == "team-batch" and usage["requests"] == 2
+    assert usage["escalations"] == 1 and usage["early_exits"] == 1 and sum(usage["tokens"].values()) > 0

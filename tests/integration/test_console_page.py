@@ -123,3 +123,44 @@ def test_a_server_that_went_away_is_said_on_the_page(keyed_server, driver):
     hook(driver, "ask").click()
     wait_for(lambda: hook(driver, "error").is_displayed())
     assert "not reachable" in hook(driver, "error").text
+
+
+@pytest.fixture
+def two_key_server():
+    from serve_app.edge.ingress import build_api
+    from serve_app.edge.keys import KeyRing, NamedKey
+
+    simple = {PromptKind.SIMPLE: "[[yes]]"}
+    ring = KeyRing.of(
+        (
+            NamedKey(name="ops", sha256=hashlib.sha256(KEY.encode()).hexdigest(), admin=True),
+            NamedKey(name="team-a", sha256=hashlib.sha256(b"team-a-key").hexdigest()),
+        )
+    )
+    ingress = replica(ScriptedVLM(simple), ScriptedVLM(simple), api_keys=ring)
+    server = AppServer(build_api(ingress, ingress.config.security)).start()
+    yield server
+    server.stop()
+
+
+def sign_in_and_ask(driver, server, key):
+    driver.get(f"{server.base}/console")
+    wait_for(lambda: hook(driver, "key-form").is_displayed())
+    hook(driver, "key").send_keys(key)
+    hook(driver, "key").submit()
+    wait_for(lambda: driver.find_elements("css selector", '[data-mai="policy"] option'))
+    hook(driver, "question").send_keys("Is it red?")
+    hook(driver, "ask").click()
+    wait_for(lambda: hook(driver, "result").is_displayed())
+
+
+def test_an_admin_key_sees_every_keys_usage_and_another_key_none(two_key_server, driver):
+    sign_in_and_ask(driver, two_key_server, "team-a-key")
+    wait_for(lambda: "Updated" in hook(driver, "live-status").text)
+    assert not hook(driver, "usage-block").is_displayed()  # not an admin: no usage is read
+
+    sign_in_and_ask(driver, two_key_server, KEY)
+    row = '[data-mai="usage"] tr[data-key="team-a"] td'
+    wait_for(lambda: driver.find_elements("css selector", row))
+    assert hook(driver, "usage-block").is_displayed()
+    assert driver.find_elements("css selector", row)[0].text == "1"  # team-a's one request

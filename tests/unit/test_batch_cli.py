@@ -194,6 +194,10 @@ def usage_cases() -> list:
         ),
         "bad-option": (lambda t: [requests(t), *out, "--option", "transfer_selector"], "is not KEY=VALUE"),
         "no-actors": (lambda t: [requests(t), *out, "--actors", "0"], "actors"),
+        "unknown-key-name": (
+            lambda t: [requests(t), *out, "--key-name", "nobody"],
+            "--key-name: no configured API key is named 'nobody'",
+        ),
         "no-row-time": (lambda t: [requests(t), *out, "--row-timeout", "0"], "row_timeout_s"),
         "output-folder": (output_folder, "--output {tmp} is a folder"),
         "small-max-line-bytes": (lambda t: [requests(t), *out, "--max-line-bytes", "10"], "max_line_bytes"),

@@ -1,6 +1,7 @@
 // The live view: `/v1/mai/stats` read every few seconds (never faster than the replicas report to the
 // stats holder), per question class its requests, route shares, plan and why, audit disagreement with
-// its 95 % bound, tokens per model; the overload level; requests per second from successive counts.
+// its 95 % bound, tokens per model; the overload level; requests per second from successive counts;
+// for an admin key, every key's usage.
 
 import { call } from "./api.js";
 import { count, el, hook, percent, svg, tone } from "./dom.js";
@@ -97,7 +98,28 @@ function wentBack(classes, total) {
   return Object.entries(classes).some(([name, entry]) => entry.requests < (previous.byClass[name] ?? 0));
 }
 
+/** Every key's usage (only an admin key's reading carries it): requests, 429s, errors, early exits,
+ * escalations, tokens per model, and the last minute's requests and tokens. */
+function usageTable(usage) {
+  const block = hook("usage-block");
+  block.hidden = !usage;
+  if (!usage) return;
+  const head = ["key", "requests", "429s", "errors", "early exits", "escalations", "tokens", "last minute"];
+  const rows = Object.entries(usage).map(([name, u]) =>
+    el(
+      "tr",
+      { "data-key": name },
+      el("th", {}, name),
+      ...[u.requests, u.refused, u.errors, u.early_exits, u.escalations].map((n) => el("td", {}, count(n))),
+      el("td", {}, Object.entries(u.tokens).map(([model, n]) => `${model} ${count(n)}`).join(" · ") || "–"),
+      el("td", {}, `${count(u.last_minute.requests)} req · ${count(u.last_minute.tokens)} tok`),
+    ),
+  );
+  hook("usage").replaceChildren(el("tr", {}, ...head.map((h) => el("th", {}, h))), ...rows);
+}
+
 function render(body, at) {
+  usageTable(body.usage);
   const classes = body.classes ?? {};
   const total = Object.values(classes).reduce((sum, entry) => sum + entry.requests, 0);
   const overload = body.overload;
