@@ -108,10 +108,15 @@ class Access:
         except Exception:  # the bill must not fail the request: logged with its traceback
             logger.exception("MAI key ledger: usage not recorded")
 
-    async def usage(self) -> dict[str, Any]:
+    async def usage(self) -> dict[str, Any] | None:
+        """Every key's usage; None while the ledger is restarting."""
         if self.local is not None:
             return self.local.snapshot()
-        return await self.ledger.snapshot.remote()
+        try:
+            return await self.ledger.snapshot.remote()
+        except transport_errors() as exc:
+            logger.warning("MAI key ledger unavailable (%s): usage not read", type(exc).__name__)
+            return None
 
 
 def _too_many(message: str, quota: str, retry_after_s: int) -> RequestError:
