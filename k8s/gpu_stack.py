@@ -1,17 +1,20 @@
 """The GPU stack, read from package metadata alone: what `pip install '.[gpu]'` resolves to on the serving
 image's Python and platform, and whether it, pyproject's pins and k8s/Dockerfile agree on one CUDA major.
 
-    python k8s/gpu_stack.py            # resolve on PyPI, (re)write requirements/gpu-resolution.json, check
-    python k8s/gpu_stack.py --check    # resolve on PyPI and check; the committed file is left alone
-    python k8s/gpu_stack.py --offline  # check the committed file against pyproject.toml and the Dockerfile
+    python k8s/gpu_stack.py            # resolve on PyPI, (re)write the resolution and constraints, check
+    python k8s/gpu_stack.py --check    # resolve on PyPI and check; the committed files are left alone
+    python k8s/gpu_stack.py --offline  # check the committed files against pyproject.toml and the Dockerfile
 
 No wheel is downloaded and no GPU is needed: pip's dry run reads each wheel's metadata (`--report`). The
 checks, each a pure function of the report's summary, pyproject.toml and the Dockerfile:
 
 - torch's and vLLM's own requirements name exactly one CUDA major, each at least one (a name such as
   nvidia-nccl-cu13, an extra such as nvidia-cutlass-dsl[cu13], or the resolved cuda-toolkit / cuda-bindings);
-- the base image's CUDA major (`FROM rayproject/ray:2.60.0-py311-cu130`) is that one, its Python is the
-  one resolved for, and its Ray is the gpu extra's;
+- the base image's CUDA major (`FROM rayproject/ray:2.60.0-py311-cu130`, build arguments at their
+  defaults, a digest allowed: k8s/gpu_image.py) is that one, its Python is the one resolved for, and
+  its Ray is the gpu extra's;
+- the Dockerfile installs the gpu extra with requirements/gpu-constraints.txt as pip's constraints, and
+  that file is every package of the committed resolution at its version (k8s/gpu_image.py);
 - the gpu extra pins torch and torchvision (and torchaudio, if it names it) to exactly what vLLM requires;
 - the gpu extra's Ray is the cpu extra's;
 - the summary was resolved from the gpu extra as it stands, and resolved each pin to its version;
@@ -36,6 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_image import (
+    CONSTRAINTS_PATH,
+    check_constraints,
+    check_image_install,
+    constraints_text,
+    expand,
+    split_digest,
+)
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from ray_llm_pins import check_ray_llm_extra, ray_llm_extra, report_lines  # k8s/, beside this file
@@ -44,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 DOCKERFILE = ROOT / "k8s" / "Dockerfile"
 REPORT = ROOT / "requirements" / "gpu-resolution.json"
+CONSTRAINTS = ROOT / CONSTRAINTS_PATH
 INDEX = "https://pypi.org/simple"
 # Ray's CUDA images are built FROM nvidia/cuda:<version>-devel-ubuntu22.04 (Ray's
 # docker/base-deps/cuda.wanda.yaml): glibc 2.35, so a wheel tagged up to manylinux_2_35 installs there.
@@ -69,12 +81,13 @@ _TAG = re.compile(r"^(?P<image>[\w./-]+):(?P<ray>\d+\.\d+\.\d+)-py3(?P<py>\d+)-c
 
 @dataclass(frozen=True)
 class BaseImage:
-    """The Dockerfile's FROM image, read off a Ray image tag: ``<image>:<ray>-py3XX-cuXYZ``."""
+    """The Dockerfile's FROM image, read off a Ray image tag: ``<image>:<ray>-py3XX-cuXYZ[@sha256:...]``."""
 
     tag: str
     ray: str
     python: str  # "3.11"
     cuda: str  # "13.0"
+    digest: str | None = None  # "sha256:...", when the FROM line (or its build argument) pins one
 
     @property
     def cuda_major(self) -> int:
@@ -94,14 +107,15 @@ def base_image(dockerfile: str) -> BaseImage:
     froms = re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)
     if len(froms) != 1:
         raise ValueError(f"k8s/Dockerfile: expected one FROM line, found {len(froms)}: {froms}")
-    match = _TAG.match(froms[0])
+    image, digest = split_digest(expand(froms[0], dockerfile))
+    match = _TAG.match(image)
     if match is None:
         raise ValueError(
             f"k8s/Dockerfile: FROM {froms[0]} is not <image>:<ray>-py3XX-cuXYZ "
             "(e.g. rayproject/ray:2.60.0-py311-cu130)"
         )
     cuda = match["cuda"]
-    return BaseImage(froms[0], match["ray"], f"3.{match['py']}", f"{int(cuda[:-1])}.{cuda[-1]}")
+    return BaseImage(image, match["ray"], f"3.{match['py']}", f"{int(cuda[:-1])}.{cuda[-1]}", digest)
 
 
 def exact_pins(requirements: list[str]) -> dict[str, str]:
@@ -297,6 +311,7 @@ def check_other_majors(summary: Mapping[str, Any]) -> list[str]:
 def check_all(summary: Mapping[str, Any], pyproject: Mapping[str, Any], dockerfile: str) -> list[str]:
     gpu_pins = exact_pins(pyproject["project"]["optional-dependencies"]["gpu"])
     problems = check_summary_current(summary, pyproject) + check_one_cuda_major(summary)
+    problems += check_image_install(dockerfile)
     try:
         problems += check_base_image(summary, base_image(dockerfile), gpu_pins)
     except ValueError as error:
@@ -354,15 +369,21 @@ def main(argv: list[str] | None = None) -> int:
                     )
         else:
             REPORT.write_text(json.dumps(summary, indent=1) + "\n")
-            print(f"wrote {REPORT.relative_to(ROOT)}", file=sys.stderr)
+            CONSTRAINTS.write_text(constraints_text(summary))
+            print(f"wrote {REPORT.relative_to(ROOT)} and {CONSTRAINTS_PATH}", file=sys.stderr)
     problems = check_all(summary, pyproject, dockerfile)
+    # the committed constraints are the committed resolution (after a rewrite, both are new)
+    committed = json.loads(REPORT.read_text()) if REPORT.exists() else summary
+    problems += check_constraints(committed, CONSTRAINTS.read_text() if CONSTRAINTS.exists() else None)
     for problem in problems:
         print(f"gpu stack: {problem}", file=sys.stderr)
     if not problems:
+        base = base_image(dockerfile)
         print(
             f"gpu stack: CUDA {sorted(stack_majors(summary))} for torch {summary['packages']['torch']} and "
-            f"vllm {summary['packages']['vllm']}, base image {base_image(dockerfile).tag}, "
-            f"{len(summary['packages'])} packages: consistent",
+            f"vllm {summary['packages']['vllm']}, base image {base.tag}"
+            f"{'@' + base.digest if base.digest else ' (by tag, no digest)'}, "
+            f"{len(summary['packages'])} packages in {CONSTRAINTS_PATH}: consistent",
             file=sys.stderr,
         )
     for line in report_lines(summary["ray_llm_extra"]) if "ray_llm_extra" in summary else []:

@@ -1,11 +1,14 @@
 """The GPU stack (k8s/gpu_stack.py): the committed resolution of the gpu extra, pyproject's pins and
-k8s/Dockerfile's base image agree on one CUDA major; each check fails on an input crafted to break it;
-Ray's llm extra is reported beside the resolution (k8s/ray_llm_pins.py); and one live resolution
-against PyPI (metadata only, no download) passes the same checks."""
+k8s/Dockerfile's base image agree on one CUDA major; the image installs the gpu extra with the
+resolution as pip's constraints (requirements/gpu-constraints.txt, k8s/gpu_image.py) and takes its base
+image's digest as a build argument; each check fails on an input crafted to break it; Ray's llm extra
+is reported beside the resolution (k8s/ray_llm_pins.py); and one live resolution against PyPI (metadata
+only, no download) passes the same checks."""
 
 import copy
 import importlib.util
 import json
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -26,10 +29,12 @@ def load_module(name, path):
 
 # gpu_stack.py imports its sibling as the script `python k8s/gpu_stack.py` finds it, by its own name.
 ray_llm_pins = load_module("ray_llm_pins", ROOT / "k8s" / "ray_llm_pins.py")
+gpu_image = load_module("gpu_image", ROOT / "k8s" / "gpu_image.py")
 gpu_stack = load_module("k8s_gpu_stack", ROOT / "k8s" / "gpu_stack.py")
 SUMMARY = json.loads((ROOT / "requirements" / "gpu-resolution.json").read_text())
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DOCKERFILE = (ROOT / "k8s" / "Dockerfile").read_text()
+CONSTRAINTS = (ROOT / "requirements" / "gpu-constraints.txt").read_text()
 GPU_PINS = gpu_stack.exact_pins(PYPROJECT["project"]["optional-dependencies"]["gpu"])
 
 
@@ -296,6 +301,120 @@ def test_a_resolved_package_of_another_cuda_major_fails_unless_tolerated():
     assert gpu_stack.check_other_majors(summary) == [
         "nvidia-nccl-cu12 2.27.5 is for CUDA 12, the stack is CUDA 13"
     ]
+
+
+def test_the_constraints_file_is_every_package_of_the_committed_resolution():
+    assert gpu_image.check_constraints(SUMMARY, CONSTRAINTS) == []
+    assert CONSTRAINTS == gpu_image.constraints_text(SUMMARY)
+    assert gpu_image.constraint_pins(CONSTRAINTS) == SUMMARY["packages"]
+    # no hashes: a hash in a constraints file turns on pip's hash-checking mode, which refuses `-e .`
+    assert "--hash" not in CONSTRAINTS
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda text: text.replace("\nvllm==0.32.0\n", "\nvllm==0.29.0\n"), "vllm 0.29.0 (resolved: 0.32.0)"),
+        (lambda text: text.replace("\ntorch==2.13.0\n", "\n"), "torch None (resolved: 2.13.0)"),
+        (lambda text: text + "nixl==1.3.2\n", "nixl 1.3.2 (resolved: None)"),
+        (lambda text: text.replace("# The gpu extra's", "# A"), "(its header)"),
+        (lambda text: None, "requirements/gpu-constraints.txt is missing"),
+    ],
+)
+def test_a_constraints_file_other_than_the_resolution_fails(change, message):
+    [problem] = gpu_image.check_constraints(SUMMARY, change(CONSTRAINTS))
+    assert message in problem and "run `python k8s/gpu_stack.py`" in problem
+
+
+def test_the_cli_fails_when_the_constraints_are_not_the_committed_resolution(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "gpu-constraints.txt"
+    stale.write_text(CONSTRAINTS.replace("\nvllm==0.32.0\n", "\nvllm==0.31.0\n"))
+    monkeypatch.setattr(gpu_stack, "CONSTRAINTS", stale)
+    assert gpu_stack.main(["--offline"]) == 1
+    assert "gpu-constraints.txt is not the resolution's packages (vllm 0.31.0" in capsys.readouterr().err
+
+
+def test_the_image_installs_the_gpu_extra_with_the_constraints():
+    assert gpu_image.check_image_install(DOCKERFILE) == []
+    [run] = [line for line in DOCKERFILE.splitlines() if line.startswith("RUN ") and "pip install" in line]
+    assert "-c requirements/gpu-constraints.txt" in run and "'.[gpu]'" in run
+    copy = "COPY --chown=ray:users requirements/gpu-constraints.txt ./requirements/gpu-constraints.txt"
+    assert DOCKERFILE.index(copy) < DOCKERFILE.index(run)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.replace("-c requirements/gpu-constraints.txt ", ""), "without -c"),
+        (lambda d: re.sub(r"^COPY .*gpu-constraints.txt.*\n", "", d, flags=re.M), "does not COPY"),
+        (  # copied after the install: too late
+            lambda d: re.sub(
+                r"^(COPY .*gpu-constraints.txt.*\n)((?:.*\n)*?)(RUN pip .*\n)", r"\2\3\1", d, flags=re.M
+            ),
+            "does not COPY",
+        ),
+        (lambda d: d.replace("'.[gpu]'", "'.[cpu]'"), "does not `pip install ... '.[gpu]'`"),
+    ],
+)
+def test_an_image_installed_without_the_constraints_fails(change, message):
+    dockerfile = change(DOCKERFILE)
+    assert dockerfile != DOCKERFILE
+    [problem] = gpu_image.check_image_install(dockerfile)
+    assert message in problem
+    assert any(message in problem for problem in gpu_stack.check_all(SUMMARY, PYPROJECT, dockerfile))
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "tag", "digest"),
+    [
+        (
+            "ARG RAY_DIGEST=\nFROM rayproject/ray:2.60.0-py311-cu130${RAY_DIGEST}\n",
+            "rayproject/ray:2.60.0-py311-cu130",
+            None,
+        ),
+        (
+            f"ARG RAY_DIGEST=@{DIGEST}\nFROM rayproject/ray:2.60.0-py311-cu130${{RAY_DIGEST}}\n",
+            "rayproject/ray:2.60.0-py311-cu130",
+            DIGEST,
+        ),
+        (f"FROM rayproject/ray:2.60.0-py311-cu130@{DIGEST}\n", "rayproject/ray:2.60.0-py311-cu130", DIGEST),
+        (  # the whole reference as a build argument, $NAME spelling; an ARG after FROM is not FROM's
+            'ARG RAY_IMAGE="rayproject/ray:2.59.0-py312-cu130"\nFROM $RAY_IMAGE\nARG RAY_IMAGE=x\n',
+            "rayproject/ray:2.59.0-py312-cu130",
+            None,
+        ),
+    ],
+)
+def test_the_from_line_is_read_with_its_build_arguments_and_digest(dockerfile, tag, digest):
+    base = gpu_stack.base_image(dockerfile)
+    assert (base.tag, base.digest) == (tag, digest)
+    assert base.cuda_major == 13
+
+
+@pytest.mark.parametrize(
+    "dockerfile",
+    [
+        "FROM rayproject/ray:2.60.0-py311-cu130@sha256:abc\n",
+        "ARG RAY_DIGEST=@md5:0\nFROM rayproject/ray:2.60.0-py311-cu130${RAY_DIGEST}\n",
+    ],
+)
+def test_a_digest_that_is_not_sha256_is_refused(dockerfile):
+    with pytest.raises(ValueError, match="is not a sha256:<64 hex> digest"):
+        gpu_stack.base_image(dockerfile)
+
+
+def test_the_committed_base_image_is_pinned_by_digest_or_says_how_to_pin_it():
+    base = gpu_stack.base_image(DOCKERFILE)
+    assert base.tag == f"rayproject/ray:{GPU_PINS['ray']}-py311-cu130"
+    [line] = re.findall(r"^FROM .*$", DOCKERFILE, re.M)
+    assert line.startswith(f"FROM {base.tag}")  # tests/integration/test_k8s.py reads the tag off it
+    if base.digest is None:  # by tag: the digest is a build argument, and the file says how to get it
+        assert "${RAY_DIGEST}" in line and re.search(r"^ARG RAY_DIGEST=$", DOCKERFILE, re.M)
+        assert f"docker buildx imagetools inspect {base.tag}" in DOCKERFILE
+        assert "--build-arg RAY_DIGEST=@sha256:" in DOCKERFILE
 
 
 def test_the_pip_command_resolves_metadata_only_for_the_images_platform():
