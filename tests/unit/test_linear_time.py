@@ -121,14 +121,20 @@ def test_every_pattern_is_linear_on_worst_case_text(name):
     assert elapsed < BOUND_S, f"{name} ({pattern.pattern!r}) took {elapsed:.2f} s on worst-case text"
 
 
-def timed(call, *args):
-    """Seconds ``call(*args)`` took, whether it returned or refused its input."""
-    started = time.perf_counter()
-    try:
-        call(*args)
-    except ValueError:  # a refusal (QuestionFormatError, ...) is an answer too
-        pass
-    return time.perf_counter() - started
+def timed(call, *args, tries: int = 3):
+    """The fewest seconds ``call(*args)`` took in ``tries`` calls, whether it returned or refused its
+    input: a backtracking pattern is slow every time, a machine busy with other work only sometimes."""
+    fastest = float("inf")
+    for _ in range(tries):
+        started = time.perf_counter()
+        try:
+            call(*args)
+        except ValueError:  # a refusal (QuestionFormatError, ...) is an answer too
+            pass
+        fastest = min(fastest, time.perf_counter() - started)
+        if fastest < BOUND_S / 10:
+            break
+    return fastest
 
 
 def test_a_hostile_body_costs_milliseconds_per_megabyte():
