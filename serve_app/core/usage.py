@@ -2,10 +2,12 @@
 
 One ``Ledger`` serves every ingress replica (serve_app/edge/key_ledger.py holds it in a Serve
 deployment), so a quota holds across replicas. A request is admitted when the key's requests of the
-last 60 seconds are under its ``requests_per_minute`` and its tokens under its
-``tokens_per_minute``; it counts against the requests at once and against the tokens when it has
-answered (its tokens are known then), so the tokens of requests still running are the ledger's only
-lag. Windows are 60 one-second buckets. Pure: the clock is passed in.
+last 60 seconds are under its ``requests_per_minute`` and its tokens, with those its requests still
+running are expected to use, leave room for one more request under its ``tokens_per_minute``. A
+request counts against the requests at once; against the tokens it counts, while it runs, the key's
+mean tokens per request (a reservation), and once it has answered what it used. Windows are 60
+one-second buckets; a reservation never told of its end lapses after ``RESERVATION_S``. Pure: the
+clock is passed in.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WINDOW_S = 60
+RESERVATION_S = 600.0  # a running request's reservation lapses after this, should its end go untold
+MEAN_WEIGHT = 0.2  # of the latest request in a key's mean tokens per request
 
 
 class Window:
@@ -106,25 +110,49 @@ class Ledger:
         self.requests: dict[str, Window] = defaultdict(Window)
         self.tokens: dict[str, Window] = defaultdict(Window)
         self.usage: dict[str, KeyUsage] = defaultdict(KeyUsage)
+        self.running: dict[str, deque[float]] = defaultdict(deque)  # admission times, oldest first
+        self.mean_tokens: dict[str, float] = {}  # per request, of the key's answered requests
+
+    def _expected(self, key: str, now: float) -> float:
+        """The tokens the key's running requests are expected to use, and one more request's."""
+        running = self.running[key]
+        while running and running[0] <= now - RESERVATION_S:
+            running.popleft()
+        return self.mean_tokens.get(key, 0.0) * (len(running) + 1)
 
     def admit(self, key: str, quota: Quota, now: float) -> Refusal | None:
         """None (and the request counted) when ``key`` is under its quotas; else the quota it is over."""
-        for name, window, limit in (
-            ("requests_per_minute", self.requests[key], quota.requests_per_minute),
-            ("tokens_per_minute", self.tokens[key], quota.tokens_per_minute),
-        ):
-            if limit is not None and window.total(now) >= limit:
-                self.usage[key].refused += 1
-                return Refusal(name, limit, window.seconds_until_under(now, limit))
-        self.requests[key].add(now, 1)
+        requests, tokens = self.requests[key], self.tokens[key]
+        limit = quota.requests_per_minute
+        if limit is not None and requests.total(now) >= limit:
+            return self._refuse(
+                key, Refusal("requests_per_minute", limit, requests.seconds_until_under(now, limit))
+            )
+        limit = quota.tokens_per_minute
+        if limit is not None and tokens.total(now) + self._expected(key, now) > limit:
+            room = max(0.0, limit - self._expected(key, now))
+            return self._refuse(
+                key, Refusal("tokens_per_minute", limit, tokens.seconds_until_under(now, room))
+            )
+        requests.add(now, 1)
+        self.running[key].append(now)
         self.usage[key].requests += 1
         return None
 
+    def _refuse(self, key: str, refusal: Refusal) -> Refusal:
+        self.usage[key].refused += 1
+        return refusal
+
     def record(self, key: str, outcome: Outcome, now: float) -> None:
+        """What an admitted request used, once it has ended (answered or not)."""
         usage = self.usage[key]
+        if self.running[key]:
+            self.running[key].popleft()
         spent = sum(outcome.tokens.values())
         if spent:
             self.tokens[key].add(now, spent)
+            mean = self.mean_tokens.get(key)
+            self.mean_tokens[key] = spent if mean is None else (1 - MEAN_WEIGHT) * mean + MEAN_WEIGHT * spent
         for model, count in outcome.tokens.items():
             usage.tokens[model] += count
         usage.errors += outcome.error

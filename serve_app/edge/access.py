@@ -24,12 +24,14 @@ from .metrics import Metrics
 logger = logging.getLogger("ray.serve")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Grant:
-    """An admitted request: its caller and the engine priority its calls run at (lower first)."""
+    """An admitted request: its caller, the engine priority its calls run at (lower first), and what
+    it used once it has ended (set by the request; none: it failed before it could say)."""
 
     caller: Caller
     priority: int
+    outcome: Outcome | None = None
 
 
 def cascade_outcome(result: CascadeResult, model_ids: Mapping[str, str]) -> Outcome:
@@ -79,7 +81,11 @@ class Access:
                     refusal["quota"],
                     refusal["retry_after_s"],
                 )
-            yield Grant(caller, caller.key.priority + rank)
+            grant = Grant(caller, caller.key.priority + rank)
+            try:
+                yield grant
+            finally:  # whatever ended it, the ledger hears of it once (its tokens' reservation ends)
+                self.record(caller, grant.outcome or Outcome(error=True))
         finally:
             self.fair.leave(caller.name)
 

@@ -282,9 +282,9 @@ class IngressReplica:
         try:
             result = await self._run(job, decision, grant.priority)
         except RequestError as error:
-            self.access.record(grant.caller, Outcome(error=error.status >= 500))
+            grant.outcome = Outcome(error=error.status >= 500)
             raise
-        self.access.record(grant.caller, cascade_outcome(result, self.model_ids))
+        grant.outcome = cascade_outcome(result, self.model_ids)
         for observer in self.observers:
             observer.answered(decision, result)
         response = reply(job, result)
@@ -353,7 +353,7 @@ class IngressReplica:
             timeout_s=self.config.request_timeout_s,
         )
         seconds = time.monotonic() - started
-        self.access.record(grant.caller, Outcome())
+        grant.outcome = Outcome()
         self.metrics.record_passthrough("mai" if reason is not None else model_id, seconds)
         self.demand.passed_through(self.model_roles[model_id], seconds)
         return reply

@@ -38,6 +38,27 @@ def test_the_ledger_admits_under_the_quotas_and_names_the_one_exceeded():
     assert usage["b"]["tokens"] == {"large": 100} and usage["b"]["last_minute"]["tokens"] == 0
 
 
+def test_running_requests_reserve_the_keys_mean_tokens_so_the_quota_holds():
+    ledger = Ledger()
+    quota = Quota(tokens_per_minute=1000)
+    assert ledger.admit("a", quota, 0) is None  # no mean yet: nothing reserved
+    ledger.record("a", Outcome(tokens={"large": 300}), 1)
+    assert ledger.admit("a", quota, 2) is None  # 300 used + this one's 300 expected
+    assert ledger.admit("a", quota, 2) is None  # 300 + two running x 300 = 900
+    refusal = ledger.admit("a", quota, 2)  # a third would be expected to pass 1000
+    assert refusal is not None and refusal.quota == "tokens_per_minute"
+    ledger.record("a", Outcome(tokens={"large": 100}), 3)  # one ended, under its reservation
+    assert ledger.admit("a", quota, 3) is None
+
+
+def test_a_reservation_never_told_of_its_end_lapses():
+    ledger = Ledger()
+    quota = Quota(tokens_per_minute=500)
+    ledger.record("a", Outcome(tokens={"large": 200}), 0)
+    assert ledger.admit("a", quota, 1) is None and ledger.admit("a", quota, 1) is not None
+    assert ledger.admit("a", quota, 1 + 600.5) is None  # the untold one lapsed, the window emptied
+
+
 def test_a_full_replica_leaves_room_for_a_trickle_and_ranks_a_flood_behind_it():
     fair = FairShare(capacity=8)
     ranks = [fair.enter("flood", 1.0) for _ in range(9)]
@@ -55,9 +76,11 @@ def key(name: str, **settings) -> NamedKey:
 async def test_through_the_access_a_quota_is_a_429_naming_it_with_retry_after():
     access = Access(KeyRing.of(()), capacity=64)
     caller = Caller(key("team-a", requests_per_minute=2, models=("mai",)))
-    for _ in range(2):
+    for n in range(2):
         async with access.admitted(caller, "mai") as grant:
             assert grant.priority == 0
+            if n == 0:
+                grant.outcome = Outcome(tokens={"qwen3-vl-8b": 40}, early_exit=True)
     with pytest.raises(RequestError) as caught:
         async with access.admitted(caller, "mai"):
             pass
@@ -67,10 +90,10 @@ async def test_through_the_access_a_quota_is_a_429_naming_it_with_retry_after():
     with pytest.raises(RequestError, match="may not use model 'mai-large'"):
         async with access.admitted(caller, "mai-large"):
             pass
-    access.record(caller, Outcome(tokens={"qwen3-vl-8b": 40}, early_exit=True))
     usage = await access.usage()
     assert usage["team-a"]["requests"] == 2 and usage["team-a"]["refused"] == 1
     assert usage["team-a"]["tokens"] == {"qwen3-vl-8b": 40} and usage["team-a"]["early_exits"] == 1
+    assert usage["team-a"]["errors"] == 1  # the second said nothing of its end: counted as failed
 
 
 async def test_a_keys_priority_class_and_share_set_its_engine_priority():
