@@ -3,9 +3,9 @@
 One ``Ledger`` serves every ingress replica (serve_app/edge/key_ledger.py holds it in a Serve
 deployment), so a quota holds across replicas. A request is admitted when the key's requests of the
 last 60 seconds are under its ``requests_per_minute`` and its tokens, with those its requests still
-running are expected to use, leave room for one more request under its ``tokens_per_minute``. A
-request counts against the requests at once; against the tokens it counts, while it runs, the key's
-mean tokens per request (a reservation), and once it has answered what it used. Windows are 60
+running may use, leave room for one more request under its ``tokens_per_minute``. A request counts
+against the requests at once; against the tokens it counts, while it runs, the key's mean tokens per
+request plus one standard deviation (a reservation), and once it has answered what it used. Windows are 60
 one-second buckets; a reservation never told of its end lapses after ``RESERVATION_S``. Pure: the
 clock is passed in.
 """
@@ -112,13 +112,16 @@ class Ledger:
         self.usage: dict[str, KeyUsage] = defaultdict(KeyUsage)
         self.running: dict[str, deque[float]] = defaultdict(deque)  # admission times, oldest first
         self.mean_tokens: dict[str, float] = {}  # per request, of the key's answered requests
+        self.spread_tokens: dict[str, float] = {}  # their variance, as the mean is weighted
 
     def _expected(self, key: str, now: float) -> float:
-        """The tokens the key's running requests are expected to use, and one more request's."""
+        """The tokens the key's running requests may use, and one more request's: each its key's mean
+        tokens per request plus one standard deviation (a request's tokens vary with its route)."""
         running = self.running[key]
         while running and running[0] <= now - RESERVATION_S:
             running.popleft()
-        return self.mean_tokens.get(key, 0.0) * (len(running) + 1)
+        per_request = self.mean_tokens.get(key, 0.0) + math.sqrt(self.spread_tokens.get(key, 0.0))
+        return per_request * (len(running) + 1)
 
     def admit(self, key: str, quota: Quota, now: float) -> Refusal | None:
         """None (and the request counted) when ``key`` is under its quotas; else the quota it is over."""
@@ -152,7 +155,13 @@ class Ledger:
         if spent:
             self.tokens[key].add(now, spent)
             mean = self.mean_tokens.get(key)
-            self.mean_tokens[key] = spent if mean is None else (1 - MEAN_WEIGHT) * mean + MEAN_WEIGHT * spent
+            if mean is None:
+                self.mean_tokens[key], self.spread_tokens[key] = spent, 0.0
+            else:
+                deviation = spent - mean
+                self.mean_tokens[key] = mean + MEAN_WEIGHT * deviation
+                variance = self.spread_tokens[key]
+                self.spread_tokens[key] = (1 - MEAN_WEIGHT) * (variance + MEAN_WEIGHT * deviation**2)
         for model, count in outcome.tokens.items():
             usage.tokens[model] += count
         usage.errors += outcome.error

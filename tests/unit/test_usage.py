@@ -40,15 +40,15 @@ def test_the_ledger_admits_under_the_quotas_and_names_the_one_exceeded():
 
 def test_running_requests_reserve_the_keys_mean_tokens_so_the_quota_holds():
     ledger = Ledger()
-    quota = Quota(tokens_per_minute=1000)
+    quota = Quota(tokens_per_minute=1100)
     assert ledger.admit("a", quota, 0) is None  # no mean yet: nothing reserved
     ledger.record("a", Outcome(tokens={"large": 300}), 1)
     assert ledger.admit("a", quota, 2) is None  # 300 used + this one's 300 expected
     assert ledger.admit("a", quota, 2) is None  # 300 + two running x 300 = 900
-    refusal = ledger.admit("a", quota, 2)  # a third would be expected to pass 1000
+    refusal = ledger.admit("a", quota, 2)  # a third: 300 + 3 x 300 = 1200, over 1100
     assert refusal is not None and refusal.quota == "tokens_per_minute"
-    ledger.record("a", Outcome(tokens={"large": 100}), 3)  # one ended, under its reservation
-    assert ledger.admit("a", quota, 3) is None
+    ledger.record("a", Outcome(tokens={"large": 100}), 3)  # one ended: mean 260, deviation 80
+    assert ledger.admit("a", quota, 3) is None  # 400 used + (one running + this one) x 340 = 1080
 
 
 def test_a_reservation_never_told_of_its_end_lapses():
