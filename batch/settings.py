@@ -49,9 +49,7 @@ def capacity(config: AppConfig) -> int:
     (``max_ongoing_requests`` per replica, times its most replicas). A cascade row holds at most one
     call on each model, so this many rows keep both engines' batches as full as Serve lets them be
     without a queue."""
-    return min(
-        spec.max_ongoing_requests * spec.autoscaling.max_replicas for spec in (config.small, config.large)
-    )
+    return config.model_capacity()
 
 
 def rows_per_actor(settings: BatchSettings, config: AppConfig) -> int:

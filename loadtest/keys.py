@@ -6,7 +6,7 @@ per minute, and how a key's trickle fares beside another key's flood.
         --out experiments/keys-and-quotas/quota-1-replica.json
     # fairness: the trickle alone, then beside a flood from another key
     python -m loadtest.keys fairness --url http://127.0.0.1:8000 --key "$TRICKLE" --flood-key "$FLOOD" \
-        --rate 0.2 --flood-concurrency 32 --seconds 120 --out experiments/keys-and-quotas/fairness.json
+        --rate 2 --flood-rate 40 --seconds 90 --out experiments/keys-and-quotas/fairness-cpu.json
 
 Requests are the cascade's (``model: mai``) yes/no questions on a small synthetic image, each a
 distinct question so that no prefix cache answers for another.
@@ -92,23 +92,6 @@ async def paced(
     return list(await asyncio.gather(*tasks))
 
 
-async def flood(client: httpx.AsyncClient, key: str, concurrency: int, stop: asyncio.Event) -> list[dict]:
-    """``concurrency`` senders, each sending again as soon as it has an answer, until ``stop``."""
-    records: list[dict] = []
-
-    async def sender(first: int) -> None:
-        n = first
-        while not stop.is_set():
-            record = await send(client, key, 1_000_000 + n)
-            records.append(record)
-            n += concurrency
-            if record["status"] == 429:
-                await asyncio.sleep(0.05)  # a refused sender tries again at once, as a flood would
-
-    await asyncio.gather(*(sender(i) for i in range(concurrency)))
-    return records
-
-
 def per_minute(records: list[dict], began: float) -> list[dict[str, int]]:
     minutes: dict[int, Counter] = {}
     for record in records:
@@ -127,6 +110,7 @@ def latency(records: list[dict]) -> dict[str, Any]:
         "answered": len(ok),
         "errors": sum(1 for r in records if r["status"] != 200),
         "statuses": dict(Counter(str(r["status"]) for r in records)),
+        "refused_for": dict(Counter(str(r.get("quota")) for r in records if r["status"] == 429)),
         "p50_s": round(statistics.median(ok), 3) if ok else None,
         "p90_s": round(ok[int(0.9 * (len(ok) - 1))], 3) if ok else None,
     }
@@ -145,15 +129,17 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
         base_url=args.url, timeout=args.timeout, limits=httpx.Limits(max_connections=None)
     ) as client:
         alone = await paced(client, args.key, args.rate, args.seconds)
-        stop = asyncio.Event()
-        flooding = asyncio.create_task(flood(client, args.flood_key, args.flood_concurrency, stop))
+        # The flood: --flood-rate requests a second, each sent without waiting for the last (an open
+        # loop, several times what the server answers), from the warm-up to the trickle's end.
+        flooding = asyncio.create_task(
+            paced(client, args.flood_key, args.flood_rate, args.warmup_s + args.seconds, start=1_000_000)
+        )
         await asyncio.sleep(args.warmup_s)
         beside = await paced(client, args.key, args.rate, args.seconds, start=10_000)
-        stop.set()
         flood_records = await flooding
     return {
         "trickle_rate_per_s": args.rate,
-        "flood_concurrency": args.flood_concurrency,
+        "flood_rate_per_s": args.flood_rate,
         "alone": latency(alone),
         "beside_flood": latency(beside),
         "flood": latency(flood_records),
@@ -174,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument("--minutes", type=float, default=3)
         else:
             command.add_argument("--flood-key", required=True)
-            command.add_argument("--flood-concurrency", type=int, default=32)
+            command.add_argument(
+                "--flood-rate", type=float, default=40, help="the flood's requests per second"
+            )
             command.add_argument("--seconds", type=float, default=120)
             command.add_argument("--warmup-s", type=float, default=10)
     args = parser.parse_args(argv)

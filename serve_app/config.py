@@ -303,6 +303,14 @@ class AppConfig(Strict):
             )
         return self
 
+    def model_capacity(self) -> int:
+        """The requests the model deployments take at once: the smaller of the two models' requests in
+        flight (``max_ongoing_requests`` per replica, times its most replicas). A cascade request
+        holds at most one call on each model; past this many, calls wait in Serve's queues."""
+        return min(
+            spec.max_ongoing_requests * spec.autoscaling.max_replicas for spec in (self.small, self.large)
+        )
+
     def scorer_mm_processor_kwargs(self) -> dict[str, Any]:
         """The scorer's processor arguments: its own, else those of the model whose checkpoint it
         scores with, so that an image costs it what it costs that engine."""

@@ -165,9 +165,9 @@ class IngressReplica:
         the model deployments (none: nothing to wait for); ``ledger``: the key ledger's handle (none:
         this replica keeps its own)."""
         self.config, self.model_handles = config, model_handles
-        self.access = Access(
-            keys, ledger, capacity=config.ingress.max_ongoing_requests, metrics=parts.metrics
-        )
+        # Each replica's share of what the models take at once (core/fair_share.py).
+        share = max(1, config.model_capacity() // max(1, config.ingress.autoscaling.min_replicas))
+        self.access = Access(keys, ledger, capacity=share, metrics=parts.metrics)
         self.exposure = "keys" if not keys.open else "anonymous"
         self.readiness = readiness or ReadinessGate({})
         self.body_reads = BodyReads(config.limits.max_body_reads_per_client)

@@ -61,10 +61,15 @@ def test_a_reservation_never_told_of_its_end_lapses():
 
 def test_a_full_replica_leaves_room_for_a_trickle_and_ranks_a_flood_behind_it():
     fair = FairShare(capacity=8)
-    ranks = [fair.enter("flood", 1.0) for _ in range(9)]
-    assert ranks[:4] == [0, 1, 2, 3]  # under half the capacity: every request in, each ranked lower
-    assert None in ranks  # busy: the flood is held to its share
+    ranks = [fair.enter("flood", 1.0) for _ in range(12)]
+    assert ranks == list(range(12))  # alone, a key is let in as before, each request ranked lower
     assert fair.enter("trickle", 1.0) == 0  # the trickle comes in, first in the engines' queues
+    assert fair.enter("flood", 1.0) is None  # busy and shared: the flood is held to its share (4)
+    for _ in range(8):
+        fair.leave("flood")
+    assert fair.enter("flood", 1.0) is None  # still 4 in flight: its share
+    fair.leave("flood")
+    assert fair.enter("flood", 1.0) == 3
     fair.leave("trickle")
     assert fair.share("heavy", 3.0) > fair.share("light", 1.0)
 
