@@ -17,6 +17,7 @@ from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableEr
 from serve_app.core.options import GREEDY, Decoding
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.ingress import MAIIngress
+from serve_app.edge.keys import KeyRing
 from serve_app.edge.metrics import IngressMetrics, Metrics
 from serve_app.edge.parts import build_parts
 
@@ -63,7 +64,7 @@ def in_process_ingress(
     config = config or AppConfig.model_validate(DEFAULT_CONFIG)
     parts = build_parts(config, small, large, metrics or IngressMetrics())
     ingress = object.__new__(InProcessReplica)
-    ingress.assemble(config, parts, {}, None, (), "in-process")
+    ingress.assemble(config, parts, {}, None, KeyRing.of(()), "in-process")
     return ingress
 
 
