@@ -32,6 +32,10 @@ class IngressDeployment(Strict):
     max_ongoing_requests: int = Field(256, ge=1)
     max_queued_requests: int = Field(1024, ge=1)
     num_cpus: float = Field(0.0, ge=0)
+    # The requests one ingress replica runs at once before API keys share it by weight
+    # (serve_app/core/fair_share.py). Unset (null): learned from its answers' latency
+    # (serve_app/core/capacity.py), at most the models' capacity over the ingress's min_replicas.
+    capacity: int | None = Field(None, ge=1)
 
 
 class Readiness(Strict):
@@ -71,7 +75,8 @@ class Limits(Strict):
         16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413"
     )
     # A body must have arrived whole this long after its request (else 408), and one ingress replica
-    # reads at most this many bodies at once from one client address (else 429).
+    # reads at most this many bodies at once of one API key, or of one client address without a
+    # key (else 429).
     body_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     max_body_reads_per_client: int = Field(32, ge=1)
     # The JSON body: how deep arrays and objects may nest, how many keys and values (array elements

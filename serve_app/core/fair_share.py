@@ -1,45 +1,84 @@
-"""How keys share a full ingress replica: in proportion to their weights.
+"""How keys share a busy ingress replica: in proportion to their weights.
 
-The capacity is what the model deployments take at once (``AppConfig.model_capacity``, over the
-ingress replicas): past it, calls wait in Serve's queues in arrival order, where no priority reaches.
-While a replica has fewer than half its capacity in flight, or one key alone has requests in flight,
-every request is let in. Beyond that a key already holding its weighted share of the capacity (its
-weight over the weights of the keys with requests in flight, itself included) is refused until one of
-its requests ends; so one key's flood leaves room for another's trickle. Every request let in gets
-an engine priority rank (lower runs first): the requests its key already has in flight over its
-weight, so a trickle's calls pass a flood's in the engines' queues (vLLM's ``scheduling_policy:
-priority``). Per replica; pure.
+A key is active while it has requests in flight or sent one within the last ``window_s``. A key
+alone is let in whatever it sends. With several active, a key is held to its share of the replica's
+capacity (serve_app/core/capacity.py): the capacity times its weight over the active keys' weights,
+at least one request; a request past it gets a 429 until one of the key's requests ends. A key that
+sends less than its weighted share of what the replica answers a second (both decayed rates over
+``window_s``; every request it sends counts, refused or not) is let in up to the whole capacity: a
+trickle is never refused for its requests being slow, and a flood cannot pass as one.
+
+Activity is counted by arrivals, not by requests in flight: a trickle with nothing in flight at the
+moment still holds its share against a flood. Every request let in gets an engine priority rank
+(lower runs first): the requests its key already has in flight over its weight, so a trickle's calls
+pass a flood's in the engines' queues (vLLM's ``scheduling_policy: priority``). Per replica; pure:
+the caller gives the time. The active keys are kept in the order they last sent, so each request
+costs constant time, however many keys there are.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
+
+from .capacity import Capacity
+from .scaling import DecayedRate
 
 
 class FairShare:
-    def __init__(self, capacity: int):
-        self.capacity = capacity
+    def __init__(self, capacity: Capacity, window_s: float = 10.0):
+        self.capacity, self.window_s = capacity, window_s
         self.in_flight: Counter[str] = Counter()
-        self.weights: dict[str, float] = {}
+        self.total = 0  # requests in flight, every key's
+        self.last_sent: OrderedDict[str, float] = OrderedDict()  # active keys, oldest first
+        self.weights: dict[str, float] = {}  # of the active keys
+        self.active_weight = 0.0
+        self.sending: dict[str, DecayedRate] = {}  # of the active keys
+        self.answering = DecayedRate(window_s)
 
-    def share(self, key: str, weight: float) -> float:
-        """The requests ``key`` may hold while the replica is busy."""
-        active = {name: self.weights[name] for name in self.in_flight} | {key: weight}
-        return max(1.0, self.capacity * weight / sum(active.values()))
+    def share(self, key: str) -> float:
+        """The requests ``key`` (active) may hold while others are active too."""
+        return max(1.0, self.capacity.current() * self.weights[key] / self.active_weight)
 
-    def enter(self, key: str, weight: float) -> int | None:
+    def enter(self, key: str, weight: float, now: float) -> int | None:
         """The request's engine priority rank, counted in; None when ``key`` is over its share."""
-        busy = sum(self.in_flight.values()) >= self.capacity / 2
-        shared = any(name != key for name in self.in_flight)
-        if busy and shared and self.in_flight[key] >= self.share(key, weight):
-            return None
-        rank = int(self.in_flight[key] / weight)
+        self._expire(now)
+        self._sent(key, weight, now)
+        held = self.in_flight[key]
+        if len(self.last_sent) > 1 and held >= self.share(key):
+            fraction = weight / self.active_weight
+            trickle = self.sending[key].value(now) <= fraction * self.answering.value(now)
+            if not trickle or held >= self.capacity.current():
+                return None
         self.in_flight[key] += 1
-        self.weights[key] = weight
-        return rank
+        self.total += 1
+        return int(held / weight)
 
-    def leave(self, key: str) -> None:
+    def leave(self, key: str, now: float) -> None:
         self.in_flight[key] -= 1
+        self.total -= 1
         if self.in_flight[key] <= 0:
             del self.in_flight[key]
-            self.weights.pop(key, None)
+        self.answering.add(now)
+
+    def _sent(self, key: str, weight: float, now: float) -> None:
+        if key in self.weights:
+            self.active_weight -= self.weights[key]
+        self.weights[key] = weight
+        self.active_weight += weight
+        self.last_sent[key] = now
+        self.last_sent.move_to_end(key)
+        self.sending.setdefault(key, DecayedRate(self.window_s)).add(now)
+
+    def _expire(self, now: float) -> None:
+        """Keys that last sent before the window and have nothing in flight are no longer active."""
+        while self.last_sent:
+            key, at = next(iter(self.last_sent.items()))
+            if now - at <= self.window_s:
+                return
+            if self.in_flight[key] > 0:  # still running: active, as if it had just sent
+                self.last_sent.move_to_end(key)
+                self.last_sent[key] = now
+                continue
+            del self.last_sent[key], self.sending[key]
+            self.active_weight -= self.weights.pop(key)
+        self.active_weight = 0.0  # none active: no rounding left over

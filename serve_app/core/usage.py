@@ -80,7 +80,8 @@ class Outcome:
     route: str | None = None  # the cascade's route; None for passthrough and failures
     early_exit: bool = False
     escalated: bool = False
-    error: bool = False
+    error: bool = False  # the server failed it (a 5xx)
+    rejected: bool = False  # let in, then refused for what it sent (a 4xx: its body, its model)
 
 
 @dataclass

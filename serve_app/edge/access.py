@@ -1,16 +1,20 @@
-"""A request's way in, and what it is billed: its key (serve_app/edge/keys.py), whether the key may use
-the model it names, its share of a busy replica (serve_app/core/fair_share.py) and its quotas (the
-shared key ledger, serve_app/edge/key_ledger.py); then what it used, told to the ledger."""
+"""A request's way in, and what it is billed: its key (serve_app/edge/keys.py), its share of a busy
+replica (serve_app/core/fair_share.py) and its quotas (the shared key ledger,
+serve_app/edge/key_ledger.py), all before its body is read; then what it used, told to the ledger.
+Whether the key may use the model it names is the request's to check once its body is read
+(``Grant.use``)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..clients.failures import transport_errors
+from ..core.capacity import Capacity
 from ..core.fair_share import FairShare
 from ..core.roles import ROLES
 from ..core.routes import EARLY_EXITS, Route
@@ -33,6 +37,10 @@ class Grant:
     priority: int
     outcome: Outcome | None = None
 
+    def use(self, model: str) -> None:
+        """A 403 when the key may not use ``model`` (billed as a request, not an error)."""
+        self.caller.check_model(model)
+
 
 def cascade_outcome(result: CascadeResult, model_ids: Mapping[str, str]) -> Outcome:
     """What a cascade request used: its tokens per model id, and how it ended."""
@@ -50,20 +58,33 @@ def cascade_outcome(result: CascadeResult, model_ids: Mapping[str, str]) -> Outc
 
 
 class Access:
-    def __init__(self, ring: KeyRing, ledger: Any = None, *, capacity: int, metrics: Metrics | None = None):
-        self.ring, self.metrics = ring, metrics
+    def __init__(
+        self,
+        ring: KeyRing,
+        ledger: Any = None,
+        *,
+        capacity: Capacity,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.ring, self.metrics, self.clock = ring, metrics, clock
         self.ledger = ledger  # the KeyLedger deployment's handle; None: this replica's own
         self.local = KeyLedger() if ledger is None else None
+        self.capacity = capacity
         self.fair = FairShare(capacity)
+        self.entered = 0  # requests let in so far: one ran alone when none entered while it ran
 
     def identify(self, headers: Mapping[str, str]) -> Caller:
         return self.ring.identify(headers)
 
     @asynccontextmanager
-    async def admitted(self, caller: Caller, model: str) -> AsyncIterator[Grant]:
-        """The request let in (its share and quotas counted), or a 403/429 naming why not."""
-        caller.check_model(model)
-        rank = self.fair.enter(caller.name, caller.key.weight)
+    async def admitted(self, caller: Caller) -> AsyncIterator[Grant]:
+        """The request let in (its share and quotas counted) before its body is read, or a 429
+        naming why not. A client's error inside (4xx) is billed as a request, a server's as an
+        error; the answer's latency teaches the replica its capacity (core/capacity.py)."""
+        started = self.clock()
+        alone = self.fair.total == 0
+        rank = self.fair.enter(caller.name, caller.key.weight, started)
         if rank is None:
             self._count(caller, "fair_share")
             raise _too_many(
@@ -72,6 +93,9 @@ class Access:
                 "fair_share",
                 1,
             )
+        self.entered += 1
+        entered = self.entered
+        grant: Grant | None = None
         try:
             refusal = await self._admit(caller)
             if refusal is not None:
@@ -84,10 +108,21 @@ class Access:
             grant = Grant(caller, caller.key.priority + rank)
             try:
                 yield grant
+            except RequestError as error:
+                if grant.outcome is None:
+                    failed = error.status >= 500
+                    grant.outcome = Outcome(error=failed, rejected=not failed)
+                raise
             finally:  # whatever ended it, the ledger hears of it once (its tokens' reservation ends)
                 self.record(caller, grant.outcome or Outcome(error=True))
         finally:
-            self.fair.leave(caller.name)
+            ended = self.clock()
+            self.fair.leave(caller.name, ended)
+            route = grant.outcome.route if grant is not None and grant.outcome is not None else None
+            if route is not None:
+                alone = alone and self.entered == entered
+                in_flight = self.fair.total + 1
+                self.capacity.answered(route, ended - started, alone=alone, in_flight=in_flight, now=ended)
 
     async def _admit(self, caller: Caller) -> dict | None:
         quota = (caller.key.requests_per_minute, caller.key.tokens_per_minute)
@@ -105,7 +140,8 @@ class Access:
 
     def record(self, caller: Caller, outcome: Outcome) -> None:
         """Tell the ledger (and the metrics) what a request used; never waits, never raises."""
-        self._count(caller, "error" if outcome.error else "answered", outcome.tokens)
+        ended = "error" if outcome.error else "rejected" if outcome.rejected else "answered"
+        self._count(caller, ended, outcome.tokens)
         if self.local is not None:
             self.local.record(caller.name, asdict(outcome))
             return

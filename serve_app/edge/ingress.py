@@ -21,6 +21,7 @@ from ray import serve
 from ..clients.failures import transport_errors
 from ..clients.llm_server import LLMServerClient, attention_scorer
 from ..config import AppConfig, Security
+from ..core.capacity import Capacity
 from ..core.decision import Decision, Observer, decide, fleet_overload
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
@@ -56,6 +57,10 @@ def _request_id(request: Request) -> str | None:
     from ray.serve.context import _get_serve_request_context
 
     return request.headers.get("x-request-id") or _get_serve_request_context().request_id or None
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
@@ -165,9 +170,12 @@ class IngressReplica:
         the model deployments (none: nothing to wait for); ``ledger``: the key ledger's handle (none:
         this replica keeps its own)."""
         self.config, self.model_handles = config, model_handles
-        # Each replica's share of what the models take at once (core/fair_share.py).
-        share = max(1, config.model_capacity() // max(1, config.ingress.autoscaling.min_replicas))
-        self.access = Access(keys, ledger, capacity=share, metrics=parts.metrics)
+        # What keys share when several send at once (core/fair_share.py): the capacity configured,
+        # else learned (core/capacity.py) up to this replica's share of what the models take at once.
+        fixed = config.ingress.capacity
+        most = max(1, config.model_capacity() // max(1, config.ingress.autoscaling.min_replicas))
+        capacity = Capacity(fixed or most, fixed=fixed is not None)
+        self.access = Access(keys, ledger, capacity=capacity, metrics=parts.metrics)
         self.exposure = "keys" if not keys.open else "anonymous"
         self.readiness = readiness or ReadinessGate({})
         self.body_reads = BodyReads(config.limits.max_body_reads_per_client)
@@ -215,35 +223,43 @@ class IngressReplica:
 
     async def chat_completions(self, request: Request):
         caller = self.access.identify(request.headers)
-        return await self.chat(await self._payload(request), _request_id(request), caller)
+        async with self.access.admitted(caller) as grant:
+            payload = await self._payload(request, caller)
+            return await self._chat(payload, _request_id(request), grant)
 
     async def chat(self, payload: Any, request_id: str | None, caller: Caller = ANONYMOUS_CALLER):
         """One chat completion request, parsed, from its JSON on: what ``POST /v1/chat/completions``
-        runs after the API key and size checks, and what a batch row runs (batch/answerer.py), for
-        ``caller``'s key."""
-        decision = route(payload, self.config)
-        if isinstance(decision, Passthrough):
-            # The model the client named: ``mai`` when it sent there what MAI does not fit.
-            named = decision.model_id if decision.reason is None else "mai"
-            async with self.access.admitted(caller, named) as grant:
-                return await self._passthrough(decision, grant)
-        job = await job_from_chat(self.config, decision, request_id, self._fetch_image)
-        async with self.access.admitted(caller, job.model) as grant:
-            return await self._answer(job, chat_reply, grant)
+        runs once its body is read, and what a batch row runs (batch/answerer.py), for ``caller``'s
+        key."""
+        async with self.access.admitted(caller) as grant:
+            return await self._chat(payload, request_id, grant)
 
     async def answer(self, request: Request):
         caller = self.access.identify(request.headers)
-        payload = await self._payload(request)
-        job = await job_from_answer(self.config, payload, _request_id(request), self._fetch_image)
-        async with self.access.admitted(caller, job.model) as grant:
+        async with self.access.admitted(caller) as grant:
+            payload = await self._payload(request, caller)
+            job = await job_from_answer(self.config, payload, _request_id(request), self._fetch_image)
+            grant.use(job.model)
             return await self._answer(job, answer_reply, grant)
 
     # -------------------------------------------------------------------------------------------
 
-    async def _payload(self, request: Request) -> Any:
-        """The request's JSON, once its size passes (its key has been checked)."""
+    async def _chat(self, payload: Any, request_id: str | None, grant: Grant):
+        decision = route(payload, self.config)
+        if isinstance(decision, Passthrough):
+            # The model the client named: ``mai`` when it sent there what MAI does not fit.
+            grant.use(decision.model_id if decision.reason is None else "mai")
+            return await self._passthrough(decision, grant)
+        job = await job_from_chat(self.config, decision, request_id, self._fetch_image)
+        grant.use(job.model)
+        return await self._answer(job, chat_reply, grant)
+
+    async def _payload(self, request: Request, caller: Caller) -> Any:
+        """The request's JSON, once its size passes. Bodies being read at once are bounded per key,
+        and for anonymous callers per client address (serve_app/edge/security.py)."""
         limits = self.config.limits
-        with self.body_reads.from_client(request.client.host if request.client else ""):
+        reader = caller.name if caller is not ANONYMOUS_CALLER else f"address {_address(request)}"
+        with self.body_reads.from_client(reader):
             body = await read_body(
                 request.headers, request.stream(), limits.max_body_bytes, limits.body_timeout_s
             )
@@ -279,11 +295,7 @@ class IngressReplica:
         self._start_reporting()
         self.demand.arrived()
         decision = self._decide(job)
-        try:
-            result = await self._run(job, decision, grant.priority)
-        except RequestError as error:
-            grant.outcome = Outcome(error=error.status >= 500)
-            raise
+        result = await self._run(job, decision, grant.priority)
         grant.outcome = cascade_outcome(result, self.model_ids)
         for observer in self.observers:
             observer.answered(decision, result)

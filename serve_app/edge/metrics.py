@@ -83,7 +83,8 @@ PROMETHEUS_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "mai_key_requests": (
         "counter",
-        "Requests by API key name and outcome: answered, error, or the quota or share that refused it",
+        "Requests by API key name and outcome: answered, rejected (a 4xx for its body or model), "
+        "error, or the quota or share that refused it",
         ("key", "outcome"),
     ),
     "mai_key_tokens": (

@@ -40,32 +40,33 @@ async def read_body(
 
 
 class BodyReads:
-    """The request bodies an ingress replica is reading, per client address: past ``per_client`` at
-    once from one address, a 429 (slow senders from one address cannot take every slot; the deadline
-    of ``read_body`` bounds how long any sender holds one). Addresses are kept only while a body from
-    them is being read."""
+    """The request bodies an ingress replica is reading, per sender (a named key, or an anonymous
+    client's address): past ``per_client`` at once from one sender, a 429 (slow senders cannot take
+    every slot, and one key's senders never hold back another key's; the deadline of ``read_body``
+    bounds how long any sender holds one). Senders are kept only while a body of theirs is being
+    read."""
 
     def __init__(self, per_client: int):
         self.per_client = per_client
         self.reading: Counter[str] = Counter()
 
     @contextmanager
-    def from_client(self, address: str) -> Iterator[None]:
-        if self.reading[address] >= self.per_client:
+    def from_client(self, sender: str) -> Iterator[None]:
+        if self.reading[sender] >= self.per_client:
             raise RequestError(
-                f"{self.per_client} request bodies from your address are already being read; send "
-                "fewer at once",
+                f"{self.per_client} request bodies of yours (your API key's, or your address's "
+                "without one) are already being read; send fewer at once",
                 code="too_many_requests",
                 status=429,
                 headers={"Retry-After": "1"},
             )
-        self.reading[address] += 1
+        self.reading[sender] += 1
         try:
             yield
         finally:
-            self.reading[address] -= 1
-            if not self.reading[address]:
-                del self.reading[address]
+            self.reading[sender] -= 1
+            if not self.reading[sender]:
+                del self.reading[sender]
 
 
 def _too_large(size: int | None, limit: int) -> RequestError:

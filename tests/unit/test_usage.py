@@ -4,7 +4,10 @@ what a request is told and billed through the ingress."""
 import asyncio
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from serve_app.core.capacity import Capacity
 from serve_app.core.fair_share import FairShare
 from serve_app.core.usage import Ledger, Outcome, Quota, Window
 from serve_app.edge.access import Access
@@ -59,19 +62,89 @@ def test_a_reservation_never_told_of_its_end_lapses():
     assert ledger.admit("a", quota, 1 + 600.5) is None  # the untold one lapsed, the window emptied
 
 
-def test_a_full_replica_leaves_room_for_a_trickle_and_ranks_a_flood_behind_it():
-    fair = FairShare(capacity=8)
-    ranks = [fair.enter("flood", 1.0) for _ in range(12)]
-    assert ranks == list(range(12))  # alone, a key is let in as before, each request ranked lower
-    assert fair.enter("trickle", 1.0) == 0  # the trickle comes in, first in the engines' queues
-    assert fair.enter("flood", 1.0) is None  # busy and shared: the flood is held to its share (4)
-    for _ in range(8):
-        fair.leave("flood")
-    assert fair.enter("flood", 1.0) is None  # still 4 in flight: its share
-    fair.leave("flood")
-    assert fair.enter("flood", 1.0) == 3
-    fair.leave("trickle")
-    assert fair.share("heavy", 3.0) > fair.share("light", 1.0)
+def test_a_key_alone_is_never_held_back_and_its_flood_is_ranked_behind():
+    fair = FairShare(Capacity(4))
+    assert [fair.enter("flood", 1.0, 0.0) for _ in range(12)] == list(range(12))
+    assert fair.enter("trickle", 1.0, 0.1) == 0  # under its share: first in the engines' queues
+
+
+def test_a_trickle_holds_its_share_against_a_flood_between_its_requests():
+    fair = FairShare(Capacity(4), window_s=10.0)
+    assert fair.enter("trickle", 1.0, 0.0) == 0
+    fair.leave("trickle", 0.2)  # nothing of the trickle's in flight from here on
+    admitted = [fair.enter("flood", 1.0, 1.0 + n / 100) for n in range(6)]
+    assert admitted == [0, 1, None, None, None, None]  # half of 4, the trickle sent 1 s ago
+    fair.leave("flood", 1.1)
+    assert fair.enter("flood", 1.0, 1.2) == 1  # one ended: one more
+    assert fair.enter("flood", 1.0, 9.9) is None  # the trickle sent 9.9 s ago: still active
+    assert fair.enter("flood", 1.0, 10.3) is not None  # past the window: the flood is alone again
+
+
+def test_a_heavier_key_gets_a_larger_share():
+    fair = FairShare(Capacity(8))
+    fair.enter("light", 1.0, 0.0)
+    fair.enter("heavy", 3.0, 0.0)
+    assert fair.share("heavy") == 6.0 and fair.share("light") == 2.0
+    assert [fair.enter("heavy", 3.0, 0.1) for _ in range(6)] == [0, 0, 1, 1, 1, None]
+
+
+def test_a_key_sending_under_its_share_of_the_answers_is_let_in_past_its_requests_in_flight():
+    fair = FairShare(Capacity(4), window_s=10.0)
+    now = 0.0
+    for _ in range(200):  # the replica answers 20 a second, the trickle sends 1 a second
+        now += 0.05
+        assert fair.enter("flood", 1.0, now) is not None
+        fair.leave("flood", now)
+    for n in range(3):  # the trickle's slow requests pile up beyond its share (2)
+        assert fair.enter("trickle", 1.0, now + n) is not None
+    assert fair.enter("flood", 1.0, now + 3) is not None and fair.enter("flood", 1.0, now + 3) is not None
+    assert fair.enter("flood", 1.0, now + 3) is None  # the flood is held to its share
+    for _ in range(30):  # a flood cannot pass as a trickle: it sends more than its share
+        assert fair.enter("flood", 1.0, now + 3) is None
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcd"), st.sampled_from([0.5, 1.0, 2.0]), st.floats(0, 5), st.booleans()),
+        max_size=80,
+    )
+)
+def test_the_running_weight_of_the_active_keys_is_their_sum(steps):
+    fair = FairShare(Capacity(8), window_s=3.0)
+    now, weights, held = 0.0, {}, []
+    for key, weight, wait, leave in steps:
+        now += wait
+        if leave and held:
+            fair.leave(held.pop(0), now)
+            continue
+        weights[key] = weight
+        if fair.enter(key, weight, now) is not None:
+            held.append(key)
+        active = set(fair.last_sent)
+        assert active >= set(held)
+        assert fair.active_weight == pytest.approx(sum(weights[k] for k in active))
+        assert fair.total == len(held)
+
+
+def test_the_capacity_falls_where_requests_slow_each_other_and_holds_where_they_do_not():
+    cpu, gpu, blind = Capacity(16), Capacity(16), Capacity(16)
+    for capacity in (cpu, gpu):
+        for n in range(20):
+            capacity.answered("early_exit", 0.10, alone=True, in_flight=1, now=n)
+    for n in range(200):
+        in_flight = 1 + n % 16
+        cpu.answered("early_exit", 0.10 * in_flight, alone=False, in_flight=in_flight, now=20 + n)
+        gpu.answered("early_exit", 0.11, alone=False, in_flight=in_flight, now=20 + n)
+        blind.answered("early_exit", 0.10 * in_flight, alone=False, in_flight=in_flight, now=20 + n)
+    assert cpu.current() == 1 and gpu.current() == 16
+    assert blind.current() == 16  # never answered alone: nothing to compare with
+    for n in range(400):  # the load eases: answers as fast as alone, the replica at its capacity
+        cpu.answered("early_exit", 0.10, alone=False, in_flight=cpu.current(), now=300 + n)
+    assert cpu.current() >= 8
+    fixed = Capacity(3, fixed=True)
+    fixed.answered("early_exit", 0.1, alone=True, in_flight=1, now=0)
+    fixed.answered("early_exit", 9.0, alone=False, in_flight=3, now=1)
+    assert fixed.current() == 3
 
 
 def key(name: str, **settings) -> NamedKey:
@@ -79,42 +152,43 @@ def key(name: str, **settings) -> NamedKey:
 
 
 async def test_through_the_access_a_quota_is_a_429_naming_it_with_retry_after():
-    access = Access(KeyRing.of(()), capacity=64)
-    caller = Caller(key("team-a", requests_per_minute=2, models=("mai",)))
+    access = Access(KeyRing.of(()), capacity=Capacity(64))
+    caller = Caller(key("team-a", requests_per_minute=3, models=("mai",)))
+    with pytest.raises(RequestError, match="may not use model 'mai-large'"):
+        async with access.admitted(caller) as grant:
+            grant.use("mai-large")  # a request all the same: a client's error, not the server's
     for n in range(2):
-        async with access.admitted(caller, "mai") as grant:
+        async with access.admitted(caller) as grant:
+            grant.use("mai")
             assert grant.priority == 0
             if n == 0:
                 grant.outcome = Outcome(tokens={"qwen3-vl-8b": 40}, early_exit=True)
     with pytest.raises(RequestError) as caught:
-        async with access.admitted(caller, "mai"):
+        async with access.admitted(caller):
             pass
     error = caught.value
     assert error.status == 429 and error.param == "requests_per_minute"
-    assert "requests_per_minute of 2" in error.message and int(error.headers["Retry-After"]) >= 1
-    with pytest.raises(RequestError, match="may not use model 'mai-large'"):
-        async with access.admitted(caller, "mai-large"):
-            pass
+    assert "requests_per_minute of 3" in error.message and int(error.headers["Retry-After"]) >= 1
     usage = await access.usage()
-    assert usage["team-a"]["requests"] == 2 and usage["team-a"]["refused"] == 1
+    assert usage["team-a"]["requests"] == 3 and usage["team-a"]["refused"] == 1
     assert usage["team-a"]["tokens"] == {"qwen3-vl-8b": 40} and usage["team-a"]["early_exits"] == 1
-    assert usage["team-a"]["errors"] == 1  # the second said nothing of its end: counted as failed
+    assert usage["team-a"]["errors"] == 1  # the last said nothing of its end: counted as failed
 
 
 async def test_a_keys_priority_class_and_share_set_its_engine_priority():
-    access = Access(KeyRing.of(()), capacity=64)
+    access = Access(KeyRing.of(()), capacity=Capacity(64))
     caller = Caller(key("batch", priority=5, weight=2.0))
-    async with access.admitted(caller, "mai") as first, access.admitted(caller, "mai") as second:
-        async with access.admitted(caller, "mai") as third:
+    async with access.admitted(caller) as first, access.admitted(caller) as second:
+        async with access.admitted(caller) as third:
             assert (first.priority, second.priority, third.priority) == (5, 5, 6)
     assert access.fair.in_flight == {}
 
 
 async def test_the_share_is_released_when_a_request_fails():
-    access = Access(KeyRing.of(()), capacity=2)
+    access = Access(KeyRing.of(()), capacity=Capacity(2))
     caller = Caller(key("a"))
     with pytest.raises(RuntimeError):
-        async with access.admitted(caller, "mai"):
+        async with access.admitted(caller):
             raise RuntimeError("the request failed")
     assert access.fair.in_flight == {}
     await asyncio.sleep(0)
@@ -136,29 +210,58 @@ def test_through_the_api_a_key_is_held_to_its_quota_its_models_and_billed():
     simple = {PromptKind.SIMPLE: "[[yes]]"}
     ring = KeyRing.of(
         (
-            NamedKey(name="team-a", sha256=sha("alpha"), requests_per_minute=2, models=("mai",)),
+            NamedKey(name="team-a", sha256=sha("alpha"), requests_per_minute=3, models=("mai",)),
             NamedKey(name="ops", sha256=sha("omega"), admin=True),
         )
     )
     ingress = replica(ScriptedVLM(simple), ScriptedVLM(simple), api_keys=ring)
     client = client_of(ingress)
     team_a, ops = {"authorization": "Bearer alpha"}, {"authorization": "Bearer omega"}
-    assert [
-        client.post("/v1/chat/completions", json=chat_body(), headers=team_a).status_code for _ in range(2)
-    ] == [
-        200,
-        200,
-    ]
-    refused = client.post("/v1/chat/completions", json=chat_body(), headers=team_a)
-    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-    assert "requests_per_minute of 2" in refused.json()["error"]["message"]
     other = client.post("/v1/chat/completions", json=chat_body(model="mai-large"), headers=team_a)
-    assert other.status_code == 403
+    assert other.status_code == 403  # let in, then refused for its model: a request all the same
+    statuses = [client.post("/v1/chat/completions", json=chat_body(), headers=team_a).status_code]
+    statuses.append(client.post("/v1/chat/completions", json=chat_body(), headers=team_a).status_code)
+    assert statuses == [200, 200]
+    # Over its quota a request is refused before its body is read: this one's is not even JSON.
+    refused = client.post("/v1/chat/completions", content=b"{not json", headers=team_a)
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert "requests_per_minute of 3" in refused.json()["error"]["message"]
     models = client.get("/v1/models", headers=team_a).json()
     assert [entry["id"] for entry in models["data"]] == ["mai"] and models["mai"]["access"] == "keys"
     assert "usage" not in client.get("/v1/mai/stats", headers=team_a).json()  # not an admin
     usage = client.get("/v1/mai/stats", headers=ops).json()["usage"]["team-a"]
-    assert usage["requests"] == 2 and usage["refused"] == 1 and usage["early_exits"] == 2
-    assert sum(usage["tokens"].values()) > 0
+    assert usage["requests"] == 3 and usage["refused"] == 1 and usage["early_exits"] == 2
+    assert usage["errors"] == 0 and sum(usage["tokens"].values()) > 0
     outcomes = [outcome for key, outcome, _ in ingress.metrics.keys if key == "team-a"]
-    assert outcomes == ["answered", "answered", "requests_per_minute"]
+    assert outcomes == ["rejected", "answered", "answered", "requests_per_minute"]
+
+
+async def test_bodies_being_read_are_bounded_per_key_not_per_address():
+    from serve_app.config import Limits
+
+    from .fakes import ScriptedVLM
+    from .ingress_replica import CONFIG, replica
+
+    config = CONFIG.model_copy(update={"limits": Limits(max_body_reads_per_client=1)})
+    ring = KeyRing.of((NamedKey(name="flood", sha256=sha("f")), NamedKey(name="trickle", sha256=sha("t"))))
+    ingress = replica(ScriptedVLM({}), ScriptedVLM({}), config, api_keys=ring)
+    arrived = asyncio.Event()
+
+    class Slow:  # a request from one address whose body arrives when told
+        client = type("Client", (), {"host": "10.0.0.9"})()
+        headers: dict = {}
+
+        async def stream(self):
+            await arrived.wait()
+            yield b"{}"
+
+    flood, trickle = ring.caller_named("flood"), ring.caller_named("trickle")
+    reading = asyncio.create_task(ingress._payload(Slow(), flood))
+    await asyncio.sleep(0)
+    with pytest.raises(RequestError) as caught:  # the flood's second body: over its bound
+        await ingress._payload(Slow(), flood)
+    assert caught.value.status == 429
+    second = asyncio.create_task(ingress._payload(Slow(), trickle))  # another key: not held back
+    await asyncio.sleep(0)
+    arrived.set()
+    assert await reading == {} and await second == {}
