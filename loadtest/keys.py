@@ -4,9 +4,9 @@ per minute, and how a key's trickle fares beside another key's flood.
     # quotas: send faster than the key's requests_per_minute for --minutes, count what is admitted
     python -m loadtest.keys quota --url http://127.0.0.1:8000 --key "$KEY" --rate 4 --minutes 3 \
         --out experiments/keys-and-quotas/quota-1-replica.json
-    # fairness: the trickle alone, then beside a flood from another key
+    # fairness: rounds of the trickle alone, then beside a flood from another key's processes
     python -m loadtest.keys fairness --url http://127.0.0.1:8000 --key "$TRICKLE" --flood-key "$FLOOD" \
-        --rate 2 --flood-rate 40 --seconds 90 --out experiments/keys-and-quotas/fairness-cpu.json
+        --rate 2 --flood-rate 40 --seconds 30 --rounds 3 --out experiments/keys-and-quotas/fairness-cpu.json
 
 Requests are the cascade's (``model: mai``) yes/no questions on a small synthetic image, each a
 distinct question so that no prefix cache answers for another.
@@ -19,6 +19,8 @@ import asyncio
 import base64
 import io
 import json
+import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -104,6 +106,7 @@ def per_minute(records: list[dict], began: float) -> list[dict[str, int]]:
 
 
 def latency(records: list[dict]) -> dict[str, Any]:
+    began = min((r["at"] for r in records), default=0.0)
     ok = sorted(r["seconds"] for r in records if r["status"] == 200)
     return {
         "sent": len(records),
@@ -113,6 +116,8 @@ def latency(records: list[dict]) -> dict[str, Any]:
         "refused_for": dict(Counter(str(r.get("quota")) for r in records if r["status"] == 429)),
         "p50_s": round(statistics.median(ok), 3) if ok else None,
         "p90_s": round(ok[int(0.9 * (len(ok) - 1))], 3) if ok else None,
+        # When the first refusals came, in seconds from the first request sent.
+        "refused_at_s": [round(r["at"] - began, 1) for r in records if r["status"] == 429][:50],
     }
 
 
@@ -124,26 +129,93 @@ async def quota(args: argparse.Namespace) -> dict[str, Any]:
     return {"rate_per_s": args.rate, "minutes": minutes, "overall": latency(records)}
 
 
+def flood_sender(
+    url: str, key: str, rate: float, seconds: float, timeout: float, start: int, niceness: int
+) -> list[dict]:
+    """One flood process: ``rate`` requests a second for ``seconds``, on its own client, at
+    ``niceness`` (added to its own)."""
+    os.nice(niceness)
+
+    async def run() -> list[dict]:
+        limits = httpx.Limits(max_connections=None)
+        async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
+            return await paced(client, key, rate, seconds, start=start)
+
+    return asyncio.run(run())
+
+
 async def fairness(args: argparse.Namespace) -> dict[str, Any]:
-    async with httpx.AsyncClient(
-        base_url=args.url, timeout=args.timeout, limits=httpx.Limits(max_connections=None)
-    ) as client:
-        alone = await paced(client, args.key, args.rate, args.seconds)
-        # The flood: --flood-rate requests a second, each sent without waiting for the last (an open
-        # loop, several times what the server answers), from the warm-up to the trickle's end.
-        flooding = asyncio.create_task(
-            paced(client, args.flood_key, args.flood_rate, args.warmup_s + args.seconds, start=1_000_000)
-        )
-        await asyncio.sleep(args.warmup_s)
-        beside = await paced(client, args.key, args.rate, args.seconds, start=10_000)
-        flood_records = await flooding
+    """--rounds rounds, each the trickle alone, then beside the flood: interleaved, so that the
+    machine's drift falls on both alike."""
+    rounds = []
+    limits = httpx.Limits(max_connections=None)
+    # The flood: --flood-rate requests a second over --flood-processes processes, each request sent
+    # without waiting for the last (an open loop, several times what the server answers), from the
+    # warm-up to the trickle's end. Other processes, as another team's clients would be: on one
+    # client the flood's hundreds of open requests would delay the trickle's inside the client.
+    # They run at --flood-niceness (default 15, what Ray gives its workers), so that on the
+    # server's own cores they take no more of the CPU than the server does.
+    processes, seconds = args.flood_processes, args.warmup_s + args.seconds
+    context = multiprocessing.get_context("spawn")
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, limits=limits) as client:
+        with context.Pool(processes) as pool:
+            for number in range(args.rounds):
+                first = number * 10**7  # every request its own question: no prefix cache between them
+                await asyncio.sleep(args.warmup_s if number else 0)  # what the flood left, drained
+                alone = await paced(client, args.key, args.rate, args.seconds, start=first)
+                floods = [
+                    pool.apply_async(
+                        flood_sender,
+                        (
+                            args.url,
+                            args.flood_key,
+                            args.flood_rate / processes,
+                            seconds,
+                            args.timeout,
+                            first + n * 10**6,
+                            args.flood_niceness,
+                        ),
+                    )
+                    for n in range(1, processes + 1)
+                ]
+                await asyncio.sleep(args.warmup_s)
+                beside = await paced(client, args.key, args.rate, args.seconds, start=first + 10**5)
+                flood_records = [record for flood in floods for record in flood.get()]
+                rounds.append(
+                    {
+                        "alone": latency(alone),
+                        "beside_flood": latency(beside),
+                        "flood": latency(flood_records),
+                        "flood_sent_per_s": round(len(flood_records) / seconds, 2),
+                    }
+                )
+    ratios = [
+        r["beside_flood"]["p50_s"] / r["alone"]["p50_s"]
+        for r in rounds
+        if r["beside_flood"]["p50_s"] and r["alone"]["p50_s"]
+    ]
     return {
         "trickle_rate_per_s": args.rate,
         "flood_rate_per_s": args.flood_rate,
-        "alone": latency(alone),
-        "beside_flood": latency(beside),
-        "flood": latency(flood_records),
+        "summary": {
+            "alone_p50_s": _median(r["alone"]["p50_s"] for r in rounds),
+            "beside_flood_p50_s": _median(r["beside_flood"]["p50_s"] for r in rounds),
+            "p50_ratio": {
+                "median": round(statistics.median(ratios), 2) if ratios else None,
+                "min": round(min(ratios), 2) if ratios else None,
+                "max": round(max(ratios), 2) if ratios else None,
+            },
+            "trickle_sent_beside_flood": sum(r["beside_flood"]["sent"] for r in rounds),
+            "trickle_errors_beside_flood": sum(r["beside_flood"]["errors"] for r in rounds),
+            "flood_sent_per_s": _median(r["flood_sent_per_s"] for r in rounds),
+        },
+        "rounds": rounds,
     }
+
+
+def _median(values: Any) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 3) if present else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,7 +235,17 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument(
                 "--flood-rate", type=float, default=40, help="the flood's requests per second"
             )
-            command.add_argument("--seconds", type=float, default=120)
+            command.add_argument(
+                "--flood-processes", type=int, default=4, help="client processes the flood is sent from"
+            )
+            command.add_argument(
+                "--flood-niceness",
+                type=int,
+                default=15,
+                help="added to the flood processes' niceness (15: Ray's workers'; 0: the trickle's)",
+            )
+            command.add_argument("--seconds", type=float, default=30, help="of each phase")
+            command.add_argument("--rounds", type=int, default=3)
             command.add_argument("--warmup-s", type=float, default=10)
     args = parser.parse_args(argv)
     result = asyncio.run(quota(args) if args.what == "quota" else fairness(args))

@@ -1,12 +1,16 @@
 """How keys share a busy ingress replica: in proportion to their weights.
 
 A key is active while it has requests in flight or sent one within the last ``window_s``. A key
-alone is let in whatever it sends. With several active, a key is held to its share of the replica's
+alone may hold what the model deployments take at once (``Capacity.most``): past it a request would
+only wait in Serve's queues, ahead of the next key to come (on an open API, whose one caller is
+everyone, a key alone is never held back). With several active, a key is held to its share of the replica's
 capacity (serve_app/core/capacity.py): the capacity times its weight over the active keys' weights,
 at least one request; a request past it gets a 429 until one of the key's requests ends. A key that
-sends less than its weighted share of what the replica answers a second (both decayed rates over
-``window_s``; every request it sends counts, refused or not) is let in up to the whole capacity: a
-trickle is never refused for its requests being slow, and a flood cannot pass as one.
+sends less than its weighted share of what the replica answers a second (both rates decayed over
+``rate_tau_s``; every request it sends counts, refused or not) is let in up to the models' capacity
+(``Capacity.most``): a trickle is never refused for its requests being slow, and a flood cannot pass
+as one. While several keys are active and the replica is at its capacity it is ``contended``: the
+server's own work (audits) yields to the keys'.
 
 Activity is counted by arrivals, not by requests in flight: a trickle with nothing in flight at the
 moment still holds its share against a flood. Every request let in gets an engine priority rank
@@ -25,29 +29,36 @@ from .scaling import DecayedRate
 
 
 class FairShare:
-    def __init__(self, capacity: Capacity, window_s: float = 10.0):
-        self.capacity, self.window_s = capacity, window_s
+    def __init__(self, capacity: Capacity, window_s: float = 10.0, rate_tau_s: float = 30.0):
+        self.capacity, self.window_s, self.rate_tau_s = capacity, window_s, rate_tau_s
         self.in_flight: Counter[str] = Counter()
         self.total = 0  # requests in flight, every key's
         self.last_sent: OrderedDict[str, float] = OrderedDict()  # active keys, oldest first
         self.weights: dict[str, float] = {}  # of the active keys
         self.active_weight = 0.0
         self.sending: dict[str, DecayedRate] = {}  # of the active keys
-        self.answering = DecayedRate(window_s)
+        self.answering = DecayedRate(rate_tau_s)
 
     def share(self, key: str) -> float:
         """The requests ``key`` (active) may hold while others are active too."""
         return max(1.0, self.capacity.current() * self.weights[key] / self.active_weight)
 
-    def enter(self, key: str, weight: float, now: float) -> int | None:
-        """The request's engine priority rank, counted in; None when ``key`` is over its share."""
+    def contended(self) -> bool:
+        return len(self.last_sent) > 1 and self.total >= self.capacity.current()
+
+    def enter(self, key: str, weight: float, now: float, *, hold_alone: bool = True) -> int | None:
+        """The request's engine priority rank, counted in; None when ``key`` is over its share.
+        ``hold_alone``: a key alone is held to the models' capacity (else never held back)."""
         self._expire(now)
         self._sent(key, weight, now)
         held = self.in_flight[key]
-        if len(self.last_sent) > 1 and held >= self.share(key):
+        if len(self.last_sent) == 1:
+            if hold_alone and held >= self.capacity.most:
+                return None
+        elif held >= self.share(key):
             fraction = weight / self.active_weight
             trickle = self.sending[key].value(now) <= fraction * self.answering.value(now)
-            if not trickle or held >= self.capacity.current():
+            if not trickle or held >= self.capacity.most:
                 return None
         self.in_flight[key] += 1
         self.total += 1
@@ -67,7 +78,7 @@ class FairShare:
         self.active_weight += weight
         self.last_sent[key] = now
         self.last_sent.move_to_end(key)
-        self.sending.setdefault(key, DecayedRate(self.window_s)).add(now)
+        self.sending.setdefault(key, DecayedRate(self.rate_tau_s)).add(now)
 
     def _expire(self, now: float) -> None:
         """Keys that last sent before the window and have nothing in flight are no longer active."""

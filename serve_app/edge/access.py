@@ -84,12 +84,12 @@ class Access:
         error; the answer's latency teaches the replica its capacity (core/capacity.py)."""
         started = self.clock()
         alone = self.fair.total == 0
-        rank = self.fair.enter(caller.name, caller.key.weight, started)
+        rank = self.fair.enter(caller.name, caller.key.weight, started, hold_alone=not self.ring.open)
         if rank is None:
             self._count(caller, "fair_share")
             raise _too_many(
-                f"this API key already has {self.fair.in_flight[caller.name]} requests in flight on a "
-                "busy server, its share; retry when one has answered",
+                f"this API key already has {self.fair.in_flight[caller.name]} requests in flight on this "
+                "server, its share; retry when one has answered",
                 "fair_share",
                 1,
             )

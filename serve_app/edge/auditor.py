@@ -94,10 +94,17 @@ class Auditor:
         return is_sampled(self.draws.draw_id(request_id), self.settings, self.draws.secret)
 
     def served(
-        self, job: Job, decision: Decision, result: CascadeResult, *, overloaded: bool = False
+        self,
+        job: Job,
+        decision: Decision,
+        result: CascadeResult,
+        *,
+        overloaded: bool = False,
+        contended: bool = False,
     ) -> None:
         """A cascade request was answered: count it, and start its audit when it is sampled. While the
-        large model is ``overloaded`` only relaxed answers are audited (the others' audits are shed)."""
+        large model is ``overloaded`` only relaxed answers are audited (the others' audits are shed);
+        while API keys contend for the replica (serve_app/core/fair_share.py) none is."""
         if decision.options.policy is not Policy.CASCADE:
             return
         cls = decision.cls
@@ -111,7 +118,7 @@ class Auditor:
         if overloaded and not route.startswith(RELAXED_PREFIX):
             self._not_run("overload")
             return
-        if self.busy():
+        if contended or self.busy():
             self._not_run("shed")
             return
         if len(self.running) >= self.settings.max_in_flight:

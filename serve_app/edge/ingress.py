@@ -301,7 +301,8 @@ class IngressReplica:
             observer.answered(decision, result)
         response = reply(job, result)
         # The reply exists: an audit can neither delay nor change it.
-        self.auditor.served(job, decision, result, overloaded=self.overload.sheds_audits())
+        shed, contended = self.overload.sheds_audits(), self.access.fair.contended()
+        self.auditor.served(job, decision, result, overloaded=shed, contended=contended)
         return response
 
     def _decide(self, job: Job) -> Decision:

@@ -62,10 +62,12 @@ def test_a_reservation_never_told_of_its_end_lapses():
     assert ledger.admit("a", quota, 1 + 600.5) is None  # the untold one lapsed, the window emptied
 
 
-def test_a_key_alone_is_never_held_back_and_its_flood_is_ranked_behind():
+def test_a_key_alone_holds_what_the_models_take_and_its_flood_is_ranked_behind():
     fair = FairShare(Capacity(4))
-    assert [fair.enter("flood", 1.0, 0.0) for _ in range(12)] == list(range(12))
+    assert [fair.enter("flood", 1.0, 0.0) for _ in range(5)] == [0, 1, 2, 3, None]
     assert fair.enter("trickle", 1.0, 0.1) == 0  # under its share: first in the engines' queues
+    open_api = FairShare(Capacity(4))  # its one caller is everyone: never held back
+    assert [open_api.enter("anonymous", 1.0, 0.0, hold_alone=False) for _ in range(12)] == list(range(12))
 
 
 def test_a_trickle_holds_its_share_against_a_flood_between_its_requests():
