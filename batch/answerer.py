@@ -41,7 +41,7 @@ from .settings import MAX_LINE_BYTES
 
 logger = logging.getLogger("ray.data")
 
-RETRIED_STATUSES = (503, 504)
+RETRIED_STATUSES = (429, 503, 504)  # a key's share or quota: the row waits and asks again
 
 
 @dataclass(frozen=True)

@@ -69,11 +69,13 @@ def decided(job):
     return decide(job.options, cls, server=CascadeOptions(), choose=lambda: PlanChoice(Plan.SEQUENTIAL, "-"))
 
 
-async def serve(cascade, auditor, *, request_id="r1", task=None, question=QUESTION, options=None):
+async def serve(
+    cascade, auditor, *, request_id="r1", task=None, question=QUESTION, options=None, contended=False
+):
     job = Job(question, options or CascadeOptions(), "mai", request_id=request_id, task=task)
     decision = decided(job)
     result = await cascade.run(job.question, request_id=job.request_id, decision=decision)
-    auditor.served(job, decision, result)
+    auditor.served(job, decision, result, contended=contended)
     return result
 
 
@@ -149,6 +151,14 @@ async def test_no_audit_starts_while_either_model_is_past_its_bound(busy, bounds
     await serve(cascade, auditor)
     assert not auditor.running and metrics.not_run == ["shed"]
     assert auditor.book.snapshot(auditor.settings)["audit"]["not_run"] == {"shed": 1}
+
+
+async def test_no_audit_starts_while_api_keys_contend_for_the_replica():
+    cascade, auditor, small, large, metrics = setup({S: "[[yes]]"}, {S: "[[yes]]"})
+    await serve(cascade, auditor, contended=True)
+    assert not auditor.running and metrics.not_run == ["shed"]
+    await serve(cascade, auditor, request_id="r2")  # sampled (rate 1), no contention: audited
+    assert len(auditor.running) == 1
 
 
 async def test_an_answer_under_the_requests_own_thresholds_is_audited_apart_from_the_configured_exits():

@@ -82,6 +82,18 @@ def test_a_trickle_holds_its_share_against_a_flood_between_its_requests():
     assert fair.enter("flood", 1.0, 10.3) is not None  # past the window: the flood is alone again
 
 
+def test_keys_contend_when_several_are_active_and_the_replica_is_at_its_capacity():
+    fair = FairShare(Capacity(2))
+    fair.enter("a", 1.0, 0.0)
+    fair.enter("a", 1.0, 0.0)
+    assert not fair.contended()  # at capacity, but alone
+    fair.leave("a", 0.1)
+    fair.enter("b", 1.0, 0.2)
+    assert fair.contended()
+    fair.leave("b", 0.3)
+    assert not fair.contended()  # both active, one request in flight
+
+
 def test_a_heavier_key_gets_a_larger_share():
     fair = FairShare(Capacity(8))
     fair.enter("light", 1.0, 0.0)
