@@ -147,6 +147,7 @@ class _Run(StageCalls):
             plan_basis=choice.basis.value if choice is not None else None,
             overload=decision.overload if decision is not None else None,
             kind=question.kind,
+            kind_basis=question.kind_basis,
             format_instruction=question.instruction,
             choices_from_text=list(question.choices_from_text),
             options_named=list(question.choices) if question.options_named else [],

@@ -26,6 +26,9 @@ class Question:
     image_url: str | None = None
     choices: tuple[str, ...] = ()
     kind: str = field(kw_only=True)  # one of answers.ANSWER_KINDS
+    # What decided the kind (question_parsing.answer_kind): request, options, instruction, either_or,
+    # number_cue, imperative:<verb>, auxiliary_verb or default.
+    kind_basis: str = field(default="request", kw_only=True)
     system: tuple[str, ...] = ()  # the client's system messages: every stage's prompt starts with them
     # The client's answer-format instruction, taken out of the question text: the reply follows it
     # (question_parsing.parse_question). None: none was recognised, the text is as sent.

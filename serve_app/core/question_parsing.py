@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from .answers import ARTICLES, as_text, without_article
 from .contracts import Question
 from .format_instructions import QUESTION_LABEL, Instruction, Reply, trailing_instruction
+from .imperatives import imperative_kind
 
 
 class QuestionFormatError(ValueError):
@@ -79,12 +80,13 @@ def read_question(
     """The cascade's question for a client's ``text`` (``parse_question``), with its image, its
     answer kind (``kind`` when the request gives one, else ``answer_kind``) and its options."""
     parsed = parse_question(text, choices)
-    kind, options, named = answer_kind(parsed.text, parsed.choices, kind, parsed.instruction)
+    kind, options, named, basis = answer_kind(parsed.text, parsed.choices, kind, parsed.instruction)
     return Question(
         question=parsed.text,
         image_url=image_url,
         choices=options,
         kind=kind,
+        kind_basis=basis,
         instruction=parsed.instruction,
         choices_from_text=parsed.choices_from_text,
         options_named=named,
@@ -93,22 +95,23 @@ def read_question(
 
 def answer_kind(
     text: str, choices: tuple[str, ...], kind: str | None, instruction: Instruction | None
-) -> tuple[str, tuple[str, ...], bool]:
-    """The one place a question's answer kind is decided: ``(kind, choices, options_named)``. The
-    request's own ``kind`` wins; with options (the request's or those written in the text), a choice;
-    a client's yes-or-no instruction, yes/no; an either/or question ("Is it red or blue?") is a choice
-    between the options it names (``options_named``); else what the question asks (``infer_kind``:
-    a number, yes/no, or open text)."""
+) -> tuple[str, tuple[str, ...], bool, str]:
+    """The one place a question's answer kind is decided: ``(kind, choices, options_named, basis)``.
+    The request's own ``kind`` wins; with options (the request's or those written in the text), a
+    choice; a client's yes-or-no instruction, yes/no; an either/or question ("Is it red or blue?") is
+    a choice between the options it names (``options_named``); else what the question asks
+    (``infer_kind``). ``basis``: which of these decided (the trace's ``kind_basis``)."""
     if kind is not None:
-        return kind, choices, False
+        return kind, choices, False, "request"
     if choices:
-        return "choice", choices, False
+        return "choice", choices, False, "options"
     if instruction is not None and instruction.reply is Reply.YES_NO:
-        return "yes_no", (), False
+        return "yes_no", (), False, "instruction"
     named = either_or_options(text)
     if named:
-        return "choice", named, True
-    return infer_kind(text), (), False
+        return "choice", named, True, "either_or"
+    inferred, basis = read_kind(text)
+    return inferred, (), False, basis
 
 
 _NUMBER_CUES = re.compile(
@@ -121,19 +124,29 @@ _NUMBER_CUES = re.compile(
 
 def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
     """Guess the answer kind of a question: ``choice`` when options are given, listed in the
-    question or named by an either/or question ("Is it red or blue?"), ``yes_no`` for questions
-    opening with an auxiliary verb ("Is there ...?"), ``number`` for quantity questions ("How many
-    ...?", "What percentage ...?"), else ``text``.
-    The last sentence ending in "?" is the one read, so trailing instructions do not count."""
+    question or named by an either/or question ("Is it red or blue?"), else what ``read_kind`` reads."""
     text = as_text(question) or ""
     if choices or split_choices(text)[1] or either_or_options(text):
         return "choice"
+    return read_kind(text)[0]
+
+
+def read_kind(text: str) -> tuple[str, str]:
+    """The kind the asked sentence asks for, and what decided it: ``number`` for quantity questions
+    ("How many ...?", "What percentage ...?"; basis ``number_cue``); an instruction's kind by its
+    verb ("Count the shapes.", "Say whether it is red."; basis ``imperative:<verb>``,
+    serve_app/core/imperatives.py); ``yes_no`` for a question opening with an auxiliary verb ("Is
+    there ...?"; basis ``auxiliary_verb``); else ``text`` (basis ``default``). The last sentence ending
+    in "?" is the one read (else the last sentence), so trailing instructions do not count."""
     asked = asked_sentence(text)
     if _NUMBER_CUES.search(asked):
-        return "number"
+        return "number", "number_cue"
+    ordered = imperative_kind(asked)
+    if ordered is not None:
+        return ordered.kind, f"imperative:{ordered.verb}"
     if YES_NO_START.match(asked):
-        return "yes_no"
-    return "text"
+        return "yes_no", "auxiliary_verb"
+    return "text", "default"
 
 
 def _read(text: str, given: tuple[str, ...], *, take_instruction: bool) -> ParsedQuestion:

@@ -171,6 +171,7 @@ class OverloadRecord:
 class Trace:
     policy: str
     kind: str
+    kind_basis: str = "request"  # what decided the kind (contracts.Question.kind_basis)
     # What was read from the client's text: its answer-format instruction (None: none recognised, the
     # question went to the models as sent) and the options written in it ([] when none).
     format_instruction: Instruction | None = None
