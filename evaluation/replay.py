@@ -80,9 +80,12 @@ def replay(
     questions: Mapping[str, Question], options: CascadeOptions, recording: Recording
 ) -> dict[str, CascadeResult | BaseException]:
     """Every question (id -> question) run through the real cascade under ``options``, its stages
-    answered from ``recording``, all on one virtual clock; a run that raised keeps its exception."""
+    answered from ``recording``, all on one virtual clock; a run that raised keeps its exception.
+    Without repairs: the figures of a question the server would repair count its unrepaired answer."""
     client = ReplayClient(recording)
-    cascade = Cascade(client, client)
+    # A recording has no repair (its answer would be the engine's under a grammar, never recorded):
+    # a question no stage answered in kind is replayed with that answer, as it was scored before.
+    cascade = Cascade(client, client, repairs=False)
 
     async def run_all() -> list[CascadeResult | BaseException]:
         runs = [cascade.run(question, options, request_id=qid) for qid, question in questions.items()]

@@ -63,6 +63,16 @@ def answer_form(kind: str, choices: Sequence[str] = (), *, options_named: bool =
     return AnswerForm(kind, f"[{letters}]")
 
 
+# An open answer asked for alone: a short text in [[ ]], without brackets or a line break.
+OPEN_TEXT = AnswerForm("text", r"[^\[\]\n]{1,200}")
+
+
+def repair_form(kind: str, choices: Sequence[str] = (), *, options_named: bool = False) -> AnswerForm:
+    """The form an answer is asked for when no stage gave a valid one: the kind's closed form, or a
+    short open text for ``text``."""
+    return answer_form(kind, choices, options_named=options_named) or OPEN_TEXT
+
+
 def check_options(choices: Sequence[str]) -> None:
     """Options a grammar can tell apart: at least one, none empty, no two the same (ignoring case and
     surrounding spaces); else ``AnswerFormError`` naming the problem."""

@@ -101,6 +101,7 @@ class _Counts:
     by_route: dict[str, list[int]] = field(default_factory=dict)  # route -> [audited, disagreed]
     plans: Counter = field(default_factory=Counter)  # the cascade plans its requests ran
     tokens: Counter = field(default_factory=Counter)  # its requests' tokens per model (trace.py: Tokens)
+    repairs: Counter = field(default_factory=Counter)  # its answers asked for again: answered, failed
 
 
 @dataclass
@@ -108,13 +109,13 @@ class _Class(_Counts):
     recent: deque = field(default_factory=deque)  # the last ``window`` audits: (at, disagreed, route)
 
     def data(self, recent: Iterable[tuple[float, bool, str]]) -> dict[str, Any]:
-        """The class's counts as plain data, with ``recent`` as its window's entries (the whole window
-        in ``AuditBook.state``, the entries not yet acknowledged in a replica's report)."""
+        """The class's counts as data, ``recent`` its window's entries (all, or those not yet reported)."""
         return {
             "requests": self.requests,
             "routes": dict(self.routes),
             "plans": dict(self.plans),
             "tokens": dict(self.tokens),
+            "repairs": dict(self.repairs),
             "audited": self.audited,
             "disagreed": self.disagreed,
             "by_route": {route: list(pair) for route, pair in self.by_route.items()},
@@ -149,6 +150,7 @@ class _Statistics:
             "routes": dict(sorted(entry.routes.items())),
             "plans": dict(sorted(entry.plans.items())),
             "tokens": nested_tokens(entry.tokens),
+            "repairs": dict(sorted(entry.repairs.items())),
             "audit": {
                 "audited": entry.audited,
                 "disagreed": entry.disagreed,
@@ -213,9 +215,11 @@ class AuditBook(_Statistics):
         tokens: int,
         plan: str | None = None,
         tokens_by_model: Tokens | None = None,
+        repair: str | None = None,
     ) -> None:
-        """A served request: ``tokens`` in all and, per model, as ``Trace.tokens()`` counts them."""
+        """A served request: ``tokens`` in all, per model (``Trace.tokens()``); its ``repair``'s end."""
         entry = self._class(cls)
+        entry.repairs.update([repair] if repair is not None else [])
         entry.requests += 1
         entry.routes[route] += 1
         if plan is not None:
@@ -266,6 +270,7 @@ class AuditBook(_Statistics):
                 merged.routes.update(entry["routes"])
                 merged.plans.update(entry.get("plans", {}))
                 merged.tokens.update(entry.get("tokens", {}))
+                merged.repairs.update(entry.get("repairs", {}))
                 merged.audited += entry["audited"]
                 merged.disagreed += entry["disagreed"]
                 for route, (audited, disagreed) in entry["by_route"].items():
@@ -347,6 +352,7 @@ class MergedAudits(_Statistics):
         _move(entry.routes, new["routes"], old.get("routes", {}))
         _move(entry.plans, new.get("plans", {}), old.get("plans", {}))
         _move(entry.tokens, new.get("tokens", {}), old.get("tokens", {}))
+        _move(entry.repairs, new.get("repairs", {}), old.get("repairs", {}))
         for route in new["by_route"].keys() | old.get("by_route", {}).keys():
             now, before = new["by_route"].get(route, (0, 0)), old.get("by_route", {}).get(route, (0, 0))
             if tuple(now) != tuple(before):

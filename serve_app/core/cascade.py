@@ -16,7 +16,10 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
 
 Whatever the route, the answer served is valid for its kind when any stage gave a valid one
 (``_terminal``, the paper's rule completed): when the route's own is not, the first valid answer in
-``FALLBACK_ORDER`` is served (route ``fallback``). A reasoning's raw text is never served.
+``FALLBACK_ORDER`` is served (route ``fallback``). When none is, the stage that would have answered
+is asked once more for the answer alone, in its form (``_repair``: the engine's structured outputs
+make it valid by construction); so a reply is always of its kind, and a reasoning's raw text is
+never served.
 
 That order is the ``sequential`` plan. A request may run another plan (``plans.py``, ``options.plan``):
 ``eager`` starts step 3 with step 1 and cancels it when step 1 settles the question (the same
@@ -93,8 +96,10 @@ class Cascade:
         *,
         selectors: Mapping[str, TransferSelector] | None = None,
         layouts: Mapping[str, PromptLayout] | None = None,
+        repairs: bool = True,
     ):
         self.clients: dict[str, VLMClient] = {SMALL: small, LARGE: large}
+        self.repairs = repairs  # an answer out of kind is asked for again (off: a recording's replay)
         # How each model reads a prompt's question and instruction (prompts.PromptLayout): the paper's
         # layout unless a model was trained on another.
         self.layouts: dict[str, PromptLayout] = {
@@ -167,6 +172,7 @@ class _Run(StageCalls):
             layouts=cascade.layouts,
         )
         self.plan = plan
+        self.repairs = cascade.repairs
 
     async def execute(self) -> CascadeResult:
         plans = {
@@ -203,13 +209,13 @@ class _Run(StageCalls):
             self._spawn(self._short(SMALL)), self._spawn(self._short(LARGE))
         )
         if not large_short.ok:
-            return self._large_failed(large_short, fallback=small_short)
+            return await self._large_failed(large_short, fallback=small_short)
         if not small_short.ok:
-            return self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
+            return await self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
         if self._verified("short", small_short, large_short):
-            return self._finish(Route.AGREE_SHORT, large_short)
+            return await self._finish(Route.AGREE_SHORT, large_short)
         if self._confident_large(large_short, over=small_short):
-            return self._finish(Route.CONFIDENT_LARGE, large_short)
+            return await self._finish(Route.CONFIDENT_LARGE, large_short)
 
         reasoned = await (eager if eager is not None else self._reason(SMALL))
         return await self._reasoned_or_transfer(reasoned, large_short)
@@ -219,7 +225,7 @@ class _Run(StageCalls):
             self._spawn(self._short(LARGE)), self._spawn(self._reason(SMALL))
         )
         if not large_short.ok:
-            return self._large_failed(
+            return await self._large_failed(
                 large_short, fallback=reasoned.answer_stage if reasoned else large_short
             )
         return await self._reasoned_or_transfer(reasoned, large_short)
@@ -230,27 +236,27 @@ class _Run(StageCalls):
         """Steps 3 and 4: the reasoned answer agrees with the large short one -> done; else the large
         model answers with the reasoning."""
         if reasoned is None:
-            return self._finish(Route.DEGRADED_NO_REASONING, large_short)
+            return await self._finish(Route.DEGRADED_NO_REASONING, large_short)
         if self._verified("reasoned", reasoned.answer_stage, large_short):
-            return self._finish(Route.AGREE_REASONED, large_short)
+            return await self._finish(Route.AGREE_REASONED, large_short)
 
         transfer = await self._transfer(reasoned.reasoning.output)
         if not transfer.ok:
-            return self._finish(Route.DEGRADED_NO_TRANSFER, large_short)
-        return self._finish(Route.TRANSFER, transfer)
+            return await self._finish(Route.DEGRADED_NO_TRANSFER, large_short)
+        return await self._finish(Route.TRANSFER, transfer)
 
     async def _single(self, model: str, call: Awaitable[StageRecord]) -> CascadeResult:
         """One model, one call: its answer, or the request fails when the call did."""
         stage = await call
         if not stage.ok:
             raise ModelUnavailableError(model, stage, self.trace)
-        return self._finish(Route.SINGLE, stage)
+        return await self._finish(Route.SINGLE, stage)
 
     async def _single_reasoned(self, model: str) -> CascadeResult:
         reasoned = await self._reason(model)
         if reasoned is None:
             raise ModelUnavailableError(model, self.trace.stages[-1], self.trace)
-        return self._finish(Route.SINGLE, reasoned.answer_stage)
+        return await self._finish(Route.SINGLE, reasoned.answer_stage)
 
     async def _full_transfer(self) -> CascadeResult:
         reasoned = await self._reason(SMALL)
@@ -258,22 +264,22 @@ class _Run(StageCalls):
             large_short = await self._short(LARGE)
             if not large_short.ok:
                 raise ModelUnavailableError(LARGE, large_short, self.trace)
-            return self._finish(Route.DEGRADED_NO_REASONING, large_short)
+            return await self._finish(Route.DEGRADED_NO_REASONING, large_short)
         transfer = await self._transfer(reasoned.reasoning.output)
         if not transfer.ok:
-            return self._large_failed(transfer, fallback=reasoned.answer_stage)
-        return self._finish(Route.TRANSFER, transfer)
+            return await self._large_failed(transfer, fallback=reasoned.answer_stage)
+        return await self._finish(Route.TRANSFER, transfer)
 
     async def _one_model_plan(self, model: str, call: Awaitable[StageRecord]) -> CascadeResult:
         """A single-model plan (a calibrated table chose it for the class): one model's answer."""
         stage = await call
-        return self._finish(Route.SINGLE, stage) if stage.ok else await self._instead_of(model, stage)
+        return await self._finish(Route.SINGLE, stage) if stage.ok else await self._instead_of(model, stage)
 
     async def _small_reasoning_plan(self) -> CascadeResult:
         reasoned = await self._reason(SMALL)
         if reasoned is None:
             return await self._instead_of(SMALL, self.trace.stages[-1])
-        return self._finish(Route.SINGLE, reasoned.answer_stage)
+        return await self._finish(Route.SINGLE, reasoned.answer_stage)
 
     async def _instead_of(self, model: str, failed: StageRecord) -> CascadeResult:
         """A single-model plan's model failed: the other model's short answer, as a degraded route;
@@ -281,11 +287,11 @@ class _Run(StageCalls):
         if model == LARGE:
             if self.options.on_large_failure == "error":
                 raise ModelUnavailableError(LARGE, failed, self.trace)
-            return self._large_failed(failed, fallback=await self._short(SMALL))
+            return await self._large_failed(failed, fallback=await self._short(SMALL))
         large_short = await self._short(LARGE)
         if not large_short.ok:
             raise ModelUnavailableError(LARGE, large_short, self.trace)
-        return self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
+        return await self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
 
     # -- outcomes ---------------------------------------------------------------------------
 
@@ -330,15 +336,23 @@ class _Run(StageCalls):
             decimal_tolerance=self.options.decimal_tolerance,
         )
 
-    def _large_failed(self, failed: StageRecord, *, fallback: StageRecord) -> CascadeResult:
+    async def _large_failed(self, failed: StageRecord, *, fallback: StageRecord) -> CascadeResult:
         if self.options.on_large_failure == "small" and fallback.ok:
-            return self._finish(Route.DEGRADED_SMALL_ONLY, fallback)
+            return await self._finish(Route.DEGRADED_SMALL_ONLY, fallback)
         raise ModelUnavailableError(LARGE, failed, self.trace)
 
-    def _finish(self, route: Route, stage: StageRecord) -> CascadeResult:
-        """Serve ``stage``'s answer by ``route``; for MAI, the terminal rule first (``_terminal``)."""
+    async def _finish(self, route: Route, stage: StageRecord) -> CascadeResult:
+        """Serve ``stage``'s answer by ``route``; for MAI, the terminal rule first (``_terminal``),
+        then, when the answer is still not one of its kind, the repair (``StageCalls._repair``; one
+        that fails fails the request as a failed model does). The other policies are baselines: they
+        serve what their model said, with its validity."""
         if self.options.policy is Policy.CASCADE:
             route, stage = self._terminal(route, stage)
+        repairs = self.repairs and self.options.policy is Policy.CASCADE
+        if repairs and stage.ok and not self._answered(stage):
+            stage = await self._repair(stage)  # the answer asked for once more, in its form
+            if self.trace.repair is None or not self.trace.repair.answered:
+                raise ModelUnavailableError(stage.model, stage, self.trace)
         self.trace.route = route.value
         self.trace.answer_parsed = stage.answer is not None
         self.trace.answer_valid = self._valid(stage.answer)[0]
@@ -358,7 +372,7 @@ class _Run(StageCalls):
     def _terminal(self, route: Route, stage: StageRecord) -> tuple[Route, StageRecord]:
         """The served answer is valid for its kind whenever any stage gave a valid one: when the
         route's own is not, the first valid answer in ``FALLBACK_ORDER`` is served instead (route
-        ``fallback``); when none is, the route's own, and the trace says it is not valid."""
+        ``fallback``); when none is, the route's own (which ``_finish`` then has repaired)."""
         if self._valid(stage.answer)[0]:
             return route, stage
         answered = {s.name: s for s in self.trace.stages if s.ok and s.answer is not None}

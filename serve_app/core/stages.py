@@ -11,8 +11,8 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .answer_forms import answer_form
-from .answers import extract_answer
+from .answer_forms import FREE_TEXT_FIRST, AnswerForm, answer_form, repair_form
+from .answers import extract_answer, is_valid
 from .contracts import (
     Completion,
     ConstraintRejectedError,
@@ -28,7 +28,7 @@ from .contracts import (
 from .options import CascadeOptions
 from .prompts import PromptKind, PromptLayout, build_messages
 from .roles import LARGE
-from .trace import StageRecord, Trace, TransferRecord
+from .trace import RepairRecord, StageRecord, Trace, TransferRecord
 from .transfer_selectors import count_words
 from .verification import answer_confidence
 
@@ -76,6 +76,8 @@ class StageCalls:
         self._tasks: list[asyncio.Task] = []
         # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
         self._token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
+        # The reasoning each stage's prompt carried, by stage name: a repair asks with the same prompt.
+        self._reasoning_in: dict[str, str | None] = {}
 
     # -- stages -----------------------------------------------------------------------------
 
@@ -132,6 +134,42 @@ class StageCalls:
             reasoning=await self._select(reasoning.strip()),
         )
 
+    def _answered(self, stage: StageRecord) -> bool:
+        """An answer of the question's kind: valid for a closed kind, read at all for open text."""
+        return stage.answer is not None and is_valid(stage.answer, self.kind, choices=self.question.choices)
+
+    async def _repair(self, stage: StageRecord) -> StageRecord:
+        """The model that gave ``stage`` asked once more for the answer alone, in the question's form,
+        constrained by the engine's structured outputs (``repair_form``), with the stage's own prompt
+        so that the prefix cache serves it: a reasoning or an explanation is asked its Stage 2
+        question after its own text. An engine that refuses the form fails the repair (it is never
+        asked again without it). The trace's ``repair`` says whether it answered in kind."""
+        kind = PromptKind(stage.prompt_kind)
+        reasoning: str | None
+        if kind in FREE_TEXT_FIRST:
+            prompt, reasoning = PromptKind.STAGE2, stage.output.strip()
+        else:
+            prompt, reasoning = kind, self._reasoning_in.get(stage.name)
+        budgets = self.options.max_tokens
+        budget = {PromptKind.SIMPLE: budgets.simple, PromptKind.TRANSFER: budgets.transfer}.get(
+            prompt, budgets.stage2
+        )
+        form = repair_form(self.kind, self.question.choices, options_named=self.question.options_named)
+        repair = await self._call(
+            f"repair_{stage.model}",
+            stage.model,
+            prompt,
+            budget,
+            self.options.timeouts.stage2_s,
+            reasoning=reasoning,
+            form=form,
+        )
+        answered = repair.ok and self._answered(repair)
+        self.trace.repair = RepairRecord(stage.name, stage.answer, repair.name, answered)
+        if repair.ok and not answered:
+            repair.error = f"its answer {repair.answer!r} is not one of a {self.kind} question"
+        return repair
+
     async def _select(self, reasoning: str) -> str:
         """The part of the reasoning the large model reads, per the transfer selector; a failing
         selector sends the whole reasoning (and says so in the trace) rather than fail the request."""
@@ -162,9 +200,11 @@ class StageCalls:
         timeout_s: float | None,
         *,
         reasoning: str | None = None,
+        form: AnswerForm | None = None,
     ) -> StageRecord:
         """One model call, recorded in the trace; failures and timeouts are recorded, not raised.
-        Cancellation is recorded and re-raised, which cancels the client's call."""
+        Cancellation is recorded and re-raised, which cancels the client's call. ``form``: a repair's
+        form, its whole completion ``[[<answer>]]`` (else the request's, ``self.form``)."""
         named = self.question.options_named  # the question names its options: asked as it is
         messages = build_messages(
             self.question.image_url,
@@ -178,7 +218,9 @@ class StageCalls:
             layout=self.layouts.get(model, PromptLayout.SEPARATE_LINE),
         )
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
-        stage.constraint = self.form.pattern if self.form is not None else None
+        constrained = form or self.form
+        stage.constraint = constrained.pattern if constrained is not None else None
+        self._reasoning_in[name] = reasoning
         self.trace.stages.append(stage)
         started = self._now()
         stage.start_s = started - self.run_started
@@ -188,12 +230,12 @@ class StageCalls:
             prompt_kind,
             self.kind,
             self.priority,
-            self.form.regex(prompt_kind) if self.form is not None else None,
+            form.regex(PromptKind.STAGE2) if form is not None else self._regex(prompt_kind),
             self.audit,
         )
         try:
             completion = await asyncio.wait_for(
-                self._complete(model, messages, max_tokens, call, stage), timeout_s
+                self._complete(model, messages, max_tokens, call, stage, strict=form is not None), timeout_s
             )
         except asyncio.CancelledError:
             stage.status, stage.latency_s = "cancelled", self._now() - started
@@ -224,16 +266,29 @@ class StageCalls:
                 stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
         return stage
 
+    def _regex(self, prompt_kind: PromptKind) -> str | None:
+        return self.form.regex(prompt_kind) if self.form is not None else None
+
     async def _complete(
-        self, model: str, messages: list[dict], max_tokens: int, call: EngineCall, stage: StageRecord
+        self,
+        model: str,
+        messages: list[dict],
+        max_tokens: int,
+        call: EngineCall,
+        stage: StageRecord,
+        *,
+        strict: bool = False,
     ) -> Completion:
         """The model's completion of ``call``; an engine that refuses the answer's grammar is asked
-        again without it, and the stage says so."""
+        again without it (unless ``strict``: the refusal is the stage's failure), and the stage says
+        so."""
         client, decoding = self.clients[model], self.options.decoding
         try:
             return await client.complete(messages, max_tokens=max_tokens, call=call, decoding=decoding)
         except ConstraintRejectedError as exc:
             stage.constraint_refused = str(exc)
+            if strict:
+                raise
             free = dataclasses.replace(call, constraint=None)
             return await client.complete(messages, max_tokens=max_tokens, call=free, decoding=decoding)
 

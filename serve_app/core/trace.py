@@ -139,6 +139,17 @@ class FallbackRecord:
     served: str  # the stage whose valid answer was served instead
 
 
+@dataclass(frozen=True)
+class RepairRecord:
+    """No stage's answer was of the question's kind: the stage that would have answered was asked once
+    more for the answer alone, in its form (cascade._Run._repaired)."""
+
+    stage: str  # the stage whose answer was not of the kind
+    answer: str | None  # what it answered (None: nothing was read)
+    repair: str  # the repair's stage (repair_small, repair_large)
+    answered: bool  # the repair gave an answer of the kind (else the request failed)
+
+
 @dataclass
 class AgreementCheck:
     """One verification: two answers, their confidences, the rule's thresholds and the verdict."""
@@ -185,6 +196,7 @@ class Trace:
     answer_parsed: bool = False
     answer_valid: bool = False  # the served answer is one of its kind (answers.is_valid)
     fallback: FallbackRecord | None = None  # route fallback: what the route's own answer was
+    repair: RepairRecord | None = None  # the answer was asked for once more, in its form
     # The options an either/or question names ("Is it red or blue?"), read as its choices; and when
     # the request's own choices differ from them, what was done (the request's win).
     options_named: list[str] = field(default_factory=list)

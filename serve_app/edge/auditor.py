@@ -109,8 +109,9 @@ class Auditor:
             return
         cls = decision.cls
         tokens = result.trace.tokens()
+        repair = "answered" if result.trace.repair is not None else None  # a failed one is a 503
         self.book.record_request(
-            cls, result.route, tokens.total_tokens, result.trace.plan, tokens_by_model=tokens
+            cls, result.route, tokens.total_tokens, result.trace.plan, tokens_by_model=tokens, repair=repair
         )
         if result.route not in AUDITED or not self.sampled(job.request_id):
             return

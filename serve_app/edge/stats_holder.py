@@ -96,7 +96,15 @@ def stats_body(
             max_disagreement=settings.max_disagreement,
         )
         entry = body["classes"].setdefault(
-            cls, {"requests": 0, "routes": {}, "plans": {}, "tokens": nested_tokens({}), "audit": None}
+            cls,
+            {
+                "requests": 0,
+                "routes": {},
+                "plans": {},
+                "tokens": nested_tokens({}),
+                "repairs": {},
+                "audit": None,
+            },
         )
         entry["plan"] = plan_summary(adaptive, cls, plans.estimates(cls), allowed)
     return body

@@ -216,6 +216,36 @@ def test_the_served_demo_models_answer_what_they_were_trained_for(server):
     assert reasoning["completion_tokens"] > 8 and body["answer"] in COLOURS
 
 
+def test_a_question_in_a_form_the_demo_never_saw_gets_an_answer_of_its_kind(server):
+    """People's phrasings the demo models were not trained on (harness/phrasings.py's held-out forms,
+    and instructions read by their verb), sent as a person sends them (no answer_type): every reply
+    is one of its kind, the models' own answer or, where none was, the repair's, which ran under the
+    engine's structured outputs. Breaks if a fragment of reasoning or an answer of another kind is
+    served again."""
+    from harness.datasets import easy_vqa_records
+    from serve_app.core.answers import is_valid
+
+    records = easy_vqa_records("test", limit=6)
+    forms = [
+        ("Isn't the shape red?", "yes_no"),
+        ("Is the shape coloured blue?", "yes_no"),
+        ("Do you see a green circle?", "yes_no"),
+        ("Would you say the shape is a triangle?", "yes_no"),
+        ("Say whether the shape is gray.", "yes_no"),
+        ("Count the shapes.", "number"),
+    ]
+    for record, (question, kind) in zip(records, forms, strict=True):
+        body = httpx.post(
+            f"{BASE}/v1/mai/answer", timeout=180, json={"image": record["image"], "question": question}
+        ).json()
+        assert body["kind"] == kind and is_valid(body["answer"], kind), (question, body["answer"])
+        assert "[[" not in body["answer"] and body["trace"]["answer_valid"]
+        repair = body["trace"]["repair"]
+        if repair is not None:
+            stage = body["trace"]["stages"][-1]
+            assert repair["answered"] and stage["name"] == repair["repair"] and stage["constraint"]
+
+
 def test_lmms_evals_own_questions_get_the_bare_questions_answers_in_its_format(server):
     """lmms-eval's POPE and MMBench question texts (its doc_to_text, vendored verbatim) through the chat
     API as its OpenAI backend sends them: the instruction is read out of the question, so a POPE

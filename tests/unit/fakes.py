@@ -49,6 +49,9 @@ class ScriptedVLM:
     delays: dict[PromptKind, float] = field(default_factory=dict)
     confidences: dict[PromptKind, float] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
+    # Per prompt kind, the reply to a call constrained to an answer's form (an engine's structured
+    # outputs); a kind not listed replies as unconstrained.
+    constrained: dict[PromptKind, str | BaseException] = field(default_factory=dict)
 
     async def complete(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
@@ -66,6 +69,8 @@ class ScriptedVLM:
         call.finished_at = loop.time()
         # A stage the script does not answer is a model that failed, as an engine reports it.
         reply = self.replies.get(kind, EngineUnavailableError(f"no scripted reply for {kind}"))
+        if call.engine_call is not None and call.engine_call.constraint and kind in self.constrained:
+            reply = self.constrained[kind]
         if isinstance(reply, BaseException):
             raise reply
         prompt_words = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[-1]["content"])

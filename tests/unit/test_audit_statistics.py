@@ -193,11 +193,14 @@ def test_the_holder_merging_replicas_reports_gives_one_books_statistics(events, 
                     "small": {"prompt_tokens": at, "completion_tokens": 1},
                     "large": {"prompt_tokens": 3},
                 }
-                book.record_request(cls, route, tokens=10, tokens_by_model=Tokens(by_model))
+                repair = "answered" if disagreed else None  # a request event's flag: repaired
+                book.record_request(cls, route, tokens=10, tokens_by_model=Tokens(by_model), repair=repair)
         if report:
             reports[replica] = replicas[replica].state()
     final = {index: replica.state() for index, replica in enumerate(replicas)}
     assert AuditBook.merged(final.values(), window).snapshot(settings) == whole.snapshot(settings)
+    repaired = sum(e["repairs"].get("answered", 0) for e in whole.snapshot(settings)["classes"].values())
+    assert repaired == sum(1 for event in events if not event[3] and event[4])
 
     # Replica 0 dies: the holder keeps its last report; what it counted after that is lost.
     last_report = max((at for at, event in enumerate(events) if event[0] == 0 and event[5]), default=-1)

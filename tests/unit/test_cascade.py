@@ -6,11 +6,18 @@ import pytest
 from evaluation.replay import recorded_stages, replay
 from harness.virtual_clock import VirtualClockLoop
 from serve_app.core.cascade import Cascade, ModelUnavailableError
-from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, Question
+from serve_app.core.contracts import (
+    Completion,
+    ConstraintRejectedError,
+    EngineCall,
+    EngineUnavailableError,
+    Question,
+)
 from serve_app.core.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
+from serve_app.core.trace import RepairRecord
 
 from .fakes import ScriptedVLM
 
@@ -587,21 +594,50 @@ async def test_the_fallback_order_is_reasoned_then_large_then_small():
     assert (result.route, result.answer, result.trace.fallback.served) == ("fallback", "yes", "short_small")
 
 
-async def test_with_no_valid_answer_anywhere_the_last_one_is_served_marked_invalid():
+async def test_with_no_valid_answer_anywhere_the_last_stage_is_asked_for_its_form_alone():
     small, large = models({S: "[[blue]]", R: "[[circle]]"}, {S: "[[red]]", T: "[[triangle]]"})
+    large.constrained[T] = "[[no]]"
     result = await run(small, large)
-    assert (result.route, result.answer, result.trace.answer_valid) == ("transfer", "triangle", False)
+    assert (result.route, result.answer, result.trace.answer_valid) == ("transfer", "no", True)
     assert result.trace.fallback is None
+    assert result.trace.repair == RepairRecord("transfer_large", "triangle", "repair_large", True)
+    repair = large.calls[-1]
+    # The transfer's own prompt (the same reasoning in it), its completion held to [[yes|no]].
+    assert repair.prompt_kind is T and repair.messages == large.calls[-2].messages
+    assert repair.engine_call.constraint == r"\[\[(?:[Yy]es|[Nn]o)\]\]"
+    assert result.trace.stages[-1].name == "repair_large" and result.trace.stages[-1].constraint
 
 
-async def test_a_reasoning_raw_text_is_never_served():
-    """The large model failed the transfer and nothing was read anywhere: no answer, and the trace says so."""
+async def test_a_reasoning_with_no_answer_is_asked_its_stage_2_question_in_its_form():
+    question = read_question("How many shapes are there?", image_url=IMAGE)
+    reasoning = "I count the shapes one by one, and there are"
+    small, large = models({R: reasoning}, {})
+    small.constrained[S2] = "[[1]]"
+    result = await run(small, large, question=question, plan="small-reason", stage2_answer="inline")
+    assert (result.route, result.answer) == ("single", "1")
+    repair = small.calls[-1]
+    assert repair.prompt_kind is S2 and reasoning in str(repair.messages)
+    assert result.trace.repair.stage == "reason_small" and result.trace.repair.answered
+
+
+async def test_a_repair_out_of_kind_fails_the_request_as_a_failed_model_does():
     unread = "I looked at it\nfor a long while and saw nothing I could name."
     small, large = models({S: unread, R: "Let me think about the shape at length.\nIt is odd."}, {S: unread})
     large.replies[T] = EngineUnavailableError("down")
-    result = await run(small, large)
-    assert result.route == "degraded_no_transfer"
-    assert result.answer == "" and not result.trace.answer_parsed and not result.trace.answer_valid
+    with pytest.raises(ModelUnavailableError, match="repair_large") as caught:
+        await run(small, large)
+    trace = caught.value.trace
+    assert trace.repair == RepairRecord("short_large", None, "repair_large", False)
+    assert "not one of a yes_no question" in trace.stages[-1].error
+
+
+async def test_a_repair_the_engine_refuses_the_form_of_is_not_asked_again_without_it():
+    small, large = models({S: "[[blue]]", R: "[[circle]]"}, {S: "[[red]]", T: "[[triangle]]"})
+    large.constrained[T] = ConstraintRejectedError("no grammar here")
+    with pytest.raises(ModelUnavailableError):
+        await run(small, large)
+    assert [c.prompt_kind for c in large.calls].count(T) == 2  # the transfer, its repair: no third
+    assert large.calls[-1].engine_call.constraint is not None
 
 
 async def test_a_degraded_route_with_an_invalid_answer_falls_back_too():
