@@ -160,7 +160,7 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, limits=limits) as client:
         with context.Pool(processes) as pool:
             for number in range(args.rounds):
-                first = number * 10**7  # every request its own question: no prefix cache between them
+                first = number * 10**9  # every request its own question: no prefix cache between them
                 await asyncio.sleep(args.warmup_s if number else 0)  # what the flood left, drained
                 alone = await paced(client, args.key, args.rate, args.seconds, start=first)
                 floods = [

@@ -53,9 +53,12 @@ def main() -> int:
         counts = summary.setdefault(f"{row['form']}/{part}", {"templates": 0, "correct": 0})
         counts["templates"] += 1
         counts["correct"] += row["correct"]
-    commit = args.checkout or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = (
+        args.checkout
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    )
     result = {
         "command": "python experiments/answer-kinds/kinds.py --out " + str(args.out),
         "checkout": commit or None,

@@ -63,8 +63,9 @@ def answer_form(kind: str, choices: Sequence[str] = (), *, options_named: bool =
     return AnswerForm(kind, f"[{letters}]")
 
 
-# An open answer asked for alone: a short text in [[ ]], without brackets or a line break.
-OPEN_TEXT = AnswerForm("text", r"[^\[\]\n]{1,200}")
+# An open answer asked for alone: a short text in [[ ]], without brackets or a line break, that fits
+# the short budgets (32 tokens by default).
+OPEN_TEXT = AnswerForm("text", r"[^\[\]\n]{1,80}")
 
 
 def repair_form(kind: str, choices: Sequence[str] = (), *, options_named: bool = False) -> AnswerForm:

@@ -24,9 +24,13 @@ SMOOTHING = 0.1  # the slowdown's weight of each new answer (about the last ten)
 
 
 class Capacity:
-    def __init__(self, most: int, *, least: int = 1, tolerance: float = 1.2, fixed: bool = False):
-        self.most, self.least, self.tolerance, self.fixed = most, least, tolerance, fixed
-        self.limit = float(most)
+    """``most``: what the model deployments take at once; ``fixed``: a configured capacity, never
+    learned (``ingress.capacity``)."""
+
+    def __init__(self, most: int, *, least: int = 1, tolerance: float = 1.2, fixed: int | None = None):
+        self.most, self.least, self.tolerance = most, least, tolerance
+        self.fixed = fixed is not None
+        self.limit = float(fixed if fixed is not None else most)
         self.slowdown = 1.0
         self.alone: dict[str, DecayedMean] = {}
 

@@ -349,8 +349,10 @@ class _Run(StageCalls):
         if self.options.policy is Policy.CASCADE:
             route, stage = self._terminal(route, stage)
         repairs = self.repairs and self.options.policy is Policy.CASCADE
-        if repairs and stage.ok and not self._answered(stage):
-            stage = await self._repair(stage)  # the answer asked for once more, in its form
+        form = self._repairable(stage) if repairs and stage.ok and not self._answered(stage) else None
+        if form is not None:
+            await self._cancel_outstanding()  # an eager reasoning no longer matters
+            stage = await self._repair(stage, form)  # the answer asked for once more, in its form
             if self.trace.repair is None or not self.trace.repair.answered:
                 raise ModelUnavailableError(stage.model, stage, self.trace)
         self.trace.route = route.value

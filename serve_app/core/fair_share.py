@@ -36,7 +36,7 @@ class FairShare:
         self.last_sent: OrderedDict[str, float] = OrderedDict()  # active keys, oldest first
         self.weights: dict[str, float] = {}  # of the active keys
         self.active_weight = 0.0
-        self.sending: dict[str, DecayedRate] = {}  # of the active keys
+        self.sending: dict[str, DecayedRate] = {}  # of every key that sent (configured keys: bounded)
         self.answering = DecayedRate(rate_tau_s)
 
     def share(self, key: str) -> float:
@@ -64,12 +64,15 @@ class FairShare:
         self.total += 1
         return int(held / weight)
 
-    def leave(self, key: str, now: float) -> None:
+    def leave(self, key: str, now: float, *, answered: bool = True) -> None:
+        """A request of ``key`` ended; ``answered``: the models answered it (a refusal for its
+        body, its model or a quota is no answer: it would raise the rate trickles are judged by)."""
         self.in_flight[key] -= 1
         self.total -= 1
         if self.in_flight[key] <= 0:
             del self.in_flight[key]
-        self.answering.add(now)
+        if answered:
+            self.answering.add(now)
 
     def _sent(self, key: str, weight: float, now: float) -> None:
         if key in self.weights:
@@ -90,6 +93,6 @@ class FairShare:
                 self.last_sent.move_to_end(key)
                 self.last_sent[key] = now
                 continue
-            del self.last_sent[key], self.sending[key]
+            del self.last_sent[key]  # its sending rate stays, decaying: a flood back is no trickle
             self.active_weight -= self.weights.pop(key)
         self.active_weight = 0.0  # none active: no rounding left over

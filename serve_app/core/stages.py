@@ -11,7 +11,7 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .answer_forms import FREE_TEXT_FIRST, AnswerForm, answer_form, repair_form
+from .answer_forms import FREE_TEXT_FIRST, AnswerForm, AnswerFormError, answer_form, repair_form
 from .answers import extract_answer, is_valid
 from .contracts import (
     Completion,
@@ -135,10 +135,24 @@ class StageCalls:
         )
 
     def _answered(self, stage: StageRecord) -> bool:
-        """An answer of the question's kind: valid for a closed kind, read at all for open text."""
-        return stage.answer is not None and is_valid(stage.answer, self.kind, choices=self.question.choices)
+        """An answer of the question's kind: valid for a closed kind, read at all for open text (where
+        "none" or "N/A" can be the answer)."""
+        if stage.answer is None or self.kind == "text":
+            return stage.answer is not None
+        return is_valid(stage.answer, self.kind, choices=self.question.choices)
 
-    async def _repair(self, stage: StageRecord) -> StageRecord:
+    def _repairable(self, stage: StageRecord) -> AnswerForm | None:
+        """The form ``stage``'s answer is asked for again in; None when no repair can be asked: an
+        engine that refused a grammar already, or options no grammar can tell apart (the answer is
+        then served as it was)."""
+        if stage.constraint_refused is not None:
+            return None
+        try:
+            return repair_form(self.kind, self.question.choices, options_named=self.question.options_named)
+        except AnswerFormError:
+            return None
+
+    async def _repair(self, stage: StageRecord, form: AnswerForm) -> StageRecord:
         """The model that gave ``stage`` asked once more for the answer alone, in the question's form,
         constrained by the engine's structured outputs (``repair_form``), with the stage's own prompt
         so that the prefix cache serves it: a reasoning or an explanation is asked its Stage 2
@@ -154,13 +168,12 @@ class StageCalls:
         budget = {PromptKind.SIMPLE: budgets.simple, PromptKind.TRANSFER: budgets.transfer}.get(
             prompt, budgets.stage2
         )
-        form = repair_form(self.kind, self.question.choices, options_named=self.question.options_named)
         repair = await self._call(
             f"repair_{stage.model}",
             stage.model,
             prompt,
             budget,
-            self.options.timeouts.stage2_s,
+            self._timeout(prompt),
             reasoning=reasoning,
             form=form,
         )
@@ -265,6 +278,12 @@ class StageCalls:
             if stage.answer is not None:
                 stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
         return stage
+
+    def _timeout(self, prompt: PromptKind) -> float | None:
+        timeouts = self.options.timeouts
+        return {PromptKind.SIMPLE: timeouts.short_s, PromptKind.TRANSFER: timeouts.transfer_s}.get(
+            prompt, timeouts.stage2_s
+        )
 
     def _regex(self, prompt_kind: PromptKind) -> str | None:
         return self.form.regex(prompt_kind) if self.form is not None else None

@@ -142,7 +142,7 @@ class FallbackRecord:
 @dataclass(frozen=True)
 class RepairRecord:
     """No stage's answer was of the question's kind: the stage that would have answered was asked once
-    more for the answer alone, in its form (cascade._Run._repaired)."""
+    more for the answer alone, in its form (stages.StageCalls._repair)."""
 
     stage: str  # the stage whose answer was not of the kind
     answer: str | None  # what it answered (None: nothing was read)

@@ -20,7 +20,7 @@ from ..core.roles import ROLES
 from ..core.routes import EARLY_EXITS, Route
 from ..core.trace import CascadeResult
 from ..core.usage import Outcome
-from .errors import RequestError
+from .errors import EXPECTED, RequestError, request_error_of
 from .key_ledger import KeyLedger
 from .keys import Caller, KeyRing
 from .metrics import Metrics
@@ -36,6 +36,7 @@ class Grant:
     caller: Caller
     priority: int
     outcome: Outcome | None = None
+    latency_s: float | None = None  # the cascade's own time (from the trace), once it answered
 
     def use(self, model: str) -> None:
         """A 403 when the key may not use ``model`` (billed as a request, not an error)."""
@@ -108,21 +109,22 @@ class Access:
             grant = Grant(caller, caller.key.priority + rank)
             try:
                 yield grant
-            except RequestError as error:
+            except EXPECTED as exc:
                 if grant.outcome is None:
-                    failed = error.status >= 500
+                    failed = request_error_of(exc).status >= 500
                     grant.outcome = Outcome(error=failed, rejected=not failed)
                 raise
             finally:  # whatever ended it, the ledger hears of it once (its tokens' reservation ends)
                 self.record(caller, grant.outcome or Outcome(error=True))
         finally:
             ended = self.clock()
-            self.fair.leave(caller.name, ended)
-            route = grant.outcome.route if grant is not None and grant.outcome is not None else None
-            if route is not None:
+            outcome = grant.outcome if grant is not None else None
+            answered = outcome is not None and not (outcome.error or outcome.rejected)
+            self.fair.leave(caller.name, ended, answered=answered)
+            if grant is not None and outcome is not None and outcome.route and grant.latency_s is not None:
                 alone = alone and self.entered == entered
-                in_flight = self.fair.total + 1
-                self.capacity.answered(route, ended - started, alone=alone, in_flight=in_flight, now=ended)
+                seconds, in_flight = grant.latency_s, self.fair.total + 1
+                self.capacity.answered(outcome.route, seconds, alone=alone, in_flight=in_flight, now=ended)
 
     async def _admit(self, caller: Caller) -> dict | None:
         quota = (caller.key.requests_per_minute, caller.key.tokens_per_minute)

@@ -172,9 +172,8 @@ class IngressReplica:
         self.config, self.model_handles = config, model_handles
         # What keys share when several send at once (core/fair_share.py): the capacity configured,
         # else learned (core/capacity.py) up to this replica's share of what the models take at once.
-        fixed = config.ingress.capacity
         most = max(1, config.model_capacity() // max(1, config.ingress.autoscaling.min_replicas))
-        capacity = Capacity(fixed or most, fixed=fixed is not None)
+        capacity = Capacity(most, fixed=config.ingress.capacity)
         self.access = Access(keys, ledger, capacity=capacity, metrics=parts.metrics)
         self.exposure = "keys" if not keys.open else "anonymous"
         self.readiness = readiness or ReadinessGate({})
@@ -250,8 +249,8 @@ class IngressReplica:
             # The model the client named: ``mai`` when it sent there what MAI does not fit.
             grant.use(decision.model_id if decision.reason is None else "mai")
             return await self._passthrough(decision, grant)
+        grant.use(decision.request.model)  # before any image is fetched or checked
         job = await job_from_chat(self.config, decision, request_id, self._fetch_image)
-        grant.use(job.model)
         return await self._answer(job, chat_reply, grant)
 
     async def _payload(self, request: Request, caller: Caller) -> Any:
@@ -296,7 +295,7 @@ class IngressReplica:
         self.demand.arrived()
         decision = self._decide(job)
         result = await self._run(job, decision, grant.priority)
-        grant.outcome = cascade_outcome(result, self.model_ids)
+        grant.outcome, grant.latency_s = cascade_outcome(result, self.model_ids), result.trace.latency_s
         for observer in self.observers:
             observer.answered(decision, result)
         response = reply(job, result)

@@ -1,5 +1,5 @@
-"""Request-body limits for the ingress: how much, how slowly and how many at once from one address
-(API keys: serve_app/edge/keys.py)."""
+"""Request-body limits for the ingress: how much, how slowly and how many at once from one sender (an
+API key, or an address without one; API keys: serve_app/edge/keys.py)."""
 
 from __future__ import annotations
 

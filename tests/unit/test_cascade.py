@@ -631,6 +631,25 @@ async def test_a_repair_out_of_kind_fails_the_request_as_a_failed_model_does():
     assert "not one of a yes_no question" in trace.stages[-1].error
 
 
+async def test_no_repair_where_none_can_be_asked_and_none_for_an_open_answer_of_none():
+    # Options no grammar can tell apart: the answer is served as it was, unrepaired.
+    twins = read_question("Which is it?", image_url=IMAGE, choices=("cat", "Cat"))
+    small, large = models({S: "[[dog]]", R: "[[dog]]"}, {S: "[[dog]]", T: "[[dog]]"})
+    result = await run(small, large, question=twins)
+    assert result.trace.repair is None and not result.trace.answer_valid
+    # An engine that already refused a grammar is not asked for one again.
+    small, large = models({S: "[[blue]]", R: "[[circle]]"}, {S: "[[red]]", T: "[[triangle]]"})
+    large.constrained[T] = ConstraintRejectedError("no structured outputs")
+    result = await run(small, large, structured_answers=True)
+    assert result.trace.stages[-1].constraint_refused and result.trace.repair is None
+    assert (result.route, result.answer) == ("transfer", "triangle")
+    # "None" is an open answer: served, not repaired.
+    sign = read_question("What is written on the sign?", image_url=IMAGE)
+    small, large = models({S: "[[none]]", R: "[[none]]"}, {S: "[[None]]", T: "[[None]]"})
+    result = await run(small, large, question=sign)
+    assert result.trace.repair is None and result.answer == "None"
+
+
 async def test_a_repair_the_engine_refuses_the_form_of_is_not_asked_again_without_it():
     small, large = models({S: "[[blue]]", R: "[[circle]]"}, {S: "[[red]]", T: "[[triangle]]"})
     large.constrained[T] = ConstraintRejectedError("no grammar here")

@@ -94,6 +94,24 @@ def test_keys_contend_when_several_are_active_and_the_replica_is_at_its_capacity
     assert not fair.contended()  # both active, one request in flight
 
 
+def test_refusals_do_not_raise_the_answer_rate_a_trickle_is_judged_by():
+    fair = FairShare(Capacity(4))
+    for n in range(100):  # a key's cheap bad requests: let in, then refused for what they sent
+        fair.enter("noise", 1.0, n / 100)
+        fair.leave("noise", n / 100, answered=False)
+    assert fair.answering.value(1.0) == 0.0
+
+
+def test_a_key_back_after_a_pause_keeps_its_sending_rate():
+    fair = FairShare(Capacity(4), window_s=10.0)
+    for n in range(300):
+        fair.enter("flood", 1.0, n / 30)
+        fair.leave("flood", n / 30)
+    fair.enter("trickle", 1.0, 20.0)  # the flood has been quiet for 10 s: no longer active
+    assert set(fair.last_sent) == {"trickle"}
+    assert fair.sending["flood"].value(21.0) > 5  # but its rate is remembered, decaying
+
+
 def test_a_heavier_key_gets_a_larger_share():
     fair = FairShare(Capacity(8))
     fair.enter("light", 1.0, 0.0)
@@ -155,7 +173,7 @@ def test_the_capacity_falls_where_requests_slow_each_other_and_holds_where_they_
     for n in range(400):  # the load eases: answers as fast as alone, the replica at its capacity
         cpu.answered("early_exit", 0.10, alone=False, in_flight=cpu.current(), now=300 + n)
     assert cpu.current() >= 8
-    fixed = Capacity(3, fixed=True)
+    fixed = Capacity(16, fixed=3)
     fixed.answered("early_exit", 0.1, alone=True, in_flight=1, now=0)
     fixed.answered("early_exit", 9.0, alone=False, in_flight=3, now=1)
     assert fixed.current() == 3
