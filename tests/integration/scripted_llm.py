@@ -4,12 +4,15 @@ The scenario is a keyword in the question text; the reply depends on the deploym
 large) and the prompt kind its engine request id names. It records every call, so tests can count model
 calls. A request that is not a cascade stage (a passthrough) is answered as an engine would: streamed in
 chunks when it asks for a stream, and "[engine400]" in its text makes the engine refuse it with a 400.
+A call with structured outputs gets its scripted reply when it matches the regex, else the first of a
+few short answers that does (``CONSTRAINED_REPLIES``), else the 400 an engine gives a grammar it refuses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 from ray import serve
@@ -76,6 +79,16 @@ DEFAULT_REPLIES = {
 }
 SLOW_S = 0.6
 
+# What a constrained call may get instead of its scripted reply, the first that its regex admits.
+CONSTRAINED_REPLIES = ("[[A]]", "[[B]]", "[[yes]]", "[[no]]", "[[1]]", "[[red]]")
+
+
+def _constrained(reply: str, regex: str | None) -> str | None:
+    """The reply a constrained call gets (``reply`` when its regex admits it); None when none fits."""
+    if regex is None or re.fullmatch(regex, reply):
+        return reply
+    return next((r for r in CONSTRAINED_REPLIES if re.fullmatch(regex, r)), None)
+
 
 def _question_text(messages: list) -> str:
     parts = messages[-1]["content"]
@@ -109,6 +122,7 @@ class ScriptedLLMServer:
             "finished": None,
             "request_id": request.request_id,
             "max_tokens": request.max_tokens,
+            "constraint": getattr(getattr(request, "structured_outputs", None), "regex", None),
             "decoding": (request.temperature, request.top_p, request.seed, request.top_logprobs),
             "has_image": any(
                 isinstance(part, dict) and part.get("type") == "image_url" for part in messages[-1]["content"]
@@ -147,6 +161,17 @@ class ScriptedLLMServer:
                 }
             )
             return
+        constrained = _constrained(reply, call["constraint"])
+        if constrained is None:
+            yield ErrorResponse(
+                error={
+                    "message": f"structured outputs: no scripted reply matches {call['constraint']!r}",
+                    "type": "BadRequestError",
+                    "code": 400,
+                }
+            )
+            return
+        reply = constrained
         prompt_tokens = sum(len(str(part.get("text", "")).split()) + 1 for part in messages[-1]["content"])
         # Logprobs when asked: one token per character, each with probability 1/2, the runner-up "?".
         logprobs = (

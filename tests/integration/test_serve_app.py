@@ -197,6 +197,11 @@ def test_a_request_shaped_like_lmms_evals_openai_backend_is_answered(http, calls
     # The scripted models answer "Yes", which is no option: they agree on nothing, so the cascade goes on.
     assert trace["checks"][0]["valid"] == [False, False] and not trace["checks"][0]["accepted"]
     assert response.json()["mai"]["route"] != "agree_short"
+    # No stage answered in kind, so the answer was asked for once more in its form: an option.
+    assert trace["repair"]["answered"] and trace["answer_valid"]
+    assert response.json()["choices"][0]["message"]["content"] in {"A", "B", "circle", "square"}
+    repairs = [c for c in calls("small") + calls("large") if c["constraint"] is not None]
+    assert len(repairs) == 1  # once, for the stage that would have answered
 
 
 def test_max_tokens_reaches_the_engines(http, calls):

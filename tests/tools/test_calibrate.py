@@ -69,7 +69,8 @@ def test_the_replay_serves_what_the_cascade_serves_from_live_clients(
     answers, confidences, minimum, override, plan
 ):
     """The same stage answers and confidences, once from scripted live clients and once from the
-    recording: the same route and answer, whatever the rule and the plan."""
+    recording: the same route and answer, whatever the rule and the plan. A recording holds no
+    repair, so the live cascade is the one without repairs that the replay runs (``replay``)."""
     small, large, reasoned, transfer = answers
     c_small, c_large, c_reasoned = confidences
     small_vlm = ScriptedVLM({S: f"[[{small}]]", R: f"Looked.\n[[{reasoned}]]"})
@@ -77,7 +78,7 @@ def test_the_replay_serves_what_the_cascade_serves_from_live_clients(
     small_vlm.confidences = {k: c for k, c in ((S, c_small), (R, c_reasoned)) if c is not None}
     large_vlm.confidences = {k: c for k, c in ((S, c_large), (T, 0.9)) if c is not None}
     options = CascadeOptions(min_confidence=minimum, confident_large=override, plan=plan)
-    live = asyncio.run(Cascade(small_vlm, large_vlm).run(read_question("Is it red?"), options))
+    live = asyncio.run(Cascade(small_vlm, large_vlm, repairs=False).run(read_question("Is it red?"), options))
     q = recorded(
         stage(small, c_small), stage(large, c_large), stage(reasoned, c_reasoned), stage(transfer, 0.9)
     )
