@@ -94,6 +94,8 @@ def summarize_policy(
         if transfers
         else None,
         "transfer_selectors": sorted({t["selector"] for t in transfers}),
+        # Answers no stage gave in kind, asked once more in their form (the trace's repair)
+        "repairs": sum(1 for row in answered if row.get("repair")),
         "wall_s": wall,
         "segments": len(segments),
         "requests_per_s": timed_requests / wall if wall > 0 else None,

@@ -139,6 +139,7 @@ def prediction_of(
             "route": mai.get("route"),
             "plan": trace.get("plan"),
             "kind": trace.get("kind"),
+            "kind_basis": trace.get("kind_basis"),
             "stages": [
                 {
                     key: stage.get(key)
@@ -160,6 +161,7 @@ def prediction_of(
             "checks": trace.get("checks", []),
             "usage": body.get("usage", {}),
             "transfer": trace.get("transfer"),
+            "repair": trace.get("repair"),
         }
     else:
         error = body.get("error", {}) if isinstance(body, dict) else {}

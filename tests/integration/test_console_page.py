@@ -171,3 +171,14 @@ def test_an_admin_key_sees_every_keys_usage_and_another_key_none(two_key_server,
     wait_for(lambda: driver.find_elements("css selector", row))
     assert hook(driver, "usage-block").is_displayed()
     assert driver.find_elements("css selector", row)[0].text == "1"  # team-a's one request
+
+
+def test_the_forms_the_demo_models_learnt_fill_the_question(keyed_server, driver):
+    sign_in(driver, keyed_server, KEY)
+    wait_for(lambda: driver.find_elements("css selector", '[data-mai="forms"] button'))
+    buttons = driver.find_elements("css selector", '[data-mai="forms"] button')
+    count = next(b for b in buttons if b.text == "How many shapes are there?")
+    assert count.get_attribute("title") == "a count question"
+    count.click()
+    assert hook(driver, "question").get_attribute("value") == "How many shapes are there?"
+    assert all("401" in message for message in page_errors(driver))  # only the calls before the key

@@ -206,6 +206,8 @@ def test_prediction_keeps_answer_score_route_and_stage_tokens_or_the_error():
             "route": "transfer",
             "trace": {
                 "kind": "number",
+                "kind_basis": "imperative:count",
+                "repair": {"stage": "transfer", "answer": "two", "repair": "repair_large", "answered": True},
                 "stages": [
                     {
                         "name": "short_small",
@@ -224,6 +226,7 @@ def test_prediction_keeps_answer_score_route_and_stage_tokens_or_the_error():
     row = prediction_of(record, "mai", 200, 0.5, body)
     assert row["score"] == 1.0 and row["route"] == "transfer" and row["kind"] == "number"
     assert row["stages"][0]["completion_tokens"] == 2 and "output" not in row["stages"][0]
+    assert row["kind_basis"] == "imperative:count" and row["repair"]["repair"] == "repair_large"
     failed = prediction_of(record, "mai", 400, 0.01, {"error": {"message": "bad image"}})
     assert failed["error"] == "bad image" and "score" not in failed
 
@@ -304,6 +307,17 @@ def test_summary_reports_the_average_transferred_tokens():
     )
     body = chat_body(records[0], "data:,", "mai-transfer", transfer_selector="attention")
     assert body["mai"]["options"] == {"transfer_selector": "attention"}
+
+
+def test_summary_counts_the_answers_asked_again_in_their_form():
+    records = [EvalRecord.model_validate(rec("1", "relaxed") | {"id": str(i)}) for i in range(3)]
+    repair = {"stage": "reasoning_small", "answer": None, "repair": "repair_small", "answered": True}
+    rows = {
+        "0": answered("0", "1", "fallback", 1.0, []) | {"repair": repair},
+        "1": answered("1", "1", "agree_short", 1.0, []) | {"repair": None},
+        "2": {"id": "2", "status": 503, "latency_s": 0.1, "error": "busy", "repair": repair},
+    }
+    assert summarize_policy("mai", records, rows, [])["repairs"] == 1  # of answered rows only
 
 
 def test_cancelled_stages_count_in_totals_not_in_per_call_means():

@@ -321,3 +321,18 @@ def test_phrased_accuracy_reports_seen_and_held_out_templates_by_form(monkeypatc
         assert all(report[part][form] == float(form in ("colour", "count")) for form in forms)
         share = [qa.form in ("colour", "count") for qa in qas if qa.held_out is held_out]
         assert report[part]["all"] == round(sum(share) / len(share), 3)
+
+
+def test_the_consoles_forms_are_ones_the_demo_models_learnt_one_of_each_form_at_least():
+    """The playground's question forms (serve_app/console/examples/examples.json) are training
+    templates filled in, never a held-out one, each offered as the form it is."""
+    import json
+
+    path = Path(__file__).resolve().parents[2] / "serve_app/console/examples/examples.json"
+    forms = json.loads(path.read_text())["forms"]
+    learnt = {question: t.form for t in TRAINING for question in every_question(t)}
+    held_out = {question for t in HELD_OUT for question in every_question(t)}
+    for form in forms:
+        assert form["question"] not in held_out, form
+        assert learnt.get(form["question"]) == form["form"], form
+    assert {form["form"] for form in forms} == set(FORMS)

@@ -200,11 +200,27 @@ export function setOptions(settings) {
   hook("selectors").replaceChildren(...settings.transfer_selectors.map((name) => el("option", { value: name })));
 }
 
+/** The question forms the demo models learnt, one button each that puts it in the question box. */
+function showForms(forms, source) {
+  const box = hook("forms");
+  box.replaceChildren();
+  if (!forms.length) return;
+  box.append(el("span", { class: "muted", title: source }, "Forms the demo models learnt:"));
+  for (const form of forms) {
+    const button = el("button", { type: "button", class: "form", title: `a ${form.form.replace("_", "/")} question` }, form.question);
+    button.addEventListener("click", () => {
+      hook("question").value = form.question;
+    });
+    box.append(button);
+  }
+}
+
 async function loadExamples() {
   const box = hook("examples");
   try {
     const response = await fetch("console/examples/examples.json");
-    const { examples } = await response.json();
+    const { examples, forms, forms_source } = await response.json();
+    showForms(forms || [], forms_source || "");
     for (const example of examples) {
       const url = `console/examples/${example.file}`;
       const button = el("button", { type: "button", class: "example", title: `${example.question} (the dataset says: ${example.dataset_answer})` }, el("img", { src: url, alt: `example ${example.file}: ${example.question}`, "data-file": example.file, width: 40, height: 40 }));
