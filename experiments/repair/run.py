@@ -11,6 +11,10 @@ committed on a new local Ray (two CPUs) and runs ``mai-eval run`` once per round
 ``mai.repair`` (no option sent: the config's default) and ``mai.structured``
 (``structured_answers=true``), their order alternating from round to round so that a drift of the
 machine's load weighs on both alike. Round k's predictions go to ``validation/round-<k>/``.
+
+Then, on the same deployment, questions from outside the demo's world (``OUTSIDE``: words and forms
+easy-vqa never has) about four of the set's images, each once as served: what kind the server read,
+on what basis, what it answered and whether it needed a repair (``validation/outside.json``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,19 @@ sys.path.insert(0, str(ROOT))
 CONFIG = "mai-cpu.yaml"
 SPECS = {"repair": "mai.repair=mai", "structured": "mai.structured=mai:structured_answers=true"}
 PER_TEMPLATE = 40
+# Questions the demo models never met, in general English: (question, the kind it asks).
+OUTSIDE = (
+    ("What animal is in the picture?", "text"),
+    ("Is there a dog in the image?", "yes_no"),
+    ("How many people are there?", "number"),
+    ("What is written on the sign?", "text"),
+    ("Count the cars.", "number"),
+    ("Tell me whether it is raining.", "yes_no"),
+    ("Is the sky blue or grey?", "choice"),
+    ("Which animal is it?\nA. cat\nB. dog\nC. horse", "choice"),
+    ("Describe the picture.", "text"),
+    ("What percentage of the image is red?", "number"),
+)
 
 
 def order(round_index: int) -> list[str]:
@@ -64,7 +81,57 @@ def main() -> int:
             ]  # fmt: skip
             if subprocess.run(command, cwd=ROOT).returncode != 0:
                 raise SystemExit("mai-eval run failed; run again to resume")
+        outside(url, dataset, HERE / args.split / "outside.json")
     return 0
+
+
+def outside(url: str, dataset: Path, out: Path) -> None:
+    """Every ``OUTSIDE`` question about four images of ``dataset``, once each, as served."""
+    import httpx
+
+    from harness.jsonl import read_jsonl
+    from harness.provenance import provenance
+    from harness.results import write_result
+    from serve_app.core.answers import is_valid
+
+    images = [record["image"] for record in read_jsonl(dataset)[:160:40]]
+    rows = []
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for question, wanted in OUTSIDE:
+            for n, image in enumerate(images):
+                content = [
+                    {"type": "image_url", "image_url": {"url": image}},
+                    {"type": "text", "text": question},
+                ]
+                body = {"model": "mai", "messages": [{"role": "user", "content": content}]}
+                response = client.post("/v1/chat/completions", json=body)
+                reply = response.json()
+                row = {"question": question, "wanted_kind": wanted, "image": n}
+                row["status"] = response.status_code
+                if response.status_code == 200:
+                    trace = reply["mai"]["trace"]
+                    answer = reply["choices"][0]["message"]["content"]
+                    choices = trace.get("choices_from_text") or trace.get("options_named") or None
+                    row |= {
+                        "answer": answer,
+                        "kind": trace["kind"],
+                        "kind_basis": trace.get("kind_basis"),
+                        "valid_for_wanted": is_valid(answer, wanted, choices=choices),
+                        "route": reply["mai"]["route"],
+                        "repair": trace.get("repair"),
+                    }
+                rows.append(row)
+    served = [row for row in rows if row["status"] == 200]
+    summary = {
+        "requests": len(rows),
+        "served": len(served),
+        "kind_as_wanted": sum(row["kind"] == row["wanted_kind"] for row in served),
+        "valid_for_wanted": sum(row["valid_for_wanted"] for row in served),
+        "repaired": sum(row["repair"] is not None for row in served),
+    }
+    command = "flock /tmp/stack.lock .venv/bin/python experiments/repair/run.py"
+    print(f"outside the demo's world: {summary}", file=sys.stderr)
+    write_result(out, {"summary": summary, "rows": rows}, provenance(command, config=CONFIG))
 
 
 if __name__ == "__main__":
