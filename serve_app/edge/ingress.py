@@ -31,7 +31,7 @@ from .access import Access, Grant, cascade_outcome
 from .console import add_console_routes, console_files, console_settings
 from .errors import RequestError, install_error_handlers, unavailable
 from .images import check_image_bytes_under
-from .jobs import Job, job_from_answer, job_from_chat, remote_image_policy
+from .jobs import Job, answer_request, job_from_answer, job_from_chat, remote_image_policy
 from .json_body import parse_json
 from .keys import ANONYMOUS_CALLER, Caller, KeyRing
 from .metrics import IngressMetrics, RequestMetrics
@@ -237,8 +237,9 @@ class IngressReplica:
         caller = self.access.identify(request.headers)
         async with self.access.admitted(caller) as grant:
             payload = await self._payload(request, caller)
-            job = await job_from_answer(self.config, payload, _request_id(request), self._fetch_image)
-            grant.use(job.model)
+            answer = answer_request(payload)
+            grant.use(answer.model)  # before any image is fetched or checked
+            job = await job_from_answer(self.config, answer, _request_id(request), self._fetch_image)
             return await self._answer(job, answer_reply, grant)
 
     # -------------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from ..core.question_parsing import QuestionFormatError, read_question
 from .errors import RequestError, describe_validation_error
 from .images import ImageFetcher, check_image_under, is_remote
 from .protocol import (
-    MODEL_OF_POLICY,
     POLICY_OF_MODEL,
     AnswerRequest,
     MAIExtra,
@@ -244,10 +243,14 @@ async def job_from_chat(
     )
 
 
+def answer_request(payload: Any) -> AnswerRequest:
+    """A ``POST /v1/mai/answer`` body, validated; its ``model`` is known before any image is read."""
+    return validated(AnswerRequest, payload)
+
+
 async def job_from_answer(
-    config: AppConfig, payload: Any, request_id: str | None, fetch_image: ImageFetcher
+    config: AppConfig, request: AnswerRequest, request_id: str | None, fetch_image: ImageFetcher
 ) -> Job:
-    request: AnswerRequest = validated(AnswerRequest, payload)
     question = _question(
         config,
         request.question,
@@ -263,4 +266,4 @@ async def job_from_answer(
     check_answer_form(question, options, "choices")
     job_id = request_id_of(request_id)
     question = await _with_image(question, fetch_image, "image")
-    return Job(question, options, MODEL_OF_POLICY[request.policy], request_id=job_id, task=request.task)
+    return Job(question, options, request.model, request_id=job_id, task=request.task)

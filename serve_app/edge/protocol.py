@@ -124,6 +124,11 @@ class AnswerRequest(BaseModel):
     max_tokens: int | None = None
     task: str | None = TASK_TAG
 
+    @property
+    def model(self) -> str:
+        """The model name its policy is served as (what a key's ``models`` name)."""
+        return MODEL_OF_POLICY[self.policy]
+
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` declaring ``model`` as an operation's JSON body (its ``$defs`` inlined), for

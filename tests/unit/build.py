@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from serve_app.config import AppConfig
-from serve_app.edge.jobs import ImageFetcher, Job, job_from_answer, job_from_chat
+from serve_app.edge.jobs import ImageFetcher, Job, answer_request, job_from_answer, job_from_chat
 from serve_app.edge.routing import Passthrough, route
 
 
@@ -27,4 +27,4 @@ def chat_job(
 def answer_job(
     config: AppConfig, payload: Any, request_id: str | None = None, fetch: ImageFetcher = no_download
 ) -> Job:
-    return asyncio.run(job_from_answer(config, payload, request_id, fetch))
+    return asyncio.run(job_from_answer(config, answer_request(payload), request_id, fetch))

@@ -268,6 +268,28 @@ def test_through_the_api_a_key_is_held_to_its_quota_its_models_and_billed():
     assert outcomes == ["rejected", "answered", "answered", "requests_per_minute"]
 
 
+def test_a_native_answer_is_refused_for_its_model_before_its_image_is_read():
+    """A key that may not use the policy's model gets the 403 whatever its image names: no URL is
+    looked at (here an address no allowlist admits, which would be a 400) and nothing fetched."""
+    from serve_app.core.prompts import PromptKind
+
+    from .fakes import ScriptedVLM
+    from .ingress_replica import client_of, replica
+
+    simple = {PromptKind.SIMPLE: "[[yes]]"}
+    ring = KeyRing.of((NamedKey(name="team-a", sha256=sha("alpha"), models=("mai",)),))
+    client = client_of(replica(ScriptedVLM(simple), ScriptedVLM(simple), api_keys=ring))
+    body = {"image": "http://169.254.169.254/latest/meta-data", "question": "Is it red?", "policy": "small"}
+    refused = client.post("/v1/mai/answer", json=body, headers={"authorization": "Bearer alpha"})
+    assert (
+        refused.status_code == 403 and "may not use model 'mai-small'" in refused.json()["error"]["message"]
+    )
+    allowed = client.post(
+        "/v1/mai/answer", json=body | {"policy": "cascade"}, headers={"authorization": "Bearer alpha"}
+    )
+    assert allowed.status_code == 400  # its own model: then the image is read, and refused
+
+
 async def test_bodies_being_read_are_bounded_per_key_not_per_address():
     from serve_app.config import Limits
 
