@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..config import AppConfig
+from ..core.imperatives import imperative_kind
 from .errors import RequestError, describe_validation_error
 from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra
 
@@ -154,10 +155,19 @@ def unhonoured_parameters(request: ChatRequest) -> list[str]:
 
 
 def wants_open_answer(text: str) -> bool:
-    """An instruction for open generation (describe, explain, write, list ...), not a short answer."""
+    """An instruction for open generation (describe, explain, write, list ...), not a short answer.
+    An instruction whose verb asks for a closed kind is a short answer's: "Tell me whether it is
+    red." asks yes or no, "Can you tell me the number of circles?" a number (core/imperatives.py)."""
     return any(
-        _OPEN_GENERATION.match(sentence) for sentence in re.split(r"(?<=[.!?])\s+|\n+", text) if sentence
+        _OPEN_GENERATION.match(sentence) and not _asks_closed_kind(sentence)
+        for sentence in re.split(r"(?<=[.!?])\s+|\n+", text)
+        if sentence
     )
+
+
+def _asks_closed_kind(sentence: str) -> bool:
+    read = imperative_kind(sentence)
+    return read is not None and read.kind != "text"
 
 
 def user_turn(request: ChatRequest) -> UserTurn | None:

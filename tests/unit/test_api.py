@@ -269,6 +269,22 @@ def test_mai_runs_the_cascade_where_it_fits_whatever_the_cap():
     assert not isinstance(forced, Passthrough)
 
 
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("Tell me whether the shape is red.", "yes_no"),
+        ("Can you tell me if it is a circle?", "yes_no"),
+        ("Could you tell me the number of shapes?", "number"),
+        ("Please tell us the total of the bars.", "number"),
+    ],
+)
+def test_an_instruction_that_asks_a_closed_kind_is_the_cascades_not_open_generation(text, kind):
+    job = chat_job(CONFIG, chat_body(text))
+    assert not isinstance(job, Passthrough) and job.question.kind == kind
+    open_one = chat_job(CONFIG, chat_body("Tell me about the picture."))
+    assert isinstance(open_one, Passthrough) and "open generation" in open_one.reason
+
+
 def test_sampling_and_logprobs_become_every_stages_decoding():
     body = chat_body(temperature=0.7, top_p=0.9, seed=3, logprobs=True, top_logprobs=2)
     job = chat_job(CONFIG, body)
