@@ -129,8 +129,8 @@ class ModelDeployment(Strict):
     )
     stage_affinity: StageAffinity = StageAffinity()
     # How the model reads a prompt's question and instruction (serve_app/core/prompts.py, PromptLayout):
-    # separate_line is the paper's (the instruction on a line of its own); joined, back to back, is for a
-    # model trained that way (the demo models).
+    # separate_line is the paper's (the instruction on a line of its own), and the demo models were trained
+    # on it (models/demo-*/mai-demo.json); joined, back to back, is for a model trained that way.
     prompt_layout: Literal["separate_line", "joined"] = "separate_line"
 
     @model_validator(mode="after")

@@ -54,7 +54,11 @@ def provenance_line(result: dict[str, Any], path: str) -> str:
     when = f" — run {meta['started']}{took}" if meta.get("started") else ""
     if not when and meta.get("duration_s") is not None:
         when = f" — {meta['duration_s']} s{cpus}"
-    return f"Source: `bench/results/{path}`. Command: `{meta['command']}`{when}.{made_with}"
+    # A command that no longer exists, kept as run: why, and the nearest command now.
+    replaced = (
+        f" {meta['command_note']} Nearest now: `{meta['command_now']}`." if meta.get("command_note") else ""
+    )
+    return f"Source: `bench/results/{path}`. Command: `{meta['command']}`{when}.{made_with}{replaced}"
 
 
 def section(scenario: Scenario) -> list[str]:

@@ -171,6 +171,12 @@ def test_a_section_renders_its_table_and_provenance_or_says_how_to_run_it(tmp_pa
         "Source: `bench/results/demo.json`. Command: `python -m loadtest.bench --only demo` — 2.0 s. "
         "Commit 0123456789."
     )
+    gone = {"command": "python -m loadtest.old_bench", "commit": "0123456789abcdef"}
+    gone |= {"command_note": "It is gone.", "command_now": "python -m loadtest.bench --only demo"}
+    assert render.provenance_line({"meta": gone}, "demo.json") == (
+        "Source: `bench/results/demo.json`. Command: `python -m loadtest.old_bench`. Commit 0123456789. "
+        "It is gone. Nearest now: `python -m loadtest.bench --only demo`."
+    )
 
 
 def test_medians_with_spread_and_on_off_ratios():

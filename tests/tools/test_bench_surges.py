@@ -1,8 +1,11 @@
 """The autoscaling scenarios' arithmetic (loadtest/bench/surges.py, scenarios/autoscaling.py): what
-they report is computed from the timeline and the phases the way their docs say."""
+they report is computed from the timeline and the phases the way their docs say; and what
+scenarios/autoscaling_real.py deploys is a config the server accepts."""
 
 from loadtest.bench.scenarios.autoscaling import summarize
+from loadtest.bench.scenarios.autoscaling_real import FLOORS, deployment_args
 from loadtest.bench.surges import SCALING, expected_replicas, objective_s, replica_seconds, time_to_reach
+from serve_app.config import load_app_config
 
 TIMELINE = [
     {"t_s": 0.0, "small": 1, "large": 1},
@@ -59,3 +62,11 @@ def test_the_summary_compares_coupled_with_per_deployment():
     assert (
         cell["coupled"]["large_reached_s"] == [3.0] and cell["per-deployment"]["surge_p99_s"]["median"] == 9.0
     )
+
+
+def test_autoscaling_real_deploys_the_shipped_cpu_config_with_floors_under_its_thresholds():
+    off, on = load_app_config(deployment_args(False)), load_app_config(deployment_args(True))
+    assert off.cascade.overload.max_large_queue is None and on.cascade.overload.max_large_queue == 2
+    floors = on.cascade.overload.relax_to
+    assert floors.min_confidence is not None and floors.min_confidence <= off.cascade.min_confidence
+    assert floors.confident_large == min(FLOORS["confident_large"], off.cascade.confident_large)

@@ -23,8 +23,28 @@ REAL_OVERLOAD = {
     "restore_below": 0,
     "relax_after_s": 0.5,
     "restore_after_s": 5,
-    "relax_to": {"min_confidence": 0.3, "confident_large": 0.5, "eager_reasoning": False},
 }
+# The thresholds relax lowers, to these floors at most; a floor is never above the config's own
+# threshold (the server refuses one that is), and a threshold the config leaves off is not relaxed.
+FLOORS = {"min_confidence": 0.3, "confident_large": 0.5}
+AUDITED = {"audit": {"rate": 1.0, "max_small_queue": 64, "max_large_queue": 64}}
+
+
+def deployment_args(relax: bool) -> dict[str, Any]:
+    """configs/mai-cpu.yaml under the coupled policy with audits at rate 1.0, and with relax its
+    overload settings: REAL_OVERLOAD, floors from FLOORS under the config's own thresholds."""
+    from serve_app.config import load_app_config
+
+    args = config_args("mai-cpu.yaml", {"autoscaling": {"policy": "coupled"}, "cascade": AUDITED})
+    if relax:
+        configured = load_app_config(args).cascade
+        relax_to: dict[str, Any] = {
+            name: min(floor, threshold)
+            for name, floor in FLOORS.items()
+            if (threshold := getattr(configured, name)) is not None
+        }
+        args["cascade"]["overload"] = REAL_OVERLOAD | {"relax_to": relax_to | {"eager_reasoning": False}}
+    return args
 
 
 @dataclass(frozen=True)
@@ -44,10 +64,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     payloads = bodies(asked, len(asked), policy="cascade")
     arms: dict[str, Any] = {}
     for relax in (False, True):
-        cascade: dict[str, Any] = {"audit": {"rate": 1.0, "max_small_queue": 64, "max_large_queue": 64}}
-        if relax:
-            cascade["overload"] = REAL_OVERLOAD
-        deploy(config_args("mai-cpu.yaml", {"autoscaling": {"policy": "coupled"}, "cascade": cascade}))
+        deploy(deployment_args(relax))
         run_load(url, ANSWER, payloads[:32], 8)  # warm-up, unscored
         with Sampler() as sampler:
             sampler.phase = f"load {concurrency}"
@@ -77,7 +94,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     return {
         "questions": questions,
         "concurrency": concurrency,
-        "overload": REAL_OVERLOAD,
+        "overload": deployment_args(True)["cascade"]["overload"],
         "relaxed_share": round(len(relaxed) / max(1, len(rows)), 4),
         "levels_on": shares([(row["on"]["overload"] or {}).get("level", "normal") for row in rows]),
         "accuracy": {arm: _accuracy([row[arm]["correct"] for row in rows]) for arm in arms},
