@@ -49,7 +49,13 @@ class Readiness(Strict):
 class Limits(Strict):
     """What a request may carry. Beyond these the request gets a 4xx and no model is called."""
 
-    max_images: int = Field(1, ge=1, description="images of a cascade request")
+    max_images: int = Field(
+        1,
+        ge=1,
+        le=1,
+        description="images of a cascade request: its policies read one; a request with more is passed "
+        "through under mai (max_passthrough_images)",
+    )
     max_passthrough_images: int | None = Field(
         None,
         ge=1,

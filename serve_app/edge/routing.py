@@ -223,14 +223,15 @@ def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Mi
                 code="unsupported_conversation",
             ),
         )
-    images, limit = len(turn.images), config.limits.max_images
-    if images > 1:  # MAI asks about one image; another policy may take up to the server's limit
+    images = len(turn.images)
+    if images > 1:  # every cascade policy asks about one image; `mai` passes more through
         too_many = RequestError(
-            f"the message has {images} images; this server accepts {limit}",
+            f"the message has {images} images; the cascade policy {request.model!r} reads one: send it to "
+            f"a model itself (model {large!r})",
             param="messages",
             code="too_many_images",
         )
-        return Misfit(f"{images} images", too_many if images > limit else None)
+        return Misfit(f"{images} images", too_many)
     if images == 0 or turn.images[0].image_url is None:
         return Misfit(
             "no image",

@@ -146,7 +146,16 @@ def test_two_images_are_more_than_allowed():
     body = chat_body(model="mai-large")
     body["messages"][0]["content"].insert(0, {"type": "image_url", "image_url": {"url": data_url()}})
     error = chat_error(body)
-    assert error.code == "too_many_images" and "2 images" in error.message
+    assert error.code == "too_many_images" and "2 images" in error.message and "reads one" in error.message
+    forced = body | {"model": "mai", "mai": {"route": "cascade"}}
+    assert chat_error(forced).code == "too_many_images"  # never an image dropped unsaid
+    passed = chat_job(CONFIG, body | {"model": "mai"})
+    assert isinstance(passed, Passthrough) and passed.reason == "2 images"
+
+
+def test_a_cascade_request_of_several_images_cannot_be_configured():
+    with pytest.raises(ValueError, match="max_images"):
+        AppConfig.model_validate(CONFIG.model_dump() | {"limits": {"max_images": 2}})
 
 
 def test_corrupt_png_is_rejected():
