@@ -33,9 +33,9 @@ from serve_app.config import AppConfig
 from serve_app.core.routes import DEGRADED
 from serve_app.edge.errors import EXPECTED, internal_error_body, request_error_of
 
-from .deployments import Targets
 from .inputs import InputFormat, LineError, RecordSettings, Request, line_too_long, parse_line
 from .lines import Overlong
+from .model_tier import Targets
 from .outputs import openai_error_line, openai_reply_line, record_error_line, record_reply_line
 from .settings import MAX_LINE_BYTES
 

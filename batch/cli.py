@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from evaluation.run import OutputMismatchError as EvalOutputMismatchError
+from evaluation.run import DatasetMismatchError
 from serve_app.config import AppConfig, check_application
 
 from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
@@ -160,7 +160,7 @@ def checked(job: BatchJob, args: argparse.Namespace) -> Prepared:
         prepared = prepare(job)
     except OutputMismatchError as exc:
         raise UsageError(f"--output {job.output} {exc}") from None
-    except EvalOutputMismatchError as exc:
+    except DatasetMismatchError as exc:
         raise UsageError(f"--output: {exc}") from None
     except OSError as exc:
         raise UsageError(f"input {job.input}: {exc.strerror or exc}") from None

@@ -2,7 +2,7 @@
 
 1. ``prepare`` (before any engine starts): one pass over the input's ids (format, rows, duplicates),
    and what the output already answers (a rerun resumes there);
-2. ``run``: the model deployments started or attached (batch/deployments.py); the input read by Ray
+2. ``run``: the model deployments started or attached (batch/model_tier.py); the input read by Ray
    Data (batch/source.py, the answered lines skipped at the read) and answered by a pool of actors
    (batch/answerer.py), rows streaming through, never collected; each finished group of lines appended
    to the output and counted (batch/tally.py) as it arrives, with the progress on the terminal.
@@ -73,8 +73,8 @@ class Prepared:
 def prepare(job: BatchJob) -> Prepared:
     """Read the input's ids and the output's answered lines; ``OSError`` for an unreadable input,
     ``InputFormatError`` for one in no format, ``OutputMismatchError`` for an output mai-batch did not
-    write (``outputs.ForeignOutputError``, nothing changed) or a records folder that holds another
-    dataset's predictions."""
+    write (``outputs.ForeignOutputError``, nothing changed), ``evaluation.run.DatasetMismatchError`` for
+    a records folder that holds another dataset's predictions."""
     limits, max_line_bytes = job.config.limits, job.settings.max_line_bytes
     fmt = job.fmt or _format_of_first_line(job)
     path = output_file(job.output, fmt, job.records.policy)
@@ -132,16 +132,16 @@ def run(
     instead of the config's models (the tests' scripted ones)."""
     import ray
 
-    from . import deployments
+    from . import model_tier
     from .answerer import RowAnswerer, RowJob, peak_rss_mb
     from .source import NumberedLines
 
     scan, settings = prepared.scan, job.settings
     tally = Tally(skipped=len(prepared.done))
     if job.attach:
-        targets = deployments.attach(job.attach)
+        targets = model_tier.attach(job.attach)
     else:
-        targets = deployments.start(apps if apps is not None else deployments.model_apps(job.config))
+        targets = model_tier.start(apps if apps is not None else model_tier.model_apps(job.config))
     per_actor = rows_per_actor(settings, job.config)
     if scan.fmt is InputFormat.RECORDS:
         record_run(job, per_actor * settings.actors)
@@ -208,7 +208,7 @@ def run(
         writer.close()
         usage = _key_usage(targets, settings.key_name)
         if not job.attach:
-            deployments.stop(targets)
+            model_tier.stop(targets)
         if scan.fmt is InputFormat.RECORDS and tally.rows:  # mai-eval report's timed segment
             segment = {"started": started_at, "wall_s": round(wall_s, 6), "requests": tally.rows}
             _prediction_store(job, scan).add_segment(job.records.policy, segment | {"batch": True})

@@ -118,13 +118,13 @@ def record_of(task: str, row: dict[str, Any], index: int) -> tuple[dict[str, Any
         if len(present) != 1:
             return None
         question = _IMAGE_TAG.sub("the image", row["question"]).strip()
-        options = ast.literal_eval(row["options"]) if _present(row.get("options")) else []
-        if row.get("question_type") == "multiple-choice" and len(options) >= 2:
+        choices = ast.literal_eval(row["options"]) if _present(row.get("options")) else []
+        if row.get("question_type") == "multiple-choice" and len(choices) >= 2:
             return (
                 {
                     "id": f"mmmu-{row['id']}",
                     "question": question,
-                    "choices": [str(o) for o in options],
+                    "choices": [str(o) for o in choices],
                     "answer": str(row["answer"]).strip(),
                     "answer_type": "choice",
                     "metric": "option",

@@ -88,16 +88,16 @@ def shape_records(count: int, seed: int = 0) -> list[dict[str, str]]:
     records = [r for r in easy_vqa_records("test", None, seed=seed) if r["answer"] in SHAPES][:count]
     documents = []
     for index, record in enumerate(records):
-        options = list(SHAPES)
-        rng.shuffle(options)
+        choices = list(SHAPES)
+        rng.shuffle(choices)
         documents.append(
             {
                 "index": str(index),
                 "question_id": record["id"],
                 "question": record["question"],
                 "hint": "nan",
-                **{letter: option for letter, option in zip("ABC", options, strict=True)},
-                "answer": "ABC"[options.index(record["answer"])],
+                **{letter: option for letter, option in zip("ABC", choices, strict=True)},
+                "answer": "ABC"[choices.index(record["answer"])],
                 "shape": record["answer"],
                 "category": "shape",
                 "L2-category": "shape",

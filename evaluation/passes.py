@@ -19,7 +19,7 @@ from serve_app.core.plans import Objective
 
 from .records import DatasetError, EvalRecord, load_records
 from .report import add_speedups, summarize_policy, write_report
-from .run import DriveSettings, OutputMismatchError, PredictionStore, RunSpec, check_server, run_policy
+from .run import DatasetMismatchError, DriveSettings, PredictionStore, RunSpec, check_server, run_policy
 
 
 def command_line(program: str, argv: Sequence[str]) -> str:
@@ -32,7 +32,7 @@ def guarded(work: Callable[[], int]) -> int:
     answered with how to resume (status 130)."""
     try:
         return work()
-    except (DatasetError, OutputMismatchError, ConnectionError) as exc:
+    except (DatasetError, DatasetMismatchError, ConnectionError) as exc:
         print(f"mai-eval: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

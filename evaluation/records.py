@@ -61,7 +61,7 @@ class EvalRecord(BaseModel):
 
     @model_validator(mode="after")
     def _choices_for_option_metric(self) -> EvalRecord:
-        if self.answer_type == "choice" and not self.choices and not _lists_options(self.question):
+        if self.answer_type == "choice" and not self.choices and not _lists_choices(self.question):
             raise ValueError(
                 "answer_type 'choice' needs choices (or options listed in the question as A. ..., B. ...)"
             )
@@ -70,7 +70,7 @@ class EvalRecord(BaseModel):
         return self
 
 
-def _lists_options(question: str) -> bool:
+def _lists_choices(question: str) -> bool:
     from serve_app.core.question_parsing import split_choices
 
     return bool(split_choices(question)[1])

@@ -32,7 +32,7 @@ _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-class OutputMismatchError(ValueError):
+class DatasetMismatchError(ValueError):
     """The output folder holds results of another dataset."""
 
 
@@ -193,7 +193,7 @@ class PredictionStore:
         elif path.exists():
             existing = json.loads(path.read_text())
             if existing.get("dataset_sha256") != self.manifest["dataset_sha256"]:
-                raise OutputMismatchError(
+                raise DatasetMismatchError(
                     f"{self.out} holds results of another dataset ({existing.get('dataset')}); "
                     "choose another --out, or pass --fresh to start over"
                 )

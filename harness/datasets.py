@@ -128,11 +128,11 @@ def easy_vqa_either_or_records(
         vocabulary = EASY_VQA_COLOURS if gold in EASY_VQA_COLOURS else SHAPES if gold in SHAPES else None
         if vocabulary is None:
             continue
-        options = [gold, rng.choice([word for word in vocabulary if word != gold])]
-        rng.shuffle(options)
+        choices = [gold, rng.choice([word for word in vocabulary if word != gold])]
+        rng.shuffle(choices)
         article = "a " if vocabulary is SHAPES else ""
-        question = f"Is the shape {article}{options[0]} or {article}{options[1]}?"
-        extra = {"choices": options, "answer_type": "choice", "metric": "option"} if with_choices else {}
+        question = f"Is the shape {article}{choices[0]} or {article}{choices[1]}?"
+        extra = {"choices": choices, "answer_type": "choice", "metric": "option"} if with_choices else {}
         asked = {
             "id": record["id"] + "-either-or",
             "question": question,

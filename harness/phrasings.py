@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from serve_app.core.answers import AnswerKind
-from serve_app.core.question_parsing import either_or_options, infer_kind
+from serve_app.core.question_parsing import either_or_choices, infer_kind
 
 from .easy_vqa import COLOURS, QA, SHAPES, ImageFacts, answer_from_facts, is_negated, mentioned, shows
 
@@ -179,9 +179,9 @@ def draw_slots(template: Template, facts: ImageFacts, rng: random.Random) -> dic
         slots |= dict(zip(template.asks, truth, strict=True))
     elif template.form == "either_or":
         [attribute] = template.asks
-        options = [shown[attribute], rng.choice([v for v in VALUES[attribute] if v != shown[attribute]])]
-        rng.shuffle(options)
-        slots |= {"a": options[0], "b": options[1]}
+        choices = [shown[attribute], rng.choice([v for v in VALUES[attribute] if v != shown[attribute]])]
+        rng.shuffle(choices)
+        slots |= {"a": choices[0], "b": choices[1]}
     return slots
 
 
@@ -250,10 +250,10 @@ def asks_yes_no(question: str) -> bool:
 def either_or_of(question: str) -> tuple[str, tuple[str, str]] | None:
     """(the attribute, the two options) of an either/or question between two colours or two shapes;
     None for any other question."""
-    options = either_or_options(question)
+    choices = either_or_choices(question)
     for attribute, values in VALUES.items():
-        if len(options) == 2 and all(option.lower() in values for option in options):
-            return attribute, (options[0].lower(), options[1].lower())
+        if len(choices) == 2 and all(option.lower() in values for option in choices):
+            return attribute, (choices[0].lower(), choices[1].lower())
     return None
 
 
@@ -268,9 +268,9 @@ def answer_of(facts: ImageFacts, question: str) -> str | None:
     a colour or a shape ("not" turns it over), else as ``easy_vqa.answer_from_facts`` reads it."""
     named = either_or_of(question)
     if named is not None:
-        attribute, options = named
+        attribute, choices = named
         value = facts.colour if attribute == "colour" else facts.shape
-        return value if value in options else None
+        return value if value in choices else None
     if counts_shapes(question):
         return "1"
     if asks_yes_no(question):

@@ -158,9 +158,9 @@ def reading(facts: ImageFacts, question: str, rng: random.Random, mix: PromptMix
     seen = perturbed(facts, rng, shape_error=mix.shape_error, colour_error=mix.colour_error)
     named = either_or_of(question)
     if named is not None:
-        attribute, options = named
-        if getattr(seen, attribute) not in options:
-            [other] = [option for option in options if option != getattr(facts, attribute)]
+        attribute, choices = named
+        if getattr(seen, attribute) not in choices:
+            [other] = [option for option in choices if option != getattr(facts, attribute)]
             seen = replace(seen, **{attribute: other})
     return seen
 

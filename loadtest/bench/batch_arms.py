@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from serve_app.core.roles import ROLES
+from serve_app.core.trace import TOKEN_FIELDS
 
 from .schedule import rotated
 from .summary import spread
@@ -26,7 +27,6 @@ from .summary import spread
 Item = TypeVar("Item")
 
 MAI_BATCH = Path(sys.executable).with_name("mai-batch")
-TOKEN_KINDS = ("prompt_tokens", "cached_tokens", "completion_tokens")
 
 
 @dataclass(frozen=True)
@@ -104,12 +104,12 @@ def busy_shares(rows: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, f
 
 def tokens_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Per model, prompt, cached and completion tokens summed over the answered rows' stages."""
-    tokens = {model: dict.fromkeys(TOKEN_KINDS, 0) for model in ROLES}
+    tokens = {model: dict.fromkeys(TOKEN_FIELDS, 0) for model in ROLES}
     for row in answered(rows):
         for stage in row.get("stages") or []:
             if stage.get("model") in tokens:
-                for kind in TOKEN_KINDS:
-                    tokens[stage["model"]][kind] += stage.get(kind) or 0
+                for field in TOKEN_FIELDS:
+                    tokens[stage["model"]][field] += stage.get(field) or 0
     return tokens
 
 

@@ -32,6 +32,7 @@ from evaluation.run import DriveSettings, RunSpec, ask
 from evaluation.scoring import bootstrap_interval
 from harness.driver import closed_loop
 from serve_app.core.roles import ROLES
+from serve_app.core.trace import TOKEN_FIELDS
 
 from .schedule import run_order
 from .summary import quantiles, spread
@@ -41,8 +42,6 @@ CONCURRENCIES = (1, 8, 32)
 REPETITIONS = 3
 BASELINE = "mai-transfer"
 WARM_UP_QUESTIONS = 4
-
-TOKEN_KINDS = ("prompt_tokens", "cached_tokens", "completion_tokens")
 
 
 def evenly_mixed(*groups: Sequence[Any]) -> list[Any]:
@@ -67,11 +66,11 @@ def measure(rows: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
     (from the stages of every answered request), and the scores by question id."""
     ok = [row for row in rows if row["status"] == 200]
     latencies = [row["latency_s"] for row in ok]
-    tokens = {model: dict.fromkeys(TOKEN_KINDS, 0) for model in ROLES}
+    tokens = {model: dict.fromkeys(TOKEN_FIELDS, 0) for model in ROLES}
     for row in ok:
         for stage in row.get("stages", []):
-            for kind in TOKEN_KINDS:
-                tokens[stage["model"]][kind] += stage.get(kind) or 0
+            for field in TOKEN_FIELDS:
+                tokens[stage["model"]][field] += stage.get(field) or 0
     return {
         "requests": len(rows),
         "errors": len(rows) - len(ok),
@@ -115,8 +114,8 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                 "route_shares": _median_shares([run.get("route_shares", {}) for run in repeats]),
                 "tokens_per_request": {
                     model: {
-                        kind: _median([run["tokens_per_request"][model][kind] for run in repeats])
-                        for kind in TOKEN_KINDS
+                        field: _median([run["tokens_per_request"][model][field] for run in repeats])
+                        for field in TOKEN_FIELDS
                     }
                     for model in ROLES
                 },

@@ -56,7 +56,7 @@ def answer_form(kind: str, choices: Sequence[str] = (), *, options_named: bool =
         return AnswerForm(kind, _NUMBER)
     if kind != "choice":
         return None
-    check_options(choices)
+    check_choices(choices)
     if options_named:
         return AnswerForm(kind, "(?:" + "|".join(re.escape(option.strip()) for option in choices) + ")")
     letters = "".join(chr(ord("A") + index) for index in range(len(choices)))
@@ -74,7 +74,7 @@ def repair_form(kind: str, choices: Sequence[str] = (), *, options_named: bool =
     return answer_form(kind, choices, options_named=options_named) or OPEN_TEXT
 
 
-def check_options(choices: Sequence[str]) -> None:
+def check_choices(choices: Sequence[str]) -> None:
     """Options a grammar can tell apart: at least one, none empty, no two the same (ignoring case and
     surrounding spaces); else ``AnswerFormError`` naming the problem."""
     if not choices:

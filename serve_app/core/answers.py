@@ -174,9 +174,9 @@ def option_letter(answer: object, choices: Sequence[str] | None = None) -> str |
 def _letter_of_text(text: str, choices: Sequence[str] | None) -> str | None:
     """The letter of the option whose text ``text`` is, if any."""
     wanted = _clean(text).casefold()
-    options = [_clean(str(choice)).casefold() for choice in (choices or ())[:26]]
+    folded = [_clean(str(choice)).casefold() for choice in (choices or ())[:26]]
     for compared in (lambda option: option, without_article):  # "a cat" names the option "cat"
-        for index, option in enumerate(options):
+        for index, option in enumerate(folded):
             if wanted and compared(wanted) == compared(option):
                 return chr(ord("A") + index)
     return None

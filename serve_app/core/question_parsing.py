@@ -80,11 +80,11 @@ def read_question(
     """The cascade's question for a client's ``text`` (``parse_question``), with its image, its
     answer kind (``kind`` when the request gives one, else ``answer_kind``) and its options."""
     parsed = parse_question(text, choices)
-    kind, options, named, basis = answer_kind(parsed.text, parsed.choices, kind, parsed.instruction)
+    kind, question_choices, named, basis = answer_kind(parsed.text, parsed.choices, kind, parsed.instruction)
     return Question(
         question=parsed.text,
         image_url=image_url,
-        choices=options,
+        choices=question_choices,
         kind=kind,
         kind_basis=basis,
         instruction=parsed.instruction,
@@ -107,7 +107,7 @@ def answer_kind(
         return "choice", choices, False, "options"
     if instruction is not None and instruction.reply is Reply.YES_NO:
         return "yes_no", (), False, "instruction"
-    named = either_or_options(text)
+    named = either_or_choices(text)
     if named:
         return "choice", named, True, "either_or"
     inferred, basis = read_kind(text)
@@ -126,7 +126,7 @@ def infer_kind(question: object, choices: Sequence[str] | None = None) -> str:
     """Guess the answer kind of a question: ``choice`` when options are given, listed in the
     question or named by an either/or question ("Is it red or blue?"), else what ``read_kind`` reads."""
     text = as_text(question) or ""
-    if choices or split_choices(text)[1] or either_or_options(text):
+    if choices or split_choices(text)[1] or either_or_choices(text):
         return "choice"
     return read_kind(text)[0]
 
@@ -246,15 +246,15 @@ def _inline_choices(question: str) -> tuple[str, tuple[str, ...]]:
     marks = list(_INLINE_LETTER.finditer(last))
     if not marks or not _lettered([mark.group(1) for mark in marks]):
         return question.strip(), ()
-    options = tuple(
+    choices = tuple(
         last[mark.end() : following.start() if following else len(last)].strip()
         for mark, following in zip(marks, [*marks[1:], None], strict=True)
     )
-    if any(not option for option in options) or not _BEFORE_INLINE.search(
+    if any(not option for option in choices) or not _BEFORE_INLINE.search(
         without_label(last[: marks[0].start()])
     ):
         return question.strip(), ()
-    return without_label("\n".join([*lines[:-1], last[: marks[0].start()]])), options
+    return without_label("\n".join([*lines[:-1], last[: marks[0].start()]])), choices
 
 
 def without_label(text: str) -> str:
@@ -290,7 +290,7 @@ def asked_sentence(text: str) -> str:
     return (questions or sentences or [""])[-1]
 
 
-def either_or_options(question: str) -> tuple[str, ...]:
+def either_or_choices(question: str) -> tuple[str, ...]:
     """The options an either/or question names, in its order; () when it is not one."""
     asked = asked_sentence(question)
     if asked.endswith("?"):
@@ -312,10 +312,10 @@ def either_or_options(question: str) -> tuple[str, ...]:
     if _leads_with_article(last) and not _leads_with_article(first):
         first = head[-1:]
     named = (" ".join(first), *listed[1:], " ".join(last))
-    options = [without_article(option.strip(" ,")) for option in named]
-    if any(not option for option in options) or len({o.casefold() for o in options}) < len(options):
+    choices = [without_article(option.strip(" ,")) for option in named]
+    if any(not option for option in choices) or len({o.casefold() for o in choices}) < len(choices):
         return ()
-    return tuple(options)
+    return tuple(choices)
 
 
 def _option_after(words: list[str]) -> list[str]:
@@ -332,7 +332,7 @@ def _leads_with_article(words: list[str]) -> bool:
 def choices_note(question: str, choices: tuple[str, ...]) -> str | None:
     """What the trace says when a request's own ``choices`` differ from the options its either/or
     question names: the request's choices win. None when they do not differ (or it names none)."""
-    named = either_or_options(question)
+    named = either_or_choices(question)
     if not named or not choices or _folded_without_articles(named) == _folded_without_articles(choices):
         return None
     return (
@@ -341,7 +341,7 @@ def choices_note(question: str, choices: tuple[str, ...]) -> str | None:
     )
 
 
-def _folded_without_articles(options: tuple[str, ...]) -> list[str]:
+def _folded_without_articles(choices: tuple[str, ...]) -> list[str]:
     """Options as an either/or question's and a request's are compared: in any order, any case, any
     spacing, without their articles."""
-    return sorted(without_article(" ".join(option.casefold().split())) for option in options)
+    return sorted(without_article(" ".join(option.casefold().split())) for option in choices)

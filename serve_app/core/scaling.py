@@ -46,7 +46,7 @@ class IngressDemand:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScalingDecision:
     """One model's replicas under the coupled policy, and why."""
 
     replicas: float
@@ -63,18 +63,18 @@ def coupled_decision(
     ongoing_requests: float,
     target_ongoing_requests: float,
     min_requests: float = 1.0,
-) -> Decision:
+) -> ScalingDecision:
     """``role``'s replicas: the cascade's coming load over the target, never below the queue's rule.
     Without a replica that has measured ``min_requests`` requests (the app starting, the ingress's
     metrics not reported yet) it falls back to the queue's rule alone."""
     by_queue = queue_replicas(ongoing_requests, target_ongoing_requests)
     measured = [demand for demand in demands if demand.requests >= min_requests]
     if not measured:
-        return Decision(by_queue, by_queue, None, None, "fallback: no ingress demand measured")
+        return ScalingDecision(by_queue, by_queue, None, None, "fallback: no ingress demand measured")
     expected = sum(demand.load(role) for demand in measured)
     by_demand = expected / target_ongoing_requests
     reason = "demand" if by_demand > by_queue else "queue"
-    return Decision(max(by_queue, by_demand), by_queue, by_demand, expected, reason)
+    return ScalingDecision(max(by_queue, by_demand), by_queue, by_demand, expected, reason)
 
 
 def little_replicas(expected_ongoing: float, target_ongoing_requests: float, max_replicas: int) -> int:

@@ -21,7 +21,8 @@ from .routes import Route
 __all__ = [
     "LARGE",
     "SMALL",
-    "TOKEN_KINDS",
+    "STATS_TOKEN_FIELDS",
+    "TOKEN_FIELDS",
     "AgreementCheck",
     "CascadeResult",
     "FallbackRecord",
@@ -34,7 +35,7 @@ __all__ = [
     "nested_tokens",
 ]
 
-TOKEN_KINDS = ("prompt_tokens", "completion_tokens")  # what the statistics count per model
+STATS_TOKEN_FIELDS = ("prompt_tokens", "completion_tokens")  # what the statistics count per model
 TOKEN_FIELDS = ("prompt_tokens", "cached_tokens", "completion_tokens")  # what a request's record holds
 
 
@@ -105,16 +106,16 @@ class Tokens:
         return {role: dict(counts) for role, counts in self.by_role.items()}
 
     def counts(self) -> dict[str, int]:
-        """Each model's prompt and completion tokens as counts keyed ``"<role>.<kind>"``; a zero is
+        """Each model's prompt and completion tokens as counts keyed ``"<role>.<field>"``; a zero is
         left out, as a count that falls to 0 leaves a counter."""
-        counts = {f"{role}.{kind}": self[role].get(kind, 0) for role in ROLES for kind in TOKEN_KINDS}
+        counts = {f"{role}.{name}": self[role].get(name, 0) for role in ROLES for name in STATS_TOKEN_FIELDS}
         return {key: count for key, count in counts.items() if count}
 
 
 def nested_tokens(counts: Mapping[str, int]) -> dict[str, dict[str, int]]:
-    """Counts keyed ``"<role>.<kind>"`` as ``{role: {kind: count}}``, every role and kind there (0 when
-    none was counted)."""
-    return {role: {kind: counts.get(f"{role}.{kind}", 0) for kind in TOKEN_KINDS} for role in ROLES}
+    """Counts keyed ``"<role>.<field>"`` as ``{role: {field: count}}``, every role and field there (0
+    when none was counted)."""
+    return {role: {name: counts.get(f"{role}.{name}", 0) for name in STATS_TOKEN_FIELDS} for role in ROLES}
 
 
 @dataclass

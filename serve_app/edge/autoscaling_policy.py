@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from ..core.roles import ROLES
-from ..core.scaling import Decision, IngressDemand, coupled_decision, queue_replicas
+from ..core.scaling import IngressDemand, ScalingDecision, coupled_decision, queue_replicas
 from .load import AUTOSCALING_METRICS, demand_of
 
 logger = logging.getLogger("ray.serve")
@@ -52,16 +52,16 @@ def ingress_demands(contexts: dict[Any, Any]) -> list[IngressDemand]:
     return []
 
 
-def decide(ctx: Any, demands: list[IngressDemand]) -> Decision:
+def scaling_decision(ctx: Any, demands: list[IngressDemand]) -> ScalingDecision:
     """One deployment's replicas: coupled for the two models, the queue's rule for the rest."""
     target = ctx.config.get_target_ongoing_requests()
     role = role_of(ctx.deployment_name)
     if ctx.current_num_replicas == 0:  # Serve's rule at zero: keep the target it set
         replicas = float(ctx.target_num_replicas)
-        return Decision(replicas, replicas, None, None, "no replica running")
+        return ScalingDecision(replicas, replicas, None, None, "no replica running")
     if role is None:
         by_queue = queue_replicas(ctx.total_num_requests, target)
-        return Decision(by_queue, by_queue, None, None, "queue")
+        return ScalingDecision(by_queue, by_queue, None, None, "queue")
     return coupled_decision(
         role, demands, ongoing_requests=ctx.total_num_requests, target_ongoing_requests=target
     )
@@ -74,7 +74,7 @@ def coupled_policy(contexts: dict[Any, Any]) -> tuple[dict[Any, float], dict[Any
     decisions: dict[Any, float] = {}
     state: dict[Any, dict] = {}
     for deployment_id, ctx in contexts.items():
-        decision = decide(ctx, demands)
+        decision = scaling_decision(ctx, demands)
         decisions[deployment_id] = decision.replicas
         previous = ctx.policy_state.get(STATE_KEY, {})
         summary = {"reason": decision.reason, "replicas": round(decision.replicas, 2)}

@@ -245,13 +245,13 @@ class IngressReplica:
     # -------------------------------------------------------------------------------------------
 
     async def _chat(self, payload: Any, request_id: str | None, grant: Grant):
-        decision = route(payload, self.config)
-        if isinstance(decision, Passthrough):
+        routed = route(payload, self.config)
+        if isinstance(routed, Passthrough):
             # The model the client named: ``mai`` when it sent there what MAI does not fit.
-            grant.use(decision.model_id if decision.reason is None else "mai")
-            return await self._passthrough(decision, grant)
-        grant.use(decision.request.model)  # before any image is fetched or checked
-        job = await job_from_chat(self.config, decision, request_id, self._fetch_image)
+            grant.use(routed.model_id if routed.reason is None else "mai")
+            return await self._passthrough(routed, grant)
+        grant.use(routed.request.model)  # before any image is fetched or checked
+        job = await job_from_chat(self.config, routed, request_id, self._fetch_image)
         return await self._answer(job, chat_reply, grant)
 
     async def _payload(self, request: Request, caller: Caller) -> Any:

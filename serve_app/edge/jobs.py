@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import AppConfig
-from ..core.answer_forms import AnswerFormError, check_options
+from ..core.answer_forms import AnswerFormError, check_choices
 from ..core.contracts import Question
 from ..core.options import CascadeOptions, Policy
 from ..core.plans import Plan
@@ -146,7 +146,7 @@ def check_answer_form(question: Question, options: CascadeOptions, param: str) -
     if not options.structured_answers or question.kind != "choice":
         return
     try:
-        check_options(question.choices)
+        check_choices(question.choices)
     except AnswerFormError as exc:
         raise RequestError(
             f"{exc}: with structured answers the options must differ", param=param, code="invalid_choices"

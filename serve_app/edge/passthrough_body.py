@@ -96,7 +96,7 @@ TEMPLATE_SWITCHES = ("enable_thinking", "thinking")
 # OpenAI's image details; the engines read every image at the server's budget (vLLM takes auto alone
 # and ignores the rest), so the part is sent on without it.
 DETAILS = ("auto", "low", "high")
-TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "min_tokens")
+TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "min_tokens")
 # Lists vLLM walks for every generated token (stop strings, stop token ids) or holds per request.
 LIST_BOUNDS = {"stop": 16, "stop_token_ids": 64, "logit_bias": 300}
 
@@ -153,7 +153,7 @@ def bounded_sampling(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
             param="n",
             code="invalid_request",
         )
-    for name in TOKEN_FIELDS:
+    for name in TOKEN_LIMIT_FIELDS:
         value = _count(payload, name)
         if value is not None and value > limits.max_passthrough_tokens:
             raise RequestError(

@@ -9,7 +9,7 @@ MAI fits a request that is
 - and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1).
 ``max_tokens`` is a cap on every stage's budget, never a signal. A server setting (``mai_route``) and a
 request's ``mai.route`` force either way. A request for a configured model id goes to that model
-unchanged. ``route`` makes that decision, once per chat request, before any job is built: the one
+unchanged. ``route`` settles that, once per chat request, before any job is built: the one
 gate (``misfit``) reads the request's user turn once (``UserTurn``), and the job builder trusts what it
 passes. A request for another cascade policy (``mai-small``, ...) that does not fit is a 4xx naming
 why, where ``mai`` would pass it through; an instruction for open generation is no error there (the

@@ -3,6 +3,7 @@ through the passthrough, timed, its tokens counted, and its table rendered."""
 
 from loadtest.bench.scenario import Bench
 from loadtest.bench.scenarios import first_run
+from serve_app.core.roles import ROLES
 
 from .stack import BASE
 
@@ -17,7 +18,7 @@ def test_first_run_times_every_model_and_prompt_on_the_cpu_stack(server):
         role: [
             kind.value for kind in first_run.prompt_kinds(parameters.stages) if first_run.sends(role, kind)
         ]
-        for role in first_run.ROLES
+        for role in ROLES
     }
     assert {role: list(model["stages"]) for role, model in result["models"].items()} == expected
     assert result["reasoning_tokens"] > 0

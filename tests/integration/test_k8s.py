@@ -208,7 +208,7 @@ def test_the_image_copies_every_package_serve_and_mai_batch_import():
         "batch.cli",
         "batch.runner",
         "batch.answerer",
-        "batch.deployments",
+        "batch.model_tier",
         "batch.source",
     )
     listing = subprocess.run(

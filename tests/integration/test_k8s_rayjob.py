@@ -185,10 +185,10 @@ def test_every_pod_sees_the_input_and_output_on_the_shared_claim():
 
 
 def test_workers_have_no_readiness_probe_since_a_batch_job_serves_without_an_http_proxy():
-    import batch.deployments
+    import batch.model_tier
 
     # the RayService's probe is on Serve's proxy; a batch job starts none, so it would never pass
-    assert 'proxy_location="Disabled"' in inspect.getsource(batch.deployments)
+    assert 'proxy_location="Disabled"' in inspect.getsource(batch.model_tier)
     assert all(
         "readinessProbe" in c
         for g in SERVICE_CLUSTER["workerGroupSpecs"]

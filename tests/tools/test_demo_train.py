@@ -10,7 +10,7 @@ import pytest
 from harness.easy_vqa import QA, facts_by_image, load_questions, question_type, question_variant
 from serve_app.core.answers import extract_answer
 from serve_app.core.prompts import PromptKind
-from training.demo import cli, evaluation, phases
+from training.demo import cli, phases, validation
 from training.demo.corpus import Collator, drill_batch, load_corpus
 from training.demo.recipes import DEMO_LARGE, DEMO_SMALL, IMAGE_PIXELS
 from training.demo.trainer import train
@@ -101,7 +101,7 @@ def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup,
     assert model.config.text_config.hidden_size == spec.model.hidden_size
     # the verdict's accuracy at the end is the written model's
     at_end = report["comparison_drill"]["verdict_accuracy_at_end"]
-    assert at_end == evaluation.checked_verdict_accuracy(model, tokenizer)
+    assert at_end == validation.checked_verdict_accuracy(model, tokenizer)
     # The checkpoint's own tokenizer, loaded the way vLLM loads it, keeps the normalizer: a question
     # as a client types it is the same tokens as its display form.
     loaded = AutoProcessor.from_pretrained(folder).tokenizer
@@ -153,8 +153,8 @@ def test_the_transfer_phase_trains_transfer_batches_keeping_simple_ones_at_its_o
 
     monkeypatch.setattr(phases, "batch_of", recording_batch_of)
     monkeypatch.setattr(phases, "optimizer_step", recording_step)
-    monkeypatch.setattr(evaluation, "TRANSFER_CHECKED", 2)
-    monkeypatch.setattr(evaluation, "REASONING_CHECKED", 2)
+    monkeypatch.setattr(validation, "TRANSFER_CHECKED", 2)
+    monkeypatch.setattr(validation, "REASONING_CHECKED", 2)
     report = train(spec, corpus, tokenizer, processor, tmp_path, max_minutes=5, progress=False)
     assert report["transfer_phase"]["steps"] == 8 and not report["stopped_early"]
     assert report["transfer_phase"]["final_loss"] is not None
@@ -188,10 +188,10 @@ def test_the_transfer_check_gives_right_and_wrong_references(setup, monkeypatch)
         seen.append(examples)
         return [index % 2 == 0 for index in range(len(examples))]
 
-    monkeypatch.setattr(evaluation, "greedy_matches", record)
+    monkeypatch.setattr(validation, "greedy_matches", record)
     collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
     model = type("Model", (), {"eval": lambda self: self, "train": lambda self: self})()
-    report = evaluation.transfer_accuracy(model, corpus, collator, qas)
+    report = validation.transfer_accuracy(model, corpus, collator, qas)
     right, wrong = seen
     for qa, with_right, with_wrong in zip(qas, right, wrong, strict=True):
         # the right reference reaches the true answer, which is the target; the wrong one reaches
@@ -303,9 +303,9 @@ def test_the_drill_checks_the_verdict_token_and_stops_at_the_deadline(setup):
                 following[is_match], following[is_differ] = self.differ, self.match
             return SimpleNamespace(logits=torch.nn.functional.one_hot(following, 512).float())
 
-    assert evaluation.verdict_accuracy(Oracle(swap=False).train(), tokenizer, sentences) == 1.0
+    assert validation.verdict_accuracy(Oracle(swap=False).train(), tokenizer, sentences) == 1.0
     swapped = Oracle(swap=True).train()
-    assert evaluation.verdict_accuracy(swapped, tokenizer, sentences) == 0.0
+    assert validation.verdict_accuracy(swapped, tokenizer, sentences) == 0.0
     assert swapped.training  # left as it was found
 
     spec = replace(DEMO_SMALL, comparison_drill_steps=2)
@@ -399,5 +399,5 @@ def test_reasoning_accuracy_reads_the_generated_answer_of_each_question_in_order
 
     batch_qas = [qas[:4], qas[4:]]
     model = Writes()
-    assert evaluation.reasoning_accuracy(model, corpus, collator, qas, batch_size=4) == 4 / 6
+    assert validation.reasoning_accuracy(model, corpus, collator, qas, batch_size=4) == 4 / 6
     assert model.training and not batch_qas

@@ -27,8 +27,8 @@ from harness.phrasings import (
     slot_fills,
 )
 from serve_app.core.answers import extract_answer
-from serve_app.core.question_parsing import either_or_options
-from training.demo import evaluation
+from serve_app.core.question_parsing import either_or_choices
+from training.demo import validation
 from training.demo.corpus import Corpus, question_drawer
 from training.demo.recipes import DEMO_LARGE, DEMO_SMALL
 from training.demo_data import PromptMix, reading, reasoning_text, tokenizer_corpus
@@ -173,7 +173,7 @@ def test_answer_of_reads_easy_vqas_own_questions_as_before():
 def test_either_or_questions_name_options_the_server_reads():
     for template in (t for t in TEMPLATES if t.form == "either_or"):
         for slots in slot_fills(template):
-            assert either_or_options(fill(template, slots)) == (slots["a"], slots["b"]), template.name
+            assert either_or_choices(fill(template, slots)) == (slots["a"], slots["b"]), template.name
 
 
 def test_the_split_is_declared_disjoint_and_covers_every_form():
@@ -311,9 +311,9 @@ def test_phrased_accuracy_reports_seen_and_held_out_templates_by_form(monkeypatc
         asked.extend(examples)
         return [qa.form in ("colour", "count") for qa in chunk]
 
-    monkeypatch.setattr(evaluation, "greedy_matches", right_on_colour_and_count)
+    monkeypatch.setattr(validation, "greedy_matches", right_on_colour_and_count)
     model = type("Model", (), {"eval": lambda self: self, "train": lambda self: self})()
-    report = evaluation.phrased_accuracy(model, corpus, None, qas, batch_size=16)
+    report = validation.phrased_accuracy(model, corpus, None, qas, batch_size=16)
     assert [example.target for example in asked] == [f"[[{qa.answer}]]" for qa in qas]  # Simple prompts
     for part, held_out in (("seen", False), ("held out", True)):
         forms = {qa.form for qa in qas if qa.held_out is held_out}

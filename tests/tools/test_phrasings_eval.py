@@ -13,7 +13,7 @@ from harness.datasets import sample_png_data_url
 from harness.easy_vqa import COLOURS, SHAPES, ImageFacts, held_out_images
 from harness.jsonl import write_jsonl
 from harness.phrasings import BY_NAME, FORMS, TEMPLATES, answer
-from serve_app.core.question_parsing import either_or_options, infer_kind
+from serve_app.core.question_parsing import either_or_choices, infer_kind
 
 FACTS = {i: ImageFacts(COLOURS[i % 8], SHAPES[i % 3]) for i in range(60)}
 IMAGE = sample_png_data_url()
@@ -48,7 +48,7 @@ def test_records_answer_what_their_image_shows():
         template = BY_NAME[record["template"]]
         if record["form"] == "either_or":
             # The server reads the options off the question; the answer is one of them.
-            assert either_or_options(record["question"]) == tuple(record["options"])
+            assert either_or_choices(record["question"]) == tuple(record["options"])
             assert record["answer"] in record["options"]
         if record["form"] == "count":
             assert record["answer"] == "1" and record["metric"] == "relaxed"

@@ -7,7 +7,8 @@ import asyncio
 from typing import Any
 
 from serve_app.config import AppConfig
-from serve_app.edge.jobs import ImageFetcher, Job, answer_request, job_from_answer, job_from_chat
+from serve_app.edge.images import ImageFetcher
+from serve_app.edge.jobs import Job, answer_request, job_from_answer, job_from_chat
 from serve_app.edge.routing import Passthrough, route
 
 
@@ -18,10 +19,10 @@ async def no_download(url: str, param: str) -> str:
 def chat_job(
     config: AppConfig, payload: Any, request_id: str | None = None, fetch: ImageFetcher = no_download
 ) -> Job | Passthrough:
-    decision = route(payload, config)
-    if isinstance(decision, Passthrough):
-        return decision
-    return asyncio.run(job_from_chat(config, decision, request_id, fetch))
+    routed = route(payload, config)
+    if isinstance(routed, Passthrough):
+        return routed
+    return asyncio.run(job_from_chat(config, routed, request_id, fetch))
 
 
 def answer_job(

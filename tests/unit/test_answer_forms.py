@@ -8,7 +8,7 @@ import pytest
 
 from deployments.emulated_script import constrained_pieces, reply_pieces
 from serve_app.clients.failures import error_response_failure
-from serve_app.core.answer_forms import AnswerFormError, answer_form, check_options
+from serve_app.core.answer_forms import AnswerFormError, answer_form, check_choices
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import ConstraintRejectedError
 from serve_app.core.options import CascadeOptions
@@ -59,9 +59,9 @@ def test_open_text_is_free_and_options_a_grammar_cannot_tell_apart_are_named():
     with pytest.raises(AnswerFormError, match="options 0 and 2 are the same"):
         answer_form("choice", ["red", "blue", " Red "])
     with pytest.raises(AnswerFormError, match="option 1 is empty"):
-        check_options(["red", "  "])
+        check_choices(["red", "  "])
     with pytest.raises(AnswerFormError, match="needs options"):
-        check_options([])
+        check_choices([])
     # Options with regex syntax are matched literally.
     form = answer_form("choice", ["a+b", "(c)"], options_named=True)
     assert matches(form, S, "[[a+b]]") and matches(form, S, "[[(c)]]") and not matches(form, S, "[[aab]]")

@@ -26,7 +26,7 @@ from serve_app.core.plan_stats import Observation, PlanBook, estimates_of
 from serve_app.core.plans import Plan
 from serve_app.core.roles import ROLES
 from serve_app.core.routes import COMPLETED, EARLY_EXITS
-from serve_app.core.trace import TOKEN_KINDS, Tokens
+from serve_app.core.trace import STATS_TOKEN_FIELDS, Tokens
 from serve_app.edge.plan_controller import PlanController
 from serve_app.edge.stats_holder import StatsHolder, stats_body
 from serve_app.edge.stats_reporter import StatsReporter
@@ -147,7 +147,7 @@ def check_the_same_view(holder: StatsHolder, reported: dict, reply, audit: Audit
     assert body == stats_body(audits, plans, audit, adaptive, overload=overload)
     tallied = sum((replica.tokens for replica in reported.values()), Counter())
     for cls, entry in body["classes"].items():  # the tokens as the replicas tallied them, not as reported
-        assert entry["tokens"] == {m: {k: tallied[cls, m, k] for k in TOKEN_KINDS} for m in ROLES}
+        assert entry["tokens"] == {m: {k: tallied[cls, m, k] for k in STATS_TOKEN_FIELDS} for m in ROLES}
     assert set(holder.audits.classes) == set(audits.classes)
     assert set(holder.plans.classes) == set(plans.classes)
     controller = PlanController(adaptive, audit, AuditBook(audit.window), shared=True)
@@ -209,7 +209,7 @@ def test_the_holder_gives_the_exact_merge_of_what_was_reported(
             replica.audits.record_request(
                 cls, route, tokens=7, plan=plan, tokens_by_model=tokens, repair=repair
             )
-            replica.tokens.update({(cls, m, k): by_model[m][k] for m in ROLES for k in TOKEN_KINDS})
+            replica.tokens.update({(cls, m, k): by_model[m][k] for m in ROLES for k in STATS_TOKEN_FIELDS})
         elif kind == "audit":
             _, _, cls, route, disagreed, at = event
             replica.clock = max(replica.clock, at)

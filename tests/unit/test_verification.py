@@ -104,19 +104,19 @@ answers = st.one_of(
     st.builds(lambda a, b: f"{a} and {b}", WORDS, WORDS),
     st.builds(str, st.floats(allow_nan=False, allow_infinity=False, width=32)),
 )
-choices = st.one_of(st.none(), st.lists(st.text(min_size=1, max_size=8), min_size=2, max_size=5))
+choice_lists = st.one_of(st.none(), st.lists(st.text(min_size=1, max_size=8), min_size=2, max_size=5))
 
 
 @settings(max_examples=500, deadline=None)
-@given(a=answers, b=answers, kind=st.sampled_from(ANSWER_KINDS), options=choices)
-def test_agreement_is_symmetric(a, b, kind, options):
-    assert agree(a, b, kind, choices=options) == agree(b, a, kind, choices=options)
+@given(a=answers, b=answers, kind=st.sampled_from(ANSWER_KINDS), choices=choice_lists)
+def test_agreement_is_symmetric(a, b, kind, choices):
+    assert agree(a, b, kind, choices=choices) == agree(b, a, kind, choices=choices)
 
 
 @settings(max_examples=300, deadline=None)
-@given(a=answers, kind=st.sampled_from(ANSWER_KINDS), options=choices)
-def test_a_valid_answer_agrees_with_itself_and_an_invalid_one_with_nothing(a, kind, options):
-    assert agree(a, a, kind, choices=options) == is_valid(a, kind, choices=options)
+@given(a=answers, kind=st.sampled_from(ANSWER_KINDS), choices=choice_lists)
+def test_a_valid_answer_agrees_with_itself_and_an_invalid_one_with_nothing(a, kind, choices):
+    assert agree(a, a, kind, choices=choices) == is_valid(a, kind, choices=choices)
 
 
 @settings(max_examples=300, deadline=None)

@@ -14,9 +14,9 @@ from typing import NamedTuple
 from harness.easy_vqa import COLOURS, QA, SHAPES, BalancedYesNo
 from serve_app.core.prompts import PromptKind
 from training.demo.corpus import Collator, Corpus, batch_of, drill_batch
-from training.demo.evaluation import checked_verdict_accuracy, simple_accuracy
 from training.demo.progress import progress_bar
 from training.demo.recipes import COMPARISON_DRILL_BATCH, DemoSpec
+from training.demo.validation import checked_verdict_accuracy, simple_accuracy
 from training.demo_data import PromptMix, comparison_drill, make_example
 
 

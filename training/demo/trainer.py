@@ -11,7 +11,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from training.demo.corpus import Collator, Corpus, question_drawer
-from training.demo.evaluation import ValidationQuestions, checked_verdict_accuracy, validate
 from training.demo.phases import (
     drill_comparison,
     image_steps,
@@ -20,6 +19,7 @@ from training.demo.phases import (
     transfer_training,
 )
 from training.demo.recipes import DemoSpec
+from training.demo.validation import ValidationQuestions, checked_verdict_accuracy, validate
 from training.demo_data import DEMO_LAYOUT
 from training.tiny import build_model
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.core.prompts import PromptKind
+from serve_app.core.roles import ROLES
 
 from ..cells import median_range
 from ..paper_reference import PaperSize, paper_decode_tokens_per_s, paper_size, paper_ttft_ms, table3_range
@@ -21,7 +22,6 @@ from ..streaming import StreamTiming, decode_tokens_per_s
 from ..summary import spread
 
 CONFIG = "mai-cpu.yaml"
-ROLES = ("small", "large")
 ANSWER_KIND = "text"  # the question's answer kind: the short-answer prompts, the reference transfer form
 
 

@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.config import AppConfig
+from serve_app.core.roles import LARGE, ROLES, SMALL
 
 STARTED_APP_PREFIX = "mai-batch"
-ROLES = ("small", "large", "scorer", "stats", "ledger")
+# What a batch job calls: the two models (the cascade's ROLES), the scorer, the statistics holder and
+# the key ledger.
+TARGET_NAMES = (*ROLES, "scorer", "stats", "ledger")
 _PREFIXES = {
     "small": "small:",
     "large": "large:",
@@ -44,7 +47,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Targets:
-    """The deployment of each role the rows call (scorer and holder optional)."""
+    """The deployment of each target the rows call (scorer and holder optional)."""
 
     small: Target
     large: Target
@@ -74,7 +77,6 @@ def model_apps(config: AppConfig) -> dict[str, Any]:
     the key ledger's."""
     from deployments.vlm import build_vlm_deployment
     from serve_app.app import build_scorer
-    from serve_app.core.roles import LARGE, SMALL
     from serve_app.edge.key_ledger import KeyLedgerDeployment
     from serve_app.edge.stats_holder import StatsHolderDeployment
 
@@ -94,15 +96,15 @@ def model_apps(config: AppConfig) -> dict[str, Any]:
 
 
 def start(apps: Mapping[str, Any]) -> Targets:
-    """Serve each role's application (``model_apps``, or the tests' scripted ones), without HTTP, and
-    wait until all run; engines of different roles start side by side."""
+    """Serve each target's application (``model_apps``, or the tests' scripted ones), without HTTP, and
+    wait until all run; the engines of different targets start side by side."""
     from ray import serve
     from ray.serve import RunTarget
 
     serve.start(proxy_location="Disabled")
-    names = {role: f"{STARTED_APP_PREFIX}-{role}" for role in apps}
-    serve.run_many([RunTarget(target=app, name=names[role], route_prefix=None) for role, app in apps.items()])
-    return _targets({role: (names[role], _deployments(names[role])) for role in apps})
+    names = {name: f"{STARTED_APP_PREFIX}-{name}" for name in apps}
+    serve.run_many([RunTarget(target=app, name=names[name], route_prefix=None) for name, app in apps.items()])
+    return _targets({name: (names[name], _deployments(names[name])) for name in apps})
 
 
 def stop(targets: Targets) -> None:
@@ -114,18 +116,18 @@ def stop(targets: Targets) -> None:
 
 
 def attach(app: str) -> Targets:
-    """The deployments of the running application ``app``, found by their names' role prefixes."""
+    """The deployments of the running application ``app``, found by their names' prefixes."""
     deployments = _deployments(app)
     if not deployments:
         raise AttachError(f"no Serve application {app!r} is running on this Ray cluster")
     found: dict[str, tuple[str, list[str]]] = {}
-    for role, prefix in _PREFIXES.items():
+    for target, prefix in _PREFIXES.items():
         names = [name for name in deployments if name.startswith(prefix)]
         if len(names) > 1:
-            raise AttachError(f"application {app!r} has {len(names)} {role} deployments: {names}")
+            raise AttachError(f"application {app!r} has {len(names)} {target} deployments: {names}")
         if names:
-            found[role] = (app, names)
-    for role in ("small", "large"):
+            found[target] = (app, names)
+    for role in ROLES:
         if role not in found:
             raise AttachError(
                 f"application {app!r} has no {role} model deployment (one named {_PREFIXES[role]}...); "
@@ -142,10 +144,10 @@ def _deployments(app: str) -> list[str]:
 
 
 def _targets(found: Mapping[str, tuple[str, list[str]]]) -> Targets:
-    def target(role: str) -> Target | None:
-        if role not in found:
+    def target(name: str) -> Target | None:
+        if name not in found:
             return None
-        app, names = found[role]
+        app, names = found[name]
         return Target(app, names[0])
 
     small, large = target("small"), target("large")
