@@ -139,7 +139,8 @@ HONOURED = frozenset(
 # Honoured only at these values (the cascade answers with one choice).
 HONOURED_VALUES: Mapping[str, Any] = {"n": 1}
 _OPEN_GENERATION = re.compile(
-    r"^\s*(?:please\s+|can you\s+|could you\s+)?(?:describe|explain|write|list|summari[sz]e|tell\b|generate"
+    r"^\s*(?:please\s+|can you\s+|could you\s+)?(?:describe|explain|write|list|summari[sz]e|generate"
+    r"|tell(?:\s+(?:me|us))?\s+(?:about|a|an|why|how|more|something|anything|everything|all)\b"
     r"|compose|create|caption|translate|compare|elaborate|discuss|narrate|draft|why\b|what\s+happens)",
     re.IGNORECASE,
 )

@@ -294,6 +294,13 @@ def test_an_instruction_that_asks_a_closed_kind_is_the_cascades_not_open_generat
     assert isinstance(open_one, Passthrough) and "open generation" in open_one.reason
 
 
+def test_an_instruction_to_tell_an_attribute_asks_a_short_answer():
+    job = chat_job(CONFIG, chat_body("Tell me the colour of the circle."))
+    assert not isinstance(job, Passthrough) and job.question.kind == "text"
+    for text in ("Tell me a story about it.", "Can you tell me why it is red?", "Tell us more."):
+        assert isinstance(chat_job(CONFIG, chat_body(text)), Passthrough), text
+
+
 def test_sampling_and_logprobs_become_every_stages_decoding():
     body = chat_body(temperature=0.7, top_p=0.9, seed=3, logprobs=True, top_logprobs=2)
     job = chat_job(CONFIG, body)
