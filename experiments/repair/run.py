@@ -14,7 +14,8 @@ machine's load weighs on both alike. Round k's predictions go to ``validation/ro
 
 Then, on the same deployment, questions from outside the demo's world (``OUTSIDE``: words and forms
 easy-vqa never has) about four of the set's images, each once as served: what kind the server read,
-on what basis, what it answered and whether it needed a repair (``validation/outside.json``).
+on what basis, what it answered and whether it needed a repair (``validation/outside.json``;
+``--outside-only`` runs only these).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--split", choices=("validation", "test"), default="validation")
+    parser.add_argument("--outside-only", action="store_true", help="only the questions from outside")
     args = parser.parse_args()
     python = str(ROOT / ".venv" / "bin" / "python")
     dataset = ROOT / "bench" / "data" / f"phrased-{args.split}-{PER_TEMPLATE}.jsonl"
@@ -71,7 +73,7 @@ def main() -> int:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         print(f"deploying configs/{CONFIG} as committed ...", file=sys.stderr, flush=True)
         deploy(config_args(CONFIG))
-        for k in range(args.rounds):
+        for k in range(0 if args.outside_only else args.rounds):
             specs = ",".join(SPECS[name] for name in order(k))
             print(f"round {k + 1}/{args.rounds}: {specs}", file=sys.stderr, flush=True)
             command = [
@@ -109,15 +111,17 @@ def outside(url: str, dataset: Path, out: Path) -> None:
                 row = {"question": question, "wanted_kind": wanted, "image": n}
                 row["status"] = response.status_code
                 if response.status_code == 200:
-                    trace = reply["mai"]["trace"]
+                    # a passthrough's mai object has no trace: the model's own reply, no kind read
+                    trace = reply["mai"].get("trace", {})
                     answer = reply["choices"][0]["message"]["content"]
                     choices = trace.get("choices_from_text") or trace.get("options_named") or None
                     row |= {
                         "answer": answer,
-                        "kind": trace["kind"],
+                        "kind": trace.get("kind"),
                         "kind_basis": trace.get("kind_basis"),
                         "valid_for_wanted": is_valid(answer, wanted, choices=choices),
                         "route": reply["mai"]["route"],
+                        "reason": reply["mai"].get("reason"),
                         "repair": trace.get("repair"),
                     }
                 rows.append(row)
@@ -128,6 +132,7 @@ def outside(url: str, dataset: Path, out: Path) -> None:
         "kind_as_wanted": sum(row["kind"] == row["wanted_kind"] for row in served),
         "valid_for_wanted": sum(row["valid_for_wanted"] for row in served),
         "repaired": sum(row["repair"] is not None for row in served),
+        "passed_through": sum(row["route"] == "passthrough" for row in served),
     }
     command = "flock /tmp/stack.lock .venv/bin/python experiments/repair/run.py"
     print(f"outside the demo's world: {summary}", file=sys.stderr)
