@@ -8,8 +8,9 @@ per minute, and how a key's trickle fares beside another key's flood.
     python -m loadtest.keys fairness --url http://127.0.0.1:8000 --key "$TRICKLE" --flood-key "$FLOOD" \
         --rate 2 --flood-rate 40 --seconds 30 --rounds 3 --out experiments/keys-and-quotas/fairness-cpu.json
 
-Requests are the cascade's (``model: mai``) yes/no questions on a small synthetic image, each a
-distinct question so that no prefix cache answers for another.
+Requests are the cascade's (``model: mai``) yes/no question in the demo models' own words ("Is the
+shape red?", so that no reply needs a repair) about a small synthetic image, each request's image
+its own (one pixel drawn from the request's number) so that no prefix cache answers for another.
 """
 
 from __future__ import annotations
@@ -31,15 +32,18 @@ from typing import Any
 import httpx
 
 
-def image_url() -> str:
+def image_url(n: int) -> str:
+    """A small red image, its two corner pixels drawn from ``n`` (below 2**48): each request's own
+    image, so that no prefix cache (which keys an image by its content) answers for another."""
     from PIL import Image
 
+    image = Image.new("RGB", (64, 64), (200, 30, 30))
+    for x, shift in ((0, 0), (1, 24)):
+        part = n >> shift
+        image.putpixel((x, 0), ((part >> 16) & 255, (part >> 8) & 255, part & 255))
     buffer = io.BytesIO()
-    Image.new("RGB", (64, 64), (200, 30, 30)).save(buffer, format="PNG")
+    image.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-IMAGE = image_url()
 
 
 def body(n: int) -> dict[str, Any]:
@@ -49,8 +53,8 @@ def body(n: int) -> dict[str, Any]:
             {
                 "role": "user",
                 "content": [
-                    {"type": "image_url", "image_url": {"url": IMAGE}},
-                    {"type": "text", "text": f"Is the square red? (case {n})"},
+                    {"type": "image_url", "image_url": {"url": image_url(n)}},
+                    {"type": "text", "text": "Is the shape red?"},
                 ],
             }
         ],
@@ -160,7 +164,7 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, limits=limits) as client:
         with context.Pool(processes) as pool:
             for number in range(args.rounds):
-                first = number * 10**9  # every request its own question: no prefix cache between them
+                first = number * 10**9  # every request its own image: no prefix cache between them
                 await asyncio.sleep(args.warmup_s if number else 0)  # what the flood left, drained
                 alone = await paced(client, args.key, args.rate, args.seconds, start=first)
                 floods = [
