@@ -104,7 +104,7 @@ def main() -> int:
     per_round: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for folder_k in rounds:
         for path in sorted((folder_k / "predictions").glob("*.jsonl")):
-            condition = path.stem
+            condition = path.stem.removeprefix("mai.")  # the policy spec mai.<condition>
             per_round[condition].append(condition_round(records, read_jsonl(path, skip_truncated=True)))
     conditions = {}
     for condition, figures in per_round.items():
