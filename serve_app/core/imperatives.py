@@ -3,12 +3,18 @@
 
 A sentence is read as an instruction when it opens with one of the verbs below, after an optional
 "please" or a polite request, "can/could/will you (please)" ("would you" asks an opinion: "Would you
-describe it as round?" is a yes/no question). Only the verb and what follows it at once
-decide: a counting verb asks for a number; a verb of telling followed by "whether" or "if" asks
-for yes or no; a verb of telling or naming followed by "the number/count/total/amount of" asks for
-a number; any other verb of telling or naming asks for open text, except that a polite question
-with a verb of telling and neither ("Would you say the shape is round?") is not an instruction: it
-stays the yes/no question it reads as. General English, not any dataset's; linear-time patterns. Pure.
+describe it as round?" is a yes/no question). Only the verb and what follows it at once decide:
+
+- a counting verb asks for a number;
+- a verb of telling followed by "whether" or "if" asks for yes or no;
+- a verb of telling or naming (not one that composes: describe, explain, list, write) followed by
+  "the number/count/total/amount of" asks for a number ("a number of" means several);
+- a polite verb of telling followed by a clause ("Can you say it is round?") is no instruction: it
+  stays the yes/no question it reads as; followed by a question word or a noun phrase ("Could you
+  tell me what colour the car is?", "Can you tell me the colour?") it asks for open text;
+- any other verb of telling or naming asks for open text.
+
+General English, not any dataset's; linear-time patterns. Pure.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 _POLITE = r"(?:please\s+|(?P<polite>(?:can|could|will)\s+you\s+(?:please\s+)?))?"
-_COUNTING = r"count|calculate|compute|tally|total|sum\s+up|add\s+up"
+_COUNTING = r"count|calculate|compute|tally|total|add\s+up"  # not "sum up": it summarises
 _TELLING = (
     r"say|tell(?:\s+me|\s+us)?|state|answer|check|determine|decide|confirm|verify|judge|indicate|"
     r"report|find\s+out|work\s+out"
@@ -28,8 +34,16 @@ _NAMING = (
 _VERB = re.compile(rf"^{_POLITE}(?P<verb>{_COUNTING}|{_TELLING}|{_NAMING})(?![\w'’])", re.IGNORECASE)
 _COUNTING_VERB = re.compile(rf"^(?:{_COUNTING})$", re.IGNORECASE)
 _TELLING_VERB = re.compile(rf"^(?:{_TELLING})$", re.IGNORECASE)
+# Verbs that compose rather than report: "Describe the amount of damage." asks for words, not a number.
+_COMPOSING_VERB = re.compile(r"^(?:describe|explain|list|write(?:\s+down)?)$", re.IGNORECASE)
 _WHETHER = re.compile(r"^\s+(?:whether|if)(?![\w'’])", re.IGNORECASE)
-_QUANTITY = re.compile(r"^\s+(?:the\s+|a\s+)?(?:number|count|total|amount|sum)\s+of(?![\w'’])", re.IGNORECASE)
+_QUANTITY = re.compile(r"^\s+(?:the\s+)?(?:number|count|total|amount|sum)\s+of(?![\w'’])", re.IGNORECASE)
+# What a polite verb of telling asks about when it asks for a thing: a question word or a noun phrase.
+_WHAT = re.compile(
+    r"^\s+(?:what|which|where|who|whom|whose|when|why|how|the|a|an|this|that|these|those|its|their)"
+    r"(?![\w'’])",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -47,10 +61,12 @@ def imperative_kind(sentence: str) -> Imperative | None:
     rest = sentence.strip()[match.end() :]
     if _COUNTING_VERB.match(verb):
         return Imperative("number", verb)
-    if _QUANTITY.match(rest):
+    if _QUANTITY.match(rest) and not _COMPOSING_VERB.match(verb):
         return Imperative("number", verb)
     if _WHETHER.match(rest):
         return Imperative("yes_no", verb)
-    if _TELLING_VERB.match(verb) and (match["polite"] or not rest.strip(" .!?")):
-        return None  # "Would you say it is red?" is the question it reads as; "Tell me." asks nothing
+    if _TELLING_VERB.match(verb) and not rest.strip(" .!?"):
+        return None  # "Tell me." asks nothing
+    if _TELLING_VERB.match(verb) and match["polite"] and not _WHAT.match(rest):
+        return None  # "Can you say it is red?" is the yes/no question it reads as
     return Imperative("text", verb)

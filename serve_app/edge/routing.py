@@ -140,7 +140,8 @@ HONOURED = frozenset(
 HONOURED_VALUES: Mapping[str, Any] = {"n": 1}
 _OPEN_GENERATION = re.compile(
     r"^\s*(?:please\s+|can you\s+|could you\s+)?(?:describe|explain|write|list|summari[sz]e|generate"
-    r"|tell(?:\s+(?:me|us))?\s+(?:about|a|an|why|how|more|something|anything|everything|all)\b"
+    r"|tell(?:\s+(?:me|us))?\s+(?:about|a|an|why|how|what|more|something|anything|everything|all"
+    r"|in\s+detail|the\s+story)\b"
     r"|compose|create|caption|translate|compare|elaborate|discuss|narrate|draft|why\b|what\s+happens)",
     re.IGNORECASE,
 )

@@ -297,7 +297,15 @@ def test_an_instruction_that_asks_a_closed_kind_is_the_cascades_not_open_generat
 def test_an_instruction_to_tell_an_attribute_asks_a_short_answer():
     job = chat_job(CONFIG, chat_body("Tell me the colour of the circle."))
     assert not isinstance(job, Passthrough) and job.question.kind == "text"
-    for text in ("Tell me a story about it.", "Can you tell me why it is red?", "Tell us more."):
+    for text in (
+        "Tell me a story about it.",
+        "Can you tell me why it is red?",
+        "Tell us more.",
+        "Tell me what you see.",
+        "Could you tell me what colour the car is?",
+        "Tell me in detail what the chart shows.",
+        "Tell me the story behind this picture.",
+    ):
         assert isinstance(chat_job(CONFIG, chat_body(text)), Passthrough), text
 
 

@@ -43,6 +43,16 @@ FORMS = [
     ("Look at the picture. Count the shapes.", "number", "imperative:count"),
     ("Counting sheep helps you sleep, right", "text", "default"),  # not the verb "count"
     ("Tell me.", "text", "default"),  # asks for nothing in particular
+    # polite telling of a thing: open text, never the yes/no its auxiliary verb would make it
+    ("Could you tell me what colour the car is?", "text", "imperative:tell me"),
+    ("Can you tell me where the cat is?", "text", "imperative:tell me"),
+    ("Can you tell me the colour of the car?", "text", "imperative:tell me"),
+    ("Can you say it is round?", "yes_no", "auxiliary_verb"),
+    # words of quantity that ask for no number
+    ("Describe the amount of damage to the car.", "text", "imperative:describe"),
+    ("List a number of objects in the picture.", "text", "imperative:list"),
+    ("Write a total of three sentences about the image.", "text", "imperative:write"),
+    ("Sum up what is happening in the picture.", "text", "default"),
 ]
 
 

@@ -176,3 +176,9 @@ def test_question_readers_are_linear_on_long_text():
         assert timed(extract_answer, "[[" + text) < BOUND_S
     long = ("why " + " " * 1000 + ".\n") * 16_000  # passed through before the question's length check
     assert timed(wants_open_answer, long) < 2.0
+    from serve_app.core.imperatives import imperative_kind
+
+    verbs = ["can you " * 2000, "please tell me " + " " * 8000, "Tell" + " me" * 4000, "count " * 4000]
+    for text in verbs:
+        assert timed(imperative_kind, text) < BOUND_S
+        assert timed(wants_open_answer, "tell " + text) < BOUND_S
