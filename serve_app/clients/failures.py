@@ -45,7 +45,12 @@ def error_response_failure(error: Any, model_id: str, *, constrained: bool = Fal
     status = int(getattr(detail, "code", 500) or 500)
     message = getattr(detail, "message", None) or str(detail)
     if constrained and 400 <= status < 500 and any(words in message.lower() for words in _GRAMMAR):
-        return ConstraintRejectedError(f"{model_id}: {message}")
+        # The engine's words (they may quote the regex) go to the log; the trace and a reply get an id.
+        error_id = uuid.uuid4().hex[:16]
+        logger.warning("MAI grammar refused %s: %s: %s", error_id, model_id, message)
+        return ConstraintRejectedError(
+            f"{model_id} refused the answer's form (error id {error_id}; the detail is in the server log)"
+        )
     if 400 <= status < 500:
         return InputRejectedError(f"{model_id}: {message}", input_error_code(message), status)
     return engine_failure(f"{model_id} failed the request", f"{status}: {message}")

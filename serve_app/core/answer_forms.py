@@ -63,9 +63,10 @@ def answer_form(kind: str, choices: Sequence[str] = (), *, options_named: bool =
     return AnswerForm(kind, f"[{letters}]")
 
 
-# An open answer asked for alone: a short text in [[ ]], without brackets or a line break, that fits
+# An open answer asked for alone: a short text in [[ ]], without brackets or a line break, opening
+# with neither a space nor a dot (so never "[[ ]]" or "[[...]]", which read as no answer), that fits
 # the short budgets (32 tokens by default).
-OPEN_TEXT = AnswerForm("text", r"[^\[\]\n]{1,80}")
+OPEN_TEXT = AnswerForm("text", r"[^\[\]\n\s.][^\[\]\n]{0,79}")
 
 
 def repair_form(kind: str, choices: Sequence[str] = (), *, options_named: bool = False) -> AnswerForm:

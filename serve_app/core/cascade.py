@@ -344,17 +344,21 @@ class _Run(StageCalls):
     async def _finish(self, route: Route, stage: StageRecord) -> CascadeResult:
         """Serve ``stage``'s answer by ``route``; for MAI, the terminal rule first (``_terminal``),
         then, when the answer is still not one of its kind, the repair (``StageCalls._repair``; one
-        that fails fails the request as a failed model does). The other policies are baselines: they
-        serve what their model said, with its validity."""
+        the engine fails fails the request as a failed model does). The other policies are
+        baselines: they serve what their model said, with its validity."""
         if self.options.policy is Policy.CASCADE:
             route, stage = self._terminal(route, stage)
         repairs = self.repairs and self.options.policy is Policy.CASCADE
         form = self._repairable(stage) if repairs and stage.ok and not self._answered(stage) else None
         if form is not None:
             await self._cancel_outstanding()  # an eager reasoning no longer matters
-            stage = await self._repair(stage, form)  # the answer asked for once more, in its form
-            if self.trace.repair is None or not self.trace.repair.answered:
-                raise ModelUnavailableError(stage.model, stage, self.trace)
+            repaired = await self._repair(stage, form)  # the answer asked for once more, in its form
+            if not repaired.ok:  # the engine failed, timed out or refused the form: a failed model
+                raise ModelUnavailableError(repaired.model, repaired, self.trace)
+            if self.trace.repair is not None and self.trace.repair.answered:
+                stage = repaired
+            # else the engine answered, not in the form (a token budget too small for it): the
+            # answer stays as it was, answer_valid false, and the trace's repair says so
         self.trace.route = route.value
         self.trace.answer_parsed = stage.answer is not None
         self.trace.answer_valid = self._valid(stage.answer)[0]

@@ -136,9 +136,11 @@ class StageCalls:
 
     def _answered(self, stage: StageRecord) -> bool:
         """An answer of the question's kind: valid for a closed kind, read at all for open text (where
-        "none" or "N/A" can be the answer)."""
-        if stage.answer is None or self.kind == "text":
-            return stage.answer is not None
+        "none" or "N/A" can be the answer), but never a bracket cut off ("[[Speed limit")."""
+        if stage.answer is None:
+            return False
+        if self.kind == "text":
+            return "[[" not in stage.answer and "]]" not in stage.answer
         return is_valid(stage.answer, self.kind, choices=self.question.choices)
 
     def _repairable(self, stage: StageRecord) -> AnswerForm | None:

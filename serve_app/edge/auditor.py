@@ -109,7 +109,10 @@ class Auditor:
             return
         cls = decision.cls
         tokens = result.trace.tokens()
-        repair = "answered" if result.trace.repair is not None else None  # a failed one is a 503
+        # answered in kind, or answered out of it (served unrepaired); one the engine failed is a 503
+        repair = (
+            None if result.trace.repair is None else "answered" if result.trace.repair.answered else "failed"
+        )
         self.book.record_request(
             cls, result.route, tokens.total_tokens, result.trace.plan, tokens_by_model=tokens, repair=repair
         )

@@ -135,6 +135,19 @@ async def test_the_last_stage_and_unsampled_requests_are_counted_never_audited()
     )
 
 
+async def test_repairs_are_counted_per_class_answered_in_kind_or_not():
+    # No valid answer anywhere: the transfer's is repaired; scripted replies ignore the form, so the
+    # first repair answers out of it (counted failed), the second in it (a reply that is yes/no).
+    cascade, auditor, small, large, metrics = setup(
+        {S: "[[blue]]", R: "[[circle]]"}, {S: "[[red]]", T: "[[triangle]]"}, rate=0.0
+    )
+    await serve(cascade, auditor, request_id="r1")
+    large.constrained[T] = "[[no]]"
+    await serve(cascade, auditor, request_id="r2")
+    counts = auditor.book.snapshot(auditor.settings)["classes"]["yes_no"]
+    assert counts["requests"] == 2 and counts["repairs"] == {"failed": 1, "answered": 1}
+
+
 async def test_other_policies_are_not_counted():
     cascade, auditor, *_ = setup({S: "[[yes]]"}, {S: "[[yes]]"})
     job = Job(QUESTION, CascadeOptions(policy=Policy.LARGE), "mai-large", request_id="r")

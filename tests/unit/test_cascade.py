@@ -620,15 +620,26 @@ async def test_a_reasoning_with_no_answer_is_asked_its_stage_2_question_in_its_f
     assert result.trace.repair.stage == "reason_small" and result.trace.repair.answered
 
 
-async def test_a_repair_out_of_kind_fails_the_request_as_a_failed_model_does():
+async def test_a_repair_answered_out_of_its_form_leaves_the_answer_as_it_was():
+    """The engine answered the repair, but not in the form (as under a token budget too small for
+    it): no 503 for what a retry would repeat; the answer as it was, not valid, and the trace says so."""
     unread = "I looked at it\nfor a long while and saw nothing I could name."
     small, large = models({S: unread, R: "Let me think about the shape at length.\nIt is odd."}, {S: unread})
     large.replies[T] = EngineUnavailableError("down")
-    with pytest.raises(ModelUnavailableError, match="repair_large") as caught:
-        await run(small, large)
-    trace = caught.value.trace
-    assert trace.repair == RepairRecord("short_large", None, "repair_large", False)
-    assert "not one of a yes_no question" in trace.stages[-1].error
+    result = await run(small, large)
+    assert result.trace.repair == RepairRecord("short_large", None, "repair_large", False)
+    assert "not one of a yes_no question" in result.trace.stages[-1].error
+    assert result.answer == "" and not result.trace.answer_valid
+
+
+async def test_an_open_answer_cut_off_in_its_brackets_is_repaired():
+    sign = read_question("What is written on the sign?", image_url=IMAGE)
+    cut = "[[Speed limit"
+    small, large = models({S: cut, R: cut}, {S: cut, T: cut})
+    for model in (small, large):
+        model.constrained[S] = model.constrained[T] = "[[Speed limit 30]]"
+    result = await run(small, large, question=sign)
+    assert result.answer == "Speed limit 30" and result.trace.repair.answered
 
 
 async def test_no_repair_where_none_can_be_asked_and_none_for_an_open_answer_of_none():
