@@ -40,11 +40,15 @@ class FairShare:
         self.answering = DecayedRate(rate_tau_s)
 
     def share(self, key: str) -> float:
-        """The requests ``key`` (active) may hold while others are active too."""
-        return max(1.0, self.capacity.current() * self.weights[key] / self.active_weight)
+        """The requests ``key`` (active) may hold while others are active too: never more than a key
+        alone may (the models' capacity), whatever capacity is configured."""
+        return max(1.0, self._shared() * self.weights[key] / self.active_weight)
 
     def contended(self) -> bool:
-        return len(self.last_sent) > 1 and self.total >= self.capacity.current()
+        return len(self.last_sent) > 1 and self.total >= self._shared()
+
+    def _shared(self) -> float:
+        return min(self.capacity.current(), self.capacity.most)
 
     def enter(self, key: str, weight: float, now: float, *, hold_alone: bool = True) -> int | None:
         """The request's engine priority rank, counted in; None when ``key`` is over its share.

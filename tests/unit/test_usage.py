@@ -179,6 +179,14 @@ def test_the_capacity_falls_where_requests_slow_each_other_and_holds_where_they_
     assert fixed.current() == 3
 
 
+def test_two_keys_share_no_more_than_a_key_alone_may_hold():
+    """A configured capacity above the models' (ingress.capacity 64, the models take 8) shares the
+    models' 8: two keys hold 4 each, never 32, while a key alone is held to 8."""
+    fair = FairShare(Capacity(8, fixed=64))
+    assert fair.enter("a", 1.0, 0.0) is not None and fair.enter("b", 1.0, 0.0) is not None
+    assert fair.share("a") == 4
+
+
 def key(name: str, **settings) -> NamedKey:
     return NamedKey(name=name, sha256="0" * 63 + "1", **settings)
 
