@@ -12,6 +12,7 @@ flight when it stops are answered by the next run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -35,7 +36,7 @@ from .inputs import (
 )
 from .outputs import LineWriter, answered_ids, output_file
 from .settings import BatchSettings, batch_config, rows_per_actor
-from .source import numbered_lines
+from .source import numbered_lines, open_input
 from .tally import Tally
 
 ACTOR_NUM_CPUS = 0.01
@@ -117,8 +118,13 @@ def record_run(job: BatchJob, rows_in_flight: int) -> None:
 
 
 def _prediction_store(job: BatchJob, scan: InputScan) -> PredictionStore:
-    """mai-eval's folder for the records' predictions (its manifest names the dataset)."""
-    return PredictionStore(job.output, Path(job.input), range(scan.rows))
+    """mai-eval's folder for the records' predictions (its manifest names the dataset: a local path
+    or a URI as given, its digest read through the filesystem that holds it)."""
+    digest = hashlib.sha256()
+    with open_input(job.input) as stream:
+        while block := stream.read(1 << 20):
+            digest.update(block)
+    return PredictionStore(job.output, job.input, range(scan.rows), dataset_sha256=digest.hexdigest())
 
 
 def run(

@@ -175,12 +175,14 @@ class PredictionStore:
     """``<out>/predictions/<policy>.jsonl`` (one line per answered request, appended as answers
     arrive) and ``<out>/runs.jsonl`` (one line per timed segment of a policy's run)."""
 
-    def __init__(self, out: Path, dataset: Path, records: Sized):  # only their count is kept
+    def __init__(
+        self, out: Path, dataset: Path | str, records: Sized, *, dataset_sha256: str | None = None
+    ):  # only the records' count is kept; a dataset named by URI comes with its digest
         self.out = out
         self.dir = out / "predictions"
         self.manifest = {
             "dataset": str(dataset),
-            "dataset_sha256": file_sha256(dataset),
+            "dataset_sha256": dataset_sha256 or file_sha256(Path(dataset)),
             "records": len(records),
         }
 

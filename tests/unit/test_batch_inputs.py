@@ -347,3 +347,23 @@ def test_numbered_lines_skip_blank_lines_and_keep_the_numbering(tmp_path):
 def test_numbered_lines_of_a_missing_file_is_an_os_error(tmp_path):
     with pytest.raises(OSError):
         list(numbered_lines(str(tmp_path / "none.jsonl")))
+
+
+def test_records_named_by_a_uri_get_their_predictions_folder(tmp_path):
+    """mai-eval records read from a filesystem URI (here file://): the manifest names the URI as given
+    and the digest of its bytes, as it would for the same file named by its path."""
+    from types import SimpleNamespace
+
+    from batch.runner import _prediction_store
+    from harness.provenance import file_sha256
+
+    data = tmp_path / "records.jsonl"
+    data.write_text('{"id": "1"}\n{"id": "2"}\n')
+    uri = data.resolve().as_uri()
+    job = SimpleNamespace(input=uri, output=tmp_path / "out")
+    store = _prediction_store(job, SimpleNamespace(rows=2))
+    assert store.manifest == {"dataset": uri, "dataset_sha256": file_sha256(data), "records": 2}
+    by_path = _prediction_store(
+        SimpleNamespace(input=str(data), output=tmp_path / "out"), SimpleNamespace(rows=2)
+    )
+    assert by_path.manifest["dataset_sha256"] == store.manifest["dataset_sha256"]
