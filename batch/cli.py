@@ -24,6 +24,7 @@ from evaluation.run import DatasetMismatchError
 from serve_app.config import AppConfig, check_application
 
 from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
+from .model_tier import AttachError
 from .runner import BatchJob, Prepared, prepare, run
 from .settings import MAX_LINE_BYTES, BatchSettings
 from .tally import Tally, summary_text
@@ -213,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    except AttachError as exc:  # --attach to an application that is not running (or not MAI's)
+        print(f"mai-batch: --attach: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         close = getattr(bar, "close", None)
         if close is not None:

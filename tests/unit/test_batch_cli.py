@@ -359,3 +359,24 @@ def test_an_output_that_answers_another_input_is_refused_before_ray(no_ray, tmp_
     assert main([source, "--output", str(out), "--no-progress"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--output {out} answers line 2 as 'z'" in err and "'b'" in err
+
+
+def test_an_attach_to_an_application_that_is_not_running_is_one_line_and_exit_code_2(
+    monkeypatch, tmp_path, capsys
+):
+    import batch.cli
+    from batch.model_tier import AttachError
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: None)
+
+    def run(job, prepared, on_progress=None):
+        raise AttachError(f"no Serve application {job.attach!r} is running on this Ray cluster")
+
+    monkeypatch.setattr(batch.cli, "run", run)
+    source = written(tmp_path / "in.jsonl", openai_text("a"))
+    code = main([source, "--output", str(tmp_path / "out.jsonl"), "--attach", "gone", "--no-progress"])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "mai-batch: --attach: no Serve application 'gone' is running on this Ray cluster"
+    )
