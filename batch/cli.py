@@ -73,6 +73,17 @@ def parser() -> argparse.ArgumentParser:
         default=MAX_LINE_BYTES,
         help=f"longest input line; a longer one is an error line (default {MAX_LINE_BYTES})",
     )
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="answer again the rows whose output line is a server-side failure (5xx, 408, 429), "
+        "replacing their lines",
+    )
+    p.add_argument(
+        "--retry-client-errors",
+        action="store_true",
+        help="with --retry-errors: the rows the server refused (4xx) too",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -127,6 +138,8 @@ def job_of(args: argparse.Namespace) -> BatchJob:
             KeyRing(config.security).caller_named(args.key_name)
         except ValueError as exc:
             raise UsageError(f"--key-name: {exc}") from None
+    if args.retry_client_errors and not args.retry_errors:
+        raise UsageError("--retry-client-errors goes with --retry-errors")
     options = []
     for pair in args.option:
         key, equals, value = pair.partition("=")
@@ -152,6 +165,7 @@ def job_of(args: argparse.Namespace) -> BatchJob:
         records=records,
         fmt=InputFormat(args.format) if args.format else None,
         attach=args.attach,
+        retry_errors=("all" if args.retry_client_errors else "server") if args.retry_errors else None,
     )
 
 
@@ -198,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"mai-batch: {prepared.todo} rows to answer ({prepared.scan.fmt.value}"
         + (f", {len(prepared.done)} done before" if prepared.done else "")
+        + (f", {prepared.retried} errors asked again" if prepared.retried else "")
         + f") -> {prepared.path}",
         file=sys.stderr,
     )

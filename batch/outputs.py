@@ -21,6 +21,7 @@ the start of one): a file mai-batch did not write is refused as it is, never cut
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,3 +239,47 @@ class LineWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+# A row that failed on the server's side: the models (5xx), its time (408, 504) or the load (429).
+SERVER_SIDE = frozenset({408, 429})
+
+
+def status_of(row: dict[str, Any], fmt: InputFormat) -> int | None:
+    """The HTTP status an output line records; None for a line that was no request at all."""
+    if fmt is InputFormat.OPENAI:
+        response = row.get("response")
+        status = response.get("status_code") if isinstance(response, dict) else None
+    else:
+        status = row.get("status")
+    return status if isinstance(status, int) else None
+
+
+def retried(status: int | None, *, client_errors: bool = False) -> bool:
+    """Whether ``--retry-errors`` answers a row again: a server-side failure, and a 4xx when asked."""
+    if status is None:  # the line is no request (not JSON, a duplicate id): it would fail the same way
+        return False
+    return status >= 500 or status in SERVER_SIDE or (client_errors and 400 <= status < 500)
+
+
+def drop_errors(path: Path, fmt: InputFormat, *, client_errors: bool = False) -> int:
+    """Takes the lines of rows ``retried`` out of the output, so that the run answers them again and
+    its lines replace theirs; the count taken. The file is rewritten beside itself and renamed over
+    it: a crash leaves the old output or the new, and a rerun answers whatever is missing."""
+    if not path.exists():
+        return 0
+    drop_partial_last_line(path, fmt)
+    dropped = 0
+    partial = path.with_name(path.name + ".retry")
+    with path.open() as source, partial.open("w") as kept:
+        for text in source:
+            row = json.loads(text)
+            if retried(status_of(row, fmt), client_errors=client_errors):
+                dropped += 1
+            else:
+                kept.write(text)
+    if dropped:
+        os.replace(partial, path)
+    else:
+        partial.unlink()
+    return dropped

@@ -34,7 +34,7 @@ from .inputs import (
     first_format,
     scan_lines,
 )
-from .outputs import LineWriter, answered_ids, output_file
+from .outputs import LineWriter, answered_ids, drop_errors, output_file
 from .settings import BatchSettings, batch_config, rows_per_actor
 from .source import numbered_lines, open_input
 from .tally import Tally
@@ -56,6 +56,7 @@ class BatchJob:
     records: RecordSettings = RecordSettings()
     fmt: InputFormat | None = None
     attach: str | None = None
+    retry_errors: str | None = None  # "server": rows that failed on the server's side; "all": 4xx too
     command: str = "mai-batch"  # as typed: the records' run.json names it
     config_path: str | None = None
 
@@ -65,6 +66,7 @@ class Prepared:
     scan: InputScan
     path: Path  # the file the lines go to
     done: frozenset[int] = field(default_factory=frozenset)
+    retried: int = 0  # error lines taken out to be answered again (--retry-errors)
 
     @property
     def todo(self) -> int:
@@ -85,7 +87,13 @@ def prepare(job: BatchJob) -> Prepared:
     scan = scan_lines(numbered_lines(job.input, max_line_bytes), fmt, answered, limits)
     if scan.fmt is InputFormat.RECORDS:
         _prediction_store(job, scan).open(fresh=False)
-    return Prepared(scan, path, scan.answered)
+    retried = 0
+    if job.retry_errors is not None:  # once the output is known to be this input's, never before
+        retried = drop_errors(path, fmt, client_errors=job.retry_errors == "all")
+        if retried:
+            answered = answered_ids(path, fmt)
+            scan = scan_lines(numbered_lines(job.input, max_line_bytes), fmt, answered, limits)
+    return Prepared(scan, path, scan.answered, retried)
 
 
 def _format_of_first_line(job: BatchJob) -> InputFormat:

@@ -380,3 +380,45 @@ def test_an_attach_to_an_application_that_is_not_running_is_one_line_and_exit_co
     assert capsys.readouterr().err.splitlines()[-1] == (
         "mai-batch: --attach: no Serve application 'gone' is running on this Ray cluster"
     )
+
+
+def replied(line: int, custom_id: str, status: int) -> str:
+    """An OpenAI output line of a request the server answered with ``status``."""
+    response = {"status_code": status, "request_id": f"r{line}", "body": {}}
+    return (
+        json.dumps({"id": f"batch_req_{line}", "custom_id": custom_id, "response": response, "error": None})
+        + "\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "todo", "kept"),
+    [
+        (["--retry-errors"], "2 rows to answer (openai, 3 done before, 2 errors asked again)", [1, 4, 5]),
+        (
+            ["--retry-errors", "--retry-client-errors"],
+            "3 rows to answer (openai, 2 done before, 3 errors asked again)",
+            [1, 5],
+        ),
+    ],
+)
+def test_retry_errors_takes_the_failed_rows_lines_out_and_answers_them_again(
+    no_ray, tmp_path, capsys, flags, todo, kept
+):
+    source = written(tmp_path / "in.jsonl", openai_text("a", "b", "c", "d", "e"))
+    out = tmp_path / "out.jsonl"
+    lines = [replied(1, "a", 200), replied(2, "b", 503), replied(3, "c", 504), replied(4, "d", 400)]
+    out.write_text("".join(lines) + answered(5, "e"))  # line 5 was no request: never asked again
+    with pytest.raises(RayStarted):
+        main([source, "--output", str(out), "--no-progress", *flags])
+    assert capsys.readouterr().err == f"mai-batch: {todo} -> {out}\n"
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [
+        f"batch_req_{n}" for n in kept
+    ]
+    assert not (tmp_path / "out.jsonl.retry").exists()
+
+
+def test_retry_client_errors_alone_does_not_apply(no_ray, tmp_path, capsys):
+    source = written(tmp_path / "in.jsonl", openai_text("a"))
+    assert main([source, "--output", str(tmp_path / "o.jsonl"), "--retry-client-errors"]) == EXIT_USAGE
+    assert "goes with --retry-errors" in capsys.readouterr().err
