@@ -396,6 +396,9 @@ def test_the_cascade_samples_as_asked_and_returns_the_answers_logprobs(server):
             seed=7,
             logprobs=True,
             top_logprobs=2,
+            # One plan for both (the controller's explore share would send one in twenty another way,
+            # whose stages sample other tokens).
+            extra_body={"mai": {"options": {"plan": "sequential"}}},
         )
 
     raw = ask()
