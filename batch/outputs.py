@@ -262,24 +262,27 @@ def retried(status: int | None, *, client_errors: bool = False) -> bool:
     return status >= 500 or status in SERVER_SIDE or (client_errors and 400 <= status < 500)
 
 
-def drop_errors(path: Path, fmt: InputFormat, *, client_errors: bool = False) -> int:
+def drop_errors(path: Path, fmt: InputFormat, *, client_errors: bool = False) -> frozenset[int]:
     """Takes the lines of rows ``retried`` out of the output, so that the run answers them again and
-    its lines replace theirs; the count taken. The file is rewritten beside itself and renamed over
-    it: a crash leaves the old output or the new, and a rerun answers whatever is missing."""
+    its lines replace theirs; the input lines they answered. The file is rewritten beside itself and
+    renamed over it: a crash leaves the old output or the new, and a rerun answers whatever is
+    missing."""
     if not path.exists():
-        return 0
+        return frozenset()
     drop_partial_last_line(path, fmt)
-    dropped = 0
+    dropped: set[int] = set()
     partial = path.with_name(path.name + ".retry")
     with path.open() as source, partial.open("w") as kept:
         for text in source:
             row = json.loads(text)
             if retried(status_of(row, fmt), client_errors=client_errors):
-                dropped += 1
+                line = line_of(row, fmt)
+                assert line is not None  # answered_ids checked every line before
+                dropped.add(line)
             else:
                 kept.write(text)
     if dropped:
         os.replace(partial, path)
     else:
         partial.unlink()
-    return dropped
+    return frozenset(dropped)

@@ -12,7 +12,6 @@ flight when it stops are answered by the next run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.run import PredictionStore
-from harness.provenance import provenance
+from harness.provenance import provenance, stream_sha256
 from serve_app.config import AppConfig
 
 from .inputs import (
@@ -87,13 +86,10 @@ def prepare(job: BatchJob) -> Prepared:
     scan = scan_lines(numbered_lines(job.input, max_line_bytes), fmt, answered, limits)
     if scan.fmt is InputFormat.RECORDS:
         _prediction_store(job, scan).open(fresh=False)
-    retried = 0
+    retried: frozenset[int] = frozenset()
     if job.retry_errors is not None:  # once the output is known to be this input's, never before
         retried = drop_errors(path, fmt, client_errors=job.retry_errors == "all")
-        if retried:
-            answered = answered_ids(path, fmt)
-            scan = scan_lines(numbered_lines(job.input, max_line_bytes), fmt, answered, limits)
-    return Prepared(scan, path, scan.answered, retried)
+    return Prepared(scan, path, scan.answered - retried, len(retried))
 
 
 def _format_of_first_line(job: BatchJob) -> InputFormat:
@@ -128,11 +124,9 @@ def record_run(job: BatchJob, rows_in_flight: int) -> None:
 def _prediction_store(job: BatchJob, scan: InputScan) -> PredictionStore:
     """mai-eval's folder for the records' predictions (its manifest names the dataset: a local path
     or a URI as given, its digest read through the filesystem that holds it)."""
-    digest = hashlib.sha256()
     with open_input(job.input) as stream:
-        while block := stream.read(1 << 20):
-            digest.update(block)
-    return PredictionStore(job.output, job.input, range(scan.rows), dataset_sha256=digest.hexdigest())
+        digest = stream_sha256(stream)
+    return PredictionStore(job.output, job.input, range(scan.rows), dataset_sha256=digest)
 
 
 def run(

@@ -35,10 +35,16 @@ def git_commit(root: Path = ROOT) -> dict[str, Any]:
 
 def file_sha256(path: Path) -> str:
     """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
+        return stream_sha256(file)
+
+
+def stream_sha256(stream: Any) -> str:
+    """The SHA-256 of what a binary stream (a file, a pyarrow input stream) holds, read in 1 MiB
+    blocks."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: stream.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 
