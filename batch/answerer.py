@@ -31,7 +31,9 @@ from typing import Any
 
 from serve_app.config import AppConfig
 from serve_app.core.routes import DEGRADED
-from serve_app.edge.errors import EXPECTED, internal_error_body, request_error_of
+from serve_app.edge.errors import internal_error_body
+from serve_app.edge.outcomes import Forwarded, Refused, RequestOutcome
+from serve_app.edge.responses import chat_completion
 
 from .inputs import InputFormat, LineError, RecordSettings, Request, line_too_long, parse_line
 from .lines import Overlong
@@ -62,10 +64,14 @@ class RowJob:
 
 @dataclass(frozen=True)
 class Reply:
+    """A row's reply: its status and JSON body, and for an answer its route and tokens per model."""
+
     status: int
     body: Any
     latency_s: float
     attempts: int = 1
+    route: str | None = None
+    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class RowAnswerer:
@@ -143,11 +149,10 @@ class RowAnswerer:
         assert self._slots is not None
         async with self._slots:
             reply = await self.ask(parsed)
-        mai = reply.body.get("mai", {}) if isinstance(reply.body, dict) else {}
         outcome = {
             "status": reply.status,
-            "route": mai.get("route") if reply.status == 200 else None,
-            "tokens": mai.get("trace", {}).get("tokens", {}) if reply.status == 200 else {},
+            "route": reply.route,
+            "tokens": reply.tokens,
             "attempts": reply.attempts,
         }
         if job.fmt is InputFormat.OPENAI:
@@ -180,16 +185,12 @@ class RowAnswerer:
         started = time.monotonic()
         try:
             # The ingress reads the payload as a request's JSON; each attempt gets its own copy.
-            response = await self.ingress.chat(copy.deepcopy(request.body), request.request_id, self.caller)
-            status, body = response.status_code, json.loads(bytes(response.body))
-        except EXPECTED as exc:  # what the server answers with a 4xx, 503 or 504
-            error = request_error_of(exc)
-            status, body = error.status, error.body()
+            outcome = await self.ingress.chat(copy.deepcopy(request.body), request.request_id, self.caller)
         except Exception:  # a bug: the row's 500, its traceback logged under an id; the job goes on
             error_id = uuid.uuid4().hex
             logger.exception("mai-batch internal error %s on row %s", error_id, request.row_id)
-            status, body = 500, internal_error_body(error_id)
-        return Reply(status, body, time.monotonic() - started)
+            return Reply(500, internal_error_body(error_id), time.monotonic() - started)
+        return reply_of(outcome, time.monotonic() - started)
 
     def _error_row(self, line: int, text: str, error: LineError) -> dict[str, Any]:
         from .inputs import row_id_of
@@ -207,14 +208,24 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def reply_of(outcome: RequestOutcome, latency_s: float) -> Reply:
+    """A row's reply from the request path's outcome: the body the HTTP API would send, read as a
+    value (a forwarded request's route is none: no cascade ran)."""
+    if isinstance(outcome, Refused):
+        return Reply(outcome.status, outcome.error.body(), latency_s)
+    if isinstance(outcome, Forwarded):
+        # mai-batch never streams (batch/inputs.py refuses ``stream``): the engine's JSON reply
+        return Reply(200, outcome.body, latency_s)
+    result = outcome.result
+    tokens = result.trace.tokens().as_dict()
+    return Reply(200, chat_completion(outcome.job, result), latency_s, route=result.route, tokens=tokens)
+
+
 def _worth_retrying(reply: Reply) -> bool:
-    if reply.status in RETRIED_STATUSES:
-        return True
-    mai = reply.body.get("mai") if isinstance(reply.body, dict) else None
-    return reply.status == 200 and isinstance(mai, dict) and mai.get("route") in DEGRADED
+    return reply.status in RETRIED_STATUSES or reply.route in DEGRADED
 
 
 def _what_failed(reply: Reply) -> str:
     if reply.status != 200:
         return f"a {reply.status}"
-    return f"a degraded answer ({reply.body['mai']['route']})"
+    return f"a degraded answer ({reply.route})"

@@ -69,13 +69,23 @@ def by_module(calls: Counter[str], root: Path = ROOT) -> dict[str, int]:
     return dict(sorted(modules.items()))
 
 
+async def chat_completions(ingress: Any, request: Any) -> Any:
+    """``POST /v1/chat/completions`` through the handler of the checkout in use: its HTTP API's
+    (serve_app/edge/api.py) or, in a checkout from before that module, the replica's own method."""
+    try:
+        from serve_app.edge.api import chat_completions as handler
+    except ImportError:
+        return await ingress.chat_completions(request)
+    return await handler(ingress, request)
+
+
 async def _warm_then_measure(ingress_factory: Callable[[], Any], body: Any) -> tuple[Counter[str], Any]:
     ingress = ingress_factory()  # built in the event loop, as a replica is
-    await ingress.chat_completions(json_request(body, request_id="warm-up"))
+    await chat_completions(ingress, json_request(body, request_id="warm-up"))
     request = json_request(body, request_id="measured")
     calls: Counter[str] = Counter()
     with calls_counted(calls):
-        reply = await ingress.chat_completions(request)
+        reply = await chat_completions(ingress, request)
     return calls, reply
 
 

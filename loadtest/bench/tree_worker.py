@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from .cascade_request import EXPECTED_ROUTE, disagreeing_replica, request_body
-from .code_path import modules_run
+from .code_path import chat_completions, modules_run
 from .in_process import json_request
 
 
@@ -46,7 +46,7 @@ async def timed(ingress: Any, body: dict[str, Any], requests: int) -> list[float
     for _ in range(requests):
         request = json_request(body)
         started = time.perf_counter()
-        reply = await ingress.chat_completions(request)
+        reply = await chat_completions(ingress, request)
         seconds.append(time.perf_counter() - started)
         route = json.loads(reply.body).get("mai", {}).get("route") if reply.status_code == 200 else None
         if route != EXPECTED_ROUTE:

@@ -73,7 +73,7 @@ class Refusal:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Bill:
     """What one request of a key used, once it answered (or failed)."""
 
     tokens: Mapping[str, int] = field(default_factory=dict)  # per model id: prompt + completion
@@ -147,12 +147,12 @@ class Ledger:
         self.usage[key].refused += 1
         return refusal
 
-    def record(self, key: str, outcome: Outcome, now: float) -> None:
+    def record(self, key: str, bill: Bill, now: float) -> None:
         """What an admitted request used, once it has ended (answered or not)."""
         usage = self.usage[key]
         if self.running[key]:
             self.running[key].popleft()
-        spent = sum(outcome.tokens.values())
+        spent = sum(bill.tokens.values())
         if spent:
             self.tokens[key].add(now, spent)
             mean = self.mean_tokens.get(key)
@@ -163,11 +163,11 @@ class Ledger:
                 self.mean_tokens[key] = mean + MEAN_WEIGHT * deviation
                 variance = self.spread_tokens[key]
                 self.spread_tokens[key] = (1 - MEAN_WEIGHT) * (variance + MEAN_WEIGHT * deviation**2)
-        for model, count in outcome.tokens.items():
+        for model, count in bill.tokens.items():
             usage.tokens[model] += count
-        usage.errors += outcome.error
-        usage.early_exits += outcome.early_exit
-        usage.escalations += outcome.escalated
+        usage.errors += bill.error
+        usage.early_exits += bill.early_exit
+        usage.escalations += bill.escalated
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """Every key's usage since the ledger started, and its windows' totals now."""

@@ -19,7 +19,7 @@ from ..core.fair_share import FairShare
 from ..core.roles import ROLES
 from ..core.routes import EARLY_EXITS, Route
 from ..core.trace import CascadeResult
-from ..core.usage import Outcome
+from ..core.usage import Bill
 from .errors import EXPECTED, RequestError, request_error_of
 from .key_ledger import KeyLedger
 from .keys import Caller, KeyRing
@@ -35,7 +35,7 @@ class Grant:
 
     caller: Caller
     priority: int
-    outcome: Outcome | None = None
+    bill: Bill | None = None
     latency_s: float | None = None  # the cascade's own time (from the trace), once it answered
 
     def use(self, model: str) -> None:
@@ -43,14 +43,14 @@ class Grant:
         self.caller.check_model(model)
 
 
-def cascade_outcome(result: CascadeResult, model_ids: Mapping[str, str]) -> Outcome:
+def cascade_bill(result: CascadeResult, model_ids: Mapping[str, str]) -> Bill:
     """What a cascade request used: its tokens per model id, and how it ended."""
     tokens = result.trace.tokens()
     spent = {
         model_ids[role]: tokens[role].get("prompt_tokens", 0) + tokens[role].get("completion_tokens", 0)
         for role in ROLES
     }
-    return Outcome(
+    return Bill(
         tokens={model: count for model, count in spent.items() if count},
         route=result.route,
         early_exit=result.route in EARLY_EXITS,
@@ -110,21 +110,21 @@ class Access:
             try:
                 yield grant
             except EXPECTED as exc:
-                if grant.outcome is None:
+                if grant.bill is None:
                     failed = request_error_of(exc).status >= 500
-                    grant.outcome = Outcome(error=failed, rejected=not failed)
+                    grant.bill = Bill(error=failed, rejected=not failed)
                 raise
             finally:  # whatever ended it, the ledger hears of it once (its tokens' reservation ends)
-                self.record(caller, grant.outcome or Outcome(error=True))
+                self.record(caller, grant.bill or Bill(error=True))
         finally:
             ended = self.clock()
-            outcome = grant.outcome if grant is not None else None
-            answered = outcome is not None and not (outcome.error or outcome.rejected)
+            bill = grant.bill if grant is not None else None
+            answered = bill is not None and not (bill.error or bill.rejected)
             self.fair.leave(caller.name, ended, answered=answered)
-            if grant is not None and outcome is not None and outcome.route and grant.latency_s is not None:
+            if grant is not None and bill is not None and bill.route and grant.latency_s is not None:
                 alone = alone and self.entered == entered
                 seconds, in_flight = grant.latency_s, self.fair.total + 1
-                self.capacity.answered(outcome.route, seconds, alone=alone, in_flight=in_flight, now=ended)
+                self.capacity.answered(bill.route, seconds, alone=alone, in_flight=in_flight, now=ended)
 
     async def _admit(self, caller: Caller) -> dict | None:
         quota = (caller.key.requests_per_minute, caller.key.tokens_per_minute)
@@ -140,15 +140,15 @@ class Access:
         if self.metrics is not None:
             self.metrics.record_key(caller.name, outcome, tokens or {})
 
-    def record(self, caller: Caller, outcome: Outcome) -> None:
+    def record(self, caller: Caller, bill: Bill) -> None:
         """Tell the ledger (and the metrics) what a request used; never waits, never raises."""
-        ended = "error" if outcome.error else "rejected" if outcome.rejected else "answered"
-        self._count(caller, ended, outcome.tokens)
+        ended = "error" if bill.error else "rejected" if bill.rejected else "answered"
+        self._count(caller, ended, bill.tokens)
         if self.local is not None:
-            self.local.record(caller.name, asdict(outcome))
+            self.local.record(caller.name, asdict(bill))
             return
         try:
-            self.ledger.record.remote(caller.name, asdict(outcome))
+            self.ledger.record.remote(caller.name, asdict(bill))
         except Exception:  # the bill must not fail the request: logged with its traceback
             logger.exception("MAI key ledger: usage not recorded")
 

@@ -115,16 +115,26 @@ def request_error_of(exc: Exception) -> RequestError:
 EXPECTED = (RequestError, InputRejectedError, ModelUnavailableError, EngineError, UnknownSelectorError)
 
 
+def noted(error: RequestError, record: Callable[[int, str], None]) -> RequestError:
+    """``error``, counted (``record``: by status and code) and, for a failure of the server's side,
+    logged: what every refusal goes through once, whichever way it reaches the client."""
+    if error.status >= 500:
+        logger.warning("MAI request failed: %s", error.message)
+    record(error.status, error.code)
+    return error
+
+
+def error_response(error: RequestError) -> Response:
+    """A refusal as HTTP: its JSON body, status and headers."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
 def install_error_handlers(api: FastAPI, record: Callable[[int, str], None]) -> None:
     """Every expected exception a route raises becomes its JSON error body (``record``-ed by status and
     code); anything else becomes a 500 with an error id and a logged traceback."""
 
     async def expected(request: Request, exc: Exception) -> Response:
-        error = request_error_of(exc)
-        if error.status >= 500:
-            logger.warning("MAI request failed: %s", error.message)
-        record(error.status, error.code)
-        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+        return error_response(noted(request_error_of(exc), record))
 
     for kind in (*EXPECTED, StarletteHTTPException):
         api.add_exception_handler(kind, expected)

@@ -1,8 +1,10 @@
-"""MAIIngress: the FastAPI ingress deployment that runs the cascade over the two model deployments.
+"""MAIIngress: the ingress deployment that runs the cascade over the two model deployments.
 
-The FastAPI app is built when a replica starts (``__serve_build_asgi_app__``), from the validated
-config: CORS is part of it from the start, and the route handlers only wire the request models
-(``protocol``), request -> job (``jobs``), the cascade, and job + result -> reply (``responses``).
+The replica holds the request path: a request's key and admission (``access``), its route
+(``routing``), its job (``jobs``), its decision and the cascade, or its forwarding to a model
+(``passthrough``). The path returns values (``outcomes``: answered, forwarded, refused); the HTTP API
+(``api``, built when a replica starts: ``__serve_build_asgi_app__``) renders them, and ``mai-batch``
+reads them as they are.
 """
 
 # No ``from __future__ import annotations`` here: the replica gets this class by value (cloudpickle),
@@ -11,38 +13,34 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from ray import serve
 
 from ..clients.failures import transport_errors
 from ..clients.llm_server import LLMServerClient, attention_scorer
-from ..config import AppConfig, Security
+from ..config import AppConfig
 from ..core.capacity import Capacity
 from ..core.decision import Decision, Observer, decide, fleet_overload
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
-from ..core.usage import Outcome
-from .access import Access, Grant, cascade_outcome
-from .console import add_console_routes, console_files, console_settings
-from .errors import RequestError, install_error_handlers, unavailable
+from ..core.usage import Bill
+from .access import Access, Grant, cascade_bill
+from .errors import RequestError, noted, unavailable
 from .images import check_image_bytes_under
-from .jobs import Job, answer_request, job_from_answer, job_from_chat, remote_image_policy
+from .jobs import Job, answer_request, job_from_answer, job_from_chat, remote_image_policy, request_id_of
 from .json_body import parse_json
 from .keys import ANONYMOUS_CALLER, Caller, KeyRing
 from .metrics import IngressMetrics, RequestMetrics
+from .outcomes import Answered, Forwarded, Refused, RequestOutcome, settled
 from .parts import IngressParts, build_parts
 from .passthrough import chat_request, forward
 from .passthrough_body import checked_body
-from .protocol import AnswerRequest, ChatRequest, openapi_body
-from .readiness import readiness_reply
 from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
-from .responses import answer_reply, chat_reply, models_list
 from .routing import Passthrough, route
 from .security import BodyReads, read_body
 from .stats_holder import stats_body
@@ -51,61 +49,12 @@ from .stats_reporter import StatsReporter
 logger = logging.getLogger("ray.serve")
 
 
-def _request_id(request: Request) -> str | None:
-    """Serve's id of this request: the client's ``x-request-id`` when it sent one, else one Serve made.
-    Serve's proxy returns it in the ``x-request-id`` response header."""
+def request_id_header(request: Request) -> str | None:
+    """The id the request came with: the client's ``x-request-id``, else the one Serve's proxy made
+    (which it returns in the ``x-request-id`` response header); ``jobs.request_id_of`` checks it."""
     from ray.serve.context import _get_serve_request_context
 
     return request.headers.get("x-request-id") or _get_serve_request_context().request_id or None
-
-
-def _address(request: Request) -> str:
-    return request.client.host if request.client else ""
-
-
-def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
-    """The HTTP API of one ingress replica: its routes, error bodies and CORS policy."""
-    api = FastAPI(
-        title="MAI Serve",
-        description="Multi-agent inference for vision-language models",
-        version="0.1.0",
-        openapi_url=None,  # served below, behind the key, when security.openapi is on
-        docs_url=None,
-        redoc_url=None,
-    )
-    install_error_handlers(api, ingress.metrics.record_error)
-    if security.openapi:
-
-        async def openapi(request: Request) -> JSONResponse:
-            ingress.access.identify(request.headers)
-            return JSONResponse(api.openapi())
-
-        api.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
-    if security.cors_allow_origins:
-        from fastapi.middleware.cors import CORSMiddleware
-
-        api.add_middleware(
-            CORSMiddleware,
-            allow_origins=security.cors_allow_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["authorization", "content-type", "x-api-key", "x-request-id"],
-        )
-    api.add_api_route("/healthz", ingress.healthz, methods=["GET"])
-    api.add_api_route("/readyz", ingress.readyz, methods=["GET"])
-    api.add_api_route("/v1/models", ingress.models, methods=["GET"])
-    api.add_api_route(
-        "/v1/chat/completions",
-        ingress.chat_completions,
-        methods=["POST"],
-        openapi_extra=openapi_body(ChatRequest),
-    )
-    api.add_api_route(
-        "/v1/mai/answer", ingress.answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest)
-    )
-    api.add_api_route("/v1/mai/stats", ingress.stats, methods=["GET"])
-    settings = console_settings(ingress.cascade.selectors, ingress.config.cascade.audit.report_interval_s)
-    add_console_routes(api, console_files(), settings, ingress.access.identify)
-    return api
 
 
 class IngressReplica:
@@ -198,6 +147,8 @@ class IngressReplica:
         self._reporter: asyncio.Task | None = None
 
     def __serve_build_asgi_app__(self) -> FastAPI:
+        from .api import build_api
+
         return build_api(self, self.config.security)
 
     def record_autoscaling_stats(self) -> dict[str, float]:
@@ -205,46 +156,55 @@ class IngressReplica:
         application's coupled policy reads (serve_app/edge/autoscaling_policy.py)."""
         return self.demand.report()
 
-    async def healthz(self) -> dict[str, str]:
-        """Liveness: the ingress answers, whatever the models do."""
-        return {"status": "ok"}
+    async def chat(
+        self, payload: Any, request_id: str | None, caller: Caller = ANONYMOUS_CALLER
+    ) -> RequestOutcome:
+        """One chat completion request, parsed, from its JSON on, for ``caller``'s key: what ``POST
+        /v1/chat/completions`` runs once its body is read, and what a batch row runs
+        (batch/answerer.py). Its outcome, as a value; a bug rises as an exception."""
+        return await self._settled(self._admitted_chat(payload, request_id, caller))
 
-    async def readyz(self) -> JSONResponse:
-        """Readiness: 200 once every model deployment answers a check, else 503 naming those that do
-        not (serve_app/edge/readiness.py); the check is reused for a few seconds."""
-        check = await self.readiness.current()
-        status, body, headers = readiness_reply(check, self.readiness.now())
-        return JSONResponse(body, status_code=status, headers=headers)
+    # -- the request path: values ----------------------------------------------------------------
 
-    async def models(self, request: Request):
+    async def _settled(self, path: Awaitable[Answered | Forwarded]) -> RequestOutcome:
+        outcome = await settled(path)
+        if isinstance(outcome, Refused):
+            noted(outcome.error, self.metrics.record_error)
+        return outcome
+
+    async def chat_over_http(self, request: Request) -> RequestOutcome:
+        """``POST /v1/chat/completions``: the key, the request's id, its admission, then its body."""
+        return await self._settled(self._chat_over_http(request))
+
+    async def answer_over_http(self, request: Request) -> RequestOutcome:
+        """``POST /v1/mai/answer``, as ``chat_over_http``."""
+        return await self._settled(self._answer_over_http(request))
+
+    async def _chat_over_http(self, request: Request) -> Answered | Forwarded:
         caller = self.access.identify(request.headers)
-        return models_list(tuple(self.model_handles), self.exposure, caller.may_use)
-
-    async def chat_completions(self, request: Request):
-        caller = self.access.identify(request.headers)
+        request_id = request_id_of(request_id_header(request))
         async with self.access.admitted(caller) as grant:
             payload = await self._payload(request, caller)
-            return await self._chat(payload, _request_id(request), grant)
+            return await self._chat(payload, request_id, grant)
 
-    async def chat(self, payload: Any, request_id: str | None, caller: Caller = ANONYMOUS_CALLER):
-        """One chat completion request, parsed, from its JSON on: what ``POST /v1/chat/completions``
-        runs once its body is read, and what a batch row runs (batch/answerer.py), for ``caller``'s
-        key."""
+    async def _admitted_chat(
+        self, payload: Any, request_id: str | None, caller: Caller
+    ) -> Answered | Forwarded:
+        request_id = request_id_of(request_id)
         async with self.access.admitted(caller) as grant:
             return await self._chat(payload, request_id, grant)
 
-    async def answer(self, request: Request):
+    async def _answer_over_http(self, request: Request) -> Answered:
         caller = self.access.identify(request.headers)
+        request_id = request_id_of(request_id_header(request))
         async with self.access.admitted(caller) as grant:
             payload = await self._payload(request, caller)
             answer = answer_request(payload)
             grant.use(answer.model)  # before any image is fetched or checked
-            job = await job_from_answer(self.config, answer, _request_id(request), self._fetch_image)
-            return await self._answer(job, answer_reply, grant)
+            job = await job_from_answer(self.config, answer, request_id, self._fetch_image)
+            return await self._answer(job, grant)
 
-    # -------------------------------------------------------------------------------------------
-
-    async def _chat(self, payload: Any, request_id: str | None, grant: Grant):
+    async def _chat(self, payload: Any, request_id: str, grant: Grant) -> Answered | Forwarded:
         routed = route(payload, self.config)
         if isinstance(routed, Passthrough):
             # The model the client named: ``mai`` when it sent there what MAI does not fit.
@@ -252,23 +212,23 @@ class IngressReplica:
             return await self._passthrough(routed, grant)
         grant.use(routed.request.model)  # before any image is fetched or checked
         job = await job_from_chat(self.config, routed, request_id, self._fetch_image)
-        return await self._answer(job, chat_reply, grant)
+        return await self._answer(job, grant)
 
     async def _payload(self, request: Request, caller: Caller) -> Any:
         """The request's JSON, once its size passes. Bodies being read at once are bounded per key,
         and for anonymous callers per client address (serve_app/edge/security.py)."""
         limits = self.config.limits
-        reader = caller.name if caller is not ANONYMOUS_CALLER else f"address {_address(request)}"
+        address = request.client.host if request.client else ""
+        reader = caller.name if caller is not ANONYMOUS_CALLER else f"address {address}"
         with self.body_reads.from_client(reader):
             body = await read_body(
                 request.headers, request.stream(), limits.max_body_bytes, limits.body_timeout_s
             )
         return parse_json(body, self.config.limits)
 
-    async def stats(self, request: Request):
+    async def stats(self, caller: Caller) -> dict[str, Any]:
         """The audit statistics of every replica, merged (docs/api.md, "Audits"); for an admin key, every
         key's usage too."""
-        caller = self.access.identify(request.headers)
         usage = {"usage": await self.access.usage()} if caller.key.admin else {}
         cascade = self.config.cascade
         if self.stats_holder is None:  # this replica alone: its own overload level
@@ -290,20 +250,19 @@ class IngressReplica:
                 f"the statistics holder is restarting ({type(exc).__name__})", code="stats_unavailable"
             ) from None
 
-    async def _answer(self, job: Job, reply: Callable[[Job, CascadeResult], Any], grant: Grant):
+    async def _answer(self, job: Job, grant: Grant) -> Answered:
         await self.readiness.wait(self.config.readiness.wait_s)
         self._start_reporting()
         self.demand.arrived()
         decision = self._decide(job)
         result = await self._run(job, decision, grant.priority)
-        grant.outcome, grant.latency_s = cascade_outcome(result, self.model_ids), result.trace.latency_s
+        grant.bill, grant.latency_s = cascade_bill(result, self.model_ids), result.trace.latency_s
         for observer in self.observers:
             observer.answered(decision, result)
-        response = reply(job, result)
-        # The reply exists: an audit can neither delay nor change it.
+        # The answer is final: an audit, which starts after it is returned, can neither delay nor change it.
         shed, contended = self.overload.sheds_audits(), self.access.fair.contended()
         self.auditor.served(job, decision, result, overloaded=shed, contended=contended)
-        return response
+        return Answered(job, decision, result)
 
     def _decide(self, job: Job) -> Decision:
         """Everything decided for ``job`` before it runs, once (serve_app/core/decision.py): its class,
@@ -343,7 +302,7 @@ class IngressReplica:
         )
         self.plans.update(view)
 
-    async def _passthrough(self, decision: Passthrough, grant: Grant):
+    async def _passthrough(self, decision: Passthrough, grant: Grant) -> Forwarded:
         """The request to the model it names, unchanged, after the same image checks as the cascade's.
         ``decision.reason``: why ``mai`` sent it there (in the reply's ``mai`` object and
         ``x-mai-route-reason``)."""
@@ -352,21 +311,15 @@ class IngressReplica:
         model_id, reason = decision.model_id, decision.reason
         payload = await checked_body(decision.payload, self.config.limits, self._fetch_image)
         await self.readiness.wait(self.config.readiness.wait_s)
-        headers = {"x-mai-route": "passthrough"}
-        extra = None
-        if reason is not None:
-            headers["x-mai-route-reason"] = reason
-            extra = {"mai": {"route": "passthrough", "reason": reason, "model": model_id}}
         reply = await forward(
             self.model_handles[model_id],
             chat_request(payload, model_id),
             model_id,
-            headers,
-            extra=extra,
+            reason=reason,
             timeout_s=self.config.request_timeout_s,
         )
         seconds = time.monotonic() - started
-        grant.outcome = Outcome()
+        grant.bill = Bill()
         self.metrics.record_passthrough("mai" if reason is not None else model_id, seconds)
         self.demand.passed_through(self.model_roles[model_id], seconds)
         return reply

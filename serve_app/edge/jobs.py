@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,9 +40,9 @@ class Job:
     question: Question
     options: CascadeOptions
     model: str  # the OpenAI model name of the policy
+    request_id: str  # made once, where the request came in (``request_id_of``)
     stream: bool = False
     include_usage_in_stream: bool = False
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     task: str | None = None  # the client's task tag: the question's class is its kind refined by it
 
 
@@ -189,7 +189,8 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def request_id_of(header: str | None) -> str:
-    """The client's ``x-request-id`` when it is a plain token, else a new id."""
+    """A request's id, made once where it comes in: the client's ``x-request-id`` when it is a plain
+    token (else a 400), a new id without one."""
     if header is None:
         return uuid.uuid4().hex
     if not _REQUEST_ID.match(header):
@@ -202,7 +203,7 @@ def request_id_of(header: str | None) -> str:
 
 
 async def job_from_chat(
-    config: AppConfig, routed: ToCascade, request_id: str | None, fetch_image: ImageFetcher
+    config: AppConfig, routed: ToCascade, request_id: str, fetch_image: ImageFetcher
 ) -> Job:
     """The cascade job of a chat request ``routing.route`` sent to the cascade: the gate has read its
     user turn and found it fits (``routing.misfit``)."""
@@ -231,14 +232,13 @@ async def job_from_chat(
     )
     check_answer_form(question, options, "mai.choices")
     include_usage = bool((request.stream_options or {}).get("include_usage"))
-    job_id = request_id_of(request_id)
     return Job(
         await _with_image(question, fetch_image, "messages"),
         options,
         request.model,
         stream=request.stream,
         include_usage_in_stream=include_usage,
-        request_id=job_id,
+        request_id=request_id,
         task=extra.task,
     )
 
@@ -249,7 +249,7 @@ def answer_request(payload: Any) -> AnswerRequest:
 
 
 async def job_from_answer(
-    config: AppConfig, request: AnswerRequest, request_id: str | None, fetch_image: ImageFetcher
+    config: AppConfig, request: AnswerRequest, request_id: str, fetch_image: ImageFetcher
 ) -> Job:
     question = _question(
         config,
@@ -264,6 +264,5 @@ async def job_from_answer(
     check_prompt_size(config, [question.question], "question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     check_answer_form(question, options, "choices")
-    job_id = request_id_of(request_id)
     question = await _with_image(question, fetch_image, "image")
-    return Job(question, options, request.model, request_id=job_id, task=request.task)
+    return Job(question, options, request.model, request_id=request_id, task=request.task)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ray import serve
 
-from ..core.usage import Ledger, Outcome, Quota
+from ..core.usage import Bill, Ledger, Quota
 
 
 class KeyLedger:
@@ -24,8 +24,8 @@ class KeyLedger:
         refusal = self.ledger.admit(key, Quota(requests_per_minute, tokens_per_minute), time.monotonic())
         return None if refusal is None else asdict(refusal)
 
-    def record(self, key: str, outcome: dict[str, Any]) -> None:
-        self.ledger.record(key, Outcome(**outcome), time.monotonic())
+    def record(self, key: str, bill: dict[str, Any]) -> None:
+        self.ledger.record(key, Bill(**bill), time.monotonic())
 
     def snapshot(self) -> dict[str, Any]:
         return self.ledger.snapshot(time.monotonic())

@@ -13,11 +13,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from ..clients.failures import engine_call, error_response_failure
 from .errors import RequestError, describe_validation_error
+from .outcomes import Forwarded
 
 
 def chat_request(payload: dict[str, Any], model_id: str) -> Any:
@@ -49,15 +49,15 @@ async def forward(
     handle: Any,
     request: Any,
     model_id: str,
-    headers: dict[str, str],
     *,
-    extra: dict[str, Any] | None = None,
+    reason: str | None = None,
     timeout_s: float | None = None,
-) -> JSONResponse | StreamingResponse:
-    """Send ``request`` to the LLMServer behind ``handle``; a JSON reply (with ``extra`` added), or the
-    engine's token stream as server-sent events. Raises the ``EngineError`` family for an engine error
-    that arrives before any token, and a 504 when nothing arrives within ``timeout_s``; a stream that
-    has not ended ``timeout_s`` after the request was sent ends with a timeout error event."""
+) -> Forwarded:
+    """Send ``request`` to the LLMServer behind ``handle``; its JSON reply (with a ``mai`` object naming
+    ``reason`` when ``mai`` sent it there), or the engine's token stream as server-sent events. Raises
+    the ``EngineError`` family for an engine error that arrives before any token, and a 504 when nothing
+    arrives within ``timeout_s``; a stream that has not ended ``timeout_s`` after the request was sent
+    ends with a timeout error event."""
     from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper, _peek_at_generator
     from ray.serve.llm.openai_api_models import ErrorResponse
 
@@ -78,7 +78,10 @@ async def forward(
     if isinstance(head, ErrorResponse):
         raise error_response_failure(head, model_id)
     if not request.stream:
-        return JSONResponse(head.model_dump(mode="json", exclude_none=True) | (extra or {}), headers=headers)
+        extra = (
+            {} if reason is None else {"mai": {"route": "passthrough", "reason": reason, "model": model_id}}
+        )
+        return Forwarded(model_id, reason, body=head.model_dump(mode="json", exclude_none=True) | extra)
 
     async def events() -> AsyncIterator[str]:
         packets = _openai_json_wrapper(stream)
@@ -101,4 +104,4 @@ async def forward(
         finally:  # a client that leaves mid-stream, or the deadline: abort the engine's request
             response.cancel()
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+    return Forwarded(model_id, reason, events=events())

@@ -1,5 +1,6 @@
-"""A job and its cascade result turned into the response body: an OpenAI chat completion (or its
-stream of chunks), the native answer, an error. The route handlers only pass them on."""
+"""The request path's outcomes (``outcomes``) turned into HTTP: a job and its cascade result as an
+OpenAI chat completion (or its stream of chunks) or the native answer, a model's forwarded reply, a
+refusal's error body. The only place a request's outcome becomes a response."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..core.contracts import TokenLogprob
 from ..core.trace import CascadeResult
-from .errors import RequestError
+from .errors import error_response
 from .jobs import Job
+from .outcomes import Forwarded, Refused, RequestOutcome
 from .protocol import POLICY_OF_MODEL
 
 
@@ -158,5 +160,12 @@ def answer_reply(job: Job, result: CascadeResult) -> JSONResponse:
     return JSONResponse(answer_response(job, result), headers=_route_header(result))
 
 
-def error_reply(error: RequestError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+def http_reply(outcome: RequestOutcome, answered: Callable[[Job, CascadeResult], Response]) -> Response:
+    """``outcome`` as HTTP: ``answered`` renders an answer (``chat_reply`` or ``answer_reply``)."""
+    if isinstance(outcome, Refused):
+        return error_response(outcome.error)
+    if isinstance(outcome, Forwarded):
+        if outcome.events is not None:
+            return StreamingResponse(outcome.events, media_type="text/event-stream", headers=outcome.headers)
+        return JSONResponse(outcome.body, headers=outcome.headers)
+    return answered(outcome.job, outcome.result)

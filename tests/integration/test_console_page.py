@@ -57,7 +57,7 @@ class AppServer:
 
 @pytest.fixture
 def keyed_server():
-    from serve_app.edge.ingress import build_api
+    from serve_app.edge.api import build_api
 
     simple = {PromptKind.SIMPLE: "[[yes]]"}
     ingress = replica(
@@ -127,7 +127,7 @@ def test_a_server_that_went_away_is_said_on_the_page(keyed_server, driver):
 
 @pytest.fixture
 def two_key_server():
-    from serve_app.edge.ingress import build_api
+    from serve_app.edge.api import build_api
     from serve_app.edge.keys import KeyRing, NamedKey
 
     simple = {PromptKind.SIMPLE: "[[yes]]"}

@@ -8,7 +8,7 @@ from typing import Any
 
 from serve_app.config import AppConfig
 from serve_app.edge.images import ImageFetcher
-from serve_app.edge.jobs import Job, answer_request, job_from_answer, job_from_chat
+from serve_app.edge.jobs import Job, answer_request, job_from_answer, job_from_chat, request_id_of
 from serve_app.edge.routing import Passthrough, route
 
 
@@ -22,10 +22,10 @@ def chat_job(
     routed = route(payload, config)
     if isinstance(routed, Passthrough):
         return routed
-    return asyncio.run(job_from_chat(config, routed, request_id, fetch))
+    return asyncio.run(job_from_chat(config, routed, request_id_of(request_id), fetch))
 
 
 def answer_job(
     config: AppConfig, payload: Any, request_id: str | None = None, fetch: ImageFetcher = no_download
 ) -> Job:
-    return asyncio.run(job_from_answer(config, answer_request(payload), request_id, fetch))
+    return asyncio.run(job_from_answer(config, answer_request(payload), request_id_of(request_id), fetch))

@@ -1,4 +1,4 @@
-"""An ingress replica in process, without Ray: its real route handlers (``edge.ingress.build_api``) and
+"""An ingress replica in process, without Ray: its real route handlers (``edge.api.build_api``) and
 parts (``edge.parts.build_parts``) over scripted model clients."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from serve_app.config import AppConfig
-from serve_app.edge.ingress import MAIIngress, build_api
+from serve_app.edge.api import build_api
+from serve_app.edge.ingress import MAIIngress
 from serve_app.edge.keys import KeyRing, unlimited
 from serve_app.edge.metrics import Metrics
 from serve_app.edge.parts import build_parts

@@ -1,4 +1,4 @@
-"""The ingress's HTTP API (its real route handlers and error handling, ``edge.ingress.build_api``) in
+"""The ingress's HTTP API (its real route handlers and error handling, ``edge.api.build_api``) in
 process, without Ray: the replica's attributes are set by hand and the cascade's clients are
 scripted. What reaches the client for a bug, a failed model and a refused input."""
 

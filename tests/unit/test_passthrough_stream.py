@@ -46,8 +46,8 @@ class Handle:
         return self.stream
 
 
-async def read(response) -> list[str]:
-    return [chunk async for chunk in response.body_iterator]
+async def read(forwarded) -> list[str]:
+    return [chunk async for chunk in forwarded.events]
 
 
 def test_a_stream_that_stalls_ends_at_the_deadline_and_cancels_the_engine():
@@ -56,7 +56,7 @@ def test_a_stream_that_stalls_ends_at_the_deadline_and_cancels_the_engine():
 
     async def run():
         started = time.monotonic()
-        response = await forward(Handle(engine), request, "l", {}, timeout_s=0.3)
+        response = await forward(Handle(engine), request, "l", timeout_s=0.3)
         chunks = await read(response)
         return chunks, time.monotonic() - started
 
@@ -82,4 +82,4 @@ def test_a_stream_within_its_deadline_ends_as_the_engine_ends_it():
 
 
 async def read_all(handle, request):
-    return await read(await forward(handle, request, "l", {}, timeout_s=5))
+    return await read(await forward(handle, request, "l", timeout_s=5))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from serve_app.core.capacity import Capacity
 from serve_app.core.fair_share import FairShare
-from serve_app.core.usage import Ledger, Outcome, Quota, Window
+from serve_app.core.usage import Bill, Ledger, Quota, Window
 from serve_app.edge.access import Access
 from serve_app.edge.errors import RequestError
 from serve_app.edge.keys import Caller, KeyRing, NamedKey
@@ -32,7 +32,7 @@ def test_the_ledger_admits_under_the_quotas_and_names_the_one_exceeded():
     refusal = ledger.admit("a", quota, 3)
     assert (refusal.quota, refusal.limit, refusal.retry_after_s) == ("requests_per_minute", 3, 57)
     assert ledger.admit("b", quota, 3) is None  # another key has its own
-    ledger.record("b", Outcome(tokens={"large": 100}), 4)
+    ledger.record("b", Bill(tokens={"large": 100}), 4)
     refusal = ledger.admit("b", quota, 5)
     assert (refusal.quota, refusal.limit) == ("tokens_per_minute", 100)
     assert ledger.admit("a", quota, 60.5) is None  # a minute on
@@ -45,19 +45,19 @@ def test_running_requests_reserve_the_keys_mean_tokens_so_the_quota_holds():
     ledger = Ledger()
     quota = Quota(tokens_per_minute=1100)
     assert ledger.admit("a", quota, 0) is None  # no mean yet: nothing reserved
-    ledger.record("a", Outcome(tokens={"large": 300}), 1)
+    ledger.record("a", Bill(tokens={"large": 300}), 1)
     assert ledger.admit("a", quota, 2) is None  # 300 used + this one's 300 expected
     assert ledger.admit("a", quota, 2) is None  # 300 + two running x 300 = 900
     refusal = ledger.admit("a", quota, 2)  # a third: 300 + 3 x 300 = 1200, over 1100
     assert refusal is not None and refusal.quota == "tokens_per_minute"
-    ledger.record("a", Outcome(tokens={"large": 100}), 3)  # one ended: mean 260, deviation 80
+    ledger.record("a", Bill(tokens={"large": 100}), 3)  # one ended: mean 260, deviation 80
     assert ledger.admit("a", quota, 3) is None  # 400 used + (one running + this one) x 340 = 1080
 
 
 def test_a_reservation_never_told_of_its_end_lapses():
     ledger = Ledger()
     quota = Quota(tokens_per_minute=500)
-    ledger.record("a", Outcome(tokens={"large": 200}), 0)
+    ledger.record("a", Bill(tokens={"large": 200}), 0)
     assert ledger.admit("a", quota, 1) is None and ledger.admit("a", quota, 1) is not None
     assert ledger.admit("a", quota, 1 + 600.5) is None  # the untold one lapsed, the window emptied
 
@@ -202,7 +202,7 @@ async def test_through_the_access_a_quota_is_a_429_naming_it_with_retry_after():
             grant.use("mai")
             assert grant.priority == 0
             if n == 0:
-                grant.outcome = Outcome(tokens={"qwen3-vl-8b": 40}, early_exit=True)
+                grant.bill = Bill(tokens={"qwen3-vl-8b": 40}, early_exit=True)
     with pytest.raises(RequestError) as caught:
         async with access.admitted(caller):
             pass
