@@ -20,19 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.config import AppConfig
-from serve_app.core.roles import LARGE, ROLES, SMALL
+from serve_app.core.roles import ROLES, TIER
 
 STARTED_APP_PREFIX = "mai-batch"
-# What a batch job calls: the two models (the cascade's ROLES), the scorer, the statistics holder and
-# the key ledger.
-TARGET_NAMES = (*ROLES, "scorer", "stats", "ledger")
-_PREFIXES = {
-    "small": "small:",
-    "large": "large:",
-    "scorer": "AttentionScorer",
-    "stats": "StatsHolder",
-    "ledger": "KeyLedger",
-}
 
 
 class AttachError(RuntimeError):
@@ -71,28 +61,16 @@ class Targets:
             handle(self.ledger),
         )
 
+    def all(self) -> list[Target]:
+        return [t for t in (self.small, self.large, self.scorer, self.stats, self.ledger) if t is not None]
+
 
 def model_apps(config: AppConfig) -> dict[str, Any]:
-    """The applications a job starts: each model's, the scorer's when configured, the holder's and
-    the key ledger's."""
-    from deployments.vlm import build_vlm_deployment
-    from serve_app.app import build_scorer
-    from serve_app.edge.key_ledger import KeyLedgerDeployment
-    from serve_app.edge.stats_holder import StatsHolderDeployment
+    """The applications a job starts: the server's model tier (``serve_app.app.model_tier``), by the
+    same names, without its ingress."""
+    from serve_app.app import model_tier
 
-    cascade = config.cascade
-    apps = {
-        "small": build_vlm_deployment(config.small, SMALL),
-        "large": build_vlm_deployment(config.large, LARGE),
-        "stats": StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
-            cascade.audit, cascade.adaptive, overload_enabled=False
-        ),
-        "ledger": KeyLedgerDeployment.bind(),  # type: ignore[attr-defined]  # a Deployment
-    }
-    scorer = build_scorer(config)
-    if scorer is not None:
-        apps["scorer"] = scorer
-    return apps
+    return model_tier(config)
 
 
 def start(apps: Mapping[str, Any]) -> Targets:
@@ -107,12 +85,19 @@ def start(apps: Mapping[str, Any]) -> Targets:
     return _targets({name: (names[name], _deployments(names[name])) for name in apps})
 
 
-def stop(targets: Targets) -> None:
+def stop(targets: Targets, timeout_s: float = 120.0) -> None:
+    """Delete the applications a job started, together: every delete is asked at once, then their end
+    is awaited once (a blocking delete each would poll each in turn)."""
+    import time
+
     from ray import serve
 
-    for target in (targets.small, targets.large, targets.scorer, targets.stats, targets.ledger):
-        if target is not None:
-            serve.delete(target.app)
+    apps = {target.app for target in targets.all()}
+    for app in apps:
+        serve.delete(app, _blocking=False)
+    deadline = time.monotonic() + timeout_s
+    while apps & set(serve.status().applications) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def attach(app: str) -> Targets:
@@ -121,7 +106,7 @@ def attach(app: str) -> Targets:
     if not deployments:
         raise AttachError(f"no Serve application {app!r} is running on this Ray cluster")
     found: dict[str, tuple[str, list[str]]] = {}
-    for target, prefix in _PREFIXES.items():
+    for target, prefix in TIER.items():
         names = [name for name in deployments if name.startswith(prefix)]
         if len(names) > 1:
             raise AttachError(f"application {app!r} has {len(names)} {target} deployments: {names}")
@@ -130,7 +115,7 @@ def attach(app: str) -> Targets:
     for role in ROLES:
         if role not in found:
             raise AttachError(
-                f"application {app!r} has no {role} model deployment (one named {_PREFIXES[role]}...); "
+                f"application {app!r} has no {role} model deployment (one named {TIER[role]}...); "
                 f"it has {sorted(deployments)}"
             )
     return _targets(found)

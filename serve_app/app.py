@@ -1,9 +1,11 @@
-"""The application builder ``serve run`` imports: ``import_path: serve_app.app:build_app``.
+"""The composition root: the application builder ``serve run`` imports (``import_path:
+serve_app.app:build_app``), over the model tier that ``mai-batch`` serves too (``model_tier``).
 
 small VLM (LLMServer) ─┐
                        ├─► MAIIngress (FastAPI) ◄── HTTP
 large VLM (LLMServer) ─┘        │
-                        StatsHolder (the statistics of every ingress replica: audits, plans, overload)
+                        StatsHolder (the statistics of every ingress replica: audits, plans, overload),
+                        KeyLedger (every API key's quotas and usage), AttentionScorer (when configured)
 """
 
 from __future__ import annotations
@@ -26,26 +28,38 @@ from .engines.model_limits import with_model_limits
 logger = logging.getLogger("ray.serve")
 
 
-def build_ingress(
-    config: AppConfig,
-    small: Application,
-    large: Application,
-    scorer: Application | None = None,
-    access: str = "keys",
-) -> Application:
-    """Bind the ingress to two model deployments (LLMServers, or anything with the same ``chat``) and,
-    for sparse reasoning transfer, the attention scorer; ``access``: how callers reach it (``keys``,
+def model_tier(
+    config: AppConfig, small: Application | None = None, large: Application | None = None
+) -> dict[str, Application]:
+    """The model tier of ``config``, each deployment bound once, by its ``TIER`` name: the two models
+    (``small``/``large``: others with the same ``chat``, the tests' scripted ones), the attention
+    scorer when transfer selection needs it, the statistics holder and the key ledger. The server binds
+    the ingress to it (``build_ingress``); ``mai-batch`` serves it as it is (batch/model_tier.py)."""
+    cascade = config.cascade
+    tier = {
+        SMALL: small if small is not None else build_vlm_deployment(config.small, SMALL),
+        LARGE: large if large is not None else build_vlm_deployment(config.large, LARGE),
+        "stats": StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
+            cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled, classes=config.classes
+        ),
+        "ledger": KeyLedgerDeployment.bind(),
+    }
+    scorer = build_scorer(config)
+    if scorer is not None:
+        tier["scorer"] = scorer
+    return tier
+
+
+def build_ingress(config: AppConfig, tier: dict[str, Application], access: str = "keys") -> Application:
+    """Bind the ingress to the model tier (``model_tier``); ``access``: how callers reach it (``keys``,
     or ``anonymous``, see ``exposure``)."""
-    ingress, cascade = config.ingress, config.cascade
-    stats = StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
-        cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled, classes=config.classes
-    )
+    ingress = config.ingress
     return MAIIngress.options(
         autoscaling_config=ingress.autoscaling.to_serve(),
         max_ongoing_requests=ingress.max_ongoing_requests,
         max_queued_requests=ingress.max_queued_requests,
         ray_actor_options={"num_cpus": ingress.num_cpus},
-    ).bind(small, large, config, scorer, stats, KeyLedgerDeployment.bind(), access)
+    ).bind(tier[SMALL], tier[LARGE], config, tier.get("scorer"), tier["stats"], tier["ledger"], access)
 
 
 def build_scorer(config: AppConfig) -> Application | None:
@@ -75,10 +89,4 @@ def exposure(config: AppConfig) -> str:
 def build_app(args: dict[str, Any]) -> Application:
     """The application of a config: its limits completed from what the models refuse (model_limits)."""
     config = with_model_limits(load_app_config(args))
-    return build_ingress(
-        config,
-        build_vlm_deployment(config.small, SMALL),
-        build_vlm_deployment(config.large, LARGE),
-        build_scorer(config),
-        exposure(config),
-    )
+    return build_ingress(config, model_tier(config), exposure(config))

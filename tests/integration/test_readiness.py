@@ -13,7 +13,7 @@ import ray
 from ray import serve
 
 from harness.local_server import free_port
-from serve_app.app import build_ingress
+from serve_app.app import build_ingress, model_tier
 from serve_app.config import AppConfig
 
 from ..images import chat_body
@@ -63,7 +63,9 @@ def starting(tmp_path_factory):
     config = AppConfig.model_validate(CONFIG)
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
     large = StartingLLMServer.options(name="large:fake").bind("large", str(flag))
-    serve._run(build_ingress(config, small, large), name="mai", route_prefix="/", _blocking=False)
+    serve._run(
+        build_ingress(config, model_tier(config, small, large)), name="mai", route_prefix="/", _blocking=False
+    )
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         until(lambda: client.get("/healthz").status_code == 200, 120, "the ingress answering /healthz")
         yield client, flag

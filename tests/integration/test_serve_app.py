@@ -12,7 +12,7 @@ import ray
 from ray import serve
 
 from harness.local_server import deployment_handle, free_port
-from serve_app.app import build_ingress
+from serve_app.app import build_ingress, model_tier
 from serve_app.config import AppConfig
 
 from ..images import chat_body, data_url, png_bomb
@@ -31,7 +31,7 @@ def run_app(config: AppConfig, name: str, route_prefix: str) -> dict:
     """The ingress of ``config`` over two scripted engines as the app ``name``; the engines' handles."""
     small = ScriptedLLMServer.options(name="small:fake").bind("small")
     large = ScriptedLLMServer.options(name="large:fake").bind("large")
-    serve.run(build_ingress(config, small, large), name=name, route_prefix=route_prefix)
+    serve.run(build_ingress(config, model_tier(config, small, large)), name=name, route_prefix=route_prefix)
     return {role: deployment_handle(f"{role}:fake", name=name) for role in ("small", "large")}
 
 
