@@ -301,7 +301,7 @@ def plan_table(
         of_kind = [q for q in questions if q.kind == kind]
         replays = {plan: run_replay(of_kind, rule.options(plan=plan)) for plan in Plan}
         plans = {plan.value: summarize(plan.value, replayed) for plan, replayed in replays.items()}
-        floor = plans[Plan.TRANSFER.value]["accuracy"] - max_accuracy_loss
+        floor = plans[Plan.FULL_TRANSFER.value]["accuracy"] - max_accuracy_loss
         fitting = [plan for plan in plans if plans[plan]["accuracy"] >= floor]
         chosen = min(fitting, key=lambda plan: plans[plan][cost])
         observations = [r.observation for replayed in replays.values() for r in replayed if r.observation]

@@ -36,7 +36,7 @@ CLASSES = [
     "yes_no/vqav2",
     "choice/scienceqa",
 ]
-PLANS = [(Plan.SEQUENTIAL, 0.7), (Plan.EAGER, 0.1), (Plan.REASON_FIRST, 0.1), (Plan.TRANSFER, 0.1)]
+PLANS = [(Plan.SEQUENTIAL, 0.7), (Plan.EAGER, 0.1), (Plan.REASON_FIRST, 0.1), (Plan.FULL_TRANSFER, 0.1)]
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,10 @@ class Traffic:
             plan=plan.value,  # plain strings, as a trace holds them (reports are pickled)
             route=route.value,
             stage1_s=rng.uniform(0.15, 0.6) if staged else None,
-            large_short_s=rng.uniform(0.1, 0.5) if plan is not Plan.TRANSFER else None,
+            large_short_s=rng.uniform(0.1, 0.5) if plan is not Plan.FULL_TRANSFER else None,
             reasoning_s=rng.uniform(0.8, 3.0) if reasoned else None,
             transfer_s=rng.uniform(0.3, 1.2) if transferred else None,
-            large_short_tokens=rng.randint(300, 900) if plan is not Plan.TRANSFER else None,
+            large_short_tokens=rng.randint(300, 900) if plan is not Plan.FULL_TRANSFER else None,
             transfer_tokens=rng.randint(600, 2000) if transferred else None,
             small_short_s=rng.uniform(0.1, 0.4) if staged else None,
         )

@@ -8,16 +8,22 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from serve_app.core.plans import Plan
+from serve_app.core.plans import RENAMED, Plan
 
 from .summary import quantiles
 
 # How the controller learns in the capacity and shift runs.
 ADAPTIVE_LEARN = {"mode": "learn", "min_samples": 50, "window": 500, "explore": 0.05}
 # The plans these runs learn among, each as one letter of ``plans_in_order``.
-PLAN_LETTERS = {Plan.SEQUENTIAL: "s", Plan.EAGER: "e", Plan.REASON_FIRST: "r", Plan.TRANSFER: "t"}
+PLAN_LETTERS = {Plan.SEQUENTIAL: "s", Plan.EAGER: "e", Plan.REASON_FIRST: "r", Plan.FULL_TRANSFER: "t"}
 # What the letters stand for, as the results' notes say it: "s sequential, e eager, ...".
 PLAN_LEGEND = ", ".join(f"{letter} {plan}" for plan, letter in PLAN_LETTERS.items())
+
+
+def named_now(plan: str | None) -> str | None:
+    """A plan as it is named now: results written before plans were named apart from the policies
+    say ``transfer`` for ``full-transfer`` (their letters, ``PLAN_LETTERS``, are the same)."""
+    return RENAMED[plan].value if plan in RENAMED else plan
 
 
 def plans_of(stats: Mapping[str, Any]) -> dict[str, Any]:

@@ -179,10 +179,10 @@ class _Run(StageCalls):
             Plan.SEQUENTIAL: self._cascade,
             Plan.EAGER: self._cascade,
             Plan.REASON_FIRST: self._reason_first,
-            Plan.TRANSFER: self._full_transfer,
-            Plan.SMALL: lambda: self._one_model_plan(SMALL, self._short(SMALL)),
-            Plan.LARGE: lambda: self._one_model_plan(LARGE, self._short(LARGE)),
-            Plan.SMALL_REASON: self._small_reasoning_plan,
+            Plan.FULL_TRANSFER: self._full_transfer,
+            Plan.SMALL_ONLY: lambda: self._one_model_plan(SMALL, self._short(SMALL)),
+            Plan.LARGE_ONLY: lambda: self._one_model_plan(LARGE, self._short(LARGE)),
+            Plan.SMALL_REASON_ONLY: self._small_reasoning_plan,
         }
         policies = {
             Policy.CASCADE: plans[self.plan],

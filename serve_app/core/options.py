@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .plans import Plan
+from .plans import PlanName
 from .prompts import TransferForm
 
 
@@ -88,7 +88,7 @@ class CascadeOptions(BaseModel):
     # reasoning together with stage 1 and cancels it when stage 1 agrees. None: the paper's
     # ``sequential``. A request's decision sets it (serve_app/core/decision.py): the request's own, or
     # the plan controller's under ``cascade.adaptive``.
-    plan: Plan | None = None
+    plan: PlanName | None = None
     # Reasoning-transfer prompt; None: the paper's choice per answer kind.
     transfer_form: TransferForm | None = None
     transfer_selector: str = "full"

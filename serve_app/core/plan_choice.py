@@ -40,6 +40,7 @@ from .plans import (
     Objective,
     Plan,
     PlanEstimates,
+    PlanName,
     expected_cost,
 )
 
@@ -96,9 +97,13 @@ class AdaptiveSettings(BaseModel):
         allow_inf_nan=False,
         description="the share of the default plan's expected cost another plan must save to replace it",
     )
-    plans: tuple[Plan, ...] = Field(tuple(Plan), min_length=1, description="the plans the controller may run")
-    default: Plan = Plan.SEQUENTIAL
-    table: dict[str, Plan] = Field(default_factory=dict, description="class -> plan, from mai-eval calibrate")
+    plans: tuple[PlanName, ...] = Field(
+        tuple(Plan), min_length=1, description="the plans the controller may run"
+    )
+    default: PlanName = Plan.SEQUENTIAL
+    table: dict[str, PlanName] = Field(
+        default_factory=dict, description="class -> plan, from mai-eval calibrate"
+    )
     calibrated: dict[str, CalibratedEstimates] = Field(
         default_factory=dict, description="class -> what mai-eval calibrate measured of its plans"
     )
@@ -170,7 +175,7 @@ def seeded_estimates(
 
 def reference_plan(reference: Policy) -> Plan | None:
     """The plan that answers as the audit's reference policy does, if one does."""
-    return {Policy.TRANSFER: Plan.TRANSFER}.get(reference)
+    return {Policy.TRANSFER: Plan.FULL_TRANSFER}.get(reference)
 
 
 def explore_draw(draw_id: str, seed: int | None, secret: bytes = b"") -> float:

@@ -9,10 +9,11 @@ A plan is an order of MAI's own stages (``cascade._Run``):
 - ``reason-first``: no small short answer. The large short answer and the small model's reasoning start
   together; their agreement settles the question (route ``agree_reasoned``), else the large model
   answers with the reasoning (``transfer``). Changes answers: the ``agree_short`` exit is gone.
-- ``transfer``: the paper's Full RT. Changes answers.
-- ``small``, ``large``: one model's short answer (``SS``, ``LS``); ``small-reason``: the small model's
-  reasoning, its answer read inline as the cascade reads it, no Stage 2 call (``R``). Each changes
-  answers and is never verified: only a calibrated table may choose one for a class.
+- ``full-transfer``: the paper's Full RT. Changes answers.
+- ``small-only``, ``large-only``: one model's short answer (``SS``, ``LS``), the cascade's fallbacks
+  behind it should it fail; ``small-reason-only``: the small model's reasoning, its answer read inline
+  as the cascade reads it, no Stage 2 call (``R``). Each changes answers and is never verified: only a
+  calibrated table may choose one for a class.
 
 The expected cost of a plan, from a class's estimates (``PlanEstimates``): ``p1`` the share stage 1
 settles, ``p2`` the share of the rest the reasoned answer settles, ``q`` the share reason-first's one
@@ -32,9 +33,9 @@ the large model's share (its GPU-seconds).
   (the reasoning cancelled when stage 1 settles); large_tokens sequential's.
 - reason-first: latency max(LS, R) + (1 - q) T; engine_time LS + R + (1 - q) T; large_tokens
   LSt + (1 - q) Tt.
-- transfer: latency and engine_time R + T; large_tokens Tt.
-- small: SS; large: LS, large_tokens LSt; small-reason: R (latency and engine_time alike; no large
-  tokens for the small plans).
+- full-transfer: latency and engine_time R + T; large_tokens Tt.
+- small-only: SS; large-only: LS, large_tokens LSt; small-reason-only: R (latency and engine_time
+  alike; no large tokens for the small plans).
 
 The times are means measured on this deployment with the plans it runs (on CPU the two engines share
 the cores, on GPUs they do not): a stage's time includes whatever running stages together costs it.
@@ -45,7 +46,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator
 
 from .routes import EARLY_EXITS, Route
 
@@ -53,19 +56,45 @@ Objective = Literal["latency", "engine_time", "large_tokens"]
 
 
 class Plan(StrEnum):
+    """An order of the cascade's stages, named apart from the policies (``options.Policy``): a plan
+    runs inside the cascade and falls back on it, a policy is a baseline of its own."""
+
     SEQUENTIAL = "sequential"
     EAGER = "eager"
     REASON_FIRST = "reason-first"
-    TRANSFER = "transfer"
-    SMALL = "small"
-    LARGE = "large"
-    SMALL_REASON = "small-reason"
+    FULL_TRANSFER = "full-transfer"
+    SMALL_ONLY = "small-only"
+    LARGE_ONLY = "large-only"
+    SMALL_REASON_ONLY = "small-reason-only"
+
+
+# What plans were named when they shared the policies' names: refused, naming the new name.
+RENAMED = {
+    "transfer": Plan.FULL_TRANSFER,
+    "small": Plan.SMALL_ONLY,
+    "large": Plan.LARGE_ONLY,
+    "small-reason": Plan.SMALL_REASON_ONLY,
+}
+
+
+def renamed_plan_refused(value: object) -> object:
+    """A plan's old name (``RENAMED``) refused with a message naming its new one; anything else as it
+    is, for the enum to check."""
+    if isinstance(value, str) and value in RENAMED:
+        raise ValueError(
+            f"plan {value!r} is now named {RENAMED[value].value!r}: plans are named apart from the "
+            f"policies ({value!r} is a policy, the model mai-{value})"
+        )
+    return value
+
+
+PlanName = Annotated[Plan, BeforeValidator(renamed_plan_refused)]
 
 
 # Plans that give the paper's answers, whatever the traffic: always allowed.
 ANSWER_IDENTICAL = (Plan.SEQUENTIAL, Plan.EAGER)
 # One model answers alone: only a calibrated table (labels) may name one for a class, never audits.
-SINGLE_MODEL = (Plan.SMALL, Plan.LARGE, Plan.SMALL_REASON)
+SINGLE_MODEL = (Plan.SMALL_ONLY, Plan.LARGE_ONLY, Plan.SMALL_REASON_ONLY)
 # Plans that run stage 1 (both short answers): the runs stage 1's settle rate ``p1`` is read from.
 WITH_STAGE1 = (Plan.SEQUENTIAL, Plan.EAGER)
 
@@ -74,10 +103,10 @@ EARLY_EXITS_OF: dict[Plan, tuple[Route, ...]] = {
     Plan.SEQUENTIAL: EARLY_EXITS,
     Plan.EAGER: EARLY_EXITS,
     Plan.REASON_FIRST: (Route.AGREE_REASONED,),
-    Plan.TRANSFER: (),
-    Plan.SMALL: (Route.SINGLE,),
-    Plan.LARGE: (Route.SINGLE,),
-    Plan.SMALL_REASON: (Route.SINGLE,),
+    Plan.FULL_TRANSFER: (),
+    Plan.SMALL_ONLY: (Route.SINGLE,),
+    Plan.LARGE_ONLY: (Route.SINGLE,),
+    Plan.SMALL_REASON_ONLY: (Route.SINGLE,),
 }
 
 
@@ -124,13 +153,13 @@ def expected_cost(plan: Plan, e: PlanEstimates, objective: Objective = "latency"
     if objective == "engine_time":
         return _engine_time(plan, e)
     if objective == "large_tokens":
-        if plan is Plan.TRANSFER:
+        if plan is Plan.FULL_TRANSFER:
             return e.transfer_tokens
         settled = q if plan is Plan.REASON_FIRST else _settled_before_transfer(p1, p2)
         if settled is None:
             return None
         return _total(e.large_short_tokens, _term(1 - settled, e.transfer_tokens))
-    if plan is Plan.TRANSFER:
+    if plan is Plan.FULL_TRANSFER:
         return _total(e.reasoning_s, e.transfer_s)
     if plan is Plan.REASON_FIRST:
         if q is None:
@@ -147,14 +176,18 @@ def expected_cost(plan: Plan, e: PlanEstimates, objective: Objective = "latency"
 
 def _single_model(plan: Plan, e: PlanEstimates, objective: Objective) -> float | None:
     if objective == "large_tokens":
-        return e.large_short_tokens if plan is Plan.LARGE else 0.0
-    return {Plan.SMALL: e.small_short_s, Plan.LARGE: e.large_short_s, Plan.SMALL_REASON: e.reasoning_s}[plan]
+        return e.large_short_tokens if plan is Plan.LARGE_ONLY else 0.0
+    return {
+        Plan.SMALL_ONLY: e.small_short_s,
+        Plan.LARGE_ONLY: e.large_short_s,
+        Plan.SMALL_REASON_ONLY: e.reasoning_s,
+    }[plan]
 
 
 def _engine_time(plan: Plan, e: PlanEstimates) -> float | None:
     """The seconds of model calls a plan makes, summed whether they ran side by side or not; an eager
     reasoning cancelled when stage 1 settles counts until then."""
-    if plan is Plan.TRANSFER:
+    if plan is Plan.FULL_TRANSFER:
         return _total(e.reasoning_s, e.transfer_s)
     if plan is Plan.REASON_FIRST:
         if e.q is None:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 from ..core.answers import AnswerKind
 from ..core.decision import TASK_PATTERN
 from ..core.options import Policy
-from ..core.plans import Plan
+from ..core.plans import PlanName
 from ..core.prompts import TransferForm
 
 # OpenAI model name -> cascade policy.
@@ -45,7 +45,7 @@ class RequestOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     stage2_answer: Literal["inline", "two_stage"] | None = None
     eager_reasoning: bool | None = Field(None, exclude=True)
-    plan: Plan | None = None
+    plan: PlanName | None = None
     transfer_form: TransferForm | None = None
     transfer_selector: str | None = None
     on_large_failure: Literal["error", "small"] | None = None

@@ -47,7 +47,7 @@ def test_the_scenario_runs_through_the_runner_and_counts_the_cascades_modules(tm
 
 def test_a_request_that_skips_the_agreement_check_makes_fewer_calls():
     cascade = modules_run(disagreeing_replica, request_body("sequential"))
-    large_alone = modules_run(disagreeing_replica, request_body("large"))
+    large_alone = modules_run(disagreeing_replica, request_body("large-only"))
     assert (cascade["route"], large_alone["route"]) == ("agree_reasoned", "single")
     assert set(large_alone["modules"]) <= set(cascade["modules"])
     assert large_alone["count"] <= cascade["count"] and large_alone["calls"] < cascade["calls"]

@@ -140,7 +140,7 @@ def test_adaptive_capacity_shows_both_modes_walls_and_the_shift_phases():
     assert column(lines, "dataset", "mmmu", "wall s adaptive") == "39.8 [36.7–40.2]"
     assert column(lines, "dataset", "mmmu", "adaptive's plans") == "sequential 370, eager 14"
     assert column(lines, "dataset", "mmmu", "controller's plan per class") == "text sequential, yes_no eager"
-    assert column(lines, "phase", "1", "plans (by completion)") == "sequential 3, transfer 2, eager 1"
+    assert column(lines, "phase", "1", "plans (by completion)") == "sequential 3, full-transfer 2, eager 1"
     assert column(lines, "phase", "1", "requests until settled") == "507 of 6"
 
 
@@ -162,10 +162,10 @@ def test_adaptive_shift_shows_when_each_phase_settled_and_the_quoted_accepts():
         "class": "text",
     }
     lines = adaptive_shift.table(result)
-    assert column(lines, "phase", "1", "settled on") == "transfer"
+    assert column(lines, "phase", "1", "settled on") == "full-transfer"
     assert column(lines, "phase", "1", "requests until settled") == "446 of 600"
     assert column(lines, "phase", "1", "stage-1 accept quoted, first → last") == "0.99 → 0.13"
-    assert column(lines, "phase", "1", "plans (by completion)") == "sequential 454, transfer 146"
+    assert column(lines, "phase", "1", "plans (by completion)") == "sequential 454, full-transfer 146"
 
 
 def audit_result(on: str, not_run: dict[str, int]) -> dict[str, Any]:

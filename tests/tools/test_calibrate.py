@@ -96,10 +96,10 @@ def test_plan_latencies_follow_each_plans_order_on_the_virtual_clock():
             "sequential": 1.3,
             "eager": 1.0,
             "reason-first": 1.0,
-            "transfer": 1.1,
-            "small": 0.1,
-            "large": 0.3,
-            "small-reason": 1.0,
+            "full-transfer": 1.1,
+            "small-only": 0.1,
+            "large-only": 0.3,
+            "small-reason-only": 1.0,
         }
     )
     agreeing = recorded(
@@ -117,12 +117,12 @@ def test_the_table_names_the_cheapest_plan_within_the_goal_single_model_plans_in
     )
     table = plan_table([right_small] * 4, Rule(), max_accuracy_loss=1.0, objective="latency")
     assert set(table["yes_no"]["plans"]) == {plan.value for plan in Plan}
-    assert table["yes_no"]["plan"] == "small"  # as accurate as Full RT (more), and the cheapest
-    assert table["yes_no"]["plans"]["transfer"]["accuracy"] == 0
+    assert table["yes_no"]["plan"] == "small-only"  # as accurate as Full RT (more), and the cheapest
+    assert table["yes_no"]["plans"]["full-transfer"]["accuracy"] == 0
     wrong_small = recorded(
         stage("no", 0.9, 2, 0.1), stage("yes", 0.9, 3, 0.3), stage("yes", 0.9, 40, 1.0), stage("yes")
     )
-    assert plan_table([wrong_small] * 4, Rule(), objective="latency")["yes_no"]["plan"] == "large"
+    assert plan_table([wrong_small] * 4, Rule(), objective="latency")["yes_no"]["plan"] == "large-only"
 
 
 def test_the_table_records_what_the_server_would_have_learnt_of_each_kind():
@@ -253,7 +253,7 @@ def test_the_yaml_is_the_cascade_section():
     assert adaptive.mode == "table" and adaptive.table == {"yes_no": Plan.REASON_FIRST, "text": Plan.EAGER}
     calibrated = {"yes_no": {"p1": 0.04, "p2": 0.5, "q": None, "reasoning_s": 0.61234567}}
     section = yaml.safe_load(
-        cascade_yaml(Rule(0.8), "x", plans={"yes_no": "small-reason"}, calibrated=calibrated)
+        cascade_yaml(Rule(0.8), "x", plans={"yes_no": "small-reason-only"}, calibrated=calibrated)
     )
     adaptive = load_app_config(models | section).cascade.adaptive
     assert adaptive.calibrated["yes_no"].p1 == 0.04 and adaptive.calibrated["yes_no"].q is None

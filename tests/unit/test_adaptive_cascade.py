@@ -64,7 +64,7 @@ async def test_eager_gives_sequential_answers_and_the_transfer_plan_is_full_rt(s
     eager, eager_small, _ = await run(Plan.EAGER, small, large)
     assert (sequential.route, sequential.answer) == (eager.route, eager.answer) and sequential.route == route
     assert R in eager_small.kinds()  # started with stage 1 whatever stage 1 says
-    full, full_small, full_large = await run(Plan.TRANSFER, small, large)
+    full, full_small, full_large = await run(Plan.FULL_TRANSFER, small, large)
     assert (full.route, full_small.kinds(), full_large.kinds()) == ("transfer", [R], [T])
 
 
@@ -106,8 +106,10 @@ def test_a_request_may_force_a_plan_and_an_unknown_one_is_a_400_naming_it():
         ScriptedVLM({R: "[[yes]]"}), ScriptedVLM({S: "[[yes]]", T: "[[yes]]"}), config(mode="learn")
     )
     client = client_of(ingress)
-    trace = ask(client, mai={"options": {"plan": "transfer"}})
-    assert trace["plan"] == "transfer" and trace["route"] == "transfer" and "forced" in trace["plan_reason"]
+    trace = ask(client, mai={"options": {"plan": "full-transfer"}})
+    assert (
+        trace["plan"] == "full-transfer" and trace["route"] == "transfer" and "forced" in trace["plan_reason"]
+    )
     reply = client.post("/v1/chat/completions", json=chat_body(mai={"options": {"plan": "speculative"}}))
     error = reply.json()["error"]
     assert (
@@ -119,6 +121,15 @@ def test_a_request_may_force_a_plan_and_an_unknown_one_is_a_400_naming_it():
         "/v1/chat/completions", json=chat_body(model="mai-large", mai={"options": {"plan": "eager"}})
     )
     assert reply.status_code == 400 and reply.json()["error"]["code"] == "unsupported_parameter"
+
+
+@pytest.mark.parametrize(("old", "new"), [("transfer", "full-transfer"), ("small", "small-only")])
+def test_a_plans_old_name_is_a_400_naming_its_new_name(old, new):
+    ingress = replica(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}), config(mode="learn"))
+    reply = client_of(ingress).post("/v1/chat/completions", json=chat_body(mai={"options": {"plan": old}}))
+    error = reply.json()["error"]
+    assert reply.status_code == 400 and error["param"] == "mai.options.plan"
+    assert f"plan {old!r} is now named {new!r}" in error["message"]
 
 
 def test_the_replicas_learn_together_and_a_holder_that_is_down_falls_back_to_the_default():

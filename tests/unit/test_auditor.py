@@ -399,9 +399,9 @@ async def test_a_single_model_plan_is_audited_and_its_alert_says_the_reference_m
     from serve_app.core.plans import Plan
 
     cascade, auditor, *_, metrics = setup({S: "[[yes]]", R: "It is a cat. [[no]]"}, {T: "[[no]]"})
-    job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL), "mai", request_id="r1")
+    job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL_ONLY), "mai", request_id="r1")
     for request_id in ("r1", "r2"):  # two disagreeing audits: evidence (one is not)
-        job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL), "mai", request_id=request_id)
+        job = Job(QUESTION, CascadeOptions(plan=Plan.SMALL_ONLY), "mai", request_id=request_id)
         result = await cascade.run(job.question, job.options, request_id=job.request_id)
         auditor.served(job, decided(job), result)
         await asyncio.gather(*auditor.running)

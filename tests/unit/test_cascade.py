@@ -613,7 +613,7 @@ async def test_a_reasoning_with_no_answer_is_asked_its_stage_2_question_in_its_f
     reasoning = "I count the shapes one by one, and there are"
     small, large = models({R: reasoning}, {})
     small.constrained[S2] = "[[1]]"
-    result = await run(small, large, question=question, plan="small-reason", stage2_answer="inline")
+    result = await run(small, large, question=question, plan="small-reason-only", stage2_answer="inline")
     assert (result.route, result.answer) == ("single", "1")
     repair = small.calls[-1]
     assert repair.prompt_kind is S2 and reasoning in str(repair.messages)

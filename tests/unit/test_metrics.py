@@ -72,7 +72,7 @@ def test_a_transfer_counts_its_route_stages_tokens_and_both_disagreements():
         (Plan.SEQUENTIAL, "[[yes]]", [("short", "true")]),
         (Plan.SEQUENTIAL, "[[no]]", [("short", "false"), ("reasoned", "true")]),
         (Plan.REASON_FIRST, "[[no]]", [("reasoned", "true")]),  # no stage 1: no short verification
-        (Plan.TRANSFER, "[[no]]", []),
+        (Plan.FULL_TRANSFER, "[[no]]", []),
     ],
 )
 async def test_verifications_counted_are_those_the_plan_ran(plan, small_short, verifications):

@@ -43,15 +43,15 @@ LEARN = AdaptiveSettings(mode="learn", explore=0.0)
 EVERY = [plan for plan in Plan if plan not in SINGLE_MODEL]  # what may be allowed without a table
 
 
-def allowed(settings=LEARN, cls="yes_no", bounds=None, reference=Plan.TRANSFER, max_disagreement=0.05):
+def allowed(settings=LEARN, cls="yes_no", bounds=None, reference=Plan.FULL_TRANSFER, max_disagreement=0.05):
     return allowed_plans(
         settings, cls, reference=reference, exit_bounds=bounds or {}, max_disagreement=max_disagreement
     )
 
 
 def test_answer_identical_plans_and_the_reference_are_always_allowed_others_only_when_audited():
-    assert list(allowed()) == [Plan.SEQUENTIAL, Plan.EAGER, Plan.TRANSFER]
-    assert Plan.TRANSFER not in allowed(reference=None)  # the audit compares against another policy
+    assert list(allowed()) == [Plan.SEQUENTIAL, Plan.EAGER, Plan.FULL_TRANSFER]
+    assert Plan.FULL_TRANSFER not in allowed(reference=None)  # the audit compares against another policy
     assert Plan.REASON_FIRST not in allowed(bounds={"agree_reasoned": 0.051})
     why = allowed(bounds={"agree_reasoned": 0.031, "agree_short": 0.4})[Plan.REASON_FIRST]
     assert "agree_reasoned 0.031" in why  # bounded by its own exit: agree_short's bound is not its
@@ -59,7 +59,9 @@ def test_answer_identical_plans_and_the_reference_are_always_allowed_others_only
     assert allowed(table, cls="yes_no/pope")[Plan.REASON_FIRST] == "the calibrated table"
     only = AdaptiveSettings(mode="learn", plans=(Plan.SEQUENTIAL,))
     assert list(allowed(only, bounds={"agree_reasoned": 0.0})) == [Plan.SEQUENTIAL]
-    assert reference_plan(Policy.TRANSFER) is Plan.TRANSFER and reference_plan(Policy.LARGE_REASON) is None
+    assert (
+        reference_plan(Policy.TRANSFER) is Plan.FULL_TRANSFER and reference_plan(Policy.LARGE_REASON) is None
+    )
 
 
 def test_learn_picks_the_least_expected_latency_and_says_why():
@@ -77,7 +79,7 @@ def test_learn_picks_the_least_expected_latency_and_says_why():
     tokens = AdaptiveSettings(mode="learn", explore=0.0, objective="large_tokens")
     assert choose_plan(tokens, "yes_no", YES_NO, EVERY, draw=0.5).plan is Plan.SEQUENTIAL
     hard = dataclasses.replace(YES_NO, p2=0.1, q=0.1)
-    assert choose_plan(tokens, "yes_no", hard, EVERY, draw=0.5).plan is Plan.TRANSFER
+    assert choose_plan(tokens, "yes_no", hard, EVERY, draw=0.5).plan is Plan.FULL_TRANSFER
 
 
 def test_on_busy_shared_engines_the_work_a_plan_adds_decides():
@@ -88,7 +90,7 @@ def test_on_busy_shared_engines_the_work_a_plan_adds_decides():
     choice = choose_plan(work, "yes_no", measured, EVERY, draw=0.5)
     # sequential 0.3 + 0.25 + 0.96 (0.6 + 0.5 x 0.3) = 1.27; reason-first 0.25 + 0.6 + 0.48 x 0.3 = 0.99;
     # transfer 0.6 + 0.3 = 0.9: Full RT makes the fewest calls where stage 1 settles nothing
-    assert choice.plan is Plan.TRANSFER and "engine-s expected" in choice.reason
+    assert choice.plan is Plan.FULL_TRANSFER and "engine-s expected" in choice.reason
     assert (
         choose_plan(work, "color", dataclasses.replace(COLOUR, small_short_s=0.3), EVERY, draw=0.5).plan
         is Plan.SEQUENTIAL
@@ -102,7 +104,8 @@ def test_a_class_runs_the_default_until_measured_and_explores_a_share_of_its_req
     explore = AdaptiveSettings(mode="learn", explore=0.1)
     draws = [explore_draw(f"r{i}", 0) for i in range(4000)]
     plans = [
-        choose_plan(explore, "yes_no", YES_NO, [Plan.SEQUENTIAL, Plan.TRANSFER], draw=d).plan for d in draws
+        choose_plan(explore, "yes_no", YES_NO, [Plan.SEQUENTIAL, Plan.FULL_TRANSFER], draw=d).plan
+        for d in draws
     ]
     assert plans.count(Plan.SEQUENTIAL) / len(plans) == pytest.approx(0.1, abs=0.015)
     assert explore_draw("r1", 0) == explore_draw("r1", 0) != explore_draw("r1", seed=1)
@@ -140,8 +143,8 @@ def test_which_request_explores_is_the_servers_draw_not_the_clients_id():
 
 def test_off_and_table_modes_are_fixed():
     assert choose_plan(AdaptiveSettings(), "yes_no", YES_NO, EVERY, draw=0.5).plan is Plan.SEQUENTIAL
-    table = AdaptiveSettings(mode="table", table={"yes_no": Plan.TRANSFER, "text/chartqa": Plan.EAGER})
-    assert choose_plan(table, "yes_no/pope", YES_NO, EVERY, draw=0.0).plan is Plan.TRANSFER
+    table = AdaptiveSettings(mode="table", table={"yes_no": Plan.FULL_TRANSFER, "text/chartqa": Plan.EAGER})
+    assert choose_plan(table, "yes_no/pope", YES_NO, EVERY, draw=0.0).plan is Plan.FULL_TRANSFER
     assert choose_plan(table, "text/chartqa", COLOUR, EVERY, draw=0.0).plan is Plan.EAGER
     assert choose_plan(table, "text", COLOUR, EVERY, draw=0.0).plan is Plan.SEQUENTIAL
 
@@ -150,8 +153,8 @@ def test_the_stats_summary_shows_the_estimates_costs_and_current_plan():
     summary = plan_summary(LEARN, "yes_no", YES_NO, allowed())
     assert summary["plan"] == choose_plan(LEARN, "yes_no", YES_NO, list(allowed()), draw=1.0).plan.value
     assert summary["estimates"]["p1"] == 0.04 and summary["estimates"]["requests"] == 480
-    assert set(summary["allowed"]) == {"sequential", "eager", "transfer"}
-    assert summary["allowed"]["transfer"] == {"why": "the audit's reference", "expected": 0.9}
+    assert set(summary["allowed"]) == {"sequential", "eager", "full-transfer"}
+    assert summary["allowed"]["full-transfer"] == {"why": "the audit's reference", "expected": 0.9}
 
 
 CONFIG = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l", "source": "org/l"}}
@@ -165,7 +168,10 @@ CONFIG = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "
         ({"plans": ["sequential", "speculative"]}, "plans"),
         ({"explore": 1.5}, "explore"),
         ({"explore": -0.1}, "explore"),
-        ({"default": "transfer", "plans": ["sequential", "eager"]}, "default 'transfer'"),
+        ({"default": "full-transfer", "plans": ["sequential", "eager"]}, "default 'full-transfer'"),
+        ({"default": "transfer"}, "plan 'transfer' is now named 'full-transfer'"),
+        ({"table": {"yes_no": "small-reason"}}, "plan 'small-reason' is now named 'small-reason-only'"),
+        ({"plans": ["sequential", "large"]}, "plan 'large' is now named 'large-only'"),
         ({"table": {"yes_no": "reason-first"}, "plans": ["sequential"]}, "table names plans"),
         ({"mode": "table"}, "needs a table"),
         ({"window": 0}, "window"),
@@ -260,11 +266,11 @@ def test_the_decision_measures_only_a_plan_the_server_chose_run_as_configured():
 
 
 def test_a_fresh_class_runs_the_calibrated_table_plan_from_its_first_request():
-    settings = AdaptiveSettings(mode="learn", explore=0.0, table={"yes_no": Plan.SMALL_REASON})
+    settings = AdaptiveSettings(mode="learn", explore=0.0, table={"yes_no": Plan.SMALL_REASON_ONLY})
     fresh = PlanEstimates()
     for cls in ("yes_no", "yes_no/pope"):  # a task's class falls back to its kind's entry
         choice = choose_plan(settings, cls, fresh, list(allowed(settings, cls=cls)), draw=0.5)
-        assert choice.plan is Plan.SMALL_REASON and choice.basis is PlanBasis.CALIBRATION
+        assert choice.plan is Plan.SMALL_REASON_ONLY and choice.basis is PlanBasis.CALIBRATION
         assert "0 of 50 observations; the calibrated plan table" in choice.reason
     other = choose_plan(settings, "text", fresh, list(allowed(settings, cls="text")), draw=0.5)
     assert other.plan is Plan.SEQUENTIAL and other.basis is PlanBasis.CONFIGURED  # no entry: the default

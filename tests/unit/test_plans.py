@@ -103,7 +103,7 @@ def test_an_unmeasured_stage_costs_nothing_where_it_is_never_reached_and_is_unkn
     settled_at_stage1 = PlanEstimates(p1=1.0, stage1_s=0.2, large_short_tokens=100)
     assert expected_cost(Plan.SEQUENTIAL, settled_at_stage1) == 0.2
     assert expected_cost(Plan.SEQUENTIAL, settled_at_stage1, "large_tokens") == 100
-    assert expected_cost(Plan.TRANSFER, settled_at_stage1) is None  # never reasoned: unknown
+    assert expected_cost(Plan.FULL_TRANSFER, settled_at_stage1) is None  # never reasoned: unknown
     assert expected_cost(Plan.SEQUENTIAL, PlanEstimates(p1=0.5, stage1_s=0.2)) is None
 
 

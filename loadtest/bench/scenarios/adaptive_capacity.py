@@ -31,6 +31,7 @@ from ..plans import (
     PLAN_LEGEND,
     PLAN_LETTERS,
     completed_plans,
+    named_now,
     plans_in_order,
     plans_of,
     run_summary,
@@ -193,7 +194,7 @@ def table(result: dict[str, Any]) -> list[str]:
             for letter in phase["plans_in_order"]:
                 counts[names.get(letter, letter)] = counts.get(names.get(letter, letter), 0) + 1
             lines.append(
-                f"| {number} | {phase['dataset']} | {phase['plan'] or '–'} | "
+                f"| {number} | {phase['dataset']} | {named_now(phase['plan']) or '–'} | "
                 f"{phase['requests_until_settled']} of {phase['requests']} | {plans_text(counts)} | "
                 f"{phase['wall_s']} |"
             )

@@ -14,7 +14,7 @@ from typing import Any
 from harness.local_server import config_args, deploy
 
 from ..load import answer_body, ask_plans
-from ..plans import PLAN_LEGEND, PLAN_LETTERS, completed_plans, plans_in_order, settled_after
+from ..plans import PLAN_LEGEND, PLAN_LETTERS, completed_plans, named_now, plans_in_order, settled_after
 from ..scenario import Bench, Scenario
 
 
@@ -100,7 +100,7 @@ def table(result: dict[str, Any]) -> list[str]:
             "–" if quoted.get(end) is None else f"{quoted[end]:.2f}" for end in ("first", "last")
         )
         lines.append(
-            f"| {number} | {phase['dataset']} | {phase['plan'] or '–'} | "
+            f"| {number} | {phase['dataset']} | {named_now(phase['plan']) or '–'} | "
             f"{phase['requests_until_settled']} of {phase['requests']} | {accept} | {plans or '–'} | "
             f"{phase['wall_s']} |"
         )
