@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .plans import named_now
 from .scenario import Scenario
 
 
@@ -84,9 +85,11 @@ def calibration_table(result: dict[str, Any]) -> list[str]:
             "|---|---|---|---|---|---|---|",
         ]
         for kind, entry in result["plans"].items():
-            named, full_rt = entry["plans"][entry["plan"]], entry["plans"]["transfer"]
+            # Calibrations from before plans were named apart from policies name Full RT "transfer".
+            full_rt = entry["plans"].get("full-transfer") or entry["plans"]["transfer"]
+            named = entry["plans"][entry["plan"]]
             lines.append(
-                f"| {kind} | {entry['questions']} | {entry['plan']} | {named['accuracy']:.1f} | "
+                f"| {kind} | {entry['questions']} | {named_now(entry['plan'])} | {named['accuracy']:.1f} | "
                 f"{full_rt['accuracy']:.1f} | {named['engine_s']:.3f} | {full_rt['engine_s']:.3f} |"
             )
     return [
