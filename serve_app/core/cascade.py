@@ -53,7 +53,7 @@ from collections.abc import Awaitable, Mapping
 
 from .answers import is_valid, option_letter
 from .contracts import Question, TransferSelector, VLMClient
-from .decision import Decision
+from .decision import Decision, plan_to_run
 from .format_instructions import reply_in_format
 from .options import CascadeOptions, Policy
 from .plans import Plan
@@ -143,11 +143,11 @@ class _Run(StageCalls):
         audit: bool = False,
         decision: Decision | None = None,
     ):
-        plan = options.plan or Plan.SEQUENTIAL
         choice = decision.plan if decision is not None else None
+        plan = plan_to_run(options, decision)  # None: a single policy
         trace = Trace(
             policy=options.policy.value,
-            plan=plan.value if options.policy is Policy.CASCADE else None,
+            plan=plan.value if plan is not None else None,
             plan_reason=choice.reason if choice is not None else None,
             plan_basis=choice.basis.value if choice is not None else None,
             overload=decision.overload if decision is not None else None,
@@ -185,7 +185,7 @@ class _Run(StageCalls):
             Plan.SMALL_REASON_ONLY: self._small_reasoning_plan,
         }
         policies = {
-            Policy.CASCADE: plans[self.plan],
+            Policy.CASCADE: plans[self.plan or Plan.SEQUENTIAL],
             Policy.SMALL: lambda: self._single(SMALL, self._short(SMALL)),
             Policy.LARGE: lambda: self._single(LARGE, self._short(LARGE)),
             Policy.SMALL_EXPLAIN: lambda: self._single(SMALL, self._explain(SMALL)),
@@ -346,9 +346,9 @@ class _Run(StageCalls):
         then, when the answer is still not one of its kind, the repair (``StageCalls._repair``; one
         the engine fails fails the request as a failed model does). The other policies are
         baselines: they serve what their model said, with its validity."""
-        if self.options.policy is Policy.CASCADE:
+        if self.plan is not None:  # MAI's own rules; a baseline serves what its model said
             route, stage = self._terminal(route, stage)
-        repairs = self.repairs and self.options.policy is Policy.CASCADE
+        repairs = self.repairs and self.plan is not None
         form = self._repairable(stage) if repairs and stage.ok and not self._answered(stage) else None
         if form is not None:
             await self._cancel_outstanding()  # an eager reasoning no longer matters
@@ -362,7 +362,7 @@ class _Run(StageCalls):
         self.trace.route = route.value
         self.trace.answer_parsed = stage.answer is not None
         self.trace.answer_valid = self._valid(stage.answer)[0]
-        if stage.answer is None and self.options.policy is Policy.CASCADE:
+        if stage.answer is None and self.plan is not None:
             answer = ""  # a reasoning's raw text is no answer; the trace says none was read
         elif stage.answer is None:  # a single model's reply with no answer marked: as it wrote it
             answer = stage.output.strip()

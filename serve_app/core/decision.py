@@ -211,6 +211,19 @@ class Decision:
     def relaxed(self) -> bool:
         return self.overload is not None and bool(self.overload.relaxed)
 
+    @property
+    def cascade(self) -> bool:
+        """The request runs MAI's cascade (under a plan), not a single policy: decided here, once."""
+        return self.plan is not None
+
+
+def plan_to_run(options: CascadeOptions, decision: Decision | None) -> Plan | None:
+    """The plan a run follows, None for a single policy: the decision's; without one (an audit, a
+    replay), the plan its options name, else the paper's."""
+    if decision is not None:
+        return decision.plan.plan if decision.plan is not None else None
+    return (options.plan or Plan.SEQUENTIAL) if options.policy is Policy.CASCADE else None
+
 
 class Observer(Protocol):
     """What the ingress tells once a request has answered: its decision and its result."""
@@ -314,7 +327,7 @@ def decide(
     *,
     server: CascadeOptions,
     choose: Callable[[], PlanChoice],
-    overload: OverloadReading | None = None,
+    read_overload: Callable[[], OverloadReading | None] = lambda: None,
     relax_to: RelaxTo | None = None,
 ) -> Decision:
     """The decision for a request of class ``cls`` with its own ``options`` (the server's defaults and
@@ -327,6 +340,7 @@ def decide(
     request, never what the plan table learns."""
     if options.policy is not Policy.CASCADE:
         return Decision(cls, options, None, None, measures_plan=False)
+    overload = read_overload()  # a cascade request's reading moves the level; no other's does
     configured = runs_as_configured(options, server)
     relax_to = relax_to or RelaxTo()
     relaxing = overload is not None and overload.level is Level.RELAX

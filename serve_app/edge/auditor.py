@@ -29,7 +29,7 @@ from ..core.cascade import Cascade, ModelUnavailableError
 from ..core.contracts import EngineError
 from ..core.decision import Decision
 from ..core.draws import DrawIds
-from ..core.options import CascadeOptions, Policy
+from ..core.options import CascadeOptions
 from ..core.routes import AUDITED
 from ..core.trace import CascadeResult
 from ..core.verification import agree
@@ -105,7 +105,7 @@ class Auditor:
         """A cascade request was answered: count it, and start its audit when it is sampled. While the
         large model is ``overloaded`` only relaxed answers are audited (the others' audits are shed);
         while API keys contend for the replica (serve_app/core/fair_share.py) none is."""
-        if decision.options.policy is not Policy.CASCADE:
+        if not decision.cascade:
             return
         cls = decision.cls
         tokens = result.trace.tokens()

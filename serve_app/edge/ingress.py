@@ -274,7 +274,7 @@ class IngressReplica:
             cls,
             server=cascade,
             choose=lambda: self.plans.choose(cls, job.request_id),
-            overload=self.overload.read(job.options.policy),
+            read_overload=self.overload.read,
             relax_to=cascade.overload.relax_to,
         )
 

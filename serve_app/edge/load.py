@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core.contracts import Completion, EngineCall, VLMClient
 from ..core.decision import Decision, Level, OverloadReading, OverloadSettings, OverloadState
-from ..core.options import GREEDY, Decoding, Policy
+from ..core.options import GREEDY, Decoding
 from ..core.roles import ROLES, SMALL
 from ..core.scaling import DecayedMean, DecayedRate, IngressDemand, ScalingPolicy
 from ..core.trace import CascadeResult, Trace
@@ -150,10 +150,10 @@ class OverloadGuard:
             self.metrics.set_overload_level(int(level))
         return level
 
-    def read(self, policy: Policy) -> OverloadReading | None:
-        """A cascade request's reading of the large model's queue, which moves the level; None when
-        ``cascade.overload`` is off or the policy is not the cascade."""
-        if not self.settings.enabled or policy is not Policy.CASCADE:
+    def read(self) -> OverloadReading | None:
+        """A cascade request's reading of the large model's queue, which moves the level (``decide``
+        reads it for the cascade alone); None when ``cascade.overload`` is off."""
+        if not self.settings.enabled:
             return None
         queue = self.large_queue()
         return OverloadReading(self._level(queue), queue)

@@ -104,7 +104,12 @@ def test_overloaded_an_eager_plan_runs_sequential_and_the_decision_says_so():
     def decided(options, level, relax_to=no_eager):
         reading = None if level is None else OverloadReading(level, 12)
         return decide(
-            options, "yes_no", server=server, choose=lambda: learnt, overload=reading, relax_to=relax_to
+            options,
+            "yes_no",
+            server=server,
+            choose=lambda: learnt,
+            read_overload=lambda: reading,
+            relax_to=relax_to,
         )
 
     relaxed = decided(server, Level.RELAX)
@@ -313,3 +318,31 @@ def test_the_stats_say_the_highest_level_of_the_replicas_the_holder_heard_from_l
         "level": "normal",
         "replicas": {"normal": 1, "shed": 0, "relax": 0},
     }
+
+
+def test_only_a_cascade_request_reads_the_queue_and_the_decision_says_which_runs_the_cascade():
+    from serve_app.core.decision import plan_to_run
+    from serve_app.core.options import Policy
+
+    reads = []
+
+    def reading():
+        reads.append(1)
+        return OverloadReading(Level.RELAX, 12)
+
+    chosen = PlanChoice(Plan.REASON_FIRST, "-")
+    single = decide(
+        CascadeOptions(policy=Policy.LARGE),
+        "yes_no",
+        server=CascadeOptions(),
+        choose=lambda: chosen,
+        read_overload=reading,
+    )
+    assert reads == [] and not single.cascade and plan_to_run(single.options, single) is None
+    cascade = decide(
+        CascadeOptions(), "yes_no", server=CascadeOptions(), choose=lambda: chosen, read_overload=reading
+    )
+    assert reads == [1] and cascade.cascade and plan_to_run(cascade.options, cascade) is Plan.REASON_FIRST
+    # Without a decision (an audit, a replay): the options say it.
+    assert plan_to_run(CascadeOptions(), None) is Plan.SEQUENTIAL
+    assert plan_to_run(CascadeOptions(policy=Policy.TRANSFER), None) is None
