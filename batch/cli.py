@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from evaluation.run import DatasetMismatchError
+from evaluation.predictions import DatasetMismatchError
 from serve_app.config import AppConfig, check_application
 
 from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
@@ -91,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
 def read_config(path: str, app_name: str | None) -> AppConfig:
     """The application of a Serve config file, validated as ``serve run`` validates it, its limits
     completed from its models (``with_model_limits``)."""
-    from serve_app.engines.model_limits import with_model_limits
+    from serve_app.engine_config.model_limits import with_model_limits
 
     try:
         document = yaml.safe_load(Path(path).read_text())

@@ -12,7 +12,7 @@ Two formats, one line each:
       {"id": "q1", "image": "images/1.png", "question": "...", "answer": "...", "metric": "exact"}
 
   turned into the chat request ``mai-eval run`` sends for the record under one policy
-  (``evaluation.run.chat_body``), so a row means what the same request means online.
+  (``evaluation.requests.chat_body``), so a row means what the same request means online.
 
 A line that cannot be a request (not JSON, another endpoint, no ``custom_id``, a duplicate, an invalid
 record, an unreadable image) becomes a ``LineError``: the 400 the server would answer, naming the problem.
@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from evaluation.records import EvalRecord
-from evaluation.run import chat_body, request_id
+from evaluation.requests import chat_body, request_id
 from serve_app.config import Limits
 from serve_app.edge.errors import RequestError, describe_validation_error
 from serve_app.edge.json_body import parse_json

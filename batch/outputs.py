@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from evaluation.run import prediction_of
+from evaluation.predictions import prediction_of
 
 from .inputs import InputFormat, LineError, OutputMismatchError, Request
 from .lines import CHUNK_BYTES, Overlong, numbered_raw_lines

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.run import PredictionStore
+from evaluation.predictions import PredictionStore
 from harness.provenance import provenance, stream_sha256
 from serve_app.config import AppConfig
 
@@ -75,8 +75,9 @@ class Prepared:
 def prepare(job: BatchJob) -> Prepared:
     """Read the input's ids and the output's answered lines; ``OSError`` for an unreadable input,
     ``InputFormatError`` for one in no format, ``OutputMismatchError`` for an output mai-batch did not
-    write (``outputs.ForeignOutputError``, nothing changed), ``evaluation.run.DatasetMismatchError`` for
-    a records folder that holds another dataset's predictions."""
+    write (``outputs.ForeignOutputError``, nothing changed),
+    ``evaluation.predictions.DatasetMismatchError`` for a records folder that holds another dataset's
+    predictions."""
     limits, max_line_bytes = job.config.limits, job.settings.max_line_bytes
     fmt = job.fmt or _format_of_first_line(job)
     path = output_file(job.output, fmt, job.records.policy)

@@ -38,6 +38,7 @@ from serve_app.core.trace import CascadeResult
 from .calibration_report import cascade_yaml
 from .records import EvalRecord
 from .replay import RecordedStage, engine_seconds, recorded_stages, replay
+from .rules import Rule
 from .scoring import bootstrap_interval, score
 
 CALIBRATION_RUNS = ("mai-small", "mai-large", "mai-transfer")
@@ -78,22 +79,6 @@ class RecordedQuestion:
     @property
     def kind(self) -> str:
         return self.question.kind
-
-
-@dataclass(frozen=True)
-class Rule:
-    min_confidence: float = 0.0
-    confident_large: float | None = None
-
-    @property
-    def label(self) -> str:
-        large = "off" if self.confident_large is None else f"{self.confident_large:.3g}"
-        return f"min_confidence {self.min_confidence:.3g}, confident_large {large}"
-
-    def options(self, **more: Any) -> CascadeOptions:
-        return CascadeOptions(
-            min_confidence=self.min_confidence, confident_large=self.confident_large, **more
-        )
 
 
 @dataclass(frozen=True)

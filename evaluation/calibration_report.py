@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.results import write_result
 from serve_app.core.routes import ANSWERED, Route
 
-if TYPE_CHECKING:
-    from .calibrate import Rule
+from .rules import Rule
 
 # The routes a replayed cascade run can end at, in the table's column order; a single-model baseline
 # or plan answers at ``single`` alone, written ``single 100``.

@@ -193,7 +193,7 @@ def collect(
     out: Path, records: Sequence[Mapping[str, Any]], typed: Sequence[Mapping[str, Any]], concurrency: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The compact predictions of both finished runs in ``out`` (the typed forms' in ``out/typed``)."""
-    from evaluation.run import PredictionStore
+    from evaluation.predictions import PredictionStore
 
     def load(folder: Path, names: Sequence[str], data: Sequence[Mapping[str, Any]]):
         store = PredictionStore(folder, Path(json.loads((folder / "run.json").read_text())["dataset"]), data)

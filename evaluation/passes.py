@@ -17,9 +17,10 @@ from typing import Any
 from harness.provenance import git_commit, provenance
 from serve_app.core.plans import Objective
 
+from .predictions import DatasetMismatchError, PredictionStore
 from .records import DatasetError, EvalRecord, load_records
 from .report import add_speedups, summarize_policy, write_report
-from .run import DatasetMismatchError, DriveSettings, PredictionStore, RunSpec, check_server, run_policy
+from .run import DriveSettings, RunSpec, check_server, run_policy
 
 
 def command_line(program: str, argv: Sequence[str]) -> str:

@@ -105,7 +105,7 @@ def engine_seconds(result: CascadeResult) -> float:
 
 
 def recorded_stages(stages: Sequence[Mapping[str, object]]) -> dict[str, RecordedStage]:
-    """A prediction row's ``stages`` (``evaluation.run.prediction_of``), the answered ones by name."""
+    """A prediction row's ``stages`` (``evaluation.predictions.prediction_of``), the answered ones by name."""
     recorded = {}
     for stage in stages:
         if stage.get("status") == "ok":

@@ -8,11 +8,10 @@ already answered (HTTP 200) under a policy is not asked again; failed ones are.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,20 +19,14 @@ from typing import Any
 import httpx
 
 from harness.driver import closed_loop
-from harness.jsonl import append_jsonl, read_jsonl
-from harness.provenance import file_sha256
 from serve_app.edge.protocol import POLICY_OF_MODEL
 
+from .predictions import PredictionStore, prediction_of
 from .records import EvalRecord, image_data_url
-from .scoring import score
+from .requests import chat_body, request_id
 
 POLICIES: tuple[str, ...] = tuple(POLICY_OF_MODEL)  # every policy the server offers, as OpenAI model names
-_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-class DatasetMismatchError(ValueError):
-    """The output folder holds results of another dataset."""
 
 
 @dataclass(frozen=True)
@@ -69,161 +62,6 @@ def _option_value(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def user_message(image_url: str, question: str) -> dict[str, Any]:
-    """The chat message of one image and a question about it."""
-    return {
-        "role": "user",
-        "content": [
-            {"type": "image_url", "image_url": {"url": image_url}},
-            {"type": "text", "text": question},
-        ],
-    }
-
-
-def chat_body(
-    record: EvalRecord,
-    image_url: str,
-    policy: str,
-    max_tokens: int | None = None,
-    transfer_selector: str | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The chat request for one record under one policy: the image and the question in the user
-    message, the options, answer kind and cascade options in the ``mai`` extension."""
-    mai: dict[str, Any] = {}
-    request_options = dict(options or {}) | (
-        {"transfer_selector": transfer_selector} if transfer_selector else {}
-    )
-    if request_options:
-        mai["options"] = request_options
-    if record.choices:
-        mai["choices"] = list(record.choices)
-    if record.answer_type:
-        mai["answer_type"] = record.answer_type
-    body: dict[str, Any] = {"model": policy, "messages": [user_message(image_url, record.question)]}
-    if mai:
-        body["mai"] = mai
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    return body
-
-
-def request_id(policy: str, record_id: str, *, source: str = "eval") -> str:
-    """An ``x-request-id`` the server accepts, naming the source (``eval``, ``batch``), the policy and
-    the record for log correlation."""
-    token = _UNSAFE_ID_CHARS.sub("_", f"{source}.{policy}.{record_id}")
-    if len(token) <= 128:
-        return token
-    return token[:111] + "." + hashlib.sha256(token.encode()).hexdigest()[:16]
-
-
-def prediction_of(
-    record: EvalRecord, policy: str, status: int, latency_s: float, body: Any
-) -> dict[str, Any]:
-    """What is kept of one response: the answer and its score, or the error."""
-    row: dict[str, Any] = {
-        "id": record.id,
-        "policy": policy,
-        "status": status,
-        "latency_s": round(latency_s, 6),
-    }
-    if status == 200 and isinstance(body, dict):
-        answer = body["choices"][0]["message"]["content"]
-        mai = body.get("mai", {})
-        trace = mai.get("trace", {})
-        row |= {
-            "answer": answer,
-            "score": score(answer, record.model_dump()),
-            "route": mai.get("route"),
-            "plan": trace.get("plan"),
-            "kind": trace.get("kind"),
-            "kind_basis": trace.get("kind_basis"),
-            "stages": [
-                {
-                    key: stage.get(key)
-                    for key in (
-                        "name",
-                        "model",
-                        "prompt_kind",
-                        "status",
-                        "prompt_tokens",
-                        "cached_tokens",
-                        "completion_tokens",
-                        "latency_s",
-                        "answer",
-                        "confidence",
-                    )
-                }
-                for stage in trace.get("stages", [])
-            ],
-            "checks": trace.get("checks", []),
-            "usage": body.get("usage", {}),
-            "transfer": trace.get("transfer"),
-            "repair": trace.get("repair"),
-        }
-    else:
-        error = body.get("error", {}) if isinstance(body, dict) else {}
-        row["error"] = (
-            error.get("message") if isinstance(error, dict) and error.get("message") else str(body)[:500]
-        )
-    return row
-
-
-class PredictionStore:
-    """``<out>/predictions/<policy>.jsonl`` (one line per answered request, appended as answers
-    arrive) and ``<out>/runs.jsonl`` (one line per timed segment of a policy's run)."""
-
-    def __init__(
-        self, out: Path, dataset: Path | str, records: Sized, *, dataset_sha256: str | None = None
-    ):  # only the records' count is kept; a dataset named by URI comes with its digest
-        self.out = out
-        self.dir = out / "predictions"
-        self.manifest = {
-            "dataset": str(dataset),
-            "dataset_sha256": dataset_sha256 or file_sha256(Path(dataset)),
-            "records": len(records),
-        }
-
-    def open(self, *, fresh: bool) -> None:
-        """Create the folder, or check that it holds results of this very dataset."""
-        path = self.out / "manifest.json"
-        if fresh:
-            for stale in [*self.dir.glob("*.jsonl"), self.out / "runs.jsonl"]:
-                stale.unlink(missing_ok=True)
-        elif path.exists():
-            existing = json.loads(path.read_text())
-            if existing.get("dataset_sha256") != self.manifest["dataset_sha256"]:
-                raise DatasetMismatchError(
-                    f"{self.out} holds results of another dataset ({existing.get('dataset')}); "
-                    "choose another --out, or pass --fresh to start over"
-                )
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.manifest, indent=2) + "\n")
-
-    def path(self, policy: str) -> Path:
-        return self.dir / f"{policy}.jsonl"
-
-    def load(self, policy: str) -> dict[str, dict[str, Any]]:
-        """The latest row per record id under ``policy``."""
-        path = self.path(policy)
-        return {row["id"]: row for row in read_jsonl(path, skip_truncated=True)} if path.exists() else {}
-
-    def done(self, policy: str) -> set[str]:
-        return {record_id for record_id, row in self.load(policy).items() if row["status"] == 200}
-
-    def append(self, policy: str, row: dict[str, Any]) -> None:
-        append_jsonl(row, self.path(policy))
-
-    def add_segment(self, policy: str, segment: dict[str, Any]) -> None:
-        append_jsonl({"policy": policy, **segment}, self.out / "runs.jsonl")
-
-    def segments(self, policy: str) -> list[dict[str, Any]]:
-        path = self.out / "runs.jsonl"
-        if not path.exists():
-            return []
-        return [segment for segment in read_jsonl(path) if segment["policy"] == policy]
 
 
 @dataclass(frozen=True)

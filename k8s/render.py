@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from serve_app.engines.inventory import advertised_resources
+from serve_app.engine_config.inventory import advertised_resources
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "k8s" / "rayservice.template.yaml"

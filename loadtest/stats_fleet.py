@@ -19,8 +19,8 @@ from serve_app.core.plan_choice import AdaptiveSettings
 from serve_app.core.plan_stats import Observation, PlanBook
 from serve_app.core.plans import WITH_STAGE1, Plan
 from serve_app.core.routes import EARLY_EXITS, Route
-from serve_app.edge.stats_holder import stats_body
 from serve_app.edge.stats_reporter import StatsReporter
+from serve_app.fleet.stats_holder import stats_body
 
 CLASSES = [
     "yes_no",

@@ -19,11 +19,11 @@ from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
 from .core.roles import LARGE, SMALL
-from .edge.ingress import MAIIngress
-from .edge.key_ledger import KeyLedgerDeployment
+from .edge.api import MAIIngress
 from .edge.keys import KeyRing, check_exposure
-from .edge.stats_holder import StatsHolderDeployment
-from .engines.model_limits import with_model_limits
+from .engine_config.model_limits import with_model_limits
+from .fleet.key_ledger import KeyLedgerDeployment
+from .fleet.stats_holder import StatsHolderDeployment
 
 logger = logging.getLogger("ray.serve")
 

@@ -24,7 +24,8 @@ from .core.transfer_selectors import UnknownSelectorError, check_transfer_select
 
 # The application-level autoscaling policy of ``autoscaling.policy: coupled``: Ray Serve reads it from
 # the application's entry in a config file (beside ``args``), never from the builder.
-COUPLED_POLICY = "serve_app.edge.autoscaling_policy:coupled_policy"
+COUPLED_POLICY = "serve_app.fleet.autoscaling_policy:coupled_policy"
+MOVED_COUPLED_POLICY = "serve_app.edge.autoscaling_policy:coupled_policy"  # its path until it moved
 
 
 class IngressDeployment(Strict):
@@ -71,8 +72,8 @@ class Limits(Strict):
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)
     # What the models themselves refuse, checked before any model runs. Unset (null), they are learnt
-    # from the served models when the app is built (serve_app/engines/model_limits.py): the image processor's
-    # largest aspect ratio and smallest side, and the prompt bytes that fit the engines' context
+    # from the served models when the app is built (serve_app/engine_config/model_limits.py): the image
+    # processor's largest aspect ratio and smallest side, and the prompt bytes that fit the engines' context
     # length after the largest stage budget. Set, the value here is used as it is.
     max_image_aspect_ratio: float | None = Field(None, gt=1)
     min_image_side: int = Field(1, ge=1)
@@ -201,7 +202,7 @@ class CascadeConfig(CascadeOptions):
 
 class AppAutoscaling(Strict):
     """How the deployments scale together (serve_app/core/scaling.py). ``coupled`` needs the config's
-    application-level ``autoscaling_policy`` (serve_app.edge.autoscaling_policy:coupled_policy); each
+    application-level ``autoscaling_policy`` (serve_app.fleet.autoscaling_policy:coupled_policy); each
     deployment's ``autoscaling`` keeps its bounds, target and delays under either policy."""
 
     policy: ScalingPolicy = ScalingPolicy.PER_DEPLOYMENT
@@ -352,6 +353,8 @@ def check_application(application: dict[str, Any]) -> AppConfig:
     config = load_app_config(application.get("args", {}))
     named = (application.get("autoscaling_policy") or {}).get("policy_function")
     coupled = config.autoscaling.policy is ScalingPolicy.COUPLED
+    if named == MOVED_COUPLED_POLICY:
+        raise ValueError(f"autoscaling_policy {named!r} has moved: name policy_function: {COUPLED_POLICY}")
     if coupled and named != COUPLED_POLICY:
         raise ValueError(
             "args.autoscaling.policy is coupled: the application needs "

@@ -56,7 +56,7 @@ SETTLED_S = 15.0  # the audits have stopped when the stats did not move for this
 def first_requests(url: str, image: str) -> dict[str, Any]:
     import httpx
 
-    from evaluation.run import user_message
+    from evaluation.requests import user_message
 
     out = {}
     with httpx.Client(base_url=url, timeout=120) as client:

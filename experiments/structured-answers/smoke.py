@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from evaluation.run import user_message
+from evaluation.requests import user_message
 from serve_app.core.answer_forms import FREE_TEXT_FIRST, AnswerForm, answer_form
 from serve_app.core.answers import is_valid
 from serve_app.core.prompts import PromptKind

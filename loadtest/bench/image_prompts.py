@@ -1,6 +1,7 @@
 """Images for measuring prompts: a synthetic PNG of a given side, different in every call (so that no
 engine serves it from its prefix cache), and how many prompt tokens it costs a served model, by the
-model's image processor under the config's ``mm_processor_kwargs`` (serve_app/engines/image_budget.py)."""
+model's image processor under the config's ``mm_processor_kwargs``
+(serve_app/engine_config/image_budget.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def image_tokens(
     """Prompt tokens of a ``side`` x ``side`` image: for the ``smart_resize`` families (Qwen2-VL,
     Qwen2.5-VL, Qwen3-VL) the resized image's squares of (patch x merge) pixels; for a family of fixed
     image tokens (Gemma 3) its budget; None for a family whose rule is unknown."""
-    from serve_app.engines.image_budget import (
+    from serve_app.engine_config.image_budget import (
         UnknownImageFamilyError,
         image_budget,
         patch_factor,

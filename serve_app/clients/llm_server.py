@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import itertools
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from deployments import routed_replicas
@@ -134,14 +133,3 @@ def _token_logprobs(choice: Any) -> tuple[TokenLogprob, ...] | None:
         )
         for item in content
     )
-
-
-def attention_scorer(handle: Any) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """The AttentionScorer deployment's ``select`` as the attention selector's ``score``: its failures
-    are the ``EngineError`` family, like a model's."""
-
-    async def score(*args: Any) -> dict[str, Any]:
-        with engine_call("the attention scorer"):
-            return await handle.select.remote(*args)
-
-    return score

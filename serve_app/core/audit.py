@@ -323,7 +323,7 @@ class _MergedClass(_Counts):
 
 class MergedAudits(_Statistics):
     """Every replica's audit statistics as one book, kept up to date report by report (the stats
-    holder's, serve_app/edge/stats_holder.py): each count the sum of the replicas' latest counts (a
+    holder's, serve_app/fleet/stats_holder.py): each count the sum of the replicas' latest counts (a
     report moves it by the difference from that replica's previous one), each class's window the
     latest ``window`` audits of all replicas (``windows.LatestWindow``, by ``(at, rank, seq)``) with
     its counts updated as an audit enters or leaves it. For the same reports it reads as

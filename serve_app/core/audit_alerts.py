@@ -1,7 +1,7 @@
 """The audit alerts: when a class's window of audits is evidence of disagreement over
 ``max_disagreement`` (``alert_evidence``, read into its ``GET /v1/mai/stats`` entry by
 serve_app/core/audit.py), and the warning line the stats holder logs once per alert
-(serve_app/edge/stats_holder.py). Pure."""
+(serve_app/fleet/stats_holder.py). Pure."""
 
 from __future__ import annotations
 

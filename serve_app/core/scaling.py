@@ -7,7 +7,7 @@ a request makes to each model (stage 1, the reasoning and the transfer: ``calls_
 long one call takes there (``call_s``). So each model's coming load is ``rate × calls × call_s``, and its
 replicas that load divided by the model's ``target_ongoing_requests``, never fewer than its own queue
 asks for (Ray Serve's queue-depth rule, ``queue_replicas``). Pure: the Serve policy
-(serve_app/edge/autoscaling_policy.py) feeds it the metrics the ingress replicas report.
+(serve_app/fleet/autoscaling_policy.py) feeds it the metrics the ingress replicas report.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+
+from .roles import ROLES
 
 
 class ScalingPolicy(StrEnum):
@@ -126,3 +128,26 @@ class DecayedMean:
     def mean(self) -> float:
         """0 before any sample."""
         return self._sum / self._weight if self._weight > 0 else 0.0
+
+
+# What an ingress replica reports to Ray Serve for the coupled policy (serve_app/edge/load.py: the
+# demand meter writes them, serve_app/fleet/autoscaling_policy.py reads them back with ``demand_of``).
+AUTOSCALING_METRICS = (
+    "mai_coupled",
+    "mai_arrivals_per_s",
+    "mai_requests_measured",
+    *(f"mai_{role}_calls_per_request" for role in ROLES),
+    *(f"mai_{role}_call_s" for role in ROLES),
+)
+
+
+def demand_of(metrics: dict[str, float]) -> IngressDemand | None:
+    """One replica's report read back; None when it lacks an input or is not coupled."""
+    if any(name not in metrics for name in AUTOSCALING_METRICS) or metrics["mai_coupled"] < 0.5:
+        return None
+    return IngressDemand(
+        rate=metrics["mai_arrivals_per_s"],
+        requests=metrics["mai_requests_measured"],
+        calls_per_request={role: metrics[f"mai_{role}_calls_per_request"] for role in ROLES},
+        call_s={role: metrics[f"mai_{role}_call_s"] for role in ROLES},
+    )

@@ -1,6 +1,6 @@
 """Per API key: what it may still do this minute (its quotas) and what it has used (its bill).
 
-One ``Ledger`` serves every ingress replica (serve_app/edge/key_ledger.py holds it in a Serve
+One ``Ledger`` serves every ingress replica (serve_app/fleet/key_ledger.py holds it in a Serve
 deployment), so a quota holds across replicas. A request is admitted when the key's requests of the
 last 60 seconds are under its ``requests_per_minute`` and its tokens, with those its requests still
 running may use, leave room for one more request under its ``tokens_per_minute``. A request counts

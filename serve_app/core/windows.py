@@ -1,5 +1,5 @@
 """The latest ``size`` entries of several streams merged, kept up to date one entry at a time: what the
-stats holder keeps of every replica's audit and plan windows (serve_app/edge/stats_holder.py).
+stats holder keeps of every replica's audit and plan windows (serve_app/fleet/stats_holder.py).
 
 An entry's key orders it: ``(at, rank, seq)``, its time, its stream's rank and its place in its
 stream; ties of time go to the lower rank, then the earlier entry, which is what a stable sort by time

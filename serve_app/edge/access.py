@@ -1,6 +1,6 @@
 """A request's way in, and what it is billed: its key (serve_app/edge/keys.py), its share of a busy
 replica (serve_app/core/fair_share.py) and its quotas (the shared key ledger,
-serve_app/edge/key_ledger.py), all before its body is read; then what it used, told to the ledger.
+serve_app/fleet/key_ledger.py), all before its body is read; then what it used, told to the ledger.
 Whether the key may use the model it names is the request's to check once its body is read
 (``Grant.use``)."""
 
@@ -20,8 +20,8 @@ from ..core.roles import ROLES
 from ..core.routes import EARLY_EXITS, Route
 from ..core.trace import CascadeResult
 from ..core.usage import Bill
+from ..fleet.key_ledger import KeyLedger
 from .errors import EXPECTED, RequestError, request_error_of
-from .key_ledger import KeyLedger
 from .keys import Caller, KeyRing
 from .metrics import Metrics
 

@@ -1,36 +1,37 @@
 """The HTTP API of an ingress replica: its FastAPI routes, which read a request, hand it to the
 replica's request path (``IngressReplica``, which returns values: ``outcomes``) and render the outcome
-(``responses.http_reply``); the error bodies and the CORS policy. The only module that builds the app."""
+(``responses.http_reply``); the error bodies and the CORS policy. The only module that builds the app,
+and the deployment ``serve run`` starts (``MAIIngress``): the replica with its API."""
 
-# No ``from __future__ import annotations`` here: FastAPI must see the handlers' parameter types
-# (``Request``) as objects, not as names to look up.
-from typing import TYPE_CHECKING, Any
+# No ``from __future__ import annotations`` here: the replica gets ``MAIIngress``'s class by value
+# (cloudpickle), and FastAPI must see the handlers' parameter types (``Request``) as objects, not as
+# names to look up.
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from ray import serve
 
 from ..config import Security
 from .console import add_console_routes, console_files, console_settings
 from .errors import install_error_handlers
+from .ingress import IngressReplica
 from .protocol import AnswerRequest, ChatRequest, openapi_body
 from .readiness import readiness_reply
 from .responses import answer_reply, chat_reply, http_reply, models_list
 
-if TYPE_CHECKING:
-    from .ingress import IngressReplica
 
-
-async def chat_completions(ingress: "IngressReplica", request: Request) -> Response:
+async def chat_completions(ingress: IngressReplica, request: Request) -> Response:
     """``POST /v1/chat/completions``."""
     return http_reply(await ingress.chat_over_http(request), chat_reply)
 
 
-async def answer(ingress: "IngressReplica", request: Request) -> Response:
+async def answer(ingress: IngressReplica, request: Request) -> Response:
     """``POST /v1/mai/answer``."""
     return http_reply(await ingress.answer_over_http(request), answer_reply)
 
 
-def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
+def build_api(ingress: IngressReplica, security: Security) -> FastAPI:
     """The HTTP API of one ingress replica: its routes, error bodies and CORS policy."""
     api = FastAPI(
         title="MAI Serve",
@@ -93,3 +94,14 @@ def build_api(ingress: "IngressReplica", security: Security) -> FastAPI:
     settings = console_settings(ingress.cascade.selectors, ingress.config.cascade.audit.report_interval_s)
     add_console_routes(api, console_files(), settings, ingress.access.identify)
     return api
+
+
+class IngressWithAPI(IngressReplica):
+    """An ingress replica with its HTTP API, built when the replica starts."""
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_api(self, self.config.security)
+
+
+# The deployment ``serve run`` starts.
+MAIIngress = serve.deployment(name="MAIIngress")(serve.ingress()(IngressWithAPI))

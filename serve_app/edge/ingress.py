@@ -16,11 +16,11 @@ import uuid
 from collections.abc import Awaitable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from ray import serve
+from fastapi import Request
 
 from ..clients.failures import transport_errors
-from ..clients.llm_server import LLMServerClient, attention_scorer
+from ..clients.llm_server import LLMServerClient
+from ..clients.scorer import attention_scorer
 from ..config import AppConfig
 from ..core.capacity import Capacity
 from ..core.decision import Decision, Observer, decide, fleet_overload
@@ -28,6 +28,7 @@ from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
 from ..core.usage import Bill
+from ..fleet.stats_holder import stats_body
 from .access import Access, Grant, cascade_bill
 from .errors import RequestError, noted, unavailable
 from .images import check_image_bytes_under
@@ -43,7 +44,6 @@ from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
 from .routing import Passthrough, route
 from .security import BodyReads, read_body
-from .stats_holder import stats_body
 from .stats_reporter import StatsReporter
 
 logger = logging.getLogger("ray.serve")
@@ -139,21 +139,16 @@ class IngressReplica:
             self.overload,
             RequestMetrics(self.metrics),
         )
-        # The statistics' one view across replicas (serve_app/edge/stats_holder.py), and this replica's
+        # The statistics' one view across replicas (serve_app/fleet/stats_holder.py), and this replica's
         # name there.
         self.stats_holder, self.replica = stats, name or uuid.uuid4().hex
         # What it reports there.
         self.stats_reporter = StatsReporter(self.auditor.book, self.plans.book, self.overload.level_label)
         self._reporter: asyncio.Task | None = None
 
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        from .api import build_api
-
-        return build_api(self, self.config.security)
-
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Ray Serve's custom autoscaling metrics of this replica: the demand it measured, which the
-        application's coupled policy reads (serve_app/edge/autoscaling_policy.py)."""
+        application's coupled policy reads (serve_app/fleet/autoscaling_policy.py)."""
         return self.demand.report()
 
     async def chat(
@@ -342,7 +337,3 @@ class IngressReplica:
             raise RequestError(
                 f"no answer within the request timeout of {timeout_s:g} s", code="timeout", status=504
             ) from None
-
-
-# The deployment ``serve run`` starts: the replica with its HTTP API (``__serve_build_asgi_app__``).
-MAIIngress = serve.deployment(name="MAIIngress")(serve.ingress()(IngressReplica))

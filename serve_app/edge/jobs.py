@@ -163,7 +163,7 @@ async def _with_image(question: Question, fetch_image: ImageFetcher, param: str)
 
 def check_prompt_size(config: AppConfig, texts: list[str], param: str) -> None:
     """The question and system messages must fit the engines' context after the largest stage's
-    needs (``limits.max_prompt_bytes``, learnt from the models: serve_app/engines/model_limits.py)."""
+    needs (``limits.max_prompt_bytes``, learnt from the models: serve_app/engine_config/model_limits.py)."""
     limit = config.limits.max_prompt_bytes
     size = sum(len(text.encode()) for text in texts)
     if limit is not None and size > limit:

@@ -13,7 +13,7 @@ Arrivals are counted as a request reaches the ingress (a cascade request, or one
 unchanged); calls and their seconds are the finished request's trace (every stage it ran, with its
 model and latency; an audit's calls are not a served request's and are not counted), a passthrough's
 one call its own. Serve reads them through the ingress's ``record_autoscaling_stats`` (names in
-``AUTOSCALING_METRICS``) and hands them to the application's policy (serve_app/edge/autoscaling_policy.py)
+``AUTOSCALING_METRICS``) and hands them to the application's policy (serve_app/fleet/autoscaling_policy.py)
 with every deployment's context.
 
 Overload (``cascade.overload``): each cascade request reads the large model's queue as this replica
@@ -34,14 +34,6 @@ from ..core.options import GREEDY, Decoding
 from ..core.roles import ROLES, SMALL
 from ..core.scaling import DecayedMean, DecayedRate, IngressDemand, ScalingPolicy
 from ..core.trace import CascadeResult, Trace
-
-AUTOSCALING_METRICS = (
-    "mai_coupled",
-    "mai_arrivals_per_s",
-    "mai_requests_measured",
-    *(f"mai_{role}_calls_per_request" for role in ROLES),
-    *(f"mai_{role}_call_s" for role in ROLES),
-)
 
 
 class InFlight:
@@ -118,18 +110,6 @@ class DemandMeter:
             **{f"mai_{role}_calls_per_request": demand.calls_per_request[role] for role in ROLES},
             **{f"mai_{role}_call_s": demand.call_s[role] for role in ROLES},
         }
-
-
-def demand_of(metrics: dict[str, float]) -> IngressDemand | None:
-    """One replica's report read back; None when it lacks an input or is not coupled."""
-    if any(name not in metrics for name in AUTOSCALING_METRICS) or metrics["mai_coupled"] < 0.5:
-        return None
-    return IngressDemand(
-        rate=metrics["mai_arrivals_per_s"],
-        requests=metrics["mai_requests_measured"],
-        calls_per_request={role: metrics[f"mai_{role}_calls_per_request"] for role in ROLES},
-        call_s={role: metrics[f"mai_{role}_call_s"] for role in ROLES},
-    )
 
 
 class OverloadGuard:

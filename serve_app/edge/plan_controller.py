@@ -1,7 +1,7 @@
 """The plan controller in the ingress: it picks each cascade request's plan (serve_app/core/plan_choice.py)
 from the class's estimates (serve_app/core/plan_stats.py), and learns from every answered request.
 
-With a stats holder (serve_app/edge/stats_holder.py), a class's estimates are the holder's, read over
+With a stats holder (serve_app/fleet/stats_holder.py), a class's estimates are the holder's, read over
 every replica's reported observations and returned each time this replica reports, and so are the
 audit's bounds that let a plan change answers: for the same reported observations, the estimates,
 allowed and chosen plans of the exact merge of all replicas' books. This replica's own observations

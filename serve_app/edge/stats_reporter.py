@@ -1,4 +1,4 @@
-"""A replica's side of reporting to the stats holder (serve_app/edge/stats_holder.py): what changed since
+"""A replica's side of reporting to the stats holder (serve_app/fleet/stats_holder.py): what changed since
 the holder's last acknowledgement, so a report costs what changed, not the windows.
 
 A report carries, per class whose counts changed since the last acknowledged report, the replica's

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evaluation.run import user_message
+from evaluation.requests import user_message
 from loadtest.bench.scenarios.mixed_pair import processor_prompt_ids, stage_prompt_tokens
 from serve_app.core.prompts import PromptKind, PromptLayout, build_messages
 from serve_app.core.routes import ANSWERED, Route

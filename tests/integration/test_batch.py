@@ -16,7 +16,7 @@ from batch.inputs import RecordSettings
 from batch.runner import BatchJob, prepare, run
 from batch.settings import BatchSettings
 from serve_app.config import AppConfig
-from serve_app.edge.stats_holder import StatsHolderDeployment
+from serve_app.fleet.stats_holder import StatsHolderDeployment
 
 from ..images import data_url
 from .scripted_llm import ScriptedLLMServer
@@ -209,7 +209,7 @@ def test_a_process_killed_mid_job_loses_no_row_and_degrades_none(local_ray, tmp_
 
 
 def test_rows_count_against_the_key_the_job_names(local_ray, tmp_path):
-    from serve_app.edge.key_ledger import KeyLedgerDeployment
+    from serve_app.fleet.key_ledger import KeyLedgerDeployment
 
     keys = tmp_path / "keys.yaml"
     keys.write_text(f"keys:\n  - name: team-batch\n    sha256: {'ab' * 32}\n    models: [mai]\n")

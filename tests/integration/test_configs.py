@@ -164,7 +164,7 @@ def test_each_config_names_the_autoscaling_policy_its_args_ask_for(name, policy)
     config asking for coupled scaling must carry it, one asking for per-deployment must not."""
     from ray.serve.schema import ServeDeploySchema
 
-    from serve_app.config import check_application
+    from serve_app.config import COUPLED_POLICY, MOVED_COUPLED_POLICY, check_application
 
     serve_config = yaml.safe_load((ROOT / "configs" / name).read_text())
     ServeDeploySchema.model_validate(serve_config)  # what `serve run` / `serve deploy` check
@@ -174,6 +174,9 @@ def test_each_config_names_the_autoscaling_policy_its_args_ask_for(name, policy)
         without = {key: value for key, value in application.items() if key != "autoscaling_policy"}
         with pytest.raises(ValueError, match="autoscaling_policy"):
             check_application(without)
+        moved = application | {"autoscaling_policy": {"policy_function": MOVED_COUPLED_POLICY}}
+        with pytest.raises(ValueError, match=f"has moved: name policy_function: {COUPLED_POLICY}"):
+            check_application(moved)
     else:
         named = application | {"autoscaling_policy": {"policy_function": "x:y"}}
         with pytest.raises(ValueError, match="autoscaling.policy"):
@@ -198,7 +201,7 @@ def test_every_shipped_config_becomes_the_engine_vllm_would_build(name, executor
     vLLM: LLMConfig -> ray.serve.llm's engine settings (executor, bundles, fractional-GPU variable) ->
     vLLM's full engine configuration (types, ranges, the context against the model's own), with the
     GPU models read from the released Qwen3-VL checkpoints' config files."""
-    from serve_app.engines.engine_check import check_config
+    from serve_app.engine_config.engine_check import check_config
 
     checkpoints = RELEASED_CHECKPOINTS if executor == "ray" else {}  # the CPU configs' models are local
     result = check_config(yaml.safe_load((ROOT / "configs" / name).read_text()), checkpoints)
@@ -228,7 +231,7 @@ def test_every_shipped_config_becomes_the_engine_vllm_would_build(name, executor
     ],
 )
 def test_a_misspelt_or_out_of_range_engine_key_fails_here_not_on_a_cluster(change, refusal):
-    from serve_app.engines.engine_check import check_config
+    from serve_app.engine_config.engine_check import check_config
 
     serve_config = yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text())
     serve_config["applications"][0]["args"]["large"]["engine_kwargs"].update(change)
@@ -237,7 +240,7 @@ def test_a_misspelt_or_out_of_range_engine_key_fails_here_not_on_a_cluster(chang
 
 
 def test_mai_check_config_names_each_failing_config_in_one_line(tmp_path, capsys):
-    from serve_app.engines.engine_check import main
+    from serve_app.engine_config.engine_check import main
 
     shared = yaml.safe_load((ROOT / "configs" / "mai-1gpu.yaml").read_text())
     for role in ("small", "large"):

@@ -1,5 +1,5 @@
 """The engine each GPU config gets on a GPU, built by vLLM's own config code with its CUDA platform
-describing the GPU (serve_app/engines/gpu_view.py), in the replica's environment, with the usage
+describing the GPU (serve_app/engine_config/gpu_view.py), in the replica's environment, with the usage
 context ray.serve.llm's replica uses; and the fallbacks docs/deploying.md names doing what it says."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve_app.engines.engine_check import check_config, main
+from serve_app.engine_config.engine_check import check_config, main
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = ROOT / "configs" / "checkpoints"

@@ -848,7 +848,7 @@ def test_audits_run_after_the_reply_and_every_replica_counts_in_one_view(audited
     assert entry["plans"] == {"sequential": 12}
     assert entry["plan"]["estimates"]["requests"] == 12 and entry["plan"]["estimates"]["p1"] == 1.0
     # The audit's reference is always allowed; reason-first is not until audits of its exit bound it.
-    assert set(entry["plan"]["allowed"]) == {"sequential", "eager", "transfer"}
+    assert set(entry["plan"]["allowed"]) == {"sequential", "eager", "full-transfer"}
     # The audits' engine calls carry the audit request id; the served calls do not.
     engine_ids = [
         call["request_id"] for role in ("small", "large") for call in handles[role].calls.remote().result()

@@ -274,8 +274,8 @@ def test_a_replayed_calibration_writes_calibration_json_naming_the_command_and_c
     import json
 
     from evaluation.cli import main
+    from evaluation.predictions import PredictionStore
     from evaluation.records import load_records
-    from evaluation.run import PredictionStore
     from harness.provenance import git_commit
 
     data = tmp_path / "d.jsonl"

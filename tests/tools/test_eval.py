@@ -13,9 +13,11 @@ from PIL import Image
 
 from evaluation.cli import build_parser, main
 from evaluation.converters import lmms_eval_records, read_parquet_rows
+from evaluation.predictions import PredictionStore, prediction_of
 from evaluation.records import DatasetError, EvalRecord, image_data_url, load_records
 from evaluation.report import add_speedups, markdown, summarize_policy, write_report
-from evaluation.run import PredictionStore, RunSpec, chat_body, prediction_of, request_id
+from evaluation.requests import chat_body, request_id
+from evaluation.run import RunSpec
 from evaluation.scoring import dataset_metrics, score, yes_no_metrics
 
 

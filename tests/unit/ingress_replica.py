@@ -9,8 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from serve_app.config import AppConfig
-from serve_app.edge.api import build_api
-from serve_app.edge.ingress import MAIIngress
+from serve_app.edge.api import MAIIngress, build_api
 from serve_app.edge.keys import KeyRing, unlimited
 from serve_app.edge.metrics import Metrics
 from serve_app.edge.parts import build_parts

@@ -12,7 +12,7 @@ from serve_app.core.contracts import Question
 from serve_app.core.options import CascadeOptions
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.stats_holder import StatsHolder
+from serve_app.fleet.stats_holder import StatsHolder
 
 from ..images import chat_body
 from .fakes import ScriptedVLM

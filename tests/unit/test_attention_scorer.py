@@ -18,7 +18,7 @@ from deployments.attention import (
     torch_device,
 )
 from deployments.settings import ScorerSettings
-from serve_app.engines.image_budget import image_budget
+from serve_app.engine_config.image_budget import image_budget
 
 from ..images import data_url
 

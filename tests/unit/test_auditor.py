@@ -17,7 +17,7 @@ from serve_app.core.prompts import PromptKind
 from serve_app.edge.auditor import AUDIT_PREFIX, Auditor
 from serve_app.edge.jobs import Job
 from serve_app.edge.load import InFlight
-from serve_app.edge.stats_holder import StatsHolder
+from serve_app.fleet.stats_holder import StatsHolder
 
 from .fakes import ScriptedVLM
 

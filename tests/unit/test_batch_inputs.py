@@ -28,7 +28,7 @@ from batch.lines import numbered_raw_lines
 from batch.outputs import line_of, openai_error_line, openai_reply_line
 from batch.source import numbered_lines
 from evaluation.records import EvalRecord
-from evaluation.run import chat_body, request_id
+from evaluation.requests import chat_body, request_id
 
 from ..images import data_url, image_bytes
 

@@ -23,8 +23,8 @@ from batch.outputs import (
     record_reply_line,
 )
 from batch.tally import Tally, summary_text
+from evaluation.predictions import prediction_of
 from evaluation.records import EvalRecord
-from evaluation.run import prediction_of
 
 OPENAI, RECORDS = InputFormat.OPENAI, InputFormat.RECORDS
 RECORD = EvalRecord.model_validate(

@@ -327,8 +327,8 @@ async def test_a_stage_starts_on_the_event_loops_clock_from_the_requests_start()
 
 
 def test_a_recording_without_start_times_replays_with_them():
-    """A calibration pass recorded before stages had a start (``evaluation.run.prediction_of`` keeps no
-    ``start_s``) still replays, and the replay's trace has them."""
+    """A calibration pass recorded before stages had a start (``evaluation.predictions.prediction_of``
+    keeps no ``start_s``) still replays, and the replay's trace has them."""
     rows = [
         {"name": "short_small", "status": "ok", "answer": "A", "latency_s": 0.25},
         {"name": "short_large", "status": "ok", "answer": "B", "latency_s": 0.5},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.engines.generation_defaults import generation_defaults
+from serve_app.engine_config.generation_defaults import generation_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = ROOT / "configs" / "checkpoints"

@@ -10,8 +10,8 @@ from transformers import Qwen2VLImageProcessor
 
 from harness.local_server import config_args
 from serve_app.config import load_app_config
-from serve_app.engines.image_budget import UnknownImageFamilyError, image_budget, pixel_bounds
-from serve_app.engines.model_limits import ContextTooSmallError, with_model_limits
+from serve_app.engine_config.image_budget import UnknownImageFamilyError, image_budget, pixel_bounds
+from serve_app.engine_config.model_limits import ContextTooSmallError, with_model_limits
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "configs" / "checkpoints"
 RELEASED = {"longest_edge": 16_777_216, "shortest_edge": 65_536}  # Qwen3-VL's preprocessor_config.json
@@ -99,7 +99,7 @@ def test_a_mixed_pair_bounds_the_prompt_by_the_gemma_image_budget():
     """configs/mai-cpu-mixed.yaml: the demo Qwen3-VL small (64 tokens an image at most) and the tiny
     Gemma 3 large (256, its config.json's mm_tokens_per_image): the learnt prompt bound is what the
     Gemma context leaves; the same pair with a Qwen3-VL large would leave 192 bytes more."""
-    from serve_app.engines.model_limits import TEMPLATE_TOKENS
+    from serve_app.engine_config.model_limits import TEMPLATE_TOKENS
 
     args = config_args("mai-cpu-mixed.yaml")
     budgets = load_app_config(args).cascade.max_tokens

@@ -17,7 +17,7 @@ from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
 from serve_app.edge.errors import RequestError, request_error_of
 from serve_app.edge.json_body import parse_json
-from serve_app.engines.model_limits import context_budgets, geometry, with_model_limits
+from serve_app.engine_config.model_limits import context_budgets, geometry, with_model_limits
 
 from ..images import chat_body, data_url
 from .build import answer_job, chat_job

@@ -19,7 +19,7 @@ MAY_IMPORT = {
     "loadtest": {"deployments", "serve_app", "harness", "evaluation", "batch"},
 }
 # serve_app's layers, top to bottom: each may import the layers below it, never one above.
-SERVE_APP_LAYERS = ("app", "edge", "engines", "clients", "config", "core")
+SERVE_APP_LAYERS = ("app", "edge", "fleet", "engine_config", "clients", "config", "core")
 FRAMEWORKS = {"ray", "vllm", "fastapi", "starlette", "httpx", "torch", "transformers"}
 
 
@@ -136,3 +136,43 @@ def test_no_module_of_the_project_passes_400_lines():
         if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (module -> modules it imports), or None."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        if module in path:
+            return path[path.index(module) :] + [module]
+        if module in done:
+            return None
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            found = visit(imported)
+            if found:
+                return found
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module)
+        if found:
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_no_two_modules_import_each_other(package):
+    """No import cycle among a package's modules, however deep, imports inside functions and under
+    TYPE_CHECKING included: each module's concern sits above or below another's, never both."""
+    graph = project_modules(package)
+    internal = {module: {name for name in names if name in graph} for module, names in graph.items()}
+    assert _cycle(internal) is None, f"import cycle: {' -> '.join(_cycle(internal) or [])}"

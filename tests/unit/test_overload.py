@@ -23,7 +23,7 @@ from serve_app.core.plan_choice import PlanChoice
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.core.trace import OverloadRecord
-from serve_app.edge.stats_holder import StatsHolder
+from serve_app.fleet.stats_holder import StatsHolder
 
 from ..images import chat_body
 from .fakes import ScriptedVLM

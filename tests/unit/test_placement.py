@@ -8,8 +8,8 @@ import yaml
 
 from deployments.gpus import GPU_MEMORY
 from serve_app.config import load_app_config
-from serve_app.engines.inventory import gpu_kind, manifest_groups, one_host
-from serve_app.engines.placement import Ask, NodeGroup, engine_asks, placement_problems
+from serve_app.engine_config.inventory import gpu_kind, manifest_groups, one_host
+from serve_app.engine_config.placement import Ask, NodeGroup, engine_asks, placement_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY = GPU_MEMORY

@@ -10,7 +10,7 @@ from serve_app.config import load_app_config
 from serve_app.core.decision import TASK_PATTERN, ClassSettings, QuestionClasses
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.protocol import TASK_TAG
-from serve_app.edge.stats_holder import StatsHolder
+from serve_app.fleet.stats_holder import StatsHolder
 
 from ..images import chat_body
 from .fakes import ScriptedVLM

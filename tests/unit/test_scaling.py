@@ -1,6 +1,6 @@
 """Coupled autoscaling: the arithmetic (serve_app/core/scaling.py), what an ingress replica measures
 (serve_app/edge/load.py), and the application-level policy Ray Serve calls
-(serve_app/edge/autoscaling_policy.py) on synthetic contexts: a surge, a drain, a missing input."""
+(serve_app/fleet/autoscaling_policy.py) on synthetic contexts: a surge, a drain, a missing input."""
 
 import math
 
@@ -12,16 +12,18 @@ from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
 from serve_app.config import load_app_config
 from serve_app.core.scaling import (
+    AUTOSCALING_METRICS,
     DecayedMean,
     DecayedRate,
     IngressDemand,
     ScalingPolicy,
     coupled_decision,
+    demand_of,
     little_replicas,
 )
 from serve_app.core.trace import StageRecord, Trace
-from serve_app.edge.autoscaling_policy import coupled_policy, role_of
-from serve_app.edge.load import AUTOSCALING_METRICS, DemandMeter, demand_of
+from serve_app.edge.load import DemandMeter
+from serve_app.fleet.autoscaling_policy import coupled_policy, role_of
 
 
 def demand(rate=10.0, large_calls=1.2, large_s=0.5, small_calls=1.5, small_s=2.0, requests=50.0):

@@ -1,4 +1,4 @@
-"""The stats holder's incremental merge (serve_app/edge/stats_holder.py) and the replicas' reports
+"""The stats holder's incremental merge (serve_app/fleet/stats_holder.py) and the replicas' reports
 (serve_app/edge/stats_reporter.py), against the exact merge of the replicas' whole books
 (``AuditBook.merged``, ``PlanBook.merged``): the same body, bounds, estimates to the bit, allowed and
 chosen plans, tokens per model, through lost replies and holder restarts; and the replicas' overload
@@ -28,8 +28,8 @@ from serve_app.core.roles import ROLES
 from serve_app.core.routes import COMPLETED, EARLY_EXITS
 from serve_app.core.trace import STATS_TOKEN_FIELDS, Tokens
 from serve_app.edge.plan_controller import PlanController
-from serve_app.edge.stats_holder import StatsHolder, stats_body
 from serve_app.edge.stats_reporter import StatsReporter
+from serve_app.fleet.stats_holder import StatsHolder, stats_body
 
 from .ingress_replica import report_to
 

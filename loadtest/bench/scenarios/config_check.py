@@ -42,8 +42,8 @@ def checkpoints_for(serve_config: dict[str, Any]) -> dict[str, str]:
 
 
 def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
-    from serve_app.engines.engine_check import check_config
-    from serve_app.engines.inventory import one_host
+    from serve_app.engine_config.engine_check import check_config
+    from serve_app.engine_config.inventory import one_host
 
     results = {}
     for name in parameters.configs:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from evaluation.run import user_message
+from evaluation.requests import user_message
 from harness.local_server import config_args, deploy
 
 from ..scenario import Bench, Scenario

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from evaluation.run import user_message
+from evaluation.requests import user_message
 from harness.driver import percentile
 from harness.local_server import deploy
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from evaluation.run import user_message
+from evaluation.requests import user_message
 from harness.driver import percentile
 from harness.local_server import config_args, deploy, replica_counts
 

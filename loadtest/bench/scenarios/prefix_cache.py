@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from evaluation.run import user_message
+from evaluation.requests import user_message
 from harness.local_server import config_args, deploy
 
 from ..scenario import Bench, Scenario

@@ -13,7 +13,7 @@ whose CPU it times.
   ``loadtest/stats_fleet.py``, rebuilt from those merges), and both merged again per snapshot. A full
   interval of it at 64 or 256 replicas takes too long, so a sample of the reports is measured and the
   interval extrapolated (``sampled``).
-- after: ``edge.stats_holder.StatsHolder`` over the replicas' ``edge.stats_reporter.StatsReporter``:
+- after: ``fleet.stats_holder.StatsHolder`` over the replicas' ``edge.stats_reporter.StatsReporter``:
   what changed since the last acknowledged report, merged into one view.
 
 Steady state: before the measured intervals every replica's books hold full windows of every class
@@ -44,7 +44,7 @@ from loadtest.stats_fleet import MergeAllHolder, Replica, Settings, fleet, serve
 from serve_app.core.audit import AuditBook, AuditSettings
 from serve_app.core.plan_choice import AdaptiveSettings
 from serve_app.core.plan_stats import PlanBook
-from serve_app.edge.stats_holder import StatsHolder, stats_body
+from serve_app.fleet.stats_holder import StatsHolder, stats_body
 
 from ..cells import cell, percent_cell
 from ..scenario import Bench, Scenario

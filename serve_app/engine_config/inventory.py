@@ -1,4 +1,4 @@
-"""The node inventory a config is checked against (serve_app/engines/placement.py): one host with
+"""The node inventory a config is checked against (serve_app/engine_config/placement.py): one host with
 ``--gpus N``, or the node groups of a KubeRay RayService or RayJob manifest at their ``maxReplicas``."""
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def check_kwargs(spec: ModelDeployment) -> dict[str, Any]:
 
 
 def on_gpu(spec: ModelDeployment, gpu: str) -> dict[str, Any]:
-    """The engine the replica would build on ``gpu`` (serve_app/engines/gpu_view.py), and the sampling
+    """The engine the replica would build on ``gpu`` (serve_app/engine_config/gpu_view.py), and the sampling
     defaults the checkpoint would have brought under ``generation_config: auto``."""
     view = gpu_view(check_kwargs(spec), replica_env(spec), gpu)
     view["gpu"] = gpu

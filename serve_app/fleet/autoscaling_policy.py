@@ -7,7 +7,7 @@ deployment's own ``upscale_delay_s``, ``downscale_delay_s``, scaling factors and
 ``min_replicas``/``max_replicas`` to the answer. A config names it beside the application's ``args``::
 
     autoscaling_policy:
-      policy_function: serve_app.edge.autoscaling_policy:coupled_policy
+      policy_function: serve_app.fleet.autoscaling_policy:coupled_policy
 
 - The small and the large model (deployments ``small:<id>`` / ``large:<id>``): the ingress replicas'
   reported demand (serve_app/edge/load.py, Serve's custom autoscaling metrics), never fewer than the
@@ -22,8 +22,14 @@ import logging
 from typing import Any
 
 from ..core.roles import ROLES
-from ..core.scaling import IngressDemand, ScalingDecision, coupled_decision, queue_replicas
-from .load import AUTOSCALING_METRICS, demand_of
+from ..core.scaling import (
+    AUTOSCALING_METRICS,
+    IngressDemand,
+    ScalingDecision,
+    coupled_decision,
+    demand_of,
+    queue_replicas,
+)
 
 logger = logging.getLogger("ray.serve")
 

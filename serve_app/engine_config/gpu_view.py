@@ -11,7 +11,7 @@ CUDA kernels are absent here: their import is stubbed and their capability probe
 supported", which decides only quantized kernels, none of which the shipped configs use. Triton,
 which the GPU image installs (requirements/gpu-resolution.json), is declared present.
 
-It runs as its own process (``python -m serve_app.engines.gpu_view``: the request as JSON on stdin,
+It runs as its own process (``python -m serve_app.engine_config.gpu_view``: the request as JSON on stdin,
 the view as JSON on stdout), since the platform must be chosen before vLLM is first imported.
 """
 
@@ -36,7 +36,7 @@ def gpu_view(
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
     request = json.dumps({"llm_config": llm_config, "gpu": gpu})
     done = subprocess.run(
-        [sys.executable, "-m", "serve_app.engines.gpu_view"],
+        [sys.executable, "-m", "serve_app.engine_config.gpu_view"],
         input=request,
         capture_output=True,
         text=True,

@@ -1,0 +1,20 @@
+"""The attention scorer's client over a DeploymentHandle of the AttentionScorer deployment
+(deployments/scorer.py): what the attention transfer selector calls to score reasoning tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .failures import engine_call
+
+
+def attention_scorer(handle: Any) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """The AttentionScorer deployment's ``select`` as the attention selector's ``score``: its failures
+    are the ``EngineError`` family, like a model's."""
+
+    async def score(*args: Any) -> dict[str, Any]:
+        with engine_call("the attention scorer"):
+            return await handle.select.remote(*args)
+
+    return score
