@@ -22,6 +22,9 @@ class Route(StrEnum):
     DEGRADED_NO_REASONING = "degraded_no_reasoning"  # small failed while reasoning
     DEGRADED_NO_TRANSFER = "degraded_no_transfer"  # large failed in the transfer stage
     DEGRADED_SMALL_ONLY = "degraded_small_only"  # large failed, on_large_failure: small
+    # No cascade ran: the request went to a model unchanged (serve_app/edge/routing.py decides where
+    # a request goes; this is how its answer was reached).
+    PASSTHROUGH = "passthrough"
 
 
 # Stage 1 settled the question: both short answers agreed, or the large one was confident enough.

@@ -42,7 +42,7 @@ from .passthrough import chat_request, forward
 from .passthrough_body import checked_body
 from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
-from .routing import Passthrough, route
+from .routing import Passthrough, destination
 from .security import BodyReads, read_body
 from .stats_reporter import StatsReporter
 
@@ -200,7 +200,7 @@ class IngressReplica:
             return await self._answer(job, grant)
 
     async def _chat(self, payload: Any, request_id: str, grant: Grant) -> Answered | Forwarded:
-        routed = route(payload, self.config)
+        routed = destination(payload, self.config)
         if isinstance(routed, Passthrough):
             # The model the client named: ``mai`` when it sent there what MAI does not fit.
             grant.use(routed.model_id if routed.reason is None else "mai")

@@ -205,7 +205,7 @@ def request_id_of(header: str | None) -> str:
 async def job_from_chat(
     config: AppConfig, routed: ToCascade, request_id: str, fetch_image: ImageFetcher
 ) -> Job:
-    """The cascade job of a chat request ``routing.route`` sent to the cascade: the gate has read its
+    """The cascade job of a chat request ``routing.destination`` sent to the cascade: the gate has read its
     user turn and found it fits (``routing.misfit``)."""
     request, turn = routed.request, routed.turn
     extra = request.mai or MAIExtra()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.decision import Decision
+from ..core.routes import Route
 from ..core.trace import CascadeResult
 
 # Seconds; requests run from tens of milliseconds (agreeing short answers) to minutes (long reasoning).
@@ -180,7 +181,7 @@ class IngressMetrics(Metrics):
 
     def record_passthrough(self, model_id: str, latency_s: float) -> None:
         """A request passed to a model unchanged: counted under its model id and the route ``passthrough``."""
-        tags = {"policy": model_id, "route": "passthrough"}
+        tags = {"policy": model_id, "route": Route.PASSTHROUGH.value}
         self._metrics["mai_requests"].inc(1, tags=tags)
         self._metrics["mai_request_latency_s"].observe(latency_s, tags=tags)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.decision import Decision
+from ..core.routes import Route
 from ..core.trace import CascadeResult
 from .errors import EXPECTED, RequestError, request_error_of
 from .jobs import Job
@@ -37,7 +38,7 @@ class Forwarded:
 
     @property
     def headers(self) -> dict[str, str]:
-        headers = {"x-mai-route": "passthrough"}
+        headers = {"x-mai-route": Route.PASSTHROUGH.value}
         if self.reason is not None:
             headers["x-mai-route-reason"] = self.reason
         return headers

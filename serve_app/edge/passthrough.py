@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..clients.failures import engine_call, error_response_failure
+from ..core.routes import Route
 from .errors import RequestError, describe_validation_error
 from .outcomes import Forwarded
 
@@ -79,7 +80,9 @@ async def forward(
         raise error_response_failure(head, model_id)
     if not request.stream:
         extra = (
-            {} if reason is None else {"mai": {"route": "passthrough", "reason": reason, "model": model_id}}
+            {}
+            if reason is None
+            else {"mai": {"route": Route.PASSTHROUGH.value, "reason": reason, "model": model_id}}
         )
         return Forwarded(model_id, reason, body=head.model_dump(mode="json", exclude_none=True) | extra)
 

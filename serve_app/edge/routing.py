@@ -73,7 +73,7 @@ class Misfit:
     error: RequestError | None
 
 
-def route(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
+def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
     """Where a chat request goes: a configured model id to that model; a cascade policy to the cascade;
     ``mai`` to the cascade when MAI fits it, else (or when forced) to the large model. 4xx for a body
     that is no chat request or names no model served here."""
