@@ -9,6 +9,8 @@ gets, with no HTTP in between and no second copy of any of it.
 What batch does differently, and why:
 - at most ``rows_per_actor`` rows of an actor are in flight (the deployments' capacity, shared out):
   a row waits for a slot instead of queueing past what the engines batch;
+- a batch's rows are handed on as they finish, not when its last one does (``__call__``): each row's
+  line reaches the driver, and the output, within moments of its answer;
 - a row the server could only answer degraded (a model failed: ``routes.DEGRADED``) or not at all (503,
   504) is asked again after a pause, up to ``attempts`` times: a replica that dies mid-job costs the row
   a wait, never a degraded answer; the last attempt's reply is written as it is (its route says so);
@@ -19,12 +21,15 @@ What batch does differently, and why:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import copy
 import dataclasses
 import json
 import logging
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,15 +40,19 @@ from serve_app.edge.errors import internal_error_body
 from serve_app.edge.outcomes import Forwarded, Refused, RequestOutcome
 from serve_app.edge.responses import chat_completion
 
+from .actor_start import StartClock
 from .inputs import InputFormat, LineError, RecordSettings, Request, line_too_long, parse_line
 from .lines import Overlong
 from .model_tier import Targets
 from .outputs import openai_error_line, openai_reply_line, record_error_line, record_reply_line
+from .packing import packed, unpacked
+from .row_stream import GATHER_S, EventLoopThread, finished
 from .settings import MAX_LINE_BYTES
 
 logger = logging.getLogger("ray.data")
 
 RETRIED_STATUSES = (429, 503, 504)  # a key's share or quota: the row waits and asks again
+Answered = tuple[dict[str, Any], dict[str, Any], float]  # a row's line, its outcome, when it was done
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,7 @@ class RowAnswerer:
     """A pool member of ``Dataset.map_batches``: answers a batch of ``(line, text)`` rows concurrently."""
 
     def __init__(self, config: AppConfig, targets: Targets, job: RowJob):
+        self.clock = StartClock()
         import ray
 
         from serve_app.edge.keys import BATCH_CALLER, KeyRing
@@ -91,28 +101,68 @@ class RowAnswerer:
         self.job = job
         self.node = ray.get_runtime_context().get_node_id()
         self._slots: asyncio.Semaphore | None = None
+        self.clock.mark("initialised")
+        # The replica is made at once, on the loop every row of this actor runs on, while Ray Data
+        # finishes starting the actor and sends its first batch (most of it is loading vLLM's types).
+        self._starting = threading.Lock()  # Ray Data calls for batches from several threads at once
+        self._rows: EventLoopThread | None = EventLoopThread()
+        self._ready: concurrent.futures.Future[None] | None = self._rows.submit(self._start())
 
-    async def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        if self.ingress is None:
-            self.ingress = self._replica()
-            self._slots = asyncio.Semaphore(self.job.rows_per_actor)
+    def __call__(self, batch: dict[str, Any]) -> Iterator[dict[str, list[Any]]]:
+        """The batch's output rows, each group yielded as soon as its rows are answered: every row of
+        the batch is in flight at once (under the actor's slots), and a row's line never waits for a
+        slower one of its batch (batch/row_stream.py says why this is a plain generator)."""
+        self.clock.mark("first_batch")
+        rows = self._started()
+        batch = unpacked(batch)  # a packed row of lines (batch/packing.py), or plain columns
         lines = [int(line) for line in batch["line"]]
         texts = [
             Overlong(int(size), self.job.max_line_bytes) if text is None else str(text)
             for text, size in zip(batch["text"], batch["size"], strict=True)
         ]
-        results = await asyncio.gather(
-            *(self.answer(line, text) for line, text in zip(lines, texts, strict=True))
-        )
+        futures = [rows.submit(self._answered(line, text)) for line, text in zip(lines, texts, strict=True)]
+        for group in finished(futures, GATHER_S):
+            columns = self._columns([lines[index] for index, _ in group], [result for _, result in group])
+            yield packed(columns)
+
+    def _started(self) -> EventLoopThread:
+        """The rows' loop, once the ingress replica and the slots are made on it."""
+        with self._starting:
+            if self._rows is None:
+                self._rows = EventLoopThread()
+            if self._ready is None:
+                self._ready = self._rows.submit(self._start())
+        self._ready.result()  # a failed start fails the batch, as Ray Data's own would
+        return self._rows
+
+    async def _start(self) -> None:
+        self.clock.mark("replica_started")
+        if self.ingress is None:
+            self.ingress = self._replica()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.job.rows_per_actor)
+        self.clock.mark("replica")
+
+    async def _answered(self, line: int, text: str | Overlong) -> Answered:
+        """``answer``'s row and outcome, and when it was done (wall clock: the driver's line delay)."""
+        row, outcome = await self.answer(line, text)
+        self.clock.mark("first_row")
+        return row, outcome, time.time()
+
+    def _columns(self, lines: list[int], results: list[Answered]) -> dict[str, list[Any]]:
+        """Finished rows as the block Ray Data hands to the driver (batch/delivery.py reads it)."""
         return {
             "line": lines,
-            "output": [json.dumps(row) for row, _ in results],
-            "status": [outcome["status"] for _, outcome in results],
-            "route": [outcome["route"] for _, outcome in results],
-            "tokens": [json.dumps(outcome["tokens"]) for _, outcome in results],
-            "attempts": [outcome["attempts"] for _, outcome in results],
+            "output": [json.dumps(row) for row, _, _ in results],
+            "status": [outcome["status"] for _, outcome, _ in results],
+            "route": [outcome["route"] for _, outcome, _ in results],
+            "tokens": [json.dumps(outcome["tokens"]) for _, outcome, _ in results],
+            "attempts": [outcome["attempts"] for _, outcome, _ in results],
+            "answered_at": [done_at for _, _, done_at in results],
             "node": [self.node] * len(lines),
             "peak_rss_mb": [peak_rss_mb()] * len(lines),
+            # The actor's start, once: with the first rows it hands on (batch/actor_start.py).
+            "actor_start": [self.clock.report()] + [""] * (len(lines) - 1),
         }
 
     def _replica(self) -> Any:

@@ -25,6 +25,7 @@ from serve_app.config import AppConfig, check_application
 
 from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
 from .model_tier import AttachError
+from .output_store import fetch, is_uri, staged, upload
 from .runner import BatchJob, Prepared, prepare, run
 from .settings import MAX_LINE_BYTES, BatchSettings
 from .tally import Tally, summary_text
@@ -40,9 +41,17 @@ class UsageError(ValueError):
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mai-batch", description=__doc__.split("\n\n")[0])
-    p.add_argument("input", help="OpenAI batch request file or mai-eval records (JSONL; a path or URI)")
     p.add_argument(
-        "--output", "-o", required=True, type=Path, help="output file (OpenAI) or folder (records)"
+        "input",
+        help="OpenAI batch requests or mai-eval records (JSONL): a file, a folder of .jsonl shards or a "
+        "glob of them, a path or a filesystem URI (s3://, gs://, file://)",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        required=True,
+        help="output file (OpenAI) or folder (records); a URI (s3://, gs://, file://) is written locally "
+        "and uploaded when the job ends",
     )
     p.add_argument("--config", default="configs/mai-cpu.yaml", help="the Serve config whose models answer")
     p.add_argument("--app-name", help="the config's application (default: the one of serve_app.app)")
@@ -157,9 +166,19 @@ def job_of(args: argparse.Namespace) -> BatchJob:
         max_tokens=args.max_tokens,
         image_root=image_root,
     )
+    output_uri = args.output if is_uri(args.output) else None
+    output = Path(args.output)
+    if output_uri is not None:
+        place = staged(output_uri)
+        try:
+            fetch(place)  # a job that resumes where no staging copy is starts from the URI's
+        except OSError as exc:
+            raise UsageError(f"--output {exc}") from None
+        output = place.local
     return BatchJob(
         input=args.input,
-        output=args.output,
+        output=output,
+        output_uri=output_uri,
         config=config,
         settings=settings,
         records=records,
@@ -207,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mai-batch: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if prepared.todo == 0:
-        print(f"mai-batch: every one of the {prepared.scan.rows} rows is in {prepared.path} already")
+        where = job.output_uri or prepared.path
+        print(f"mai-batch: every one of the {prepared.scan.rows} rows is in {where} already")
         return 0
     print(
         f"mai-batch: {prepared.todo} rows to answer ({prepared.scan.fmt.value}"
@@ -224,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(job, prepared, on_progress=bar)
     except KeyboardInterrupt:
         print(
-            f"\nmai-batch: interrupted; the rows written are kept in {prepared.path}: run the same command "
-            "to answer the rest",
+            f"\nmai-batch: interrupted; the rows written are kept in {job.output_uri or prepared.path}: run "
+            "the same command to answer the rest",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
@@ -236,8 +256,25 @@ def main(argv: list[str] | None = None) -> int:
         close = getattr(bar, "close", None)
         if close is not None:
             close()
+        if job.output_uri is not None:  # done, interrupted or failed: what was written goes up
+            uploaded(job)
     print(summary_text(summary))
     return 0
+
+
+def uploaded(job: BatchJob) -> None:
+    """The staging copy of an output at a URI uploaded (batch/output_store.py); a failure is said, and
+    the staging copy named: the next run resumes from it."""
+    assert job.output_uri is not None
+    place = staged(job.output_uri)
+    try:
+        upload(place)
+        print(f"mai-batch: uploaded to {job.output_uri}", file=sys.stderr)
+    except OSError as exc:
+        print(
+            f"mai-batch: {exc}; the lines are in {place.local}, and the same command resumes from there",
+            file=sys.stderr,
+        )
 
 
 def _progress_bar(total: int, off: bool):

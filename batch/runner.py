@@ -4,14 +4,16 @@
    and what the output already answers (a rerun resumes there);
 2. ``run``: the model deployments started or attached (batch/model_tier.py); the input read by Ray
    Data (batch/source.py, the answered lines skipped at the read) and answered by a pool of actors
-   (batch/answerer.py), rows streaming through, never collected; each finished group of lines appended
-   to the output and counted (batch/tally.py) as it arrives, with the progress on the terminal.
+   (batch/answerer.py, batch/pipeline.py), rows streaming through, never collected; each row's line
+   appended to the output and counted (batch/delivery.py, batch/tally.py) as soon as it is answered,
+   with the progress on the terminal.
 Only this process writes the output, once per row, so a crash or Ctrl-C never duplicates one; rows in
 flight when it stops are answered by the next run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -24,6 +26,7 @@ from evaluation.predictions import PredictionStore
 from harness.provenance import provenance, stream_sha256
 from serve_app.config import AppConfig
 
+from .delivery import Delivery
 from .inputs import (
     InputFormat,
     InputFormatError,
@@ -34,12 +37,13 @@ from .inputs import (
     scan_lines,
 )
 from .outputs import LineWriter, answered_ids, drop_errors, output_file
+from .pipeline import answered_rows
 from .settings import BatchSettings, batch_config, rows_per_actor
-from .source import numbered_lines, open_input
+from .shards import Shards, shards_of
+from .source import numbered_lines
 from .tally import Tally
 
-ACTOR_NUM_CPUS = 0.01
-BLOCKS_PER_ACTOR = 4
+PASSES = 3  # the job's pass, and up to two more for rows a retried task never handed back
 
 logger = logging.getLogger("mai-batch")
 
@@ -55,6 +59,7 @@ class BatchJob:
     records: RecordSettings = RecordSettings()
     fmt: InputFormat | None = None
     attach: str | None = None
+    output_uri: str | None = None  # where the output is uploaded when the job ends (batch/output_store.py)
     retry_errors: str | None = None  # "server": rows that failed on the server's side; "all": 4xx too
     command: str = "mai-batch"  # as typed: the records' run.json names it
     config_path: str | None = None
@@ -66,6 +71,8 @@ class Prepared:
     path: Path  # the file the lines go to
     done: frozenset[int] = field(default_factory=frozenset)
     retried: int = 0  # error lines taken out to be answered again (--retry-errors)
+    shards: Shards | None = None  # the input's files (batch/shards.py)
+    offsets: Mapping[str, int] = field(default_factory=dict)  # each shard's first line number less one
 
     @property
     def todo(self) -> int:
@@ -79,22 +86,24 @@ def prepare(job: BatchJob) -> Prepared:
     ``evaluation.predictions.DatasetMismatchError`` for a records folder that holds another dataset's
     predictions."""
     limits, max_line_bytes = job.config.limits, job.settings.max_line_bytes
-    fmt = job.fmt or _format_of_first_line(job)
+    shards = shards_of(job.input)
+    fmt = job.fmt or _format_of_first_line(shards, job)
     path = output_file(job.output, fmt, job.records.policy)
     if fmt is InputFormat.OPENAI and path.is_dir():
         raise OutputMismatchError("is a folder; an OpenAI batch's output is a file")
     answered = answered_ids(path, fmt)
-    scan = scan_lines(numbered_lines(job.input, max_line_bytes), fmt, answered, limits)
+    offsets: dict[str, int] = {}
+    scan = scan_lines(numbered_lines(shards, max_line_bytes, offsets), fmt, answered, limits)
     if scan.fmt is InputFormat.RECORDS:
-        _prediction_store(job, scan).open(fresh=False)
+        _prediction_store(job, scan, shards).open(fresh=False)
     retried: frozenset[int] = frozenset()
     if job.retry_errors is not None:  # once the output is known to be this input's, never before
         retried = drop_errors(path, fmt, client_errors=job.retry_errors == "all")
-    return Prepared(scan, path, scan.answered - retried, len(retried))
+    return Prepared(scan, path, scan.answered - retried, len(retried), shards, offsets)
 
 
-def _format_of_first_line(job: BatchJob) -> InputFormat:
-    for number, text in numbered_lines(job.input, job.settings.max_line_bytes):
+def _format_of_first_line(shards: Shards, job: BatchJob) -> InputFormat:
+    for number, text in numbered_lines(shards, job.settings.max_line_bytes):
         return first_format(number, text, job.config.limits)
     raise InputFormatError("the input has no lines")
 
@@ -122,12 +131,15 @@ def record_run(job: BatchJob, rows_in_flight: int) -> None:
     path.write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def _prediction_store(job: BatchJob, scan: InputScan) -> PredictionStore:
-    """mai-eval's folder for the records' predictions (its manifest names the dataset: a local path
-    or a URI as given, its digest read through the filesystem that holds it)."""
-    with open_input(job.input) as stream:
-        digest = stream_sha256(stream)
-    return PredictionStore(job.output, job.input, range(scan.rows), dataset_sha256=digest)
+def _prediction_store(job: BatchJob, scan: InputScan, shards: Shards) -> PredictionStore:
+    """mai-eval's folder for the records' predictions (its manifest names the dataset: a local path,
+    folder, glob or URI as given, its digest that of its shards' bytes one after the other, read
+    through the filesystem that holds them: one file's is the file's own)."""
+    digest = hashlib.sha256()
+    for path in shards:
+        with shards.open(path) as stream:
+            stream_sha256(stream, digest)
+    return PredictionStore(job.output, job.input, range(scan.rows), dataset_sha256=digest.hexdigest())
 
 
 def run(
@@ -139,10 +151,8 @@ def run(
 ) -> dict[str, Any]:
     """Answer every row ``prepared`` left to do; returns the summary. ``apps``: the applications to start
     instead of the config's models (the tests' scripted ones)."""
-    import ray
-
     from . import model_tier
-    from .answerer import RowAnswerer, RowJob, peak_rss_mb
+    from .answerer import RowJob, peak_rss_mb
     from .source import NumberedLines
 
     scan, settings = prepared.scan, job.settings
@@ -154,9 +164,10 @@ def run(
     per_actor = rows_per_actor(settings, job.config)
     if scan.fmt is InputFormat.RECORDS:
         record_run(job, per_actor * settings.actors)
+    shards = prepared.shards or shards_of(job.input)
     row_job = RowJob(
         fmt=scan.fmt,
-        base=str(_folder_of(job.input)),
+        base=shards.folder(),
         records=job.records,
         duplicates=scan.duplicates,
         rows_per_actor=per_actor,
@@ -164,73 +175,58 @@ def run(
         max_line_bytes=settings.max_line_bytes,
         key_name=settings.key_name,
     )
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    rows = ray.data.read_datasource(
-        NumberedLines(
-            job.input,
-            skip=prepared.done,
-            rows_per_block=per_actor,
-            max_line_bytes=settings.max_line_bytes,
-        ),
-        num_cpus=0,
-    )
-    answered = rows.map_batches(
-        RowAnswerer,
-        fn_constructor_args=(batch_config(job.config, settings), targets, row_job),
-        batch_size=per_actor,
-        # Blocks answered side by side in each actor (its rows share the actor's slots): a block's slow
-        # last rows never leave the slots idle while the next block waits for them.
-        compute=ray.data.ActorPoolStrategy(
-            size=settings.actors,
-            max_tasks_in_flight_per_actor=BLOCKS_PER_ACTOR,
-            max_concurrent_calls_per_actor=BLOCKS_PER_ACTOR,
-        ),
-        # The actors wait on the models: a sliver of a CPU each, so that SPREAD places them on the nodes
-        # in turn (an actor asking for nothing is placed where the driver is).
-        num_cpus=ACTOR_NUM_CPUS,
-        scheduling_strategy="SPREAD",
-    )
     writer = LineWriter(prepared.path, scan.fmt)
-    started_at, started = time.time(), time.monotonic()
-    first_lines_s: float | None = None  # the job's start: actors up, first rows answered
-    first_lines = 0
+    delivery = Delivery(writer, tally, on_progress)
+    started_at = time.time()
+    answered = None
     try:
-        for batch in answered.iter_batches(batch_size=None, batch_format="pyarrow"):
-            columns = batch.to_pydict()
-            writer.write(columns["output"])
-            if first_lines_s is None:
-                first_lines_s, first_lines = time.monotonic() - started, len(columns["output"])
-            for status, route, tokens, node, attempts, rss in zip(
-                columns["status"],
-                columns["route"],
-                columns["tokens"],
-                columns["node"],
-                columns["attempts"],
-                columns["peak_rss_mb"],
-                strict=True,
-            ):
-                tally.add(status, route, json.loads(tokens), node, attempts, rss)
-            if on_progress is not None:
-                on_progress(len(columns["output"]), tally)
+        for _ in range(PASSES):
+            source = NumberedLines(
+                shards,
+                offsets=prepared.offsets,
+                skip=prepared.done | delivery.written,
+                rows_per_block=per_actor,
+                max_line_bytes=settings.max_line_bytes,
+            )
+            answered = answered_rows(
+                source,
+                (batch_config(job.config, settings), targets, row_job),
+                actors=settings.actors,
+                rows_per_actor=per_actor,
+            )
+            # Each block as it comes (one row, or the few an actor finished together), written at once:
+            # no prefetch, which would hold every block until the next one is there (batch/pipeline.py).
+            for batch in answered.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+                delivery.take(batch.to_pydict())
+            missing = prepared.todo - len(delivery.written)
+            if missing <= 0:
+                break
+            # Ray retried a task whose actor died after some of its rows had gone on: a row of its may
+            # not have come at all. Those, and only those, are read and asked again.
+            logger.warning("mai-batch: %d rows did not come back; asking them again", missing)
     finally:
-        wall_s = time.monotonic() - started
+        wall_s = time.monotonic() - delivery.started
         writer.close()
         usage = _key_usage(targets, settings.key_name)
         if not job.attach:
             model_tier.stop(targets)
         if scan.fmt is InputFormat.RECORDS and tally.rows:  # mai-eval report's timed segment
             segment = {"started": started_at, "wall_s": round(wall_s, 6), "requests": tally.rows}
-            _prediction_store(job, scan).add_segment(job.records.policy, segment | {"batch": True})
-        summary = tally.summary(wall_s) | {
-            # Rows/s once the first lines are written: the job's start (actors, first calls) set apart.
-            "first_lines_s": None if first_lines_s is None else round(first_lines_s, 3),
-            "steady_rows_per_s": _rate(tally.rows - first_lines, wall_s - (first_lines_s or 0.0)),
-            "driver_peak_rss_mb": peak_rss_mb(),
-            # What the rows' API key used, from the key ledger (attached: the app's running total).
-            "key_usage": usage,
-            # Ray Data's own account of the run: each operator's wall and CPU time, rows and blocks.
-            "ray_data_stats": _stats_text(answered),
-        }
+            _prediction_store(job, scan, shards).add_segment(job.records.policy, segment | {"batch": True})
+        stream = delivery.figures()
+        summary = (
+            tally.summary(wall_s)
+            | stream
+            | {
+                # Rows/s once the first line is written: the job's start (actors, first calls) set apart.
+                "steady_rows_per_s": _rate(tally.rows - 1, wall_s - (delivery.first_line_s or 0.0)),
+                "driver_peak_rss_mb": peak_rss_mb(),
+                # What the rows' API key used, from the key ledger (attached: the app's running total).
+                "key_usage": usage,
+                # Ray Data's own account of the run: each operator's wall and CPU time, rows and blocks.
+                "ray_data_stats": None if answered is None else _stats_text(answered),
+            }
+        )
         summary_path(job.output, scan.fmt).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -267,8 +263,3 @@ def summary_path(output: Path, fmt: InputFormat) -> Path:
         if fmt is InputFormat.RECORDS
         else output.with_name(output.name + ".summary.json")
     )
-
-
-def _folder_of(path: str) -> Path:
-    """The folder a record's relative image path is read from: the input's (a local path)."""
-    return Path(path).resolve().parent if "://" not in path else Path(".")

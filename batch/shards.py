@@ -21,7 +21,8 @@ _GLOB = frozenset("*?[")
 
 
 class NoInputError(FileNotFoundError):
-    """An input that names no file: a missing path, a folder without shards, a glob matching none."""
+    """An input that names no file: a missing path, a folder without shards, a glob matching none.
+    Its message says what is wrong with the input, which the caller names."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def shards_of(source: str) -> Shards:
     if pattern:
         paths = _matches(filesystem, inner, pattern)
         if not paths:
-            raise NoInputError(f"the input {source} matches no file")
+            raise NoInputError("matches no file")
         return Shards(source, filesystem, tuple(paths), inner)
     info = filesystem.get_file_info(inner)
     if info.type == fs.FileType.Directory:
@@ -77,10 +78,10 @@ def shards_of(source: str) -> Shards:
             if entry.type == fs.FileType.File and entry.path.endswith(SHARD_SUFFIX)
         )
         if not paths:
-            raise NoInputError(f"the input folder {source} holds no {SHARD_SUFFIX} file")
+            raise NoInputError(f"is a folder with no {SHARD_SUFFIX} file")
         return Shards(source, filesystem, tuple(paths), inner)
     if info.type == fs.FileType.NotFound:
-        raise NoInputError(f"the input {source} does not exist")
+        raise NoInputError("no such file or folder")
     return Shards(source, filesystem, (inner,), inner.rpartition("/")[0] or "/")
 
 

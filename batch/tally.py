@@ -81,6 +81,11 @@ def summary_text(summary: dict[str, Any]) -> str:
         lines.append("routes: " + ", ".join(f"{route} {count}" for route, count in summary["routes"].items()))
     for model, counts in summary["tokens"].items():
         lines.append(f"{model} tokens: " + ", ".join(f"{kind} {count}" for kind, count in counts.items()))
+    if summary.get("first_line_s") is not None and summary.get("line_delay_s"):
+        lines.append(
+            f"first line after {summary['first_line_s']:.1f} s; each line written at most "
+            f"{summary['line_delay_s']['max']:.2f} s after its row was answered"
+        )
     if "driver_peak_rss_mb" in summary:
         lines.append(
             f"peak memory: driver {summary['driver_peak_rss_mb']:.0f} MB, "

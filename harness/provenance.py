@@ -39,10 +39,11 @@ def file_sha256(path: Path) -> str:
         return stream_sha256(file)
 
 
-def stream_sha256(stream: Any) -> str:
+def stream_sha256(stream: Any, digest: Any = None) -> str:
     """The SHA-256 of what a binary stream (a file, a pyarrow input stream) holds, read in 1 MiB
-    blocks."""
-    digest = hashlib.sha256()
+    blocks; with ``digest`` (a ``hashlib`` hash), that digest updated with it, so several streams
+    hash as one."""
+    digest = digest if digest is not None else hashlib.sha256()
     for block in iter(lambda: stream.read(1 << 20), b""):
         digest.update(block)
     return digest.hexdigest()

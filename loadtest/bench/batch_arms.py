@@ -179,7 +179,7 @@ def arm_figures(arm: Arm, blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any]
             **{key: peak([s.get(key) for s in summaries]) for key in PEAKS},
             "command_s": round(sum(block.get("command_s") or 0.0 for block in blocks), 3),
             # A job's start (actors up, first rows answered) and its rate after it: medians over blocks.
-            "first_lines_s": _median([s.get("first_lines_s") for s in summaries]),
+            "first_lines_s": _median([s.get("first_line_s", s.get("first_lines_s")) for s in summaries]),
             "steady_rows_per_s": _median([s.get("steady_rows_per_s") for s in summaries]),
             "ray_data_stats": {"block": shown[-1][0], "text": shown[-1][1]} if shown else None,
         }

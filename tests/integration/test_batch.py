@@ -115,6 +115,29 @@ def test_an_openai_batch_file_is_answered_row_by_row_with_its_errors(local_ray, 
     assert prepare(job).todo == 0
 
 
+def test_each_line_is_written_as_its_row_finishes_not_with_its_batch(local_ray, tmp_path):
+    # One batch of 8 rows (8 in flight): seven answer at once, one waits 3 s on the large model.
+    lines = [openai_line(f"q{i}", f"[agree] Is there a shape {i}?") for i in range(7)]
+    lines.insert(3, openai_line("late", "[largeslow] Is there a late shape?"))
+    source, output = tmp_path / "requests.jsonl", tmp_path / "out.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    config = AppConfig.model_validate(CONFIG)
+    job = BatchJob(input=str(source), output=output, config=config, settings=BatchSettings(rows_in_flight=8))
+    seen: list[tuple[int, list[str]]] = []  # at each progress step: rows counted, the file's custom ids
+
+    def look(rows: int, tally) -> None:
+        seen.append((tally.rows, [row["custom_id"] for row in read_lines(output)]))
+
+    summary = run(job, prepare(job), apps=scripted_apps(config), on_progress=look)
+
+    first_count, first_ids = seen[0]
+    assert 1 <= first_count < 8 and len(first_ids) == first_count and "late" not in first_ids
+    assert seen[-1][1][-1] == "late" and len(seen[-1][1]) == 8  # the slow row's line came last
+    assert summary["first_line_s"] < summary["wall_s"] - 2  # the first line long before the slow one
+    assert summary["line_delay_s"]["max"] < 1.0  # each line within a second of its answer
+    assert summary["rows_repeated"] == 0
+
+
 def test_records_go_to_a_folder_mai_eval_report_scores_and_a_rerun_resumes(local_ray, tmp_path):
     from evaluation.records import write_records
 
@@ -235,3 +258,30 @@ def test_rows_count_against_the_key_the_job_names(local_ray, tmp_path):
     # Three requests: the 403 row was let in before its model was read, as a request's body is.
     assert usage["key"] == "team-batch" and usage["requests"] == 3
     assert usage["escalations"] == 1 and usage["early_exits"] == 1 and sum(usage["tokens"].values()) > 0
+
+
+def test_a_folder_of_shards_is_read_in_parallel_and_numbered_across_its_shards(local_ray, tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "part-1.jsonl").write_text(openai_line("a", "[agree] Is it red?") + "\n\n")  # lines 1, 2
+    (shards / "part-2.jsonl").write_text(
+        openai_line("b", "[agree] Is it round?") + "\n" + openai_line("a", "[agree] Is it blue?") + "\n"
+    )  # lines 3 and 4; line 4 repeats line 1's custom_id
+    config = AppConfig.model_validate(CONFIG)
+    job = BatchJob(
+        input=f"file://{shards}",
+        output=tmp_path / "out.jsonl",
+        config=config,
+        settings=BatchSettings(actors=2),
+    )
+    prepared = prepare(job)
+    assert prepared.offsets == {str(shards / "part-1.jsonl"): 0, str(shards / "part-2.jsonl"): 2}
+    summary = run(job, prepared, apps=scripted_apps(config))
+    rows = {row["id"]: row for row in read_lines(tmp_path / "out.jsonl")}
+    assert sorted(rows) == ["batch_req_1", "batch_req_3", "batch_req_4"] and summary["rows"] == 3
+    assert rows["batch_req_3"]["custom_id"] == "b" and rows["batch_req_3"]["response"]["status_code"] == 200
+    assert (
+        rows["batch_req_4"]["error"]["code"] == "duplicate_id"
+        and "line 1" in rows["batch_req_4"]["error"]["message"]
+    )
+    assert prepare(job).todo == 0

@@ -422,3 +422,68 @@ def test_retry_client_errors_alone_does_not_apply(no_ray, tmp_path, capsys):
     source = written(tmp_path / "in.jsonl", openai_text("a"))
     assert main([source, "--output", str(tmp_path / "o.jsonl"), "--retry-client-errors"]) == EXIT_USAGE
     assert "goes with --retry-errors" in capsys.readouterr().err
+
+
+# --- shards and an output at a URI -------------------------------------------------------------------
+
+
+def test_a_folder_of_shards_is_one_input_numbered_across_its_shards(no_ray, tmp_path, capsys):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    written(shards / "part-1.jsonl", openai_text("a") + "\n")  # lines 1 and 2 (blank)
+    written(shards / "part-2.jsonl", openai_text("b", "c"))  # lines 3 and 4 of the job
+    written(shards / "notes.txt", "not a shard\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text(answered(3, "b"))  # the second shard's first line, answered before
+    with pytest.raises(RayStarted):
+        main([str(shards), "--output", str(out), "--no-progress"])
+    assert capsys.readouterr().err == f"mai-batch: 2 rows to answer (openai, 1 done before) -> {out}\n"
+    with pytest.raises(RayStarted):
+        main([f"file://{shards}/part-*.jsonl", "--output", str(out), "--no-progress"])
+    assert "2 rows to answer (openai, 1 done before)" in capsys.readouterr().err
+
+
+def test_an_id_repeated_in_another_shard_is_a_duplicate_naming_its_first_line(tmp_path, cpu_config):
+    from batch.inputs import InputFormat, scan_lines
+    from batch.source import numbered_lines
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    written(shards / "a.jsonl", openai_text("x", "y"))
+    written(shards / "b.jsonl", openai_text("y"))
+    scan = scan_lines(numbered_lines(str(shards)), InputFormat.OPENAI, {}, cpu_config.limits)
+    assert scan.rows == 3 and scan.duplicates == {3: 2}
+
+
+def test_an_unreadable_shard_or_an_empty_glob_is_one_line_before_ray(no_ray, tmp_path, capsys, monkeypatch):
+    assert main([f"{tmp_path}/*.jsonl", "--output", str(tmp_path / "out.jsonl")]) == EXIT_USAGE
+    assert "matches no file" in capsys.readouterr().err
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    written(shards / "a.jsonl", openai_text("x"))
+    written(shards / "b.jsonl", openai_text("y"))
+    from batch.shards import Shards
+
+    real_open = Shards.open
+
+    def failing_open(self, path):  # a shard the filesystem refuses (a lost permission, an expired token)
+        if path.endswith("b.jsonl"):
+            return real_open(self, str(shards / "gone.jsonl"))
+        return real_open(self, path)
+
+    monkeypatch.setattr(Shards, "open", failing_open)
+    assert main([f"{shards}/*.jsonl", "--output", str(tmp_path / "out.jsonl")]) == EXIT_USAGE
+    assert "cannot read the input shard" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_an_output_at_a_uri_resumes_from_the_uris_copy(no_ray, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MAI_BATCH_STAGING", str(tmp_path / "staging"))
+    source = written(tmp_path / "in.jsonl", openai_text("a", "b"))
+    remote = tmp_path / "bucket" / "out.jsonl"
+    remote.parent.mkdir()
+    remote.write_text(answered(1, "a") + answered(2, "b"))
+    assert main([source, "--output", f"file://{remote}"]) == 0
+    assert capsys.readouterr().out == f"mai-batch: every one of the 2 rows is in file://{remote} already\n"
+    staged = list((tmp_path / "staging").rglob("out.jsonl"))
+    assert len(staged) == 1 and staged[0].read_text() == remote.read_text()

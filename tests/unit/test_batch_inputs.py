@@ -355,15 +355,29 @@ def test_records_named_by_a_uri_get_their_predictions_folder(tmp_path):
     from types import SimpleNamespace
 
     from batch.runner import _prediction_store
+    from batch.shards import shards_of
     from harness.provenance import file_sha256
 
     data = tmp_path / "records.jsonl"
     data.write_text('{"id": "1"}\n{"id": "2"}\n')
     uri = data.resolve().as_uri()
     job = SimpleNamespace(input=uri, output=tmp_path / "out")
-    store = _prediction_store(job, SimpleNamespace(rows=2))
+    store = _prediction_store(job, SimpleNamespace(rows=2), shards_of(uri))
     assert store.manifest == {"dataset": uri, "dataset_sha256": file_sha256(data), "records": 2}
     by_path = _prediction_store(
-        SimpleNamespace(input=str(data), output=tmp_path / "out"), SimpleNamespace(rows=2)
+        SimpleNamespace(input=str(data), output=tmp_path / "out"),
+        SimpleNamespace(rows=2),
+        shards_of(str(data)),
     )
     assert by_path.manifest["dataset_sha256"] == store.manifest["dataset_sha256"]
+    # Several shards hash as their bytes one after the other: two halves, the whole file's digest.
+    halves = tmp_path / "halves"
+    halves.mkdir()
+    (halves / "a.jsonl").write_text('{"id": "1"}\n')
+    (halves / "b.jsonl").write_text('{"id": "2"}\n')
+    sharded = _prediction_store(
+        SimpleNamespace(input=str(halves), output=tmp_path / "out"),
+        SimpleNamespace(rows=2),
+        shards_of(str(halves)),
+    )
+    assert sharded.manifest["dataset_sha256"] == file_sha256(data)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from batch.actor_start import StartClock
 from batch.answerer import RowAnswerer, RowJob
 from batch.inputs import (
     CHAT_URL,
@@ -34,6 +35,7 @@ from batch.inputs import (
     scan_lines,
 )
 from batch.lines import Overlong, numbered_raw_lines
+from batch.packing import unpacked
 from batch.source import line_blocks, numbered_lines
 from serve_app.config import Limits
 
@@ -231,7 +233,10 @@ def test_the_answerer_writes_a_row_without_text_as_the_line_too_long_error():
     answerer.job = RowJob(fmt=OPENAI, base=".", max_line_bytes=1024)
     answerer.config = SimpleNamespace(limits=LIMITS)
     answerer.ingress, answerer.node, answerer._slots = object(), "node-a", asyncio.Semaphore(1)
-    columns = asyncio.run(answerer({"line": [5], "text": [None], "size": [4096]}))
+    answerer._rows, answerer._ready, answerer._starting = None, None, threading.Lock()
+    answerer.clock = StartClock()
+    [group] = answerer({"line": [5], "text": [None], "size": [4096]})
+    columns = unpacked(group)
     row = json.loads(columns["output"][0])
     assert row["id"] == "batch_req_5" and row["response"] is None and row["custom_id"] is None
     assert row["error"] == {

@@ -54,9 +54,9 @@ def test_a_file_uri_reads_through_pyarrows_filesystem(folder):
 
 
 @pytest.mark.parametrize("given", ["missing.jsonl", "sub/none/*.jsonl", "*.csv", "empty"])
-def test_an_input_that_names_no_file_is_refused_naming_it(folder, given):
+def test_an_input_that_names_no_file_is_refused_saying_why(folder, given):
     (folder / "empty").mkdir()
-    with pytest.raises(NoInputError, match=str(folder / given).replace("*", r"\*").replace("?", r"\?")):
+    with pytest.raises(NoInputError, match="no such file|matches no file|no .jsonl file"):
         shards_of(str(folder / given))
 
 
