@@ -18,8 +18,10 @@ How a row's line reaches the driver within moments of its answer, in Ray Data 2.
   iter_batches.py``, ``prefetch_batches_locally`` takes the next bundle before it yields the current
   one), so a job's last-but-one line would wait for its slowest row.
 The size is the dataset's (Ray Data copies the current context into a dataset when it is made), so the
-read's blocks are one row each too; the actors still take ``rows_per_actor`` rows per call
-(``batch_size``), and several calls side by side (``BLOCKS_PER_ACTOR``).
+read's blocks are one row each too. So every row that crosses Ray Data is a packed row of lines
+(batch/packing.py): the read's rows are blocks of up to ``rows_per_actor`` lines, an actor's call takes
+one (``batch_size=1``), several calls side by side (``BLOCKS_PER_ACTOR``), and hands on each group of
+finished rows as one packed row.
 """
 
 from __future__ import annotations
