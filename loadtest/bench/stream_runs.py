@@ -82,6 +82,9 @@ def follow(
         process = subprocess.Popen(
             list(command), cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL, stderr=stderr,
             start_new_session=True,  # its own process group: the bench never gets the SIGINT
+            # A shell's background job (a CI run, `make bench &`) ignores SIGINT, and its children
+            # inherit that: Python then raises no KeyboardInterrupt. The job gets Ctrl-C as a user's.
+            preexec_fn=_sigint_as_a_terminal_sends_it,
         )  # fmt: skip
         started = time.monotonic()
         while True:
@@ -101,6 +104,10 @@ def follow(
         stderr.seek(0)
         done.stderr_tail = stderr.read()[-3000:]
     return done
+
+
+def _sigint_as_a_terminal_sends_it() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _count_new_lines(path: Path, offset: int, now: float, times: list[float]) -> int:
