@@ -27,13 +27,16 @@ class StreamTiming:
 
 
 def decode_tokens_per_s(ttft_s: float, stream: StreamTiming) -> float | None:
-    """Decoding speed: the stream's tokens after the first, over the time from ``ttft_s`` (a one-token
-    call's latency for the same prompt length) to the stream's end; None for fewer than two tokens or
-    no time. A stream's own first chunk is no start: ray.serve.llm sends a stream's chunks in batches
-    (every 50 ms by default), and only its last batch leaves as soon as decoding ends. Nor is its last
-    content: tokens that decode to no text (special tokens after an end of sequence that
-    ``ignore_eos`` decoded past) send no chunk."""
-    span = stream.end_s - ttft_s
+    """Decoding speed: the stream's tokens after the first, over the time from its first token to the
+    stream's end; None for fewer than two tokens or no time. The first token's time is ``ttft_s`` (a
+    one-token call's latency for the same prompt length), or the stream's first content chunk when
+    that came sooner: the stream's first token was decoded by then, and a one-token call that took
+    longer (a slow sample on a busy machine) says nothing of this stream. A stream's own first chunk
+    is otherwise no start: ray.serve.llm sends a stream's chunks in batches (every 50 ms by default),
+    and only its last batch leaves as soon as decoding ends. Nor is its last content: tokens that
+    decode to no text (special tokens after an end of sequence that ``ignore_eos`` decoded past) send
+    no chunk."""
+    span = stream.end_s - min(ttft_s, stream.first_s)
     if stream.completion_tokens < 2 or span <= 0:
         return None
     return (stream.completion_tokens - 1) / span

@@ -53,7 +53,10 @@ def test_decoding_runs_from_a_one_token_calls_latency_to_the_streams_end():
     # 64 tokens: the first at 0.05 s (a one-token call), the last at 2.05 s: 63 tokens in 2 s.
     assert decode_tokens_per_s(0.05, StreamTiming(0.1, 2.05, 90, 64, 0)) == pytest.approx(31.5)
     assert decode_tokens_per_s(0.05, StreamTiming(0.1, 2.05, 90, 1, 0)) is None
-    assert decode_tokens_per_s(0.5, StreamTiming(0.1, 0.4, 90, 8, 0)) is None
+    # A one-token call slower than the whole stream (a slow sample): the stream's first chunk bounds
+    # its first token, 7 tokens from 0.1 s to 0.4 s.
+    assert decode_tokens_per_s(0.5, StreamTiming(0.1, 0.4, 90, 8, 0)) == pytest.approx(23.33, abs=0.01)
+    assert decode_tokens_per_s(0.5, StreamTiming(0.4, 0.4, 90, 8, 0)) is None  # no time at all
 
 
 def test_a_stream_without_content_or_usage_or_with_an_error_is_refused():
