@@ -73,6 +73,7 @@ class Prepared:
     retried: int = 0  # error lines taken out to be answered again (--retry-errors)
     shards: Shards | None = None  # the input's files (batch/shards.py)
     offsets: Mapping[str, int] = field(default_factory=dict)  # each shard's first line number less one
+    store: PredictionStore | None = None  # a records folder's predictions (its digest read once, here)
 
     @property
     def todo(self) -> int:
@@ -94,12 +95,13 @@ def prepare(job: BatchJob) -> Prepared:
     answered = answered_ids(path, fmt)
     offsets: dict[str, int] = {}
     scan = scan_lines(numbered_lines(shards, max_line_bytes, offsets), fmt, answered, limits)
-    if scan.fmt is InputFormat.RECORDS:
-        _prediction_store(job, scan, shards).open(fresh=False)
+    store = _prediction_store(job, scan, shards) if scan.fmt is InputFormat.RECORDS else None
+    if store is not None:
+        store.open(fresh=False)
     retried: frozenset[int] = frozenset()
     if job.retry_errors is not None:  # once the output is known to be this input's, never before
         retried = drop_errors(path, fmt, client_errors=job.retry_errors == "all")
-    return Prepared(scan, path, scan.answered - retried, len(retried), shards, offsets)
+    return Prepared(scan, path, scan.answered - retried, len(retried), shards, offsets, store)
 
 
 def _format_of_first_line(shards: Shards, job: BatchJob) -> InputFormat:
@@ -212,7 +214,8 @@ def run(
             model_tier.stop(targets)
         if scan.fmt is InputFormat.RECORDS and tally.rows:  # mai-eval report's timed segment
             segment = {"started": started_at, "wall_s": round(wall_s, 6), "requests": tally.rows}
-            _prediction_store(job, scan, shards).add_segment(job.records.policy, segment | {"batch": True})
+            store = prepared.store or _prediction_store(job, scan, shards)
+            store.add_segment(job.records.policy, segment | {"batch": True})
         stream = delivery.figures()
         summary = (
             tally.summary(wall_s)
