@@ -84,6 +84,15 @@ class MAIExtra(BaseModel):
     task: str | None = TASK_TAG
 
 
+class MAIFields(BaseModel):
+    """What a chat request for ``mai`` says to MAI itself, read before anything else: its ``mai``
+    object (whether the request may run the cascade, and how). The rest of the body is read by the
+    schema of where it goes: ``ChatRequest`` for the cascade, the model's own for the large model."""
+
+    model_config = ConfigDict(extra="allow")
+    mai: MAIExtra | None = None
+
+
 class ChatRequest(BaseModel):
     """The OpenAI chat request fields MAI reads. Other fields are the model's (a request for a model id
     passes to it unchanged); a cascade policy refuses those it does not honour (``routing.HONOURED``)."""

@@ -6,10 +6,15 @@ MAI fits a request that is
 - whose question wants a short answer: its text does not open with, or ask for, open generation
   (describe, explain, write, list, summarize, tell, generate, compose, create, caption, translate,
   compare, why ...),
-- and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1).
+- and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1), in the shapes the
+  cascade reads (``ChatRequest``).
+A body is judged by the schema of where it goes, once: ``ChatRequest`` for the cascade, the model's
+own (ray.serve.llm's, after ``passthrough_body``) for a model. For ``mai`` the ``mai`` object is read
+first (``MAIFields``, a 400 naming what is wrong in it); a body the cascade's schema does not read is
+then no fit, not an error: the large model's schema judges it.
 ``max_tokens`` is a cap on every stage's budget, never a signal. A server setting (``mai_route``) and a
 request's ``mai.route`` force either way. A request for a configured model id goes to that model
-unchanged. ``route`` settles that, once per chat request, before any job is built: the one
+unchanged. ``destination`` settles that, once per chat request, before any job is built: the one
 gate (``misfit``) reads the request's user turn once (``UserTurn``), and the job builder trusts what it
 passes. A request for another cascade policy (``mai-small``, ...) that does not fit is a 4xx naming
 why, where ``mai`` would pass it through; an instruction for open generation is no error there (the
@@ -28,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from ..config import AppConfig
 from ..core.imperatives import imperative_kind
 from .errors import RequestError, describe_validation_error
-from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra
+from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra, MAIFields
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,24 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
     model_ids = (config.small.model_id, config.large.model_id)
     if payload.get("model") in model_ids:
         return Passthrough(payload["model"], unchanged)
-    request = validated(ChatRequest, payload)
+    if payload.get("model") == "mai":
+        extra = validated(MAIFields, payload).mai or MAIExtra()
+        forced = extra.route or config.mai_route
+        if forced == "passthrough":
+            by = "the request's mai.route" if extra.route else "the server's mai_route"
+            return Passthrough(config.large.model_id, unchanged, f"{by} is passthrough")
+        try:
+            request = validated(ChatRequest, payload)
+        except RequestError as error:
+            if forced == "cascade":
+                raise
+            # Not the cascade's to read, so not the cascade's to refuse: the large model's schema
+            # judges the body (a 400 from it if it refuses it too).
+            reason = f"a body the cascade does not read ({error.message})"
+            return Passthrough(config.large.model_id, unchanged, reason)
+    else:
+        request = validated(ChatRequest, payload)
+        forced = "cascade"
     if request.model not in POLICY_OF_MODEL:
         raise RequestError(
             f"unknown model {request.model!r}; choose one of {', '.join((*POLICY_OF_MODEL, *model_ids))}",
@@ -91,11 +113,6 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
             code="model_not_found",
             status=404,
         )
-    extra = request.mai or MAIExtra()
-    forced = extra.route or config.mai_route if request.model == "mai" else "cascade"
-    if forced == "passthrough":
-        by = "the request's mai.route" if extra.route else "the server's mai_route"
-        return Passthrough(config.large.model_id, unchanged, f"{by} is passthrough")
     turn = user_turn(request)
     fit = misfit(request, turn, config)
     if fit is not None and forced == "auto":
@@ -225,11 +242,11 @@ def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Mi
                 code="unsupported_conversation",
             ),
         )
-    images = len(turn.images)
-    if images > 1:  # every cascade policy asks about one image; `mai` passes more through
+    images, reads = len(turn.images), config.limits.max_images
+    if images > reads:  # every cascade policy asks about one image; `mai` passes more through
         too_many = RequestError(
-            f"the message has {images} images; the cascade policy {request.model!r} reads one: send it to "
-            f"a model itself (model {large!r})",
+            f"the message has {images} images; the cascade policy {request.model!r} reads {reads} image"
+            f"{'s' if reads > 1 else ''} (limits.max_images): send it to a model itself (model {large!r})",
             param="messages",
             code="too_many_images",
         )

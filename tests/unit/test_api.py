@@ -70,7 +70,9 @@ def test_bare_base64_image_is_accepted_on_the_native_route():
             "missing_user_message",
             "no user message",
         ),
-        ({"model": "mai", "messages": []}, 400, "invalid_request", "messages"),
+        ({"model": "mai-small", "messages": []}, 400, "invalid_request", "messages"),
+        ({"model": "mai", "messages": [], "mai": {"route": "cascade"}}, 400, "invalid_request", "messages"),
+        (chat_body(model="mai", mai={"route": "sideways"}), 400, "invalid_request", "mai.route"),
         (
             {"model": "mai-large", "messages": [{"role": "user", "content": "Is it red?"}]},
             400,
@@ -146,11 +148,35 @@ def test_two_images_are_more_than_allowed():
     body = chat_body(model="mai-large")
     body["messages"][0]["content"].insert(0, {"type": "image_url", "image_url": {"url": data_url()}})
     error = chat_error(body)
-    assert error.code == "too_many_images" and "2 images" in error.message and "reads one" in error.message
+    assert (
+        error.code == "too_many_images"
+        and "2 images" in error.message
+        and "reads 1 image (limits.max_images)" in error.message
+    )
     forced = body | {"model": "mai", "mai": {"route": "cascade"}}
     assert chat_error(forced).code == "too_many_images"  # never an image dropped unsaid
     passed = chat_job(CONFIG, body | {"model": "mai"})
     assert isinstance(passed, Passthrough) and passed.reason == "2 images"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"temperature": 3}, "temperature"),  # the model's own schema bounds it, not the cascade's
+        ({"messages": []}, "messages"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "input_image", "image_url": data_url()}]}]},
+            "messages.0.content",
+        ),
+    ],
+)
+def test_a_mai_body_the_cascade_does_not_read_is_the_large_models_to_judge(change, field):
+    passed = chat_job(CONFIG, chat_body(model="mai") | change)
+    assert isinstance(passed, Passthrough) and passed.model_id == CONFIG.large.model_id
+    assert passed.reason is not None and passed.reason.startswith("a body the cascade does not read")
+    assert field in passed.reason and "mai" not in passed.payload
+    forced = chat_body(model="mai", mai={"route": "cascade"}) | change
+    assert chat_error(forced).code == "invalid_request"  # forced to the cascade: its schema refuses
 
 
 def test_a_cascade_request_of_several_images_cannot_be_configured():
