@@ -37,7 +37,7 @@ from harness.local_server import (
 from harness.paths import RESULTS
 from harness.provenance import provenance
 from harness.results import shown, write_result
-from loadtest.outcomes import OUTCOMES
+from loadtest.fates import FATES
 
 SMALL, LARGE, INGRESS = "small:emulated-qwen3-vl-2b", "large:emulated-qwen3-vl-8b", "MAIIngress"
 FAULTS = ("kill_small", "kill_large", "kill_ingress", "slow_large")
@@ -114,7 +114,7 @@ def run_locust(
             "--json-file",
             str(out),
             "--only-summary",
-            # The VQA traffic only: every one of its requests is classified into an outcome (the chat
+            # The VQA traffic only: every one of its requests is counted under its fate (the chat
             # mix's passthrough requests are not, and would count as sent but never as answered).
             "VQAUser",
         ],
@@ -126,9 +126,9 @@ def run_locust(
         raise RuntimeError(f"locust exited with {run.returncode}: {run.stderr[-2000:]}")
     rows = json.loads(Path(f"{out}.json").read_text())
     counts = {
-        row["name"].removeprefix("outcome "): row["num_requests"]
+        row["name"].removeprefix("fate "): row["num_requests"]
         for row in rows
-        if row["name"].startswith("outcome ")
+        if row["name"].startswith("fate ")
     }
     counts["sent"] = sum(row["num_requests"] for row in rows if row["method"] == "POST")
     counts["failed_statuses"] = {
@@ -195,7 +195,7 @@ def drill(
         "fault": fault,
         "what": note.get("fault"),
         "sent": counts.pop("sent"),
-        **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        **{fate: counts.get(fate, 0) for fate in FATES},
         "mislabelled": counts.get("mislabelled", 0),
         "failed_statuses": counts.get("failed_statuses", {}),
     }

@@ -34,7 +34,7 @@ from locust import HttpUser, between, events, task
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.datasets import ensure_datasets  # noqa: E402
 from harness.jsonl import read_jsonl  # noqa: E402
-from loadtest.outcomes import classify, route_label_is_true  # noqa: E402
+from loadtest.fates import fate_of, route_label_is_true  # noqa: E402
 
 RECORDS: list[dict] = []
 _sent = 0
@@ -120,8 +120,8 @@ class VQAUser(_MAIUser):
 
     def _post(self, path: str, body: dict, route_of) -> None:
         """POST one request; a non-200 is a failure, an answer is reported again under its route, and
-        every request once more under its outcome ("outcome answered", "outcome rejected_503", ...;
-        "outcome mislabelled" when a route label contradicts its trace)."""
+        every request once more under its fate ("fate answered", "fate rejected_503", ...;
+        "fate mislabelled" when a route label contradicts its trace)."""
         started = time.perf_counter()
         with self.client.post(
             path, json=body, name=path, catch_response=True, context=self.context()
@@ -132,9 +132,9 @@ class VQAUser(_MAIUser):
             except ValueError:
                 payload = None
             timed_out = response.status_code == 0 and "timed out" in str(response.error or "").lower()
-            outcome = classify(response.status_code, response.headers or {}, payload, timed_out=timed_out)
-            self._report(f"outcome {outcome}", elapsed_ms)
-            if outcome == "failed":
+            fate = fate_of(response.status_code, response.headers or {}, payload, timed_out=timed_out)
+            self._report(f"fate {fate}", elapsed_ms)
+            if fate == "failed":
                 self._report(f"failed with status {response.status_code}", elapsed_ms)
             if response.status_code != 200:
                 response.failure(
@@ -143,7 +143,7 @@ class VQAUser(_MAIUser):
                 return
             trace = payload.get("trace") or payload.get("mai", {}).get("trace", {})
             if not route_label_is_true(trace):
-                self._report("outcome mislabelled", elapsed_ms)
+                self._report("fate mislabelled", elapsed_ms)
             self._report(f"route {route_of(response)}", elapsed_ms)
 
     @task(3)

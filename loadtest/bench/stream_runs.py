@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,9 +73,11 @@ def follow(
     output: Path,
     interrupt_at_s: float | None = None,
     timeout_s: float = 1800.0,
+    on_lines: Callable[[int, float], None] | None = None,
 ) -> Followed:
     """Run ``command``, timing each line appended to ``output`` (lines already there are not counted);
-    SIGINT at ``interrupt_at_s``, as a user's Ctrl-C."""
+    SIGINT at ``interrupt_at_s``, as a user's Ctrl-C. ``on_lines``, while the command runs: called at
+    each poll with the lines counted so far and the seconds since the start (a fault injected mid-job)."""
     done = Followed()
     offset = output.stat().st_size if output.exists() else 0
     with tempfile.TemporaryFile("w+") as stderr:
@@ -93,6 +95,8 @@ def follow(
             offset = _count_new_lines(output, offset, now, done.line_times_s)
             if finished:
                 break
+            if on_lines is not None:
+                on_lines(len(done.line_times_s), now)
             if interrupt_at_s is not None and done.interrupted_at_s is None and now >= interrupt_at_s:
                 process.send_signal(signal.SIGINT)
                 done.interrupted_at_s = round(now, 3)

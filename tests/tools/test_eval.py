@@ -549,11 +549,11 @@ def test_cli_run_says_clearly_when_no_server_answers(tmp_path, capsys):
     assert "no MAI server at http://127.0.0.1:9" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------- outcomes of fault-injection runs
+# ---------------------------------------------------------------- fates of fault-injection requests
 
 
-def test_outcomes_and_route_labels():
-    from loadtest.outcomes import classify, route_label_is_true
+def test_fates_and_route_labels():
+    from loadtest.fates import fate_of, route_label_is_true
 
     ok = {"trace": {"route": "transfer", "stages": [{"status": "ok"}, {"status": "ok"}]}}
     degraded = {
@@ -561,10 +561,10 @@ def test_outcomes_and_route_labels():
             "trace": {"route": "degraded_large_only", "stages": [{"status": "timeout"}, {"status": "ok"}]}
         }
     }
-    assert classify(200, {}, ok) == "answered" and classify(200, {}, degraded) == "degraded"
-    assert classify(503, {"retry-after": "5"}, None) == "rejected_503"
-    assert classify(503, {}, None) == "failed" and classify(500, {}, None) == "failed"
-    assert classify(0, {}, None, timed_out=True) == "hung"
+    assert fate_of(200, {}, ok) == "answered" and fate_of(200, {}, degraded) == "degraded"
+    assert fate_of(503, {"retry-after": "5"}, None) == "rejected_503"
+    assert fate_of(503, {}, None) == "failed" and fate_of(500, {}, None) == "failed"
+    assert fate_of(0, {}, None, timed_out=True) == "hung"
     assert route_label_is_true(ok["trace"]) and route_label_is_true(degraded["mai"]["trace"])
     assert not route_label_is_true({"route": "transfer", "stages": [{"status": "error"}]})
     assert not route_label_is_true({"route": "degraded_no_transfer", "stages": [{"status": "ok"}]})

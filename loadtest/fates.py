@@ -1,4 +1,5 @@
-"""What became of one request, for fault-injection runs: answered, answered degraded, turned away
+"""A request's fate, as its client sees it in a fault-injection run (not the server's outcome, the
+value the request path returns): answered, answered degraded, turned away
 (503 with Retry-After), hung (no answer within the client's timeout) or failed otherwise; and whether
 its route label tells the truth about its trace."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-OUTCOMES = ("answered", "degraded", "rejected_503", "hung", "failed")
+FATES = ("answered", "degraded", "rejected_503", "hung", "failed")
 
 
 def route_label_is_true(trace: Mapping[str, Any]) -> bool:
@@ -17,7 +18,7 @@ def route_label_is_true(trace: Mapping[str, Any]) -> bool:
     return failed == str(trace.get("route", "")).startswith("degraded_")
 
 
-def classify(status: int, headers: Mapping[str, str], body: Any, *, timed_out: bool = False) -> str:
+def fate_of(status: int, headers: Mapping[str, str], body: Any, *, timed_out: bool = False) -> str:
     if timed_out:
         return "hung"
     if status == 200 and isinstance(body, Mapping):
