@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -181,18 +182,25 @@ def drill_figures(
     answered_times: Sequence[float],
     in_flight: int,
 ) -> dict[str, Any]:
-    """A Ctrl-C drill: the lines the interrupted run kept; the rows answered by then, read off a full
-    run that writes each row as it is answered (``answered_times``); the rows the rerun answered; and
-    the output's duplicates and gaps."""
+    """A Ctrl-C drill: the lines the interrupted run had written by the SIGINT and kept in all; the rows
+    answered by then, read off a full run that writes each row as it is answered (``answered_times``),
+    its clock set to the interrupted run's by their first lines (a job's start varies by seconds, which
+    at full pace is dozens of rows); the rows the rerun answered; and the output's duplicates and gaps.
+    Without a line before the SIGINT the two runs are lined up by their starts."""
     at = interrupted.interrupted_at_s
-    kept = len(interrupted.line_times_s)
-    by_then = written_by(answered_times, at) if at is not None else None
+    times = interrupted.line_times_s
+    kept = len(times)
+    before = sum(1 for seen in times if at is not None and seen <= at)
+    shift = times[0] - min(answered_times) if before and answered_times else 0.0
+    by_then = max(written_by(answered_times, at - shift), before) if at is not None else None
     return {
         "fraction": fraction,
         "interrupted_at_s": at,
         "exit_code": interrupted.returncode,
+        "lines_at_ctrl_c": before,
         "lines_kept": kept,
         "answered_by_then": by_then,
+        "full_run_shift_s": round(shift, 3),
         # Rows answered by then that the output did not keep: work done and thrown away.
         "lost": None if by_then is None else max(0, by_then - kept),
         "rows_in_flight": in_flight,
@@ -200,6 +208,13 @@ def drill_figures(
         "rerun_exit_code": rerun.returncode,
         **duplicates_and_gaps(answered, rows),
     }
+
+
+def fraction_time(times: Sequence[float], rows: int, fraction: float) -> float:
+    """When a full run had written ``fraction`` of its ``rows`` lines (its last line's time when it
+    wrote fewer)."""
+    ordered = sorted(times)
+    return ordered[min(len(ordered), max(1, math.ceil(fraction * rows))) - 1]
 
 
 def ray_job_env(base: Mapping[str, str]) -> dict[str, str]:

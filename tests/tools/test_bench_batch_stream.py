@@ -16,6 +16,7 @@ from loadtest.bench.stream_runs import (
     drill_figures,
     duplicates_and_gaps,
     follow,
+    fraction_time,
     line_figures,
     output_lines,
     written_by,
@@ -55,9 +56,34 @@ def test_a_drill_counts_the_rows_answered_by_the_ctrl_c_that_the_output_did_not_
         answered_times=[1.0, 1.5, 2.5, 4.0, 6.0],
         in_flight=16,
     )
-    assert figures["answered_by_then"] == 3 and figures["lost"] == 1
+    # the interrupted run's first line came when the full run's did: no shift
+    assert figures["answered_by_then"] == 3 and figures["lost"] == 1 and figures["lines_at_ctrl_c"] == 2
     assert figures["lines_kept"] == 2 and figures["rerun_lines"] == 3
     assert figures["duplicates"] == 0 and figures["gaps"] == 0
+
+
+def test_a_drill_lines_the_full_run_up_with_the_interrupted_one_by_their_first_lines():
+    # Started 2 s late, the interrupted run had answered by 4.5 s what the full run had by 2.5 s.
+    late = Followed(line_times_s=[3.0, 4.0, 5.0], returncode=130, interrupted_at_s=4.5)
+    figures = drill_figures(
+        fraction=0.5,
+        rows=5,
+        interrupted=late,
+        rerun=Followed(line_times_s=[0.5, 0.6], returncode=0),
+        answered=[1, 2, 3, 4, 5],
+        answered_times=[1.0, 1.5, 2.5, 4.0, 6.0],
+        in_flight=16,
+    )
+    assert figures["full_run_shift_s"] == 2.0 and figures["lines_at_ctrl_c"] == 2
+    assert figures["answered_by_then"] == 3 and figures["lost"] == 0  # the line after the Ctrl-C kept
+    unshifted = written_by([1.0, 1.5, 2.5, 4.0, 6.0], 4.5)
+    assert unshifted == 4  # what the unaligned reading would have claimed answered
+
+
+def test_a_share_of_the_rows_is_timed_by_the_full_runs_lines():
+    assert fraction_time([3.0, 1.0, 2.0, 4.0], 4, 0.25) == 1.0
+    assert fraction_time([3.0, 1.0, 2.0, 4.0], 4, 0.9) == 4.0
+    assert fraction_time([1.0, 2.0], 4, 0.9) == 2.0  # fewer lines than rows: the last one
 
 
 def test_output_lines_are_the_records_input_lines(tmp_path):
@@ -108,6 +134,7 @@ def test_the_table_renders_a_result():
         "code": "after",
         "fraction": 0.5,
         "interrupted_at_s": 15.0,
+        "lines_at_ctrl_c": 38,
         "lines_kept": 40,
         "answered_by_then": 45,
         "lost": 5,
@@ -119,6 +146,6 @@ def test_the_table_renders_a_result():
     result = {"config": "configs/mai-cpu.yaml", "before_commit": "b" * 40, "runs": [run], "drills": [drill]}
     text = "\n".join(scenario.table(result | {"plot": "bench/results/batch-stream.png"}))
     assert "| after | 240 | 12.0 | 14.0 | 17.0 | 26.0 | 14.0 | 0.10 / 0.30 | 30.0 |" in text
-    assert "| after | 50% (15.0 s) | 40 | 45 | 5 | 16 | 200 | 0 | 0 |" in text
+    assert "| after | 50% (15.0 s) | 38 | 40 | 45 | 5 | 16 | 200 | 0 | 0 |" in text
     assert "results/batch-stream.png" in text and "| 2.00 | – | – | 7.50 | – | 11.00 |" in text
     assert SCENARIOS["batch_stream"].result == "batch-stream.json"

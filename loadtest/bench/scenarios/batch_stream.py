@@ -8,10 +8,11 @@ batch scenario's), the two codes' order rotated from repeat to repeat; the bench
 file and notes when each line appears (s from the command's start): the first line, the spread, the
 plot of lines written against time (bench/results/batch-stream.png).
 
-Then Ctrl-C drills on ``drill_rows`` rows: SIGINT to the job at 25 %, 50 % and 90 % of the shorter
-code's full run's time, the lines it kept, the rows answered by then (read off the after code's full
-run, which writes each row as it is answered), so the rows the Ctrl-C threw away, and the same command
-run again to the end: the output's duplicates and gaps (goal 0 and 0).
+Then Ctrl-C drills on ``drill_rows`` rows: SIGINT to the job when the after code's full run had
+written 25 %, 50 % and 90 % of its lines, the lines it had written by then and kept, the rows answered
+by then (read off that full run, which writes each row as it is answered, lined up by the first line),
+so the rows the Ctrl-C threw away, and the same command run again to the end: the output's duplicates
+and gaps (goal 0 and 0).
 The actors' start is the summary's (``actor_starts``, batch/actor_start.py), ``after`` only.
 """
 
@@ -32,6 +33,7 @@ from ..stream_runs import (
     code_at,
     drill_figures,
     follow,
+    fraction_time,
     line_figures,
     output_lines,
     plot,
@@ -134,11 +136,14 @@ class Jobs:
     def drill(
         self, code: Code, data: Path, rows: int, fraction: float, runs: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
-        # Both codes are interrupted at the same time: a share of the shorter full run's (so the job
-        # is still running); rows answered by then are read off the after code's full run.
-        full = [run for run in runs if run["rows"] == rows and run["repeat"] == 0]
-        at_s = fraction * min(run["command_s"] for run in full)
-        answered_times = next(run for run in full if run["code"] == "after")["line_times_s"]
+        # Both codes are interrupted at the same time: when the after code's full run had written that
+        # share of the rows (a share of the job's time would land in the start for small shares); rows
+        # answered by then are read off that run, lined up by the first line (drill_figures).
+        full = next(
+            run for run in runs if run["rows"] == rows and run["repeat"] == 0 and run["code"] == "after"
+        )
+        answered_times = full["line_times_s"]
+        at_s = fraction_time(answered_times, rows, fraction)
         name = f"drill-{rows}-{round(fraction * 100)}"
         interrupted, _ = self.run(code, data, name, interrupt_at_s=at_s)
         rerun, _ = self.run(code, data, name)
@@ -206,18 +211,23 @@ def table(result: dict[str, Any]) -> list[str]:
         lines += ["", f"![lines written against time](results/{PLOT})"]
     lines += [
         "",
-        "Ctrl-C (SIGINT to mai-batch) at a share of the shorter full run's time, then the same command "
-        "again to the end. *Answered by then*: the after code's full run's lines by that time (it writes "
-        "each row as it is answered); *lost*: those the interrupted run did not keep (rows answered, then "
-        "thrown away). Goal: no more lost than the rows in flight, no duplicate or gap after the rerun.",
+        "Ctrl-C (SIGINT to mai-batch) when the after code's full run had written that share of the rows, "
+        "then the same command again to the end. *At Ctrl-C*: the interrupted run's lines by then; "
+        "*answered by then*: the after code's full run's lines by that time, its clock lined up with the "
+        "interrupted run's by their first lines (it writes each row as it is answered: an estimate, not a "
+        "count of the interrupted run's answers); *lost*: those the interrupted run did not keep (rows "
+        "answered, then thrown away). Goal: no more lost than the rows in flight, no duplicate or gap "
+        "after the rerun.",
         "",
-        "| code | Ctrl-C at | lines kept | answered by then | lost | rows in flight | rerun's lines "
+        "| code | Ctrl-C at | at Ctrl-C | lines kept | answered by then | lost | rows in flight "
+        "| rerun's lines "
         "| duplicates | gaps |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for drill in result["drills"]:
         lines.append(
             f"| {drill['code']} | {drill['fraction']:.0%} ({_n(drill['interrupted_at_s'])} s) | "
+            f"{drill.get('lines_at_ctrl_c', '–')} | "
             f"{drill['lines_kept']} | {drill['answered_by_then']} | {drill['lost']} | "
             f"{drill['rows_in_flight']} | {drill['rerun_lines']} | {drill['duplicates']} | {drill['gaps']} |"
         )
