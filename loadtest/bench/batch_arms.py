@@ -252,6 +252,13 @@ def ray_env(gcs_address: str) -> dict[str, str]:
     return {**os.environ, "RAY_ADDRESS": gcs_address, "RAY_AUTH_MODE": "disabled"}
 
 
+def mai_batch_command(data: str, out: str, policy: str, *, config: Path, app: str) -> list[str]:
+    """The installed ``mai-batch DATA --output OUT --config CONFIG --attach APP --policy POLICY
+    --no-progress``; ``data`` and ``out`` as a user types them (a path, a glob, a URI)."""
+    command = [str(MAI_BATCH), data, "--output", out, "--config", str(config)]
+    return command + ["--attach", app, "--policy", policy, "--no-progress"]
+
+
 def run_mai_batch(
     data: Path, out: Path, policy: str, *, config: Path, app: str, env: Mapping[str, str], cwd: Path
 ) -> dict[str, Any]:
@@ -260,8 +267,7 @@ def run_mai_batch(
     from harness.jsonl import read_jsonl
 
     rows = sum(1 for line in data.open() if line.strip())
-    command = [str(MAI_BATCH), str(data), "--output", str(out), "--config", str(config)]
-    command += ["--attach", app, "--policy", policy, "--no-progress"]
+    command = mai_batch_command(str(data), str(out), policy, config=config, app=app)
     started = time.monotonic()
     done = subprocess.run(
         command, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=600 + 2.0 * rows
