@@ -41,14 +41,29 @@ def project_module(filename: str, root: Path = ROOT) -> str | None:
     return relative.as_posix()
 
 
+def project_type(value: Any) -> str | None:
+    """``module.QualName`` of ``value``'s type when one of the ``PROJECT_PACKAGES`` defines it."""
+    kind = type(value)
+    module = getattr(kind, "__module__", "") or ""
+    if module.partition(".")[0] not in PROJECT_PACKAGES:
+        return None
+    return f"{module}.{kind.__qualname__}"
+
+
 @contextmanager
-def calls_counted(calls: Counter[str]) -> Iterator[None]:
+def calls_counted(calls: Counter[str], shapes: Counter[str] | None = None) -> Iterator[None]:
     """Count into ``calls``, per code file, every Python function entered in this thread and in threads
-    started meanwhile, until the block ends."""
+    started meanwhile, until the block ends; into ``shapes``, the project types of the values Python
+    functions returned (a request's shapes as it walks the path: a pydantic model a validator returned
+    counts, as does a dataclass a project function built)."""
 
     def record(frame: Any, event: str, arg: Any) -> None:
         if event == "call":
             calls[frame.f_code.co_filename] += 1
+        elif event == "return" and shapes is not None and arg is not None:
+            shape = project_type(arg)
+            if shape is not None:
+                shapes[shape] += 1
 
     threading.setprofile(record)
     sys.setprofile(record)
@@ -79,21 +94,25 @@ async def chat_completions(ingress: Any, request: Any) -> Any:
     return await handler(ingress, request)
 
 
-async def _warm_then_measure(ingress_factory: Callable[[], Any], body: Any) -> tuple[Counter[str], Any]:
+async def _warm_then_measure(
+    ingress_factory: Callable[[], Any], body: Any
+) -> tuple[Counter[str], Counter[str], Any]:
     ingress = ingress_factory()  # built in the event loop, as a replica is
     await chat_completions(ingress, json_request(body, request_id="warm-up"))
     request = json_request(body, request_id="measured")
     calls: Counter[str] = Counter()
-    with calls_counted(calls):
+    shapes: Counter[str] = Counter()
+    with calls_counted(calls, shapes):
         reply = await chat_completions(ingress, request)
-    return calls, reply
+    return calls, shapes, reply
 
 
 def modules_run(ingress_factory: Callable[[], Any], body: Any, *, root: Path = ROOT) -> dict[str, Any]:
     """The project modules whose code ran while the ingress ``ingress_factory()`` answered the chat
     request ``body`` (the second of two): ``modules`` (relative path -> calls, sorted), their ``count``,
-    all their ``calls``, and the reply's ``status`` and MAI ``route`` (None for a reply without one)."""
-    calls, reply = asyncio.run(_warm_then_measure(ingress_factory, body))
+    all their ``calls``, the project types the request's values took on the way (``shapes``: type ->
+    values returned), and the reply's ``status`` and MAI ``route`` (None for a reply without one)."""
+    calls, shapes, reply = asyncio.run(_warm_then_measure(ingress_factory, body))
     modules = by_module(calls, root)
     answer = json.loads(reply.body)
     return {
@@ -102,6 +121,7 @@ def modules_run(ingress_factory: Callable[[], Any], body: Any, *, root: Path = R
         "count": len(modules),
         "calls": sum(modules.values()),
         "modules": modules,
+        "shapes": dict(sorted(shapes.items())),
     }
 
 

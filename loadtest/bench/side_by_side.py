@@ -153,6 +153,7 @@ def tree_record(measured: Mapping[str, Any], root: Path) -> dict[str, Any]:
         "count": measured["count"],
         "calls": measured["calls"],
         "modules": measured["modules"],
+        "shapes": measured.get("shapes", {}),
         "lines_in_modules_run": sum(lines.get(path, 0) for path in measured["modules"]),
         **code_size(lines),
     }

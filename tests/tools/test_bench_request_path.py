@@ -54,6 +54,16 @@ def test_a_request_that_skips_the_agreement_check_makes_fewer_calls():
     # Only the cascade compares two answers; one model's answer has its confidence read there too.
     verification = "serve_app/core/verification.py"
     assert large_alone["modules"].get(verification, 0) < cascade["modules"][verification]
+    # The values it took: the request validated, its job and decision, the cascade's outcome; only the
+    # cascade compares two answers (a verification value).
+    for shape in (
+        "edge.protocol.ChatRequest",
+        "edge.jobs.Job",
+        "core.decision.Decision",
+        "edge.outcomes.Answered",
+    ):
+        assert cascade["shapes"].get(f"serve_app.{shape}", 0) >= 1, (shape, cascade["shapes"])
+    assert set(large_alone["shapes"]) <= set(cascade["shapes"]) and large_alone["shapes"] != cascade["shapes"]
 
 
 def test_calls_are_counted_inside_the_block_only_and_in_threads_it_starts():

@@ -48,6 +48,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
         "count": measured["count"],
         "calls": measured["calls"],
         "modules": measured["modules"],
+        "shapes": measured["shapes"],
         "lines_in_modules_run": sum(lines.get(path, 0) for path in measured["modules"]),
         **code_size(lines),
     }
@@ -91,9 +92,20 @@ def table(result: dict[str, Any]) -> list[str]:
     lines += [
         f"| `{folder}` | {', '.join(names)} |" for folder, names in by_folder(result["modules"]).items()
     ]
+    if result.get("shapes"):
+        lines += [
+            "",
+            f"The project types its values took ({len(result['shapes'])}; values returned of each): "
+            + shapes_text(result["shapes"])
+            + ".",
+        ]
     if "before_after" in result:
         lines += before_after_lines(result["before_after"], result["request"]["route"])
     return lines
+
+
+def shapes_text(shapes: dict[str, int]) -> str:
+    return ", ".join(f"`{name.removeprefix('serve_app.')}` ({count})" for name, count in shapes.items())
 
 
 def commit_text(side: dict[str, Any]) -> str:
@@ -132,6 +144,12 @@ def before_after_lines(comparison: dict[str, Any], route: str) -> list[str]:
         "",
         f"Modules run only before: {listed(modules['only_before'])}. "
         f"Only after: {listed(modules['only_after'])}.",
+    ]
+    for tree in ("before", "after"):
+        shapes = trees[tree].get("shapes")
+        if shapes:
+            lines += ["", f"Types its values took {tree} ({len(shapes)}): {shapes_text(shapes)}."]
+    lines += [
         "",
         f"Time per request in the product's own code: {timing['requests_per_block']} requests, one at a "
         "time, per block through each checkout's in-process ingress over scripted models that answer at "
