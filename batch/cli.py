@@ -24,6 +24,7 @@ from evaluation.predictions import DatasetMismatchError
 from serve_app.config import AppConfig, check_application
 
 from .inputs import InputFormat, InputFormatError, OutputMismatchError, RecordSettings
+from .interrupts import graceful_interrupt
 from .model_tier import AttachError
 from .output_store import fetch, is_uri, staged, upload
 from .runner import BatchJob, Prepared, prepare, run
@@ -241,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(log_to_driver=False)  # RAY_ADDRESS, when set, names the cluster to join
     bar = _progress_bar(prepared.todo, args.no_progress)
     try:
-        summary = run(job, prepared, on_progress=bar)
+        with graceful_interrupt():  # a first Ctrl-C lets the rows already answered reach the output
+            summary = run(job, prepared, on_progress=bar)
     except KeyboardInterrupt:
         print(
             f"\nmai-batch: interrupted; the rows written are kept in {job.output_uri or prepared.path}: run "
