@@ -101,7 +101,8 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
                 raise
             # Not the cascade's to read, so not the cascade's to refuse: the large model's schema
             # judges the body (a 400 from it if it refuses it too).
-            reason = f"a body the cascade does not read ({error.message})"
+            # Named by the field's path in the cascade's schema, never by the client's text (a header).
+            reason = "a body the cascade does not read" + (f" (at {error.param})" if error.param else "")
             return Passthrough(config.large.model_id, unchanged, reason)
     else:
         request = validated(ChatRequest, payload)

@@ -175,6 +175,7 @@ def test_a_mai_body_the_cascade_does_not_read_is_the_large_models_to_judge(chang
     assert isinstance(passed, Passthrough) and passed.model_id == CONFIG.large.model_id
     assert passed.reason is not None and passed.reason.startswith("a body the cascade does not read")
     assert field in passed.reason and "mai" not in passed.payload
+    assert passed.reason.isascii() and "\n" not in passed.reason  # it becomes a header
     forced = chat_body(model="mai", mai={"route": "cascade"}) | change
     assert chat_error(forced).code == "invalid_request"  # forced to the cascade: its schema refuses
 
