@@ -10,10 +10,12 @@ reads them as they are.
 # No ``from __future__ import annotations`` here: the replica gets this class by value (cloudpickle),
 # and FastAPI must see the handlers' parameter types (``Request``) as objects, not as names to look up.
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from fastapi import Request
@@ -31,6 +33,7 @@ from ..core.usage import Bill
 from ..fleet.stats_holder import stats_body
 from .access import Access, Grant, cascade_bill
 from .errors import RequestError, noted, unavailable
+from .held_stream import HeldStream
 from .images import check_image_bytes_under
 from .jobs import Job, answer_request, job_from_answer, job_from_chat, remote_image_policy, request_id_of
 from .json_body import parse_json
@@ -47,6 +50,9 @@ from .security import BodyReads, read_body
 from .stats_reporter import StatsReporter
 
 logger = logging.getLogger("ray.serve")
+# Past the request's deadline (where a streamed reply ends itself), when a stream nobody reads gives
+# its admission back.
+STREAM_BACKSTOP_S = 5.0
 
 
 def request_id_header(request: Request) -> str | None:
@@ -178,16 +184,31 @@ class IngressReplica:
     async def _chat_over_http(self, request: Request) -> Answered | Forwarded:
         caller = self.access.identify(request.headers)
         request_id = request_id_of(request_id_header(request))
-        async with self.access.admitted(caller) as grant:
-            payload = await self._payload(request, caller)
-            return await self._chat(payload, request_id, grant)
+
+        async def chat(grant: Grant) -> Answered | Forwarded:
+            return await self._chat(await self._payload(request, caller), request_id, grant)
+
+        return await self._admitted(caller, chat)
 
     async def _admitted_chat(
         self, payload: Any, request_id: str | None, caller: Caller
     ) -> Answered | Forwarded:
         request_id = request_id_of(request_id)
-        async with self.access.admitted(caller) as grant:
-            return await self._chat(payload, request_id, grant)
+        return await self._admitted(caller, lambda grant: self._chat(payload, request_id, grant))
+
+    async def _admitted(
+        self, caller: Caller, path: Callable[[Grant], Awaitable[Answered | Forwarded]]
+    ) -> Answered | Forwarded:
+        """``path`` inside ``caller``'s admission, which a streamed reply keeps until its last event
+        (``HeldStream``; at the latest a little past the request's deadline)."""
+        async with AsyncExitStack() as admission:
+            grant = await admission.enter_async_context(self.access.admitted(caller))
+            outcome = await path(grant)
+            if isinstance(outcome, Forwarded) and outcome.events is not None:
+                backstop_s = self.config.request_timeout_s + STREAM_BACKSTOP_S
+                held = HeldStream(outcome.events, admission.pop_all().aclose, backstop_s)
+                return dataclasses.replace(outcome, events=held)
+            return outcome
 
     async def _answer_over_http(self, request: Request) -> Answered:
         caller = self.access.identify(request.headers)

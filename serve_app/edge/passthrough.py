@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -59,7 +58,7 @@ async def forward(
     the ``EngineError`` family for an engine error that arrives before any token, and a 504 when nothing
     arrives within ``timeout_s``; a stream that has not ended ``timeout_s`` after the request was sent
     ends with a timeout error event."""
-    from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper, _peek_at_generator
+    from ray.llm._internal.serve.core.ingress.utils import _peek_at_generator
     from ray.serve.llm.openai_api_models import ErrorResponse
 
     loop = asyncio.get_running_loop()
@@ -86,25 +85,50 @@ async def forward(
         )
         return Forwarded(model_id, reason, body=head.model_dump(mode="json", exclude_none=True) | extra)
 
-    async def events() -> AsyncIterator[str]:
-        packets = _openai_json_wrapper(stream)
-        try:
-            while True:
-                left = None if deadline is None else deadline - loop.time()
-                try:
-                    yield await asyncio.wait_for(anext(packets), left)
-                except StopAsyncIteration:
-                    return
-                except TimeoutError:  # the whole stream has the request's deadline, not only its start
-                    error = RequestError(
-                        f"{model_id} did not finish within the request timeout of {timeout_s:g} s",
-                        code="timeout",
-                        status=504,
-                    )
-                    yield f"data: {json.dumps(error.body())}\n\n"
-                    yield "data: [DONE]\n\n"
-                    return
-        finally:  # a client that leaves mid-stream, or the deadline: abort the engine's request
-            response.cancel()
+    return Forwarded(model_id, reason, events=EngineEvents(response, stream, model_id, timeout_s, deadline))
 
-    return Forwarded(model_id, reason, events=events())
+
+class EngineEvents:
+    """An engine's token stream as server-sent events, within the request's deadline (a stream that
+    has not ended by then ends with a timeout error event). Closing it, whether at its end, when the
+    client leaves or before it was ever read, aborts the engine's request: a class, not a generator,
+    because a generator that never started runs no ``finally``."""
+
+    def __init__(
+        self, response: Any, stream: Any, model_id: str, timeout_s: float | None, deadline: float | None
+    ):
+        from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper
+
+        self._response, self._packets = response, _openai_json_wrapper(stream)
+        self._model_id, self._timeout_s, self._deadline = model_id, timeout_s, deadline
+        self._tail: list[str] = []  # what is left to send once the stream has ended
+        self._ended = False
+
+    def __aiter__(self) -> EngineEvents:
+        return self
+
+    async def __anext__(self) -> str:
+        if self._tail:
+            return self._tail.pop(0)
+        if self._ended:
+            raise StopAsyncIteration
+        left = None if self._deadline is None else self._deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(anext(self._packets), left)
+        except TimeoutError:  # the whole stream has the request's deadline, not only its start
+            error = RequestError(
+                f"{self._model_id} did not finish within the request timeout of {self._timeout_s:g} s",
+                code="timeout",
+                status=504,
+            )
+            await self.aclose()
+            self._tail = ["data: [DONE]\n\n"]
+            return f"data: {json.dumps(error.body())}\n\n"
+        except BaseException:  # its end, a client that left (cancelled), or a failure
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Abort the engine's request (nothing once it has ended); no more events but those left."""
+        self._ended = True
+        self._response.cancel()

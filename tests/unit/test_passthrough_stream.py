@@ -83,3 +83,69 @@ def test_a_stream_within_its_deadline_ends_as_the_engine_ends_it():
 
 async def read_all(handle, request):
     return await read(await forward(handle, request, "l", timeout_s=5))
+
+
+# ---------------------------------------------------------------- the admission a stream holds
+
+
+def streaming_replica(engine, timeout_s: float = 5.0):
+    """An in-process ingress replica whose large model's handle streams ``engine``'s events."""
+    from serve_app.edge import ingress as ingress_module
+    from tests.unit.ingress_replica import CONFIG, Replica
+    from tests.unit.ingress_replica import replica as build
+
+    config = CONFIG.model_copy(update={"request_timeout_s": timeout_s})
+    replica: Replica = build(None, None, config)
+    replica.model_handles = {"l": Handle(engine)}
+    return replica, ingress_module
+
+
+STREAMED = {"model": "l", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+def test_a_streamed_reply_keeps_its_fair_share_until_its_last_event():
+    class Finite(StallingStream):
+        async def _events(self):
+            for index in range(self.chunks):
+                yield f'data: {{"chunk": {index}}}\n\n'
+
+    async def run():
+        replica, _ = streaming_replica(Finite(chunks=3))
+        outcome = await replica.chat(dict(STREAMED), None)
+        held = replica.access.fair.total  # returned, not yet read: still in flight
+        chunks = [chunk async for chunk in outcome.events]
+        return held, replica.access.fair.total, chunks
+
+    held, after, chunks = asyncio.run(asyncio.wait_for(run(), 20))
+    assert held == 1 and after == 0 and chunks[-1] == "data: [DONE]\n\n"
+
+
+def test_a_client_that_leaves_mid_stream_gives_the_share_back_and_aborts_the_engine():
+    async def run():
+        engine = StallingStream(chunks=1)
+        replica, _ = streaming_replica(engine)
+        outcome = await replica.chat(dict(STREAMED), None)
+        reader = asyncio.ensure_future(anext(outcome.events))
+        await reader
+        stalled = asyncio.ensure_future(anext(outcome.events))
+        await asyncio.sleep(0.05)
+        stalled.cancel()  # the client left: the server cancels the response's task
+        await asyncio.gather(stalled, return_exceptions=True)
+        return replica.access.fair.total, engine.cancelled
+
+    total, cancelled = asyncio.run(asyncio.wait_for(run(), 20))
+    assert total == 0 and cancelled
+
+
+def test_a_stream_nobody_reads_gives_its_share_back_past_the_deadline(monkeypatch):
+    async def run():
+        engine = StallingStream(chunks=1)
+        replica, ingress_module = streaming_replica(engine, timeout_s=0.2)
+        monkeypatch.setattr(ingress_module, "STREAM_BACKSTOP_S", 0.1)
+        await replica.chat(dict(STREAMED), None)  # never read: a generator would never end it
+        held = replica.access.fair.total
+        await asyncio.sleep(0.6)
+        return held, replica.access.fair.total, engine.cancelled
+
+    held, after, cancelled = asyncio.run(asyncio.wait_for(run(), 20))
+    assert held == 1 and after == 0 and cancelled
