@@ -1,0 +1,48 @@
+"""A line's delay with and without a follower: 1,000-row mai-batch jobs on the CPU stack, alternating
+plain runs with runs whose output the bench's follower polls (loadtest/bench/stream_runs.follow).
+Each job's summary.json holds its line delays (``line_delay_s``); they are printed at the end.
+
+    python experiments/batch-throughput/line_delay_probe.py [work folder]
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from harness.jsonl import read_jsonl, write_jsonl  # noqa: E402
+from harness.local_server import config_args, deploy, local_ray  # noqa: E402
+from loadtest.bench.stream_runs import follow  # noqa: E402
+
+RUNS = (("warm", False), ("plain", False), ("followed", True), ("plain2", False), ("followed2", True))
+
+records = read_jsonl(ROOT / "bench/data/easy-vqa-test-1016.jsonl")
+work = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/line-delay-probe")
+work.mkdir(exist_ok=True)
+write_jsonl(records[:1000], work / "rows.jsonl")
+write_jsonl(records[1000:], work / "warm.jsonl")
+with local_ray():
+    import ray
+
+    deploy(config_args("mai-cpu.yaml"), name="mai")
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
+    for name, followed in RUNS:
+        out = work / f"out-{name}"
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        data = work / ("warm.jsonl" if name == "warm" else "rows.jsonl")
+        command = [str(ROOT / ".venv/bin/mai-batch"), str(data), "--output", str(out)]
+        command += ["--config", str(ROOT / "configs/mai-cpu.yaml"), "--attach", "mai", "--policy", "mai"]
+        command += ["--no-progress"]
+        started = time.monotonic()
+        if followed:
+            code = follow(command, cwd=ROOT, env=env, output=out / "predictions" / "mai.jsonl").returncode
+        else:
+            code = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True).returncode
+        summary = json.loads((out / "summary.json").read_text())
+        print(name, code, round(time.monotonic() - started, 1), summary["line_delay_s"], flush=True)
