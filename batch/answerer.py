@@ -26,7 +26,6 @@ import copy
 import dataclasses
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -102,11 +101,7 @@ class RowAnswerer:
         self.node = ray.get_runtime_context().get_node_id()
         self._slots: asyncio.Semaphore | None = None
         self.clock.mark("initialised")
-        # The replica is made at once, on the loop every row of this actor runs on, while Ray Data
-        # finishes starting the actor and sends its first batch (most of it is loading vLLM's types).
-        self._starting = threading.Lock()  # Ray Data calls for batches from several threads at once
-        self._rows: EventLoopThread | None = EventLoopThread()
-        self._ready: concurrent.futures.Future[None] | None = self._rows.submit(self._start())
+        self.begin()
 
     def __call__(self, batch: dict[str, Any]) -> Iterator[dict[str, list[Any]]]:
         """The batch's output rows, each group yielded as soon as its rows are answered: every row of
@@ -125,13 +120,16 @@ class RowAnswerer:
             columns = self._columns([lines[index] for index, _ in group], [result for _, result in group])
             yield packed(columns)
 
+    def begin(self) -> None:
+        """Start the loop every row of this actor runs on, and make the ingress replica and the slots on
+        it at once, while Ray Data finishes starting the actor and sends its first batch (most of it is
+        loading vLLM's types). Ray Data calls for batches from several threads: all wait for this one
+        start (``_started``)."""
+        self._rows = EventLoopThread()
+        self._ready: concurrent.futures.Future[None] = self._rows.submit(self._start())
+
     def _started(self) -> EventLoopThread:
         """The rows' loop, once the ingress replica and the slots are made on it."""
-        with self._starting:
-            if self._rows is None:
-                self._rows = EventLoopThread()
-            if self._ready is None:
-                self._ready = self._rows.submit(self._start())
         self._ready.result()  # a failed start fails the batch, as Ray Data's own would
         return self._rows
 

@@ -77,8 +77,8 @@ class ScriptedAnswerer(RowAnswerer):
         self.job = RowJob(fmt=InputFormat.OPENAI, base=".", rows_per_actor=rows_per_actor)
         self.config = SimpleNamespace()
         self.node, self.ingress, self._slots = "node-a", None, None
-        self._rows, self._ready, self._starting = None, None, threading.Lock()
         self.clock = StartClock()
+        self.begin()
         self.release = threading.Event()
         self.in_flight = 0
         self.most_in_flight = 0
