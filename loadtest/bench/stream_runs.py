@@ -217,6 +217,15 @@ def fraction_time(times: Sequence[float], rows: int, fraction: float) -> float:
     return ordered[min(len(ordered), max(1, math.ceil(fraction * rows))) - 1]
 
 
+def summary_figures(path: Path, keys: Sequence[str]) -> dict[str, Any]:
+    """``keys`` of a run's summary.json, each as ``summary_<key>`` (those it has); none when the run
+    wrote no summary (an interrupted run, or one with nothing to do)."""
+    if not path.exists():
+        return {}
+    summary = json.loads(path.read_text())
+    return {"summary_" + key: summary[key] for key in keys if key in summary}
+
+
 def ray_job_env(base: Mapping[str, str]) -> dict[str, str]:
     """``base`` without a job config a parent may have set: each run is its own Ray job."""
     return {key: value for key, value in base.items() if key != "RAY_JOB_CONFIG_JSON_ENV_VAR"}

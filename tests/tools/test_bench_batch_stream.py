@@ -19,6 +19,7 @@ from loadtest.bench.stream_runs import (
     fraction_time,
     line_figures,
     output_lines,
+    summary_figures,
     written_by,
 )
 
@@ -149,3 +150,10 @@ def test_the_table_renders_a_result():
     assert "| after | 50% (15.0 s) | 38 | 40 | 45 | 5 | 16 | 200 | 0 | 0 |" in text
     assert "results/batch-stream.png" in text and "| 2.00 | – | – | 7.50 | – | 11.00 |" in text
     assert SCENARIOS["batch_stream"].result == "batch-stream.json"
+
+
+def test_a_runs_summary_figures_are_the_keys_it_has_and_none_without_a_summary(tmp_path):
+    path = tmp_path / "summary.json"
+    assert summary_figures(path, ("rows",)) == {}  # an interrupted run wrote none
+    path.write_text(json.dumps({"rows": 240, "wall_s": 20.5, "errors": 0}))
+    assert summary_figures(path, ("rows", "errors", "retried")) == {"summary_rows": 240, "summary_errors": 0}

@@ -27,7 +27,6 @@ Every job's actors start with it; one untimed warm-up job runs first (``WARM_UP`
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import tempfile
@@ -45,7 +44,7 @@ from serve_app.core.routes import DEGRADED
 
 from ..batch_arms import mai_batch_command, ray_env, split_blocks
 from ..scenario import Bench, Scenario
-from ..stream_runs import Followed, duplicates_and_gaps, follow, ray_job_env
+from ..stream_runs import Followed, duplicates_and_gaps, follow, ray_job_env, summary_figures
 
 CONFIG, APP, POLICY = "mai-cpu.yaml", "mai", "mai"
 WARM_UP = 16  # questions past the measured ones: the first job, untimed
@@ -315,12 +314,7 @@ def _wait_replaced(kill: KillAt, url: str, timeout_s: float = 900.0) -> float:
 
 def _summary(path: Path) -> dict[str, Any]:
     """What a run's summary adds: the rows it answered, their wall time, its errors."""
-    if not path.exists():
-        return {}
-    summary = json.loads(path.read_text())
-    return {
-        "summary_" + key: summary[key] for key in ("rows", "wall_s", "errors", "retried") if key in summary
-    }
+    return summary_figures(path, ("rows", "wall_s", "errors", "retried"))
 
 
 def _failure(followed: Followed) -> dict[str, str]:

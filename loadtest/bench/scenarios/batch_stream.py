@@ -18,7 +18,6 @@ The actors' start is the summary's (``actor_starts``, batch/actor_start.py), ``a
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -38,6 +37,7 @@ from ..stream_runs import (
     output_lines,
     plot,
     ray_job_env,
+    summary_figures,
 )
 
 CONFIG, APP = "mai-cpu.yaml", "mai"
@@ -164,11 +164,8 @@ class Jobs:
 def _summary(path: Path) -> dict[str, Any]:
     """What a run's summary adds to its line times (the ``after`` code's stream figures, the actors'
     start); an interrupted ``before`` run may have none."""
-    if not path.exists():
-        return {}
-    summary = json.loads(path.read_text())
     keys = ("wall_s", "rows_per_s", "errors", "line_delay_s", "actor_starts", "rows_repeated")
-    return {"summary_" + key: summary[key] for key in keys if key in summary}
+    return summary_figures(path, keys)
 
 
 def _in_flight() -> int:
