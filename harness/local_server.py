@@ -32,12 +32,15 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def free_port() -> int:
-    """A free port in 20000-29999: outside Ray's worker ports (10002-19999) and the ephemeral range
-    that Ray's own processes draw from while the cluster starts."""
+def free_port(*taken: int) -> int:
+    """A free port in 20000-29999, none of ``taken`` (ports already chosen, not yet bound): outside
+    Ray's worker ports (10002-19999) and the ephemeral range that Ray's own processes draw from while
+    the cluster starts."""
     start = random.randrange(20000, 30000)
     for offset in range(10000):
         port = 20000 + (start - 20000 + offset) % 10000
+        if port in taken:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))

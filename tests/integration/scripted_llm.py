@@ -64,10 +64,10 @@ SCRIPTS: dict[str, dict[tuple[str, str], str]] = {
         ("large", "transfer"): "!sleep 3 [[No]]",
     },
     "allslow": {
-        ("small", "simple"): "!sleep 0.4 [[No]]",
-        ("large", "simple"): "!sleep 0.4 [[Yes]]",
-        ("small", "reasoning"): "!sleep 0.4 It is blue.\n[[No]]",
-        ("large", "transfer"): "!sleep 0.4 [[No]]",
+        ("small", "simple"): "!sleep 0.8 [[No]]",
+        ("large", "simple"): "!sleep 0.8 [[Yes]]",
+        ("small", "reasoning"): "!sleep 0.8 It is blue.\n[[No]]",
+        ("large", "transfer"): "!sleep 0.8 [[No]]",
     },
 }
 DEFAULT_REPLIES = {
