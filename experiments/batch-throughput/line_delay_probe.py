@@ -19,8 +19,20 @@ from harness.jsonl import read_jsonl, write_jsonl  # noqa: E402
 from harness.local_server import config_args, deploy, local_ray  # noqa: E402
 from loadtest.bench.stream_runs import follow  # noqa: E402
 
-RUNS = (("warm", False), ("plain", False), ("followed", True), ("plain2", False), ("followed2", True))
+# (name, seconds between the follower's polls, or None: not followed)
+RUNS = (
+    ("warm", None),
+    ("plain", None),
+    ("followed-0.05", 0.05),
+    ("followed-0.5", 0.5),
+    ("plain2", None),
+    ("followed2-0.05", 0.05),
+    ("followed2-0.5", 0.5),
+)
 
+COMMAND = "python experiments/batch-throughput/line_delay_probe.py"
+RESULT = Path(__file__).with_name("line-delay-polls.json")
+runs: list[dict] = []
 records = read_jsonl(ROOT / "bench/data/easy-vqa-test-1016.jsonl")
 work = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/line-delay-probe")
 work.mkdir(exist_ok=True)
@@ -32,7 +44,7 @@ with local_ray():
     deploy(config_args("mai-cpu.yaml"), name="mai")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
-    for name, followed in RUNS:
+    for name, poll_s in RUNS:
         out = work / f"out-{name}"
         subprocess.run(["rm", "-rf", str(out)], check=True)
         data = work / ("warm.jsonl" if name == "warm" else "rows.jsonl")
@@ -40,9 +52,16 @@ with local_ray():
         command += ["--config", str(ROOT / "configs/mai-cpu.yaml"), "--attach", "mai", "--policy", "mai"]
         command += ["--no-progress"]
         started = time.monotonic()
-        if followed:
-            code = follow(command, cwd=ROOT, env=env, output=out / "predictions" / "mai.jsonl").returncode
+        if poll_s is not None:
+            output = out / "predictions" / "mai.jsonl"
+            code = follow(command, cwd=ROOT, env=env, output=output, poll_s=poll_s).returncode
         else:
             code = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True).returncode
         summary = json.loads((out / "summary.json").read_text())
         print(name, code, round(time.monotonic() - started, 1), summary["line_delay_s"], flush=True)
+        if name != "warm":
+            keys = ("rows", "wall_s", "rows_per_s", "first_line_s", "line_delay_s")
+            runs.append({"run": name, "poll_s": poll_s, **{key: summary.get(key) for key in keys}})
+RESULT.write_text(
+    json.dumps({"command": COMMAND, "config": "configs/mai-cpu.yaml", "runs": runs}, indent=2) + "\n"
+)

@@ -75,6 +75,7 @@ def follow(
     interrupt_at_s: float | None = None,
     timeout_s: float = 1800.0,
     on_lines: Callable[[int, float], None] | None = None,
+    poll_s: float = POLL_S,
 ) -> Followed:
     """Run ``command``, timing each line appended to ``output`` (lines already there are not counted);
     SIGINT at ``interrupt_at_s``, as a user's Ctrl-C. ``on_lines``, while the command runs: called at
@@ -104,7 +105,7 @@ def follow(
             limit = timeout_s if done.interrupted_at_s is None else done.interrupted_at_s + EXIT_WAIT_S
             if now > limit:
                 process.kill()
-            time.sleep(POLL_S)
+            time.sleep(poll_s)
         done.returncode, done.command_s = process.returncode, round(time.monotonic() - started, 3)
         stderr.seek(0)
         done.stderr_tail = stderr.read()[-3000:]
