@@ -76,16 +76,25 @@ def follow(
     timeout_s: float = 1800.0,
     on_lines: Callable[[int, float], None] | None = None,
     poll_s: float = POLL_S,
+    new_session: bool = False,
 ) -> Followed:
     """Run ``command``, timing each line appended to ``output`` (lines already there are not counted);
     SIGINT at ``interrupt_at_s``, as a user's Ctrl-C. ``on_lines``, while the command runs: called at
-    each poll with the lines counted so far and the seconds since the start (a fault injected mid-job)."""
+    each poll with the lines counted so far and the seconds since the start (a fault injected mid-job).
+    ``poll_s``: the time between two looks at the output; ``new_session``: the job in a session of its
+    own (below; the line-delay probe's contrast)."""
     done = Followed()
     offset = output.stat().st_size if output.exists() else 0
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(
             list(command), cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL, stderr=stderr,
-            start_new_session=True,  # its own process group: the bench never gets the SIGINT
+            # A process group of its own: a Ctrl-C at the bench's terminal does not reach the job. Not a
+            # session of its own (``new_session``, for the line-delay probe only): under Linux's
+            # autogroup a new session is a scheduling group of its own, and there the job's driver
+            # wrote its lines a median 0.7-1.4 s after their answers instead of 0.35 s
+            # (experiments/batch-throughput/line-delay-sessions.json).
+            start_new_session=new_session,
+            process_group=None if new_session else 0,
             # A shell's background job (a CI run, `make bench &`) ignores SIGINT, and its children
             # inherit that: Python then raises no KeyboardInterrupt. The job gets Ctrl-C as a user's.
             preexec_fn=_sigint_as_a_terminal_sends_it,
