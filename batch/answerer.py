@@ -170,7 +170,8 @@ class RowAnswerer:
         from serve_app.edge.ingress import IngressReplica
 
         small, large, scorer, stats, ledger = self.targets.handles()
-        return IngressReplica(small, large, self.config, scorer, stats, ledger)
+        # What a passthrough row needs loads with the first such row, not before every job's first row.
+        return IngressReplica(small, large, self.config, scorer, stats, ledger, preload_passthrough=False)
 
     async def answer(self, line: int, text: str | Overlong) -> tuple[dict[str, Any], dict[str, Any]]:
         """A line's output row, and what the job's tally reads of it (status, route, tokens)."""

@@ -1,1 +1,2 @@
-"""The model tier: what answers an OpenAI ChatCompletionRequest."""
+"""The model tier: what answers the cascade's calls (plain values, ``plain_chat``) and OpenAI chat
+requests (ray.serve.llm's ``ChatCompletionRequest``)."""

@@ -1,11 +1,12 @@
 """EmulatedVLM: a GPU-free twin of a ray.serve.llm LLMServer, calibrated on the MAI paper's H100 profile.
 
 For load tests, autoscaling tests and capacity planning without GPUs; never a default for real serving
-(a replica logs a warning when it starts). Same interface as LLMServer: ``chat(ChatCompletionRequest)``
-yields one ``ChatCompletionResponse`` with usage, or for ``stream: true`` the reply's chunks as
-server-sent events while it "decodes". A call without a MAI engine request id is a passthrough (a
-request for the model itself): an open answer as long as Table 5's Explain answers, under ``max_tokens``,
-with ``n`` choices.
+(a replica logs a warning when it starts). Same interface as the model deployments' ModelServer:
+``complete(body)``, the cascade's plain-value call (deployments/plain_chat.py), and LLMServer's
+``chat(ChatCompletionRequest)``, which yields one ``ChatCompletionResponse`` with usage, or for
+``stream: true`` the reply's chunks as server-sent events while it "decodes". A call without a MAI
+engine request id is a passthrough (a request for the model itself): an open answer as long as Table
+5's Explain answers, under ``max_tokens``, with ``n`` choices.
 
 Latency of one call = TTFT(model, context tokens) from Table 3, then the completion tokens at Table 4's
 decode speed, slowed by the batch: per-token time x (1 + batch_slowdown x (running sequences - 1)). At
@@ -47,6 +48,7 @@ from .emulated_script import (
     scripted_confidence,
 )
 from .engine_ids import AUDIT_PREFIX
+from .plain_chat import PlainChat
 from .priority_slots import PrioritySlots
 from .settings import EmulationSettings
 
@@ -54,7 +56,7 @@ logger = logging.getLogger("ray.serve")
 
 
 @serve.deployment(name="EmulatedVLM", ray_actor_options={"num_cpus": 0})
-class EmulatedVLM:
+class EmulatedVLM(PlainChat):
     def __init__(self, settings: EmulationSettings, role: str, model_id: str):
         from ray.serve.llm.openai_api_models import ChatCompletionResponse
 

@@ -34,10 +34,12 @@ from deployments.affinity import call_key, preferred
 
 
 def engine_request_id(pending_request: PendingRequest | None) -> str | None:
-    """The engine request id of a call to ``chat`` (its ChatCompletionRequest's), or None."""
+    """The engine request id of a call, or None: ``complete``'s body (``plain_chat``) names it, as
+    ``chat``'s ChatCompletionRequest does."""
     if pending_request is None or not pending_request.args:
         return None
-    return getattr(pending_request.args[0], "request_id", None)
+    first = pending_request.args[0]
+    return first.get("request_id") if isinstance(first, dict) else getattr(first, "request_id", None)
 
 
 class StageAffinityRouter(RequestRouter):

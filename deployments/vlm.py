@@ -15,6 +15,8 @@ from .settings import ModelDeployment, ScorerSettings
 
 PREFIX_CACHE_ROUTER = "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
 STAGE_AFFINITY_ROUTER = "deployments.stage_router:StageAffinityRouter"
+# LLMServer plus the cascade's plain-value call (deployments/plain_chat.py).
+MODEL_SERVER = "deployments.model_server:ModelServer"
 
 # Engine settings MAI depends on; a config's engine_kwargs may override them.
 ENGINE_DEFAULTS: dict[str, Any] = {
@@ -119,6 +121,7 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
         "placement_group_config": {"bundle_per_worker": engine_bundle(spec)},
         "deployment_config": deployment_options(spec),
         "runtime_env": {"env_vars": replica_env(spec)},
+        "server_cls": MODEL_SERVER,
     }
     if spec.accelerator_type:
         kwargs["accelerator_type"] = spec.accelerator_type

@@ -5,8 +5,9 @@ calls all go through here; nothing else of ours names a Ray exception."""
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,14 +37,15 @@ def input_error_code(message: str) -> str:
     return "invalid_request"
 
 
-def error_response_failure(error: Any, model_id: str, *, constrained: bool = False) -> EngineError:
-    """An engine's ``ErrorResponse`` (or its ``error`` field): a 4xx refuses the input
-    (``InputRejectedError``, with the status kept), or, for a call that asked for structured outputs
-    (``constrained``) and names them, the grammar (``ConstraintRejectedError``); anything else is the
-    engine failing."""
-    detail = getattr(error, "error", error)
-    status = int(getattr(detail, "code", 500) or 500)
-    message = getattr(detail, "message", None) or str(detail)
+def error_response_failure(
+    error: Mapping[str, Any], model_id: str, *, constrained: bool = False
+) -> EngineError:
+    """An engine's error in plain values (``deployments.plain_chat``: ``code``, ``message``): a 4xx
+    refuses the input (``InputRejectedError``, with the status kept), or, for a call that asked for
+    structured outputs (``constrained``) and names them, the grammar (``ConstraintRejectedError``);
+    anything else is the engine failing."""
+    status = int(error.get("code") or 500)
+    message = str(error.get("message") or "no message")
     if constrained and 400 <= status < 500 and any(words in message.lower() for words in _GRAMMAR):
         # The engine's words (they may quote the regex) go to the log; the trace and a reply get an id.
         error_id = uuid.uuid4().hex[:16]
@@ -76,10 +78,11 @@ def transport_errors() -> tuple[type[BaseException], ...]:
 
 def engine_server_errors() -> tuple[type[BaseException], ...]:
     """What vLLM raises through the handle when the engine itself failed a request: its server errors
-    (``GenerationError``, a generation that finished with ``error``), not the input's."""
-    from vllm.exceptions import VLLMServerError
-
-    return (VLLMServerError,)
+    (``GenerationError``, a generation that finished with ``error``), not the input's. Read off the
+    loaded modules: an instance of one means vLLM's exceptions are loaded, and a process that never
+    loaded them (an ingress that only runs the cascade) does not pay for them on its first error."""
+    module = sys.modules.get("vllm.exceptions")
+    return (module.VLLMServerError,) if module is not None else ()
 
 
 @contextmanager

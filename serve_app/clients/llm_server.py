@@ -29,53 +29,54 @@ def engine_request_id(call: EngineCall) -> str:
 
 
 class LLMServerClient:
-    """Sends OpenAI ChatCompletionRequests to one LLMServer deployment, decoded as each call's
-    ``Decoding`` says (greedy by default), asking for the generated tokens' logprobs (the answers'
-    confidences) unless ``logprobs`` is off and the call does not ask for them.
+    """Sends the cascade's calls to one model deployment as plain values (``deployments/plain_chat``:
+    an OpenAI chat body in, its reply out), decoded as each call's ``Decoding`` says (greedy by
+    default), asking for the generated tokens' logprobs (the answers' confidences) unless ``logprobs``
+    is off and the call does not ask for them. Nothing here loads vLLM's request or reply types.
 
-    Cancelling ``complete`` cancels the handle's response, which aborts the request in vLLM:
-    cancelling only the task that iterates a streaming handle does not reach the engine. A failed call
-    raises the ``EngineError`` family (``failures.py``), nothing else."""
+    Cancelling ``complete`` cancels the handle's response, which aborts the request in the engine. A
+    failed call raises the ``EngineError`` family (``failures.py``); a body the model's schema refuses
+    is a bug of ours, raised as ``RuntimeError``."""
 
     def __init__(self, handle: Any, model_id: str, *, logprobs: bool = True):
-        # Imports vLLM's protocol: pay for it when the replica starts, not inside a stage's timeout.
-        from ray.serve.llm.openai_api_models import ChatCompletionRequest
-
-        self._request_type = ChatCompletionRequest
-        self._handle = handle.options(stream=True)
+        self._handle = handle
         self.model_id = model_id
         self._logprobs = logprobs
 
-    async def complete(
+    def body(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
-    ) -> Completion:
-        request = self._request_type(
-            model=self.model_id,
-            messages=messages,
-            max_tokens=max_tokens,
-            stream=False,
-            request_id=engine_request_id(call),
+    ) -> dict[str, Any]:
+        """The chat body of one call, as ray.serve.llm's ``ChatCompletionRequest`` reads it."""
+        return {
+            "model": self.model_id,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "stream": False,
+            "request_id": engine_request_id(call),
             **self._sampling(decoding),
             # Lower runs first (scheduling_policy: priority): audits behind served calls, a key's flood
             # behind another key's trickle.
             **({"priority": call.priority} if call.priority else {}),
             # The answer's closed form (core/answer_forms.py), as vLLM's structured outputs.
             **({"structured_outputs": {"regex": call.constraint}} if call.constraint else {}),
-        )
+        }
+
+    async def complete(
+        self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
+    ) -> Completion:
+        body = self.body(messages, max_tokens=max_tokens, call=call, decoding=decoding)
         started = time.monotonic()
         with engine_call(self.model_id):
-            response = self._handle.chat.remote(request)
+            response = self._handle.complete.remote(body)
             try:
-                item = await response.__anext__()  # a non-streaming request yields exactly one item
+                reply = await response
             except asyncio.CancelledError:
                 response.cancel()
                 raise
-            except StopAsyncIteration:
-                raise EngineUnavailableError(f"{self.model_id} returned no response") from None
         completion = _completion_of(
-            item, self.model_id, time.monotonic() - started, constrained=call.constraint is not None
+            reply, self.model_id, time.monotonic() - started, constrained=call.constraint is not None
         )
-        return dataclasses.replace(completion, replica=routed_replicas.take(request.request_id))
+        return dataclasses.replace(completion, replica=routed_replicas.take(body["request_id"]))
 
     def _sampling(self, decoding: Decoding) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -90,45 +91,42 @@ class LLMServerClient:
         return fields
 
 
-def _completion_of(item: Any, model_id: str, latency_s: float, *, constrained: bool = False) -> Completion:
-    error = getattr(item, "error", None)
-    if error is not None and not hasattr(item, "choices"):
-        raise error_response_failure(error, model_id, constrained=constrained)
-    if isinstance(item, list | str):
-        raise EngineUnavailableError(f"{model_id} streamed a response to a non-streaming request")
-    choices = getattr(item, "choices", None) or []
+def _completion_of(
+    reply: dict[str, Any], model_id: str, latency_s: float, *, constrained: bool = False
+) -> Completion:
+    """The completion in a plain reply (``deployments/plain_chat``), or the error it carries."""
+    if "invalid" in reply:
+        raise RuntimeError(f"{model_id} refused a cascade call's body: {reply['invalid']}")
+    if "error" in reply:
+        raise error_response_failure(reply["error"], model_id, constrained=constrained)
+    response = reply.get("response") or {}
+    choices = response.get("choices") or []
     if not choices:
         raise EngineUnavailableError(f"{model_id} returned a response with no choices")
-    text = choices[0].message.content or ""
-    usage = getattr(item, "usage", None)
+    usage = response.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     return Completion(
-        text=text,
-        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        text=(choices[0].get("message") or {}).get("content") or "",
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
         latency_s=latency_s,
         token_logprobs=_token_logprobs(choices[0]),
-        cached_tokens=_cached_tokens(usage),
+        cached_tokens=None if cached is None else int(cached),
     )
 
 
-def _cached_tokens(usage: Any) -> int | None:
-    """usage.prompt_tokens_details.cached_tokens, or None when the engine did not report it."""
-    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
-    return None if cached is None else int(cached)
-
-
-def _token_logprobs(choice: Any) -> tuple[TokenLogprob, ...] | None:
+def _token_logprobs(choice: dict[str, Any]) -> tuple[TokenLogprob, ...] | None:
     """The generated tokens with their logprobs, or None when the engine sent none."""
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    content = (choice.get("logprobs") or {}).get("content")
     if not content:
         return None
     return tuple(
         TokenLogprob(
-            str(item.token),
-            float(item.logprob),
+            str(item["token"]),
+            float(item["logprob"]),
             tuple(
-                TokenLogprob(str(top.token), float(top.logprob))
-                for top in getattr(item, "top_logprobs", None) or ()
+                TokenLogprob(str(top["token"]), float(top["logprob"]))
+                for top in item.get("top_logprobs") or ()
             ),
         )
         for item in content

@@ -41,7 +41,7 @@ from .keys import ANONYMOUS_CALLER, Caller, KeyRing
 from .metrics import IngressMetrics, RequestMetrics
 from .outcomes import Answered, Forwarded, Refused, RequestOutcome, settled
 from .parts import IngressParts, build_parts
-from .passthrough import chat_request, forward
+from .passthrough import chat_request, forward, load_types, load_types_in_background
 from .passthrough_body import checked_body
 from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
@@ -77,7 +77,14 @@ class IngressReplica:
         stats: Any = None,
         ledger: Any = None,
         access: str = "keys",
+        *,
+        preload_passthrough: bool = True,
     ):
+        """``preload_passthrough``: load what a passthrough needs in a thread as the replica starts
+        (``passthrough.load_types``), not with the first one; a batch actor whose rows may never pass
+        through leaves it."""
+        if preload_passthrough:
+            load_types_in_background()
         selection = config.transfer_selection
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
         if scorer is not None:
@@ -327,6 +334,7 @@ class IngressReplica:
         model_id, reason = decision.model_id, decision.reason
         payload = await checked_body(decision.payload, self.config.limits, self._fetch_image)
         await self.readiness.wait(self.config.readiness.wait_s)
+        await asyncio.to_thread(load_types)  # at once when loaded; else off the event loop
         reply = await forward(
             self.model_handles[model_id],
             chat_request(payload, model_id),

@@ -10,14 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 from pydantic import ValidationError
+
+from deployments.plain_chat import reply_of
 
 from ..clients.failures import engine_call, error_response_failure
 from ..core.routes import Route
 from .errors import RequestError, describe_validation_error
 from .outcomes import Forwarded
+
+
+def load_types() -> None:
+    """vLLM's request and reply types, which a passthrough is read and answered in: seconds, once per
+    process. The cascade never needs them (``deployments/plain_chat.py``), so a replica loads them
+    off its event loop: in a thread at start, or (``in_background``: not) before its first
+    passthrough."""
+    import ray.serve.llm.openai_api_models  # noqa: F401
+    import vllm.exceptions  # noqa: F401
+
+
+def load_types_in_background() -> None:
+    """Start ``load_types`` in a thread of its own: a server's first passthrough then finds them."""
+    threading.Thread(target=load_types, name="passthrough-types", daemon=True).start()
 
 
 def chat_request(payload: dict[str, Any], model_id: str) -> Any:
@@ -76,7 +93,7 @@ async def forward(
             ) from None
     head = first[0] if isinstance(first, list) else first
     if isinstance(head, ErrorResponse):
-        raise error_response_failure(head, model_id)
+        raise error_response_failure(reply_of(head)["error"], model_id)
     if not request.stream:
         extra = (
             {}

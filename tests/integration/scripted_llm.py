@@ -18,6 +18,7 @@ import time
 from ray import serve
 
 from deployments.engine_ids import parse_engine_request_id
+from deployments.plain_chat import PlainChat
 
 # scenario -> {(role, prompt kind): reply}; a reply "!raise" raises, "!error" yields an ErrorResponse
 # (500), "!refuse" the 400 an engine gives an image its processor cannot take.
@@ -96,7 +97,7 @@ def _question_text(messages: list) -> str:
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0})
-class ScriptedLLMServer:
+class ScriptedLLMServer(PlainChat):
     def __init__(self, role: str):
         from ray.serve.llm.openai_api_models import ChatCompletionResponse, ErrorResponse
 

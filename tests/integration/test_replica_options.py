@@ -108,3 +108,23 @@ def test_a_hub_revision_pins_weights_and_tokenizer_and_only_a_hub_source_takes_o
         wrong["large"] = wrong["large"] | change
         with pytest.raises(ValueError, match=refusal):
             load_app_config(wrong)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_model_deployment_serves_the_cascades_plain_call(name):
+    """The ingress calls ``complete`` (deployments/plain_chat.py) on every model; ray.serve.llm builds
+    the deployment from the class the LLMConfig names, LLMServer's options unchanged."""
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+    from ray.serve.llm import LLMConfig, build_llm_deployment
+
+    from deployments.model_server import ModelServer
+
+    config = load_app_config(app_args(name))
+    for spec in (config.small, config.large):
+        kwargs = llm_config_kwargs(spec)
+        with mock.patch("ray.get_runtime_context", return_value=mock.Mock(runtime_env={})):
+            app = build_llm_deployment(LLMConfig(**kwargs))
+        served = app._bound_deployment.func_or_class
+        assert issubclass(served, ModelServer) and issubclass(served, LLMServer)
+        assert callable(served.complete) and served.chat is LLMServer.chat
+        assert app._bound_deployment._deployment_config.max_ongoing_requests == spec.max_ongoing_requests

@@ -107,13 +107,11 @@ async def test_an_engine_that_refuses_the_grammar_is_asked_again_without_it_and_
 
 
 def test_a_grammar_refusal_is_told_from_other_refusals_only_for_a_constrained_call():
-    class Detail:
-        code, message = 400, "Failed to compile the regex grammar: unsupported lookahead"
-
-    grammar = error_response_failure(Detail(), "m", constrained=True)
+    detail = {"code": 400, "message": "Failed to compile the regex grammar: unsupported lookahead"}
+    grammar = error_response_failure(detail, "m", constrained=True)
     assert isinstance(grammar, ConstraintRejectedError)
     assert "error id" in str(grammar) and "lookahead" not in str(grammar)  # the engine's words: logged
-    refused = error_response_failure(Detail(), "m")  # no grammar asked: the input's fault
+    refused = error_response_failure(detail, "m")  # no grammar asked: the input's fault
     assert not isinstance(refused, ConstraintRejectedError) and refused.status == 400
 
 

@@ -1,30 +1,40 @@
-"""What the client reads from an engine's response (objects shaped like vLLM's ChatCompletionResponse)."""
+"""What the client sends a model deployment and reads back: plain values (deployments/plain_chat.py),
+made here from vLLM's own reply types as a model's replica makes them."""
 
+import asyncio
 import logging
 import math
 import re
-from types import SimpleNamespace as Obj
 
 import pytest
 
+from deployments.plain_chat import complete_plainly, reply_of
 from serve_app.clients.llm_server import _completion_of
 from serve_app.config import AppConfig
 from serve_app.core.contracts import EngineUnavailableError
 
 
-def response(content: str, logprobs=None):
-    choice = Obj(
-        message=Obj(content=content), logprobs=Obj(content=logprobs) if logprobs is not None else None
-    )
-    return Obj(choices=[choice], usage=Obj(prompt_tokens=12, completion_tokens=3), error=None)
+def response(content: str, logprobs=None, usage=None) -> dict:
+    """The plain reply of a ChatCompletionResponse carrying ``content`` (and its tokens' logprobs)."""
+    from ray.serve.llm.openai_api_models import ChatCompletionResponse
+
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": content},
+        "finish_reason": "stop",
+        "logprobs": {"content": logprobs} if logprobs is not None else None,
+    }
+    usage = usage or {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+    reply = ChatCompletionResponse.model_validate({"model": "m", "choices": [choice], "usage": usage})
+    return reply_of(reply)
+
+
+def token(text: str, logprob: float, top=()) -> dict:
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": list(top)}
 
 
 def test_the_generated_tokens_and_their_logprobs_are_kept():
-    tokens = [
-        Obj(token="[[", logprob=-0.01),
-        Obj(token="Yes", logprob=math.log(0.8)),
-        Obj(token="]]", logprob=0.0),
-    ]
+    tokens = [token("[[", -0.01), token("Yes", math.log(0.8)), token("]]", 0.0)]
     completion = _completion_of(response("[[Yes]]", tokens), "m", 0.2)
     assert [t.token for t in completion.token_logprobs] == ["[[", "Yes", "]]"]
     assert math.isclose(completion.token_logprobs[1].logprob, math.log(0.8))
@@ -32,11 +42,12 @@ def test_the_generated_tokens_and_their_logprobs_are_kept():
 
 
 def test_cached_prompt_tokens_are_read_from_the_usage_details():
-    cached = Obj(choices=response("[[Yes]]").choices, error=None)
-    cached.usage = Obj(prompt_tokens=12, completion_tokens=3, prompt_tokens_details=Obj(cached_tokens=8))
-    assert _completion_of(cached, "m", 0.1).cached_tokens == 8
-    cached.usage = Obj(prompt_tokens=12, completion_tokens=3, prompt_tokens_details=Obj(cached_tokens=0))
-    assert _completion_of(cached, "m", 0.1).cached_tokens == 0
+    def usage(cached):
+        details = {"prompt_tokens_details": {"cached_tokens": cached}}
+        return {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15, **details}
+
+    assert _completion_of(response("[[Yes]]", usage=usage(8)), "m", 0.1).cached_tokens == 8
+    assert _completion_of(response("[[Yes]]", usage=usage(0)), "m", 0.1).cached_tokens == 0
     # An engine that does not report it: unknown, not zero.
     assert _completion_of(response("[[Yes]]"), "m", 0.1).cached_tokens is None
 
@@ -61,7 +72,7 @@ def logged():
 def test_an_error_response_is_an_engine_error_whose_detail_stays_in_the_log(logged):
     internals = "RayTaskError(ValueError): ray::ServeReplica:small (pid=4242, ip=10.0.0.7) boom"
     with pytest.raises(EngineUnavailableError, match="m failed the request") as error:
-        _completion_of(Obj(error=Obj(message=internals)), "m", 0.1)
+        _completion_of({"error": {"code": 500, "message": internals, "type": ""}}, "m", 0.1)
     error_id = re.search(r"error id ([0-9a-f]{16})", str(error.value)).group(1)
     assert "pid" not in str(error.value) and "10.0.0.7" not in str(error.value)
     [record] = [record for record in logged if error_id in record.getMessage()]
@@ -88,23 +99,44 @@ def test_confidence_rules_need_logprobs():
     assert AppConfig.model_validate(base | {"answer_logprobs": False}).cascade.min_confidence == 0
 
 
+class Reply:
+    """A DeploymentResponse stand-in: awaited for the model's reply, cancellable."""
+
+    def __init__(self, reply):
+        self._reply, self.cancelled = reply, False
+
+    def __await__(self):
+        return self._reply.__await__()
+
+    def cancel(self):
+        self.cancelled = True
+
+
 class RecordingHandle:
-    """A DeploymentHandle stand-in that records the requests it gets and answers each with one item."""
+    """A model deployment's handle stand-in: records each body ``complete`` gets and answers it with
+    ``reply`` (a plain reply, or an async function of the body)."""
 
-    def __init__(self, item):
-        self.item, self.requests = item, []
-        self.chat = Obj(remote=self._remote)
+    def __init__(self, reply):
+        self.reply, self.requests = reply, []
 
-    def options(self, **_):
+    @property
+    def complete(self):
         return self
 
-    def _remote(self, request):
-        self.requests.append(request)
+    def remote(self, body):
+        self.requests.append(body)
 
-        async def one():
-            yield self.item
+        async def answer():
+            return await self.reply(body) if callable(self.reply) else self.reply
 
-        return one()
+        return Reply(answer())
+
+
+def engine_request(body):
+    """The body as the model's replica reads it: ray.serve.llm's ChatCompletionRequest (vLLM's)."""
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+    return ChatCompletionRequest.model_validate(body)
 
 
 async def test_each_call_decodes_as_its_decoding_says():
@@ -113,24 +145,19 @@ async def test_each_call_decodes_as_its_decoding_says():
     from serve_app.core.options import Decoding
     from serve_app.core.prompts import PromptKind
 
-    tokens = [
-        Obj(
-            token="Yes",
-            logprob=-0.1,
-            top_logprobs=[Obj(token="Yes", logprob=-0.1), Obj(token="No", logprob=-2.4)],
-        )
-    ]
+    tokens = [token("Yes", -0.1, top=[{"token": "Yes", "logprob": -0.1}, {"token": "No", "logprob": -2.4}])]
     handle = RecordingHandle(response("Yes", tokens))
     client = LLMServerClient(handle, "m", logprobs=False)
     call = EngineCall("r1", "short_small", PromptKind.SIMPLE)
     await client.complete([{"role": "user", "content": "Hi"}], max_tokens=4, call=call)
-    greedy = handle.requests[-1]
+    greedy = engine_request(handle.requests[-1])
     assert (greedy.temperature, greedy.top_p, greedy.seed, greedy.logprobs) == (0, 1, None, False)
+    assert greedy.request_id == handle.requests[-1]["request_id"]
     decoding = Decoding(temperature=0.7, top_p=0.9, seed=3, logprobs=True, top_logprobs=2)
     completion = await client.complete(
         [{"role": "user", "content": "Hi"}], max_tokens=4, call=call, decoding=decoding
     )
-    sent = handle.requests[-1]
+    sent = engine_request(handle.requests[-1])
     assert (sent.temperature, sent.top_p, sent.seed, sent.logprobs, sent.top_logprobs) == (
         0.7,
         0.9,
@@ -145,25 +172,60 @@ async def test_each_call_decodes_as_its_decoding_says():
 
 
 async def test_a_generation_the_engine_failed_is_an_engine_error_never_a_bug():
-    """vLLM raises GenerationError through the handle when a generation finishes with "error" (seen
-    once in 1,300 requests on the CPU stack): the model failed, so the route degrades."""
+    """vLLM raises GenerationError when a generation finishes with "error" (seen once in 1,300
+    requests on the CPU stack): the model's replica sends it as a 500, so the route degrades."""
     from vllm.exceptions import GenerationError
 
     from serve_app.clients.llm_server import LLMServerClient
     from serve_app.core.contracts import EngineCall
     from serve_app.core.prompts import PromptKind
 
-    class FailingHandle(RecordingHandle):
-        def _remote(self, request):
-            async def failed():
-                raise GenerationError()
-                yield  # an async generator, as the handle's response is
+    async def failed(request):
+        raise GenerationError()
+        yield  # an async generator, as a chat's reply is
 
-            return failed()
-
-    client = LLMServerClient(FailingHandle(None), "m", logprobs=False)
+    client = LLMServerClient(
+        RecordingHandle(lambda body: complete_plainly(failed, body)), "m", logprobs=False
+    )
     with pytest.raises(EngineUnavailableError, match="m failed the request"):
         await client.complete([], max_tokens=4, call=EngineCall("r1", "reason_small", PromptKind.REASONING))
+
+
+async def test_a_body_the_models_schema_refuses_is_our_bug_not_an_unavailable_model():
+    from serve_app.clients.llm_server import LLMServerClient
+    from serve_app.core.contracts import EngineCall
+    from serve_app.core.prompts import PromptKind
+
+    async def never(request):
+        raise AssertionError("an invalid body reached the engine")
+        yield
+
+    client = LLMServerClient(RecordingHandle(lambda body: complete_plainly(never, body)), "m")
+    call = EngineCall("r1", "short_small", PromptKind.SIMPLE)
+    with pytest.raises(RuntimeError, match="refused a cascade call's body"):
+        await client.complete([{"role": "user", "content": 5}], max_tokens=4, call=call)
+
+
+async def test_cancelling_a_call_cancels_the_handles_response():
+    from serve_app.clients.llm_server import LLMServerClient
+    from serve_app.core.contracts import EngineCall
+    from serve_app.core.prompts import PromptKind
+
+    async def slow(body):
+        await asyncio.sleep(60)
+
+    handle = RecordingHandle(slow)
+    replies = []
+    remote = handle.remote
+    handle.remote = lambda body: replies.append(remote(body)) or replies[-1]
+    client = LLMServerClient(handle, "m")
+    call = EngineCall("r1", "short_small", PromptKind.SIMPLE)
+    task = asyncio.ensure_future(client.complete([], max_tokens=4, call=call))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [reply.cancelled for reply in replies] == [True]
 
 
 async def test_an_audits_calls_carry_its_engine_priority_and_served_calls_none():
@@ -177,7 +239,7 @@ async def test_an_audits_calls_carry_its_engine_priority_and_served_calls_none()
     await client.complete(messages, max_tokens=4, call=EngineCall("r1", "short_small", PromptKind.SIMPLE))
     audit = EngineCall("audit-r1", "reasoning", PromptKind.REASONING, "text", priority=5, audit=True)
     await client.complete(messages, max_tokens=4, call=audit)
-    assert [request.priority for request in handle.requests] == [0, 5]  # vLLM's default is 0
+    assert [engine_request(body).priority for body in handle.requests] == [0, 5]  # vLLM's default is 0
 
 
 async def test_a_constrained_call_asks_vllm_for_structured_outputs_and_a_free_one_does_not():
@@ -193,9 +255,9 @@ async def test_a_constrained_call_asks_vllm_for_structured_outputs_and_a_free_on
     await client.complete(messages, max_tokens=4, call=EngineCall("r1", "short_small", PromptKind.SIMPLE))
     constrained = EngineCall("r1", "short_large", PromptKind.SIMPLE, "yes_no", constraint=regex)
     await client.complete(messages, max_tokens=4, call=constrained)
-    free, asked = handle.requests
+    free, asked = (engine_request(body) for body in handle.requests)
     assert free.structured_outputs is None and asked.structured_outputs.regex == regex  # vLLM's type
-    refused = Obj(error=Obj(code=400, message="xgrammar could not compile the regex"))
+    refused = {"error": {"code": 400, "message": "xgrammar could not compile the regex", "type": ""}}
     with pytest.raises(ConstraintRejectedError):
         _completion_of(refused, "m", 0.1, constrained=True)
 

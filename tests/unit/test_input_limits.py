@@ -143,17 +143,15 @@ def test_geometry_asks_the_processors_own_resize():
 )
 def test_an_engines_4xx_names_the_kind_of_input(message, code):
     assert input_error_code(message) == code
-    from types import SimpleNamespace as Obj
-
     with pytest.raises(InputRejectedError) as error:
-        _completion_of(Obj(error=Obj(message=message, code=400)), "m", 0.1)
+        _completion_of({"error": {"message": message, "code": 400}}, "m", 0.1)
     assert error.value.code == code
     with pytest.raises(EngineUnavailableError):
-        _completion_of(Obj(error=Obj(message=message, code=500)), "m", 0.1)
+        _completion_of({"error": {"message": message, "code": 500}}, "m", 0.1)
     # The passthrough sorts an engine's error response the same way, and the edge answers it once.
-    passed = request_error_of(error_response_failure(Obj(error=Obj(message=message, code=413)), "m"))
+    passed = request_error_of(error_response_failure({"message": message, "code": 413}, "m"))
     assert (passed.status, passed.code) == (413, code) and "Retry-After" not in passed.headers
-    failed = request_error_of(error_response_failure(Obj(error=Obj(message=message, code=500)), "m"))
+    failed = request_error_of(error_response_failure({"message": message, "code": 500}, "m"))
     assert failed.status == 503 and failed.headers["Retry-After"]
 
 
