@@ -241,8 +241,8 @@ def _start_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [
         "",
         "Each *after* actor's start (batch/actor_start.py): process up and batch.answerer imported, "
-        "`__init__`, until Ray Data's first batch, the ingress replica made (vLLM's request types "
-        "loaded; begun as `__init__` ends), from it to the first row answered, and in all.",
+        "`__init__`, until Ray Data's first batch, the ingress replica made (begun as `__init__` "
+        "ends), from it to the first row answered, and in all.",
         "",
         "| process | init | to first batch | replica | first row | total |",
         "|---|---|---|---|---|---|",
