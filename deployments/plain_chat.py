@@ -9,11 +9,16 @@ vLLM loaded anyway: it validates the body into ray.serve.llm's ``ChatCompletionR
 - ``{"response": {...}}``: the ``ChatCompletionResponse``, as JSON;
 - ``{"error": {"code": int, "message": str, "type": str}}``: the engine refused or failed the request
   (its ``ErrorResponse``, or ``VLLMServerError``, a generation the engine failed, as a 500);
-- ``{"invalid": str}``: a body ``ChatCompletionRequest`` refuses. Cascade bodies are the ingress's
-  own, built from checked parts, so this is a bug of the caller's, never a client's input.
+- ``{"invalid": str}``: a body ``ChatCompletionRequest`` (or vLLM's checks across its fields) refuses.
+  Cascade bodies are the ingress's own, built from parts it checked: a refusal is the ingress's bug
+  (a 500), which the ingress's own checks must have caught.
+
+The body is a ``ChatBody``: a dict that also shows its ``messages`` as an attribute, where ray.serve.llm's
+prefix-cache router reads a request's text (``prefix_cache_routing``).
 
 A passthrough keeps ray.serve.llm's ``chat`` and its types (``serve_app/edge/passthrough.py``): it
-forwards what a client sent, streams, and the ingress pays for vLLM's types only when one arrives.
+forwards what a client sent, and streams. The cascade never needs those types; the ingress loads them
+for passthroughs off its event loop (a server's as it starts, a batch actor's with its first one).
 """
 
 from __future__ import annotations
@@ -21,6 +26,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from typing import Any
+
+
+class ChatBody(dict):
+    """A cascade call's body: plain values, and ``messages`` readable as an attribute too."""
+
+    @property
+    def messages(self) -> Any:
+        return self["messages"]
 
 
 def reply_of(item: Any) -> dict[str, Any]:
@@ -45,11 +58,11 @@ async def complete_plainly(chat: Callable[[Any], Any], body: dict[str, Any]) -> 
     """Run ``chat`` (an LLMServer's, or the emulated engine's) on ``body`` and return its plain reply."""
     from pydantic import ValidationError
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
-    from vllm.exceptions import VLLMServerError
+    from vllm.exceptions import VLLMClientError, VLLMServerError
 
     try:
-        request = ChatCompletionRequest.model_validate(body)
-    except ValidationError as exc:
+        request = ChatCompletionRequest.model_validate(dict(body))
+    except (ValidationError, VLLMClientError) as exc:  # vLLM's checks across fields raise its own
         return {"invalid": str(exc)}
     stream = None
     try:

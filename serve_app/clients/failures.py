@@ -81,8 +81,8 @@ def engine_server_errors() -> tuple[type[BaseException], ...]:
     (``GenerationError``, a generation that finished with ``error``), not the input's. Read off the
     loaded modules: an instance of one means vLLM's exceptions are loaded, and a process that never
     loaded them (an ingress that only runs the cascade) does not pay for them on its first error."""
-    module = sys.modules.get("vllm.exceptions")
-    return (module.VLLMServerError,) if module is not None else ()
+    server_error = getattr(sys.modules.get("vllm.exceptions"), "VLLMServerError", None)
+    return (server_error,) if server_error is not None else ()
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from typing import Any
 
 from deployments import routed_replicas
 from deployments.engine_ids import EngineRequestId
+from deployments.plain_chat import ChatBody
 
 from ..core.contracts import Completion, EngineCall, EngineUnavailableError, TokenLogprob
 from ..core.options import GREEDY, Decoding
@@ -45,21 +46,23 @@ class LLMServerClient:
 
     def body(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
-    ) -> dict[str, Any]:
+    ) -> ChatBody:
         """The chat body of one call, as ray.serve.llm's ``ChatCompletionRequest`` reads it."""
-        return {
-            "model": self.model_id,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "stream": False,
-            "request_id": engine_request_id(call),
-            **self._sampling(decoding),
-            # Lower runs first (scheduling_policy: priority): audits behind served calls, a key's flood
-            # behind another key's trickle.
-            **({"priority": call.priority} if call.priority else {}),
-            # The answer's closed form (core/answer_forms.py), as vLLM's structured outputs.
-            **({"structured_outputs": {"regex": call.constraint}} if call.constraint else {}),
-        }
+        return ChatBody(
+            {
+                "model": self.model_id,
+                "messages": messages,
+                "max_tokens": max_tokens,
+                "stream": False,
+                "request_id": engine_request_id(call),
+                **self._sampling(decoding),
+                # Lower runs first (scheduling_policy: priority): audits behind served calls, a key's flood
+                # behind another key's trickle.
+                **({"priority": call.priority} if call.priority else {}),
+                # The answer's closed form (core/answer_forms.py), as vLLM's structured outputs.
+                **({"structured_outputs": {"regex": call.constraint}} if call.constraint else {}),
+            }
+        )
 
     async def complete(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY

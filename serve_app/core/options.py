@@ -61,6 +61,9 @@ class StageTimeouts(BaseModel):
     transfer_s: float | None = Field(None, gt=0)
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 class Decoding(BaseModel):
     """How every stage decodes: the client's sampling parameters (greedy by default), and whether the
     reply carries the logprobs of the completion its answer was read from."""
@@ -68,9 +71,15 @@ class Decoding(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     temperature: float = Field(0.0, ge=0, le=2, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)  # what vLLM's request takes
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=20)
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> Decoding:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
 
 
 GREEDY = Decoding()

@@ -56,11 +56,11 @@ def _options(
 ) -> CascadeOptions:
     update: dict[str, Any] = {"policy": policy}
     if decoding:
-        if decoding.get("top_logprobs") and not decoding.get("logprobs"):
-            raise RequestError(
-                "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_request"
-            )
-        update["decoding"] = config.cascade.decoding.model_dump() | decoding
+        merged = config.cascade.decoding.model_dump() | decoding
+        if merged.get("top_logprobs") and not merged.get("logprobs"):
+            told = "top_logprobs" if decoding.get("top_logprobs") else "the server's top_logprobs"
+            raise RequestError(f"{told} needs logprobs: true", param="top_logprobs", code="invalid_request")
+        update["decoding"] = merged
     if overrides is not None:
         update |= overrides.model_dump(exclude_none=True)
         if overrides.plan is not None and policy is not Policy.CASCADE:

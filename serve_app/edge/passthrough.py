@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from typing import Any
 
@@ -22,19 +23,38 @@ from ..core.routes import Route
 from .errors import RequestError, describe_validation_error
 from .outcomes import Forwarded
 
+logger = logging.getLogger("ray.serve")
+_LOADED = threading.Event()
+
 
 def load_types() -> None:
     """vLLM's request and reply types, which a passthrough is read and answered in: seconds, once per
     process. The cascade never needs them (``deployments/plain_chat.py``), so a replica loads them
-    off its event loop: in a thread at start, or (``in_background``: not) before its first
-    passthrough."""
+    off its event loop: in a thread as it starts (``load_types_in_background``), else in one before
+    its first passthrough."""
     import ray.serve.llm.openai_api_models  # noqa: F401
     import vllm.exceptions  # noqa: F401
 
+    _LOADED.set()
+
+
+def types_loaded() -> bool:
+    """Whether ``load_types`` has run to its end in this process (a module is in ``sys.modules`` from
+    the start of its import, so that says nothing)."""
+    return _LOADED.is_set()
+
 
 def load_types_in_background() -> None:
-    """Start ``load_types`` in a thread of its own: a server's first passthrough then finds them."""
-    threading.Thread(target=load_types, name="passthrough-types", daemon=True).start()
+    """Start ``load_types`` in a thread of its own: a server's first passthrough then finds them. A
+    failure is logged here; the first passthrough tries again, and its error is a 500."""
+
+    def load() -> None:
+        try:
+            load_types()
+        except Exception:
+            logger.exception("MAI ingress: vLLM's request types did not load; passthroughs will fail")
+
+    threading.Thread(target=load, name="passthrough-types", daemon=True).start()
 
 
 def chat_request(payload: dict[str, Any], model_id: str) -> Any:

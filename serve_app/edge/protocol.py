@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
 from ..core.answers import AnswerKind
 from ..core.decision import TASK_PATTERN
-from ..core.options import Policy
+from ..core.options import INT64_MAX, INT64_MIN, Policy
 from ..core.plans import PlanName
 from ..core.prompts import TransferForm
 
@@ -109,7 +109,7 @@ class ChatRequest(BaseModel):
     n: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
     top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)  # what vLLM's request takes
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     mai: MAIExtra | None = None

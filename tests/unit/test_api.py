@@ -387,3 +387,25 @@ def test_cascade_policies_refuse_a_conversation_and_read_every_system_message():
         {"role": "developer", "content": "Answer in French."},
     ]
     assert chat_job(CONFIG, body).question.system == ("Be brief.", "Answer in French.")
+
+
+def test_a_seed_no_engine_takes_is_a_400_naming_it():
+    """vLLM takes a 64-bit seed. The cascade's schema refuses a larger one, so a ``mai`` body with it
+    goes to the large model, whose schema refuses it with a 400."""
+    from serve_app.edge.passthrough import chat_request
+
+    routed = chat_job(CONFIG, chat_body("Is it red?", seed=2**64))
+    assert isinstance(routed, Passthrough) and routed.reason.endswith("(at seed)")
+    with pytest.raises(RequestError) as error:
+        chat_request(routed.payload, routed.model_id)
+    assert error.value.status == 400 and error.value.param == "seed"
+
+
+def test_the_servers_top_logprobs_need_logprobs_in_the_config_and_in_a_request():
+    with pytest.raises(ValueError, match="top_logprobs needs logprobs"):
+        AppConfig.model_validate(CONFIG.model_dump() | {"cascade": {"decoding": {"top_logprobs": 2}}})
+    decoding = {"decoding": {"top_logprobs": 2, "logprobs": True}}
+    config = AppConfig.model_validate(CONFIG.model_dump() | {"cascade": decoding})
+    with pytest.raises(RequestError) as error:
+        chat_job(config, chat_body("Is it red?", logprobs=False))
+    assert error.value.status == 400 and "the server's top_logprobs needs logprobs: true" in str(error.value)

@@ -278,3 +278,38 @@ def test_an_audit_priority_needs_engines_that_schedule_by_priority():
     assert config.cascade.audit.priority == 1
     with pytest.raises(ValueError, match="priority"):
         AppConfig.model_validate(base | {"cascade": {"audit": {"priority": -1}}})  # ahead of served calls
+
+
+def test_a_body_carries_its_messages_where_ray_serve_llms_prefix_cache_router_reads_them():
+    """prefix_cache_routing: the router reads ``messages`` off a call's first argument."""
+    from types import SimpleNamespace
+
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (
+        PrefixCacheAffinityRouter,
+    )
+
+    from serve_app.clients.llm_server import LLMServerClient
+    from serve_app.core.contracts import EngineCall
+    from serve_app.core.prompts import PromptKind
+
+    client = LLMServerClient(RecordingHandle(None), "m")
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Is the square red?"}]}]
+    body = client.body(messages, max_tokens=4, call=EngineCall("r1", "short_small", PromptKind.SIMPLE))
+    router = object.__new__(PrefixCacheAffinityRouter)
+    text = router._extract_text_from_request(SimpleNamespace(args=[body], kwargs={}))
+    assert "Is the square red?" in text
+    assert engine_request(body).messages == messages  # and it is still the plain body
+
+
+async def test_a_body_vllms_checks_across_fields_refuse_is_our_bug_too():
+    """vLLM's own validators raise its VLLMValidationError, which pydantic does not wrap."""
+
+    async def never(request):
+        raise AssertionError("an invalid body reached the engine")
+        yield
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "top_logprobs": 2}
+    reply = await complete_plainly(never, body)
+    assert "top_logprobs" in reply["invalid"]
+    with pytest.raises(RuntimeError, match="refused a cascade call's body"):
+        _completion_of(reply, "m", 0.1)
