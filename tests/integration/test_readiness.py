@@ -77,7 +77,13 @@ def test_not_ready_until_the_large_model_is_up_then_ready_and_answering(starting
     client, flag = starting
     assert serve.status().applications["mai"].status != "RUNNING"  # the large model is starting
 
-    ready = client.get("/readyz")
+    # The small model's replica may still be starting when the ingress first answers: it is ready
+    # within the minute, the large one is not.
+    ready = until(
+        lambda: (answer := client.get("/readyz")).json()["error"]["loading"] == ["large model"] and answer,
+        60,
+        "the small model ready",
+    )
     assert ready.status_code == 503, ready.text
     assert int(ready.headers["retry-after"]) >= 1
     error = ready.json()["error"]
