@@ -122,9 +122,8 @@ class RowAnswerer:
 
     def begin(self) -> None:
         """Start the loop every row of this actor runs on, and make the ingress replica and the slots on
-        it at once, while Ray Data finishes starting the actor and sends its first batch (most of it is
-        loading vLLM's types). Ray Data calls for batches from several threads: all wait for this one
-        start (``_started``)."""
+        it at once, while Ray Data finishes starting the actor and sends its first batch. Ray Data
+        calls for batches from several threads: all wait for this one start (``_started``)."""
         self._rows = EventLoopThread()
         self._ready: concurrent.futures.Future[None] = self._rows.submit(self._start())
 

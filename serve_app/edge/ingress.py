@@ -41,7 +41,7 @@ from .keys import ANONYMOUS_CALLER, Caller, KeyRing
 from .metrics import IngressMetrics, RequestMetrics
 from .outcomes import Answered, Forwarded, Refused, RequestOutcome, settled
 from .parts import IngressParts, build_parts
-from .passthrough import chat_request, forward, load_types, load_types_in_background, types_loaded
+from .passthrough import chat_request, forward, load_types_in_background, types_ready
 from .passthrough_body import checked_body
 from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
@@ -334,8 +334,7 @@ class IngressReplica:
         model_id, reason = decision.model_id, decision.reason
         payload = await checked_body(decision.payload, self.config.limits, self._fetch_image)
         await self.readiness.wait(self.config.readiness.wait_s)
-        if not types_loaded():
-            await asyncio.to_thread(load_types)  # off the event loop (the start's thread may be at it)
+        await types_ready()
         reply = await forward(
             self.model_handles[model_id],
             chat_request(payload, model_id),

@@ -38,10 +38,12 @@ def load_types() -> None:
     _LOADED.set()
 
 
-def types_loaded() -> bool:
-    """Whether ``load_types`` has run to its end in this process (a module is in ``sys.modules`` from
-    the start of its import, so that says nothing)."""
-    return _LOADED.is_set()
+async def types_ready() -> None:
+    """``load_types`` off the event loop, unless it has run to its end in this process (a module is in
+    ``sys.modules`` from the start of its import, so that says nothing; the start's thread may be at
+    it)."""
+    if not _LOADED.is_set():
+        await asyncio.to_thread(load_types)
 
 
 def load_types_in_background() -> None:

@@ -33,12 +33,12 @@ JOBS = [
 def test_each_codes_phases_are_the_median_and_range_over_every_actor_of_every_job():
     after = scenario.phase_figures(JOBS, "after")
     assert after["actors"] == 3
-    assert after["total_s"] == {"median": 2.5, "min": 2.0, "max": 3.5}
-    assert after["replica_s"] == {"median": 0.4, "min": 0.2, "max": 0.6}
-    assert after["first_line_s"] == {"median": 4.5, "min": 4.0, "max": 5.0}
+    assert after["total_s"] == {"median": 2.5, "min": 2.0, "max": 3.5, "n": 3}
+    assert after["replica_s"] == {"median": 0.4, "min": 0.2, "max": 0.6, "n": 3}
+    assert after["first_line_s"] == {"median": 4.5, "min": 4.0, "max": 5.0, "n": 2}
     before = scenario.phase_figures(JOBS, "before")
     assert before["actors"] == 2 and before["total_s"]["median"] == 7.75
-    assert before["first_line_s"] == {"median": 9.0, "min": 9.0, "max": 9.0}
+    assert before["first_line_s"] == {"median": 9.0, "min": 9.0, "max": 9.0, "n": 1}
     assert scenario.phase_figures(JOBS, "nobody") == {
         "actors": 0,
         **dict.fromkeys(scenario.PHASES),

@@ -149,3 +149,21 @@ def test_a_stream_nobody_reads_gives_its_share_back_past_the_deadline(monkeypatc
 
     held, after, cancelled = asyncio.run(asyncio.wait_for(run(), 20))
     assert held == 1 and after == 0 and cancelled
+
+
+async def test_a_passthrough_loads_vllms_types_off_the_event_loop_and_once(monkeypatch):
+    import threading
+
+    from serve_app.edge import passthrough
+
+    threads = []
+
+    def load_types():
+        threads.append(threading.current_thread())
+        passthrough._LOADED.set()
+
+    monkeypatch.setattr(passthrough, "load_types", load_types)
+    monkeypatch.setattr(passthrough, "_LOADED", threading.Event())
+    await passthrough.types_ready()
+    await passthrough.types_ready()  # loaded: nothing more
+    assert len(threads) == 1 and threads[0] is not threading.current_thread()

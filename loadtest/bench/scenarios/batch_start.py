@@ -13,7 +13,6 @@ median with its range, and each job's first line.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -21,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cells import cell
 from ..scenario import Bench, Scenario
 from ..stream_runs import Code, code_at, follow, ray_job_env, summary_figures
+from ..summary import spread
 
 CONFIG, APP = "mai-cpu.yaml", "mai"
 WARM_UP = 16  # questions past the measured ones: each code's first job, untimed
@@ -101,35 +102,22 @@ def _job(code: Code, folder: Path, data: str, name: str, env: Mapping[str, str])
 
 
 def phase_figures(jobs: Sequence[Mapping[str, Any]], code: str) -> dict[str, Any]:
-    """Each phase of ``code``'s actors' starts over every job: median, min, max and the count; and
-    the jobs' first line the same way. Pure."""
+    """Each phase of ``code``'s actors' starts over every job, and the jobs' first line: median, min,
+    max and how many (``summary.spread``). Pure."""
     starts = [start for job in jobs if job["code"] == code for start in job.get("summary_actor_starts") or []]
     figures: dict[str, Any] = {"actors": len(starts)}
     for phase in PHASES:
-        figures[phase] = _spread([start[phase] for start in starts if start.get(phase) is not None])
-    firsts = [job["first_line_s"] for job in jobs if job["code"] == code and job["first_line_s"] is not None]
-    figures["first_line_s"] = _spread(firsts)
+        figures[phase] = spread([start.get(phase) for start in starts], digits=3)
+    figures["first_line_s"] = spread([job["first_line_s"] for job in jobs if job["code"] == code], digits=3)
     return figures
-
-
-def _spread(values: Sequence[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-    }
 
 
 def _say(text: str) -> None:
     print(f"batch_start: {text}", file=sys.stderr, flush=True)
 
 
-def _cell(spread: Mapping[str, float] | None) -> str:
-    if spread is None:
-        return "–"
-    return f"{spread['median']:.2f} [{spread['min']:.2f}–{spread['max']:.2f}]"
+def _cell(figures: Mapping[str, float] | None) -> str:
+    return "–" if figures is None else cell(dict(figures), 2)
 
 
 def table(result: dict[str, Any]) -> list[str]:
