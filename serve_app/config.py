@@ -37,6 +37,9 @@ class IngressDeployment(Strict):
     # (serve_app/core/fair_share.py). Unset (null): learned from its answers' latency
     # (serve_app/core/capacity.py), at most the models' capacity over the ingress's min_replicas.
     capacity: int | None = Field(None, ge=1)
+    # A request past its key's share while other keys have work waits its turn this long (seconds)
+    # before a 429 fair_share (serve_app/core/fair_share.py); 0: refused at once.
+    share_wait_s: float = Field(10.0, ge=0, le=600, allow_inf_nan=False)
 
 
 class Readiness(Strict):

@@ -6,6 +6,7 @@ Whether the key may use the model it names is the request's to check once its bo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -66,14 +67,17 @@ class Access:
         *,
         capacity: Capacity,
         metrics: Metrics | None = None,
+        wait_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.ring, self.metrics, self.clock = ring, metrics, clock
+        """``wait_s``: how long a request past its key's share waits its turn before a 429."""
+        self.ring, self.metrics, self.clock, self.wait_s = ring, metrics, clock, wait_s
         self.ledger = ledger  # the KeyLedger deployment's handle; None: this replica's own
         self.local = KeyLedger() if ledger is None else None
         self.capacity = capacity
         self.fair = FairShare(capacity)
         self.entered = 0  # requests let in so far: one ran alone when none entered while it ran
+        self._turns = asyncio.Event()  # set, and replaced, each time a request ends
 
     def identify(self, headers: Mapping[str, str]) -> Caller:
         return self.ring.identify(headers)
@@ -85,15 +89,7 @@ class Access:
         error; the answer's latency teaches the replica its capacity (core/capacity.py)."""
         started = self.clock()
         alone = self.fair.total == 0
-        rank = self.fair.enter(caller.name, caller.key.weight, started, hold_alone=not self.ring.open)
-        if rank is None:
-            self._count(caller, "fair_share")
-            raise _too_many(
-                f"this API key already has {self.fair.in_flight[caller.name]} requests in flight on this "
-                "server, its share; retry when one has answered",
-                "fair_share",
-                1,
-            )
+        rank = await self._turn(caller, started)
         self.entered += 1
         entered = self.entered
         grant: Grant | None = None
@@ -121,10 +117,50 @@ class Access:
             bill = grant.bill if grant is not None else None
             answered = bill is not None and not (bill.error or bill.rejected)
             self.fair.leave(caller.name, ended, answered=answered)
+            self._next_turn()
             if grant is not None and bill is not None and bill.route and grant.latency_s is not None:
                 alone = alone and self.entered == entered
                 seconds, in_flight = grant.latency_s, self.fair.total + 1
                 self.capacity.answered(bill.route, seconds, alone=alone, in_flight=in_flight, now=ended)
+
+    async def _turn(self, caller: Caller, now: float) -> int:
+        """The request's engine priority rank once its share lets it in (``FairShare``): at once, or
+        after waiting its turn, each time another request ends, for at most ``wait_s``; past that (or
+        with as many of its key's requests already waiting as the models take at once) a 429."""
+        key, weight, hold = caller.name, caller.key.weight, not self.ring.open
+        rank = self.fair.enter(key, weight, now, hold_alone=hold)
+        if rank is not None:
+            return rank
+        if self.wait_s <= 0 or self.fair.waiting[key] >= self.capacity.most:
+            raise self._over_share(caller, 0.0)
+        self.fair.wait(key, weight)
+        try:
+            while rank is None:
+                turn, left = self._turns, now + self.wait_s - self.clock()
+                try:
+                    await asyncio.wait_for(turn.wait(), max(left, 0.0))
+                except TimeoutError:
+                    raise self._over_share(caller, self.wait_s) from None
+                rank = self.fair.enter(key, weight, self.clock(), hold_alone=hold, waited=True)
+            return rank
+        finally:
+            self.fair.stop_waiting(key)
+            self._next_turn()  # a key that stopped waiting may leave the others a larger share
+
+    def _next_turn(self) -> None:
+        """Wake every request waiting its turn (they try again in the order they came)."""
+        self._turns.set()
+        self._turns = asyncio.Event()
+
+    def _over_share(self, caller: Caller, waited_s: float) -> RequestError:
+        self._count(caller, "fair_share")
+        waited = f" and waited {waited_s:g} s for its turn" if waited_s else ""
+        return _too_many(
+            f"this API key already has {self.fair.in_flight[caller.name]} requests in flight on this "
+            f"server, its share while other work waits{waited}; retry when one has answered",
+            "fair_share",
+            1,
+        )
 
     async def _admit(self, caller: Caller) -> dict | None:
         quota = (caller.key.requests_per_minute, caller.key.tokens_per_minute)

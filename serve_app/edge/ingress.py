@@ -136,7 +136,9 @@ class IngressReplica:
         # else learned (core/capacity.py) up to this replica's share of what the models take at once.
         most = max(1, config.model_capacity() // max(1, config.ingress.autoscaling.min_replicas))
         capacity = Capacity(most, fixed=config.ingress.capacity)
-        self.access = Access(keys, ledger, capacity=capacity, metrics=parts.metrics)
+        self.access = Access(
+            keys, ledger, capacity=capacity, metrics=parts.metrics, wait_s=config.ingress.share_wait_s
+        )
         self.exposure = "keys" if not keys.open else "anonymous"
         self.readiness = readiness or ReadinessGate({})
         self.body_reads = BodyReads(config.limits.max_body_reads_per_client)

@@ -70,16 +70,46 @@ def test_a_key_alone_holds_what_the_models_take_and_its_flood_is_ranked_behind()
     assert [open_api.enter("anonymous", 1.0, 0.0, hold_alone=False) for _ in range(12)] == list(range(12))
 
 
-def test_a_trickle_holds_its_share_against_a_flood_between_its_requests():
-    fair = FairShare(Capacity(4), window_s=10.0)
-    assert fair.enter("trickle", 1.0, 0.0) == 0
-    fair.leave("trickle", 0.2)  # nothing of the trickle's in flight from here on
-    admitted = [fair.enter("flood", 1.0, 1.0 + n / 100) for n in range(6)]
-    assert admitted == [0, 1, None, None, None, None]  # half of 4, the trickle sent 1 s ago
-    fair.leave("flood", 1.1)
-    assert fair.enter("flood", 1.0, 1.2) == 1  # one ended: one more
-    assert fair.enter("flood", 1.0, 9.9) is None  # the trickle sent 9.9 s ago: still active
-    assert fair.enter("flood", 1.0, 10.3) is not None  # past the window: the flood is alone again
+def test_an_idle_keys_share_is_not_held_back_from_a_busy_one():
+    """Work-conserving: a key that sent one request and went idle leaves a busy key the whole
+    capacity; its share binds again only once it has work in flight or waiting."""
+    fair = FairShare(Capacity(4))
+    assert fair.enter("idle", 1.0, 0.0) == 0
+    fair.leave("idle", 0.2)  # answered: nothing of its work left on the replica
+    assert [fair.enter("busy", 1.0, 0.3) for _ in range(5)] == [0, 1, 2, 3, None]  # alone: up to 4
+    assert fair.enter("idle", 1.0, 0.4) == 0  # back: under its share, let in at once, first in line
+    fair.leave("busy", 0.5)
+    assert fair.enter("busy", 1.0, 0.6) is None  # now the share (half of 4) binds: busy holds 3
+    fair.leave("idle", 0.7)
+    assert fair.enter("busy", 1.0, 0.8) == 3  # the other key's work is done: busy alone again
+
+
+def test_past_its_share_a_key_takes_what_nobody_else_waits_for():
+    fair = FairShare(Capacity(4))
+    assert fair.enter("a", 1.0, 0.0) == 0 and fair.enter("b", 1.0, 0.0) == 0
+    assert fair.enter("a", 1.0, 0.1) == 1  # its share is 2
+    assert fair.enter("a", 1.0, 0.2) is not None  # past it, but the replica has room and nobody waits
+    assert fair.total == 4 and fair.contended()
+    fair.sending["a"].add(0.3)  # a flood, not a trickle
+    for _ in range(20):
+        fair.sending["a"].add(0.3)
+    assert fair.enter("a", 1.0, 0.3) is None  # at capacity: past its share, it waits
+    fair.leave("a", 0.4)
+    fair.wait("b", 1.0)  # another key's request waits
+    assert fair.enter("a", 1.0, 0.5) is None  # room, but someone else waits for it
+    fair.stop_waiting("b")
+    assert fair.enter("a", 1.0, 0.6) is not None
+
+
+def test_a_waiting_request_goes_before_its_keys_newer_ones():
+    fair = FairShare(Capacity(2))
+    assert [fair.enter("a", 1.0, 0.0) for _ in range(3)] == [0, 1, None]
+    fair.wait("a", 1.0)
+    fair.leave("a", 0.1)
+    assert fair.enter("a", 1.0, 0.2) is None  # a newer request: behind the one waiting
+    assert fair.enter("a", 1.0, 0.2, waited=True) == 1  # the one waiting goes first
+    fair.stop_waiting("a")
+    assert fair.waiting == {} and fair.weights == {"a": 1.0}
 
 
 def test_keys_contend_when_several_are_active_and_the_replica_is_at_its_capacity():
@@ -103,12 +133,12 @@ def test_refusals_do_not_raise_the_answer_rate_a_trickle_is_judged_by():
 
 
 def test_a_key_back_after_a_pause_keeps_its_sending_rate():
-    fair = FairShare(Capacity(4), window_s=10.0)
+    fair = FairShare(Capacity(4))
     for n in range(300):
         fair.enter("flood", 1.0, n / 30)
         fair.leave("flood", n / 30)
-    fair.enter("trickle", 1.0, 20.0)  # the flood has been quiet for 10 s: no longer active
-    assert set(fair.last_sent) == {"trickle"}
+    fair.enter("trickle", 1.0, 20.0)  # the flood has nothing on the replica: no longer active
+    assert set(fair.weights) == {"trickle"}
     assert fair.sending["flood"].value(21.0) > 5  # but its rate is remembered, decaying
 
 
@@ -117,11 +147,12 @@ def test_a_heavier_key_gets_a_larger_share():
     fair.enter("light", 1.0, 0.0)
     fair.enter("heavy", 3.0, 0.0)
     assert fair.share("heavy") == 6.0 and fair.share("light") == 2.0
-    assert [fair.enter("heavy", 3.0, 0.1) for _ in range(6)] == [0, 0, 1, 1, 1, None]
+    # its share of 6, then the replica's last room (nobody else waits), then at capacity it waits
+    assert [fair.enter("heavy", 3.0, 0.1) for _ in range(7)] == [0, 0, 1, 1, 1, 2, None]
 
 
 def test_a_key_sending_under_its_share_of_the_answers_is_let_in_past_its_requests_in_flight():
-    fair = FairShare(Capacity(4), window_s=10.0)
+    fair = FairShare(Capacity(4))
     now = 0.0
     for _ in range(200):  # the replica answers 20 a second, the trickle sends 1 a second
         now += 0.05
@@ -130,7 +161,7 @@ def test_a_key_sending_under_its_share_of_the_answers_is_let_in_past_its_request
     for n in range(3):  # the trickle's slow requests pile up beyond its share (2)
         assert fair.enter("trickle", 1.0, now + n) is not None
     assert fair.enter("flood", 1.0, now + 3) is not None and fair.enter("flood", 1.0, now + 3) is not None
-    assert fair.enter("flood", 1.0, now + 3) is None  # the flood is held to its share
+    assert fair.enter("flood", 1.0, now + 3) is None  # past capacity: the flood is held to its share
     for _ in range(30):  # a flood cannot pass as a trickle: it sends more than its share
         assert fair.enter("flood", 1.0, now + 3) is None
 
@@ -141,21 +172,25 @@ def test_a_key_sending_under_its_share_of_the_answers_is_let_in_past_its_request
         max_size=80,
     )
 )
-def test_the_running_weight_of_the_active_keys_is_their_sum(steps):
-    fair = FairShare(Capacity(8), window_s=3.0)
-    now, weights, held = 0.0, {}, []
+def test_the_active_keys_are_those_with_work_and_their_weight_is_the_sum(steps):
+    fair = FairShare(Capacity(8))
+    now, weights, held, waiting = 0.0, {}, [], []
     for key, weight, wait, leave in steps:
         now += wait
         if leave and held:
             fair.leave(held.pop(0), now)
-            continue
-        weights[key] = weight
-        if fair.enter(key, weight, now) is not None:
-            held.append(key)
-        active = set(fair.last_sent)
-        assert active >= set(held)
-        assert fair.active_weight == pytest.approx(sum(weights[k] for k in active))
-        assert fair.total == len(held)
+        elif leave and waiting:
+            fair.stop_waiting(waiting.pop(0))
+        else:
+            weights[key] = weight
+            if fair.enter(key, weight, now) is not None:
+                held.append(key)
+            elif len(waiting) < 4:
+                fair.wait(key, weight)
+                waiting.append(key)
+        assert set(fair.weights) == set(held) | set(waiting)
+        assert fair.active_weight == pytest.approx(sum(weights[k] for k in fair.weights))
+        assert fair.total == len(held) and sum(fair.waiting.values()) == len(waiting)
 
 
 def test_the_capacity_falls_where_requests_slow_each_other_and_holds_where_they_do_not():
@@ -327,3 +362,46 @@ async def test_bodies_being_read_are_bounded_per_key_not_per_address():
     await asyncio.sleep(0)
     arrived.set()
     assert await reading == {} and await second == {}
+
+
+async def test_a_burst_past_the_share_waits_its_turn_and_is_answered_not_refused():
+    """A key's burst of 12 on a replica whose models take 8, after another key's single request has
+    answered: 8 run at once, 4 wait their turn, and all 12 are answered."""
+    other, busy = Caller(key("other")), Caller(key("busy"))
+    access = Access(KeyRing.of((other.key, busy.key)), capacity=Capacity(8), wait_s=5.0)
+    async with access.admitted(other) as grant:
+        grant.bill = Bill(tokens={"m": 1})
+    running, most = 0, 0
+
+    async def request() -> int:
+        nonlocal running, most
+        async with access.admitted(busy) as grant:
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.05)
+            running -= 1
+            grant.bill = Bill(tokens={"m": 1})
+            return grant.priority
+
+    ranks = await asyncio.gather(*(request() for _ in range(12)))
+    assert len(ranks) == 12 and most == 8
+    assert access.fair.in_flight == {} and access.fair.waiting == {} and access.fair.weights == {}
+
+
+async def test_a_turn_not_come_within_the_wait_is_a_429_fair_share_and_leaves_nothing_behind():
+    caller = Caller(key("a"))
+    access = Access(KeyRing.of((caller.key,)), capacity=Capacity(2), wait_s=0.2)
+    async with access.admitted(caller), access.admitted(caller):
+        with pytest.raises(RequestError) as caught:
+            async with access.admitted(caller):
+                pass
+        assert access.fair.waiting == {}
+    error = caught.value
+    assert error.status == 429 and error.param == "fair_share"
+    assert "waited 0.2 s for its turn" in error.message
+    assert access.fair.in_flight == {} and access.fair.weights == {}
+    refused_at_once = Access(KeyRing.of((caller.key,)), capacity=Capacity(1), wait_s=0.0)
+    async with refused_at_once.admitted(caller):
+        with pytest.raises(RequestError, match="its share while other work waits; retry"):
+            async with refused_at_once.admitted(caller):
+                pass
