@@ -71,6 +71,9 @@ class Limits(Strict):
     # the budget of a request that sets none, which the engine would otherwise fill to its context).
     max_passthrough_n: int = Field(8, ge=1)
     max_passthrough_tokens: int = Field(4096, ge=1)
+    # ... and at most this many tokens in all its choices may decode (n times the tokens per choice):
+    # what one request may ask of an engine, and reserve of its key's tokens_per_minute.
+    max_passthrough_decode_tokens: int = Field(16384, ge=1)
     max_image_bytes: int = Field(10 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(4096 * 4096, ge=1)
     max_question_chars: int = Field(8000, ge=1)

@@ -78,6 +78,7 @@ class Bill:
 
     tokens: Mapping[str, int] = field(default_factory=dict)  # per model id: prompt + completion
     route: str | None = None  # the cascade's route; None for passthrough and failures
+    passthrough: bool = False  # a request forwarded to a model as it is: its tokens that model's
     early_exit: bool = False
     escalated: bool = False
     error: bool = False  # the server failed it (a 5xx)
@@ -91,7 +92,9 @@ class KeyUsage:
     errors: int = 0
     early_exits: int = 0
     escalations: int = 0
-    tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per model id
+    passthroughs: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per model id, all paths
+    passthrough_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # of those
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,7 +103,9 @@ class KeyUsage:
             "errors": self.errors,
             "early_exits": self.early_exits,
             "escalations": self.escalations,
+            "passthroughs": self.passthroughs,
             "tokens": dict(sorted(self.tokens.items())),
+            "passthrough_tokens": dict(sorted(self.passthrough_tokens.items())),
         }
 
 
@@ -165,6 +170,9 @@ class Ledger:
                 self.spread_tokens[key] = (1 - MEAN_WEIGHT) * (variance + MEAN_WEIGHT * deviation**2)
         for model, count in bill.tokens.items():
             usage.tokens[model] += count
+            if bill.passthrough:
+                usage.passthrough_tokens[model] += count
+        usage.passthroughs += bill.passthrough
         usage.errors += bill.error
         usage.early_exits += bill.early_exit
         usage.escalations += bill.escalated

@@ -59,6 +59,14 @@ def cascade_bill(result: CascadeResult, model_ids: Mapping[str, str]) -> Bill:
     )
 
 
+def passthrough_bill(model_id: str, usage: Mapping[str, Any] | None) -> Bill:
+    """What a request forwarded to ``model_id`` used: the engine's usage (prompt and completion
+    tokens, every choice's); nothing when the engine gave none (it failed before its first token)."""
+    usage = usage or {}
+    spent = sum(usage.get(name) or 0 for name in ("prompt_tokens", "completion_tokens"))
+    return Bill(tokens={model_id: spent} if spent else {}, passthrough=True)
+
+
 class Access:
     def __init__(
         self,
@@ -172,14 +180,15 @@ class Access:
             logger.warning("MAI key ledger unavailable (%s): request admitted uncounted", type(exc).__name__)
             return None
 
-    def _count(self, caller: Caller, outcome: str, tokens: Mapping[str, int] | None = None) -> None:
+    def _count(self, caller: Caller, outcome: str, bill: Bill | None = None) -> None:
         if self.metrics is not None:
-            self.metrics.record_key(caller.name, outcome, tokens or {})
+            path = "passthrough" if bill is not None and bill.passthrough else "cascade"
+            self.metrics.record_key(caller.name, outcome, bill.tokens if bill else {}, path)
 
     def record(self, caller: Caller, bill: Bill) -> None:
         """Tell the ledger (and the metrics) what a request used; never waits, never raises."""
         ended = "error" if bill.error else "rejected" if bill.rejected else "answered"
-        self._count(caller, ended, bill.tokens)
+        self._count(caller, ended, bill)
         if self.local is not None:
             self.local.record(caller.name, asdict(bill))
             return

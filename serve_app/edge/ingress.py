@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -29,9 +29,8 @@ from ..core.decision import Decision, Observer, decide, fleet_overload
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
-from ..core.usage import Bill
 from ..fleet.stats_holder import stats_body
-from .access import Access, Grant, cascade_bill
+from .access import Access, Grant, cascade_bill, passthrough_bill
 from .errors import RequestError, noted, unavailable
 from .held_stream import HeldStream
 from .images import check_image_bytes_under
@@ -41,7 +40,7 @@ from .keys import ANONYMOUS_CALLER, Caller, KeyRing
 from .metrics import IngressMetrics, RequestMetrics
 from .outcomes import Answered, Forwarded, Refused, RequestOutcome, settled
 from .parts import IngressParts, build_parts
-from .passthrough import chat_request, forward, load_types_in_background, types_ready
+from .passthrough import chat_request, forward, load_types_in_background, types_ready, usage_asked
 from .passthrough_body import checked_body
 from .readiness_gate import ReadinessGate, handle_probe
 from .remote_images import fetch_image
@@ -337,15 +336,20 @@ class IngressReplica:
         payload = await checked_body(decision.payload, self.config.limits, self._fetch_image)
         await self.readiness.wait(self.config.readiness.wait_s)
         await types_ready()
+
+        def used(usage: Mapping[str, Any] | None) -> None:
+            grant.bill = passthrough_bill(model_id, usage)
+
         reply = await forward(
             self.model_handles[model_id],
-            chat_request(payload, model_id),
+            chat_request(payload, model_id, grant.priority),
             model_id,
             reason=reason,
             timeout_s=self.config.request_timeout_s,
+            used=used,
+            asked=usage_asked(payload),
         )
         seconds = time.monotonic() - started
-        grant.bill = Bill()
         self.metrics.record_passthrough("mai" if reason is not None else model_id, seconds)
         self.demand.passed_through(self.model_roles[model_id], seconds)
         return reply

@@ -90,8 +90,8 @@ PROMETHEUS_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "mai_key_tokens": (
         "counter",
-        "Tokens (prompt and completion) by API key name and model",
-        ("key", "model"),
+        "Tokens (prompt and completion) by API key name, model and path (cascade or passthrough)",
+        ("key", "model", "path"),
     ),
 }
 
@@ -148,7 +148,9 @@ class Metrics(Protocol):
     def record_overload(self, level: str, route: str) -> None: ...
     def set_overload_level(self, level: int) -> None: ...
     def record_error(self, status: int, code: str) -> None: ...
-    def record_key(self, key: str, outcome: str, tokens: Mapping[str, int]) -> None: ...
+    def record_key(
+        self, key: str, outcome: str, tokens: Mapping[str, int], path: str = "cascade"
+    ) -> None: ...
 
 
 class IngressMetrics(Metrics):
@@ -205,11 +207,12 @@ class IngressMetrics(Metrics):
     def record_error(self, status: int, code: str) -> None:
         self._metrics["mai_request_errors"].inc(1, tags={"status": str(status), "code": code})
 
-    def record_key(self, key: str, outcome: str, tokens: Mapping[str, int]) -> None:
-        """A request of the API key named ``key`` (a name, never a key): its outcome and tokens."""
+    def record_key(self, key: str, outcome: str, tokens: Mapping[str, int], path: str = "cascade") -> None:
+        """A request of the API key named ``key`` (a name, never a key): its outcome and tokens, by
+        ``path`` (``cascade`` or ``passthrough``)."""
         self._metrics["mai_key_requests"].inc(1, tags={"key": key, "outcome": outcome})
         for model, count in tokens.items():
-            self._metrics["mai_key_tokens"].inc(count, tags={"key": key, "model": model})
+            self._metrics["mai_key_tokens"].inc(count, tags={"key": key, "model": model, "path": path})
 
 
 class RequestMetrics:

@@ -12,6 +12,8 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -59,14 +61,24 @@ def load_types_in_background() -> None:
     threading.Thread(target=load, name="passthrough-types", daemon=True).start()
 
 
-def chat_request(payload: dict[str, Any], model_id: str) -> Any:
+def chat_request(payload: dict[str, Any], model_id: str, priority: int = 0) -> Any:
     """ray.serve.llm's ``ChatCompletionRequest`` for ``model_id`` from a body ``passthrough_body`` has
-    checked; a value it (or vLLM's own checks across fields) refuses is a 400 naming it."""
+    checked, at engine ``priority`` (lower first; the key's, as the cascade's calls run), a stream
+    asking the engine for its usage with every chunk (``StreamMeter``: the bill, whether or not the
+    client asked); a value it (or vLLM's own checks across fields) refuses is a 400 naming it."""
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
     from vllm.exceptions import VLLMClientError
 
+    server: dict[str, Any] = {"model": model_id, **({"priority": priority} if priority else {})}
+    if payload.get("stream") is True:
+        options = payload.get("stream_options")
+        server["stream_options"] = {
+            **(options if isinstance(options, dict) else {}),
+            "include_usage": True,
+            "continuous_usage_stats": True,
+        }
     try:
-        request = ChatCompletionRequest.model_validate({**payload, "model": model_id})
+        request = ChatCompletionRequest.model_validate({**payload, **server})
         # vLLM types some messages' content as an Iterable, which pydantic validates lazily: a
         # ValidatorIterator, unpicklable on the way to the replica. Validated here, as a list.
         messages: list[Any] = request.messages  # TypedDicts of vLLM's: plain dicts here
@@ -84,6 +96,62 @@ def chat_request(payload: dict[str, Any], model_id: str) -> Any:
         raise RequestError(message, param=param, code="invalid_request") from None
 
 
+@dataclass(frozen=True)
+class StreamUsage:
+    """The usage a stream's client asked for: a last chunk with the totals, and totals in every chunk."""
+
+    include: bool
+    continuous: bool
+
+
+class StreamMeter:
+    """A stream's events as the client asked for them, and the engine's usage noted as they pass:
+    ``chat_request`` asks the engine for its totals in every chunk, so that a stream is billed what it
+    used whether it ends, fails or is left. Only events that carry usage are read (one JSON parse each,
+    of the engine's own output); the last usage seen is told to ``used`` once, at the stream's end."""
+
+    def __init__(self, asked: StreamUsage, used: Callable[[Mapping[str, Any] | None], None]):
+        self.asked, self._used = asked, used
+        self.usage: Mapping[str, Any] | None = None
+        self._told = False
+
+    def packet(self, packet: str) -> str:
+        """``packet`` (one or more ``data: ...`` events) with the usage the client did not ask for
+        taken out; empty when nothing is left of it."""
+        if '"usage"' not in packet:
+            return packet
+        kept = []
+        for event in packet.split("\n\n"):
+            if not event:
+                continue
+            chunk = json.loads(event.removeprefix("data: ")) if event.startswith("data: {") else None
+            if not isinstance(chunk, dict) or not isinstance(chunk.get("usage"), dict):
+                kept.append(event)
+                continue
+            self.usage = chunk["usage"]
+            if self.asked.continuous:
+                kept.append(event)
+            elif chunk.get("choices"):  # a token's chunk: without the running totals
+                del chunk["usage"]
+                kept.append(f"data: {json.dumps(chunk, separators=(',', ':'))}")
+            elif self.asked.include:  # the totals' own chunk, at the end
+                kept.append(event)
+        return "".join(f"{event}\n\n" for event in kept)
+
+    def end(self) -> None:
+        if not self._told:
+            self._told = True
+            self._used(self.usage)
+
+
+def usage_asked(payload: dict[str, Any]) -> StreamUsage:
+    """What usage the client's stream asked for (``stream_options``), before ``chat_request`` asks the
+    engine for all of it."""
+    options = payload.get("stream_options")
+    options = options if isinstance(options, dict) else {}
+    return StreamUsage(options.get("include_usage") is True, options.get("continuous_usage_stats") is True)
+
+
 async def forward(
     handle: Any,
     request: Any,
@@ -91,12 +159,16 @@ async def forward(
     *,
     reason: str | None = None,
     timeout_s: float | None = None,
+    used: Callable[[Mapping[str, Any] | None], None] = lambda usage: None,
+    asked: StreamUsage = StreamUsage(include=True, continuous=True),
 ) -> Forwarded:
     """Send ``request`` to the LLMServer behind ``handle``; its JSON reply (with a ``mai`` object naming
     ``reason`` when ``mai`` sent it there), or the engine's token stream as server-sent events. Raises
     the ``EngineError`` family for an engine error that arrives before any token, and a 504 when nothing
     arrives within ``timeout_s``; a stream that has not ended ``timeout_s`` after the request was sent
-    ends with a timeout error event."""
+    ends with a timeout error event. ``used`` is told the engine's usage once (a reply's, or a stream's
+    last when it ends, however it ends; None when the engine gave none); a stream's events carry only
+    the usage ``asked`` for (``usage_asked``; default: all the engine sends)."""
     from ray.llm._internal.serve.core.ingress.utils import _peek_at_generator
     from ray.serve.llm.openai_api_models import ErrorResponse
 
@@ -122,9 +194,13 @@ async def forward(
             if reason is None
             else {"mai": {"route": Route.PASSTHROUGH.value, "reason": reason, "model": model_id}}
         )
-        return Forwarded(model_id, reason, body=head.model_dump(mode="json", exclude_none=True) | extra)
+        body = head.model_dump(mode="json", exclude_none=True)
+        used(body.get("usage"))
+        return Forwarded(model_id, reason, body=body | extra)
 
-    return Forwarded(model_id, reason, events=EngineEvents(response, stream, model_id, timeout_s, deadline))
+    meter = StreamMeter(asked, used)
+    events = EngineEvents(response, stream, model_id, timeout_s, deadline, meter)
+    return Forwarded(model_id, reason, events=events)
 
 
 class EngineEvents:
@@ -134,11 +210,18 @@ class EngineEvents:
     because a generator that never started runs no ``finally``."""
 
     def __init__(
-        self, response: Any, stream: Any, model_id: str, timeout_s: float | None, deadline: float | None
+        self,
+        response: Any,
+        stream: Any,
+        model_id: str,
+        timeout_s: float | None,
+        deadline: float | None,
+        meter: StreamMeter | None = None,
     ):
         from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper
 
         self._response, self._packets = response, _openai_json_wrapper(stream)
+        self._meter = meter or StreamMeter(StreamUsage(True, True), lambda usage: None)
         self._model_id, self._timeout_s, self._deadline = model_id, timeout_s, deadline
         self._tail: list[str] = []  # what is left to send once the stream has ended
         self._ended = False
@@ -151,9 +234,12 @@ class EngineEvents:
             return self._tail.pop(0)
         if self._ended:
             raise StopAsyncIteration
-        left = None if self._deadline is None else self._deadline - asyncio.get_running_loop().time()
         try:
-            return await asyncio.wait_for(anext(self._packets), left)
+            packet = ""
+            while not packet:  # a packet of nothing but usage the client did not ask for: the next
+                left = None if self._deadline is None else self._deadline - asyncio.get_running_loop().time()
+                packet = self._meter.packet(await asyncio.wait_for(anext(self._packets), left))
+            return packet
         except TimeoutError:  # the whole stream has the request's deadline, not only its start
             error = RequestError(
                 f"{self._model_id} did not finish within the request timeout of {self._timeout_s:g} s",
@@ -168,6 +254,8 @@ class EngineEvents:
             raise
 
     async def aclose(self) -> None:
-        """Abort the engine's request (nothing once it has ended); no more events but those left."""
+        """Abort the engine's request (nothing once it has ended); no more events but those left. The
+        usage it reached is told (once)."""
         self._ended = True
         self._response.cancel()
+        self._meter.end()

@@ -4,8 +4,9 @@
   A field only the server sets (``priority``, the engine's ``request_id``, templates, processor and
   transfer settings, ...) is a 400 saying so; any other unknown field a 400 naming it.
 - **Bounds**: ``n`` up to ``limits.max_passthrough_n``; ``max_tokens``, ``max_completion_tokens`` and
-  ``min_tokens`` up to ``limits.max_passthrough_tokens``, which is also the reply's budget when the
-  request sets none (vLLM would otherwise fill the context).
+  ``min_tokens`` up to ``limits.max_passthrough_tokens``, and ``n`` times the tokens per choice up to
+  ``limits.max_passthrough_decode_tokens``; a request that sets no budget gets the largest both allow
+  (vLLM would otherwise fill the context).
 - **Messages**: their fields allowlisted; their content a string or a list of parts, each part text
   or an image in any spelling vLLM's chat parser accepts (typed ``image_url`` with an object or a
   string, typeless ``{"image_url": ...}``, ``input_image``). Every image is checked like the
@@ -170,8 +171,19 @@ def bounded_sampling(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
                 param=name,
                 code="invalid_request",
             )
-    if payload.get("max_tokens") is None and payload.get("max_completion_tokens") is None:
-        return {**payload, "max_tokens": limits.max_passthrough_tokens}
+    choices, decode = n or 1, limits.max_passthrough_decode_tokens
+    asked = [_count(payload, name) for name in ("max_completion_tokens", "max_tokens")]
+    per_choice = next((value for value in asked if value is not None), None)
+    if per_choice is None:  # the reply's budget: the bound per choice, within the bound of all choices
+        return {**payload, "max_tokens": max(1, min(limits.max_passthrough_tokens, decode // choices))}
+    if choices * per_choice > decode:
+        name = "max_completion_tokens" if asked[0] is not None else "max_tokens"
+        raise RequestError(
+            f"n × {name} is {choices} × {per_choice} = {choices * per_choice} tokens; this server decodes "
+            f"at most {decode} tokens per request",
+            param=name,
+            code="invalid_max_tokens",
+        )
     return payload
 
 

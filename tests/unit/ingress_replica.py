@@ -25,6 +25,7 @@ class RecordedMetrics(Metrics):
     def __init__(self):
         self.errors: list[tuple[int, str]] = []
         self.keys: list[tuple[str, str, dict]] = []
+        self.key_paths: list[str] = []
         self.plans: list[tuple[str, str]] = []
         self.overload: list[tuple[str, str]] = []
         self.overload_levels: list[int] = []
@@ -32,8 +33,9 @@ class RecordedMetrics(Metrics):
     def record_error(self, status: int, code: str) -> None:
         self.errors.append((status, code))
 
-    def record_key(self, key: str, outcome: str, tokens) -> None:
+    def record_key(self, key: str, outcome: str, tokens, path: str = "cascade") -> None:
         self.keys.append((key, outcome, dict(tokens)))
+        self.key_paths.append(path)
 
     def record(self, policy, result) -> None:
         pass

@@ -172,6 +172,8 @@ def test_message_fields_are_allowlisted():
         ({"max_completion_tokens": 10**9}, "max_completion_tokens"),
         ({"min_tokens": 5000, "max_tokens": 10}, "min_tokens"),
         ({"ignore_eos": True, "max_tokens": 100_000}, "max_tokens"),
+        ({"n": 8, "max_tokens": 4096, "min_tokens": 4096, "ignore_eos": True}, "max_tokens"),
+        ({"n": 5, "max_completion_tokens": 4000, "max_tokens": 10}, "max_completion_tokens"),
         ({"stop": ["."] * 17}, "stop"),
         ({"logit_bias": {str(i): 1 for i in range(301)}}, "logit_bias"),
     ],
@@ -196,7 +198,9 @@ def test_the_reply_budget_is_the_bound_when_the_request_sets_none():
     assert check(body(max_tokens=7))["max_tokens"] == 7
     assert "max_tokens" not in check(body(max_completion_tokens=7))
     sent = body(n=8, temperature=0.5, top_k=20, stop=["."], logprobs=True, top_logprobs=3)
-    assert check(sent) == sent | {"max_tokens": 4096}
+    assert check(sent) == sent | {"max_tokens": 2048}  # 8 choices within the 16384 of a request
+    assert check(body(n=4, max_tokens=4096))["max_tokens"] == 4096  # 4 × 4096: within it
+    assert check(body(n=3), Limits(max_passthrough_decode_tokens=10))["max_tokens"] == 3
 
 
 def test_the_allowlists_do_not_overlap():
