@@ -170,7 +170,11 @@ class RowAnswerer:
 
         small, large, scorer, stats, ledger = self.targets.handles()
         # What a passthrough row needs loads with the first such row, not before every job's first row.
-        return IngressReplica(small, large, self.config, scorer, stats, ledger, preload_passthrough=False)
+        # No HTTP reaches this replica: each row comes with its caller, the job's key the driver
+        # resolved (batch/runner.py), so the replica itself requires no key of its own environment.
+        return IngressReplica(
+            small, large, self.config, scorer, stats, ledger, "anonymous", preload_passthrough=False
+        )
 
     async def answer(self, line: int, text: str | Overlong) -> tuple[dict[str, Any], dict[str, Any]]:
         """A line's output row, and what the job's tally reads of it (status, route, tokens)."""

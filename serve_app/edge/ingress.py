@@ -42,7 +42,7 @@ from .outcomes import Answered, Forwarded, Refused, RequestOutcome, settled
 from .parts import IngressParts, build_parts
 from .passthrough import chat_request, forward, load_types_in_background, types_ready, usage_asked
 from .passthrough_body import checked_body
-from .readiness_gate import ReadinessGate, handle_probe
+from .readiness_gate import ReadinessGate, handle_probe, keys_probe
 from .remote_images import fetch_image
 from .routing import Passthrough, destination
 from .security import BodyReads, read_body
@@ -79,7 +79,9 @@ class IngressReplica:
         *,
         preload_passthrough: bool = True,
     ):
-        """``preload_passthrough``: load what a passthrough needs in a thread as the replica starts
+        """``access``: how the application is reached (``app.exposure``): ``keys`` requires this
+        replica to have keys of its own, ``anonymous`` serves without them when it has none.
+        ``preload_passthrough``: load what a passthrough needs in a thread as the replica starts
         (``passthrough.load_types``), not with the first one; a batch actor whose rows may never pass
         through leaves it."""
         if preload_passthrough:
@@ -106,13 +108,24 @@ class IngressReplica:
         probes = {"small model": handle_probe(small), "large model": handle_probe(large)}
         if scorer is not None:
             probes["attention scorer"] = handle_probe(scorer)
-        ring = KeyRing(config.security)
+        # The application's exposure (``app.exposure``) requires keys: this replica reads its own,
+        # and serves no one without them (a replica whose node lacks the variable never fails open).
+        ring = KeyRing(config.security, required=access == "keys")
         self.assemble(config, parts, handles, stats, ring, readiness=ReadinessGate(probes), ledger=ledger)
-        self.exposure = access
-        logger.info(
-            "MAI ingress: API keys %s",
-            f"required ({len(ring.keys)} configured)" if not ring.open else f"none: {access} access",
-        )
+        if ring.closed:
+            security = config.security
+            logger.error(
+                "MAI ingress replica serves no one: the application requires API keys and this replica "
+                "found none (environment variable %s, api_keys_file %s, keys_file %s)",
+                security.api_keys_env,
+                security.api_keys_file,
+                security.keys_file,
+            )
+        else:
+            logger.info(
+                "MAI ingress: API keys %s",
+                f"required ({len(ring.keys)} configured)" if not ring.open else f"none: {access} access",
+            )
 
     def assemble(
         self,
@@ -140,6 +153,8 @@ class IngressReplica:
         )
         self.exposure = "keys" if not keys.open else "anonymous"
         self.readiness = readiness or ReadinessGate({})
+        if keys.required:
+            self.readiness.require("API keys", keys_probe(keys))
         self.body_reads = BodyReads(config.limits.max_body_reads_per_client)
         self.model_roles = {config.small.model_id: SMALL, config.large.model_id: LARGE}
         self.model_ids = {SMALL: config.small.model_id, LARGE: config.large.model_id}

@@ -162,11 +162,21 @@ def _line_of(node: Any, loc: tuple[Any, ...]) -> int:
 
 
 class KeyRing:
-    """Every configured key of a replica, and who a request's headers name."""
+    """Every configured key of a replica, and who a request's headers name. ``required``: the API's
+    exposure requires keys (the application was built with them, ``check_exposure``), so a replica
+    that finds none in its own environment and files answers no one (a 503), never anonymously,
+    until its keys file gives it some."""
 
-    def __init__(self, security: Security, environ: Mapping[str, str] | None = None, *, now=time.monotonic):
+    def __init__(
+        self,
+        security: Security,
+        environ: Mapping[str, str] | None = None,
+        *,
+        now=time.monotonic,
+        required: bool = False,
+    ):
         environ = os.environ if environ is None else environ
-        self.security, self.now = security, now
+        self.security, self.now, self.required = security, now, required
         self.fixed = _fixed_keys(security, environ)
         self.named: tuple[NamedKey, ...] = ()
         self.file_stamp: float | None = None
@@ -188,7 +198,13 @@ class KeyRing:
 
     @property
     def open(self) -> bool:
-        return not self.keys
+        """Every caller is anonymous: no key configured, and none required."""
+        return not self.keys and not self.required
+
+    @property
+    def closed(self) -> bool:
+        """Keys are required and this replica has none: it answers no one."""
+        return self.required and not self.keys
 
     def reload(self) -> None:
         """Read the keys file again when it has changed (at most every ``RELOAD_EVERY_S``); a file that
@@ -220,6 +236,13 @@ class KeyRing:
         self.reload()
         if self.open:
             return ANONYMOUS_CALLER
+        if self.closed:
+            raise RequestError(
+                f"this server replica answers no one: {NO_KEYS}; retry later",
+                code="no_api_keys",
+                status=503,
+                headers={"Retry-After": "10"},
+            )
         presented = presented_key(headers)
         if presented is None:
             raise unauthorized("an API key is required: send Authorization: Bearer <key>")
@@ -231,6 +254,11 @@ class KeyRing:
         if found is None:
             raise unauthorized("the API key is not valid")
         return Caller(found)
+
+
+# Why a replica that requires keys is closed, as a client and /readyz are told it: no variable or file
+# is named (the detail, which source was empty, is in the replica's log).
+NO_KEYS = "its exposure requires API keys and it found none in its environment or key files"
 
 
 def _fixed_keys(security: Security, environ: Mapping[str, str]) -> tuple[NamedKey, ...]:

@@ -18,6 +18,11 @@ MIN_PROBE_S = 0.25  # the shortest check: a deployment that is up answers within
 RECHECK_S = 0.5  # a waiting request asks again this long after a check that found one not ready
 
 
+class NotServing(Exception):
+    """A probe's answer that the replica itself cannot serve (not a deployment still loading or
+    failing): its words are safe to show anyone, and ``/readyz`` shows them."""
+
+
 @dataclass(frozen=True)
 class Check:
     """One readiness check: when it ended (monotonic seconds), the deployments it asked, in order, and

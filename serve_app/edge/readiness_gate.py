@@ -12,12 +12,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from .keys import NO_KEYS, KeyRing
 from .readiness import (
     MIN_PROBE_S,
     PROBE_TIMEOUT_S,
     RECHECK_S,
     Check,
     NotReadyError,
+    NotServing,
     is_fresh,
     not_ready_reason,
     unanswered,
@@ -26,6 +28,18 @@ from .readiness import (
 logger = logging.getLogger("ray.serve")
 
 Probe = Callable[[], Awaitable[Any]]
+
+
+def keys_probe(ring: KeyRing) -> Probe:
+    """Whether a replica whose exposure requires API keys has some (its keys file read again first):
+    until it has, it is not ready, and says why without naming a key source."""
+
+    async def probe() -> None:
+        ring.reload()
+        if ring.closed:
+            raise NotServing(NO_KEYS)
+
+    return probe
 
 
 def handle_probe(handle: Any) -> Probe:
@@ -64,6 +78,11 @@ class ReadinessGate:
 
     def now(self) -> float:
         return self._clock()
+
+    def require(self, name: str, probe: Probe) -> None:
+        """Check ``probe`` too (``name`` in /readyz): the gate is not open until it answers."""
+        self._probes[name] = probe
+        self.open = False
 
     async def current(self) -> Check:
         """``/readyz``: the last check while it is fresh, else a new one."""
@@ -118,6 +137,8 @@ class ReadinessGate:
             await asyncio.wait_for(probe(), timeout_s)
         except TimeoutError as exc:  # still loading
             return not_ready_reason(exc, timeout_s)
+        except NotServing as exc:  # the replica's own reason, in words safe to show
+            return str(exc)
         except Exception as exc:  # the deployment's own failure: not ready, the detail in the log
             error_id = uuid.uuid4().hex[:16]
             logger.warning("MAI readiness check failed (error id %s)", error_id, exc_info=exc)

@@ -248,3 +248,31 @@ def test_readyz_needs_no_key_and_a_request_without_one_is_refused_without_waitin
         "/v1/chat/completions", json=chat_body("Is it red?") | {"messages": []}, headers={"x-api-key": "k1"}
     )
     assert bad.status_code == 400 and time.monotonic() - started < 2  # bad input: refused first
+
+
+def test_a_replica_without_the_keys_its_exposure_requires_is_closed_and_not_ready(quick):
+    """The application was built with keys (its builder's environment had them); this replica's
+    environment has none (a node without the variable): it answers no one, anonymously or not, and
+    /readyz says why without naming a key source."""
+    from serve_app.config import Security
+    from serve_app.edge.keys import NO_KEYS, KeyRing
+
+    small, large = ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]"}), ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]"})
+    ring = KeyRing(Security(api_keys_env="MAI_TEST_KEYS"), {}, required=True)
+    ingress = replica(small, large, CONFIG, api_keys=ring)
+    client = client_of(ingress)
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    message = ready.json()["error"]["message"]
+    assert f"API keys ({NO_KEYS})" in message and "MAI_TEST_KEYS" not in message
+    for headers in ({}, {"x-api-key": "anything"}):
+        refused = client.post("/v1/chat/completions", json=chat_body("Is the shape red?"), headers=headers)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "no_api_keys"
+        assert "MAI_TEST_KEYS" not in refused.text
+    assert client.get("/v1/models").status_code == 503
+    assert not small.calls and not large.calls
+    assert KeyRing(Security(api_keys_env="MAI_TEST_KEYS"), {}, required=False).open  # built anonymous
+    keyed = KeyRing(Security(api_keys_env="MAI_TEST_KEYS"), {"MAI_TEST_KEYS": "k1"}, required=True)
+    assert not keyed.closed and not keyed.open
+    served = replica(small, large, CONFIG, api_keys=keyed)
+    assert client_of(served).get("/readyz").json()["deployments"] == ["API keys"]
