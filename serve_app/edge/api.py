@@ -81,7 +81,7 @@ def build_api(ingress: IngressReplica, security: Security) -> FastAPI:
         return await answer(ingress, request)
 
     async def stats(request: Request) -> dict[str, Any]:
-        return await ingress.stats(ingress.access.identify(request.headers))
+        return await ingress.stats_over_http(request)
 
     api.add_api_route("/healthz", healthz, methods=["GET"])
     api.add_api_route("/readyz", readyz, methods=["GET"])

@@ -29,6 +29,7 @@ from ..core.decision import Decision, Observer, decide, fleet_overload
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
+from ..core.usage import Bill
 from ..fleet.stats_holder import stats_body
 from .access import Access, Grant, cascade_bill, passthrough_bill
 from .errors import RequestError, noted, unavailable
@@ -46,6 +47,7 @@ from .readiness_gate import ReadinessGate, handle_probe, keys_probe
 from .remote_images import fetch_image
 from .routing import Passthrough, destination
 from .security import BodyReads, read_body
+from .snapshot import Snapshot
 from .stats_reporter import StatsReporter
 
 logger = logging.getLogger("ray.serve")
@@ -174,6 +176,9 @@ class IngressReplica:
         # What it reports there.
         self.stats_reporter = StatsReporter(self.auditor.book, self.plans.book, self.overload.level_label)
         self._reporter: asyncio.Task | None = None
+        # What GET /v1/mai/stats reads of the holder and the ledger: at most once a second.
+        self.fleet_stats = Snapshot(self._holder_stats)
+        self.key_usage = Snapshot(self.access.usage)
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Ray Serve's custom autoscaling metrics of this replica: the demand it measured, which the
@@ -265,10 +270,19 @@ class IngressReplica:
             )
         return parse_json(body, self.config.limits)
 
+    async def stats_over_http(self, request: Request) -> dict[str, Any]:
+        """``GET /v1/mai/stats``: admitted like any request (the key's quotas and share), billed no
+        tokens, and answered from snapshots at most a second old (``snapshot.Snapshot``)."""
+        caller = self.access.identify(request.headers)
+        async with self.access.admitted(caller) as grant:
+            body = await self.stats(caller)
+            grant.bill = Bill()
+            return body
+
     async def stats(self, caller: Caller) -> dict[str, Any]:
         """The audit statistics of every replica, merged (docs/api.md, "Audits"); for an admin key, every
         key's usage too."""
-        usage = {"usage": await self.access.usage()} if caller.key.admin else {}
+        usage = {"usage": await self.key_usage.get()} if caller.key.admin else {}
         cascade = self.config.cascade
         if self.stats_holder is None:  # this replica alone: its own overload level
             overload = fleet_overload(cascade.overload.enabled, [self.overload.level_label()])
@@ -280,9 +294,13 @@ class IngressReplica:
                 overload=overload,
                 classes=self.config.classes,
             )
+        return usage | await self.fleet_stats.get()
+
+    async def _holder_stats(self) -> dict[str, Any]:
+        """This replica's latest report, then the holder's merged statistics."""
         try:
             await self._report()
-            return usage | await self.stats_holder.snapshot.remote()
+            return await self.stats_holder.snapshot.remote()
         except transport_errors() as exc:  # the holder is being replaced; the replicas report again
             self.plans.holder_failed(type(exc).__name__)
             raise unavailable(

@@ -385,6 +385,9 @@ def test_the_stats_endpoint_answers_from_the_holder_or_a_503_while_it_restarts()
         raise ActorDiedError()
 
     ingress.stats_holder = holder_handle(restarting, restarting)
+    ingress.fleet_stats.max_age_s = 3600  # within its age: the snapshot, however slow this machine
+    assert client.get("/v1/mai/stats").json() == body
+    ingress.fleet_stats.max_age_s = 0  # past its age: read again
     reply = client.get("/v1/mai/stats")
     assert reply.status_code == 503 and reply.headers["retry-after"] == "5"
     assert reply.json()["error"]["code"] == "stats_unavailable"
