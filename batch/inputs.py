@@ -18,7 +18,8 @@ A line that cannot be a request (not JSON, another endpoint, no ``custom_id``, a
 record, an unreadable image) becomes a ``LineError``: the 400 the server would answer, naming the problem.
 So does a line past a limit, naming it: longer than ``max_line_bytes`` (never read whole, batch/lines.py),
 JSON past the server's ``limits`` on nesting, keys, values, digits (``parse_json``, the server's own check,
-made before the parser runs), an image path out of the image root, no regular file, or larger than
+made before the parser runs), text that is no Unicode (an escaped lone surrogate: ``invalid_text``, naming
+the field), an image path out of the image root, no regular file, or larger than
 ``limits.max_image_bytes`` (batch/images.py).
 Everything past the line's shape (an unknown model, a bad image, an unsupported parameter) is the
 server's own check, made when the row runs (``IngressReplica.chat``).
@@ -98,7 +99,7 @@ def json_of(text: str, line: int, limits: Limits) -> Any | LineError:
     try:
         return parse_json(text.encode("utf-8", errors="surrogatepass"), limits)
     except RequestError as exc:
-        return LineError(f"line {line}: {exc.message}", code=exc.code)
+        return LineError(f"line {line}: {exc.message}", code=exc.code, param=exc.param)
 
 
 def line_too_long(line: int, overlong: Overlong) -> LineError:

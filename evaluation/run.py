@@ -83,11 +83,14 @@ async def ask(
     body = chat_body(
         record, image_url, run.policy, settings.max_tokens, settings.transfer_selector, dict(run.options)
     )
-    headers = {"x-request-id": request_id(policy, record.id)}
+    headers = {"x-request-id": request_id(policy, record.id), "content-type": "application/json"}
+    # ASCII escapes, as json.dumps writes them: a record's text that is no Unicode (a lone surrogate)
+    # reaches the server, whose 400 is the row, where UTF-8 (httpx's json=) could not encode it.
+    content = json.dumps(body)
     for attempt in range(settings.retries + 1):
         started = time.perf_counter()
         try:
-            response = await http.post("/v1/chat/completions", json=body, headers=headers)
+            response = await http.post("/v1/chat/completions", content=content, headers=headers)
         except httpx.TransportError as exc:
             if attempt < settings.retries:
                 await asyncio.sleep(min(2**attempt, 30))

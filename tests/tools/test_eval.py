@@ -713,5 +713,28 @@ def test_an_error_the_app_wrote_is_kept_not_retried(monkeypatch):
     assert len(calls) == 1 and row["status"] == 500 and "not an image" in row["error"]
 
 
+def test_a_record_whose_text_is_no_unicode_is_sent_and_its_400_kept():
+    import asyncio
+    import json
+
+    from evaluation.run import DriveSettings, ask
+
+    choices = ["red\ud800", "blue"]  # a question with a lone surrogate is no record (pydantic's str check)
+    record = EvalRecord(
+        id="1", image="data:x", question="Which?", choices=choices, answer="A", metric="option"
+    )
+    error = {"error": {"message": "mai.choices.0 is not valid Unicode text", "code": "invalid_text"}}
+    http, calls = _answering([(400, error)])
+
+    async def go():
+        async with http:
+            return await ask(http, record, "data:x", RunSpec.parse("mai"), DriveSettings(retries=2))
+
+    row = asyncio.run(go())
+    assert len(calls) == 1 and b'"red\\ud800"' in calls[0].content
+    assert json.loads(calls[0].content)["mai"]["choices"] == choices
+    assert row["status"] == 400 and "not valid Unicode" in row["error"]
+
+
 async def _no_sleep(_seconds):
     return None

@@ -1,6 +1,8 @@
 """A body's JSON (serve_app/edge/json_body.py): the nesting check is the pass-by-pass answer it
-replaced, on any brackets, in one linear pass."""
+replaced, on any brackets, in one linear pass; and text that is no Unicode (an escaped lone
+surrogate) is a 400 naming its field wherever it is, on every route and in mai-batch, never a 500."""
 
+import json
 import time
 from unittest import mock
 
@@ -8,10 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from batch.inputs import LineError, openai_request, record_request
+from batch.inputs import RecordSettings as Records
 from serve_app.config import Limits
+from serve_app.core.prompts import PromptKind
 from serve_app.edge import json_body
 from serve_app.edge.errors import RequestError
-from serve_app.edge.json_body import check_structure, nesting_depth, outside_strings
+from serve_app.edge.json_body import check_structure, nesting_depth, outside_strings, parse_json
+
+from ..images import chat_body, data_url
+from .fakes import ScriptedVLM
+from .ingress_replica import client_of, replica
 
 # ---------------------------------------------------------------- the nesting depth
 
@@ -132,3 +141,128 @@ def test_outside_strings_skips_no_escape_and_drops_strings_escapes_included():
     assert outside_strings(b"[1, [2]]") == b"[1, [2]]"
     assert outside_strings(b'{"a\\\\": "[\\"]", "b": [1]}') == b"{: , : [1]}"
     assert outside_strings(b'["\\\\\\"[", 2]') == b"[, 2]"
+
+
+# ---------------------------------------------------------------- text that is no Unicode
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b'{"question": "Is it red\\ud800?"}', "question"),
+        (b'{"question": "\\uDFFF"}', "question"),  # a low surrogate alone, upper-case hex
+        (b'{"q": "\\ud83d\\ud83d\\ude00"}', "q"),  # a high surrogate before a pair
+        (b'{"q": "\\ude00\\ud83d"}', "q"),  # the pair's halves the wrong way round
+        (b'{"messages": [{"content": [{"text": "ok"}, {"text": "x\\ud800"}]}]}', "messages.0.content.1.text"),
+        (b'{"a": {"\\ud800": 1}}', "a.\\ud800"),  # a key, named with its escape
+        (b'[0, ["\\udbff"]]', "1.0"),
+    ],
+)
+def test_a_lone_surrogate_is_a_400_naming_its_field(body, param):
+    with pytest.raises(RequestError) as refused:
+        parse_json(body)
+    error = refused.value
+    assert (error.status, error.code, error.param) == (400, "invalid_text", param)
+    assert error.message.startswith(f"{param} is not valid Unicode text")
+    json.dumps(error.body(), ensure_ascii=False).encode()  # the message itself encodes
+
+
+def test_a_body_that_is_one_lone_surrogate_is_a_400_too():
+    with pytest.raises(RequestError) as refused:
+        parse_json(b'"\\ud800"')
+    assert (refused.value.code, refused.value.param) == ("invalid_text", None)
+    assert refused.value.message.startswith("the JSON body is not valid Unicode text")
+
+
+@pytest.mark.parametrize(
+    ("body", "value"),
+    [
+        (b'{"q": "\\ud83d\\ude00 \\uD83D\\uDE00"}', {"q": "\U0001f600 \U0001f600"}),  # pairs: characters
+        (b'{"q": "\\\\ud800"}', {"q": "\\ud800"}),  # an escaped backslash, then letters
+        ('{"q": "é中😀"}'.encode(), {"q": "é中😀"}),
+        (b'{"q": "\\u00e9\\ufffd"}', {"q": "é\ufffd"}),
+    ],
+)
+def test_text_that_is_unicode_parses_as_before(body, value):
+    assert parse_json(body) == value
+
+
+def raw(payload) -> bytes:
+    """``payload`` as a client's JSON encoder with ASCII escapes sends it, lone surrogates included."""
+    return json.dumps(payload).encode()
+
+
+def chat_with_system(question: str, system) -> dict:
+    body = chat_body(question)
+    body["messages"].insert(0, {"role": "system", "content": system})
+    return body
+
+
+ANSWER = {"image": data_url(), "question": "Is it red?"}
+HTTP_CASES = {
+    "cascade question": ("/v1/chat/completions", chat_body("Is it red\ud800?"), "messages.0.content.1.text"),
+    "system message": (
+        "/v1/chat/completions",
+        chat_with_system("Is it red?", "Be brief\udc00."),
+        "messages.0.content",
+    ),
+    "system message part": (
+        "/v1/chat/completions",
+        chat_with_system("Is it red?", [{"type": "text", "text": "\ud800"}]),
+        "messages.0.content.0.text",
+    ),
+    "another cascade policy": (
+        "/v1/chat/completions",
+        chat_body("Describe it\ud800", model="mai-small"),
+        "messages.0.content.1.text",
+    ),
+    "choices": (
+        "/v1/chat/completions",
+        chat_body("Which?", mai={"choices": ["a", "b\ud800"]}),
+        "mai.choices.1",
+    ),
+    "a passthrough message": (
+        "/v1/chat/completions",
+        {"model": "l", "messages": [{"role": "user", "content": "Hi \ud800"}]},
+        "messages.0.content",
+    ),
+    "answer question": ("/v1/mai/answer", ANSWER | {"question": "Is it red\ud800?"}, "question"),
+    "answer choices": ("/v1/mai/answer", ANSWER | {"choices": ["\udfff", "b"]}, "choices.0"),
+}
+
+
+@pytest.mark.parametrize("case", HTTP_CASES)
+def test_a_lone_surrogate_on_any_route_is_a_400_naming_the_field_and_no_model_runs(case):
+    path, payload, param = HTTP_CASES[case]
+    small, large = ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]"}), ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]"})
+    ingress = replica(small, large)
+    reply = client_of(ingress).post(path, content=raw(payload), headers={"content-type": "application/json"})
+    assert reply.status_code == 400, reply.text
+    assert (reply.json()["error"]["code"], reply.json()["error"]["param"]) == ("invalid_text", param)
+    assert ingress.metrics.errors == [(400, "invalid_text")]
+    assert small.calls == large.calls == []
+
+
+def test_the_same_requests_without_the_surrogate_are_answered():
+    ingress = replica(
+        ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]"}), ScriptedVLM({PromptKind.SIMPLE: "[[Yes]]"})
+    )
+    client = client_of(ingress)
+    for body in (chat_body("Is it red\U0001f600?"), chat_with_system("Is it red?", "Be brief \U0001f600.")):
+        assert client.post("/v1/chat/completions", content=raw(body)).status_code == 200
+    assert (
+        client.post("/v1/mai/answer", content=raw(ANSWER | {"question": "Red \U0001f600?"})).status_code
+        == 200
+    )
+
+
+def test_a_batch_line_with_a_lone_surrogate_is_an_error_line_naming_the_field(tmp_path):
+    body = chat_body("Is it red\ud800?")
+    line = json.dumps({"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions", "body": body})
+    error = openai_request(line, 3)
+    assert isinstance(error, LineError)
+    assert (error.code, error.param) == ("invalid_text", "body.messages.0.content.1.text")
+    assert error.message.startswith("line 3: body.messages.0.content.1.text is not valid Unicode text")
+    record = {"id": "r1", "image": data_url(), "question": "Red\udbff?", "answer": "yes", "metric": "exact"}
+    error = record_request(json.dumps(record), 4, tmp_path, Records())
+    assert isinstance(error, LineError) and (error.code, error.param) == ("invalid_text", "question")
