@@ -13,9 +13,11 @@ mai-eval records get ``mai-eval run``'s folder: ``predictions/<policy>.jsonl`` (
 rows), ``manifest.json`` and ``runs.jsonl``, so ``mai-eval report OUT`` scores a batch run.
 
 Every line names the input line it answers (``batch_req_<line>``, or ``line``): a rerun skips those
-lines, so no row is written twice; a last line cut short by a crash is dropped before appending. A rerun
-takes an existing output only when every line of it is one of these (a last line without its newline:
-the start of one): a file mai-batch did not write is refused as it is, never cut or appended to.
+lines, so no row is written twice; a last line cut short by a crash is dropped before appending. A rerun,
+with ``--retry-errors`` or without, takes an existing output only when every line of it is one of these
+(a last line without its newline: the start of one), blank lines included: a file mai-batch did not
+write, or has been edited since, is refused as it is, naming the first line that is none, never cut,
+rewritten or appended to.
 """
 
 from __future__ import annotations
@@ -115,29 +117,36 @@ def fault_of(row: Any, fmt: InputFormat) -> str | None:
     return f"has no {', '.join(missing)} (a prediction's)" if missing else None
 
 
+_NOT_JSON = object()
+
+
 def _parsed(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser's recursion
-        return None
+        return _NOT_JSON
 
 
-def _rows(path: Path, fmt: InputFormat) -> Iterator[dict[str, Any]]:
-    """The output's lines as rows, blank ones apart; ``ForeignOutputError`` at the first that is no
-    output line. A last line without its newline is a row when whole, else it must start as one (a
-    crash's partial line, skipped)."""
+def _rows(path: Path, fmt: InputFormat) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The output's lines as rows, each with its line number; ``ForeignOutputError`` at the first that
+    is no output line (a blank one too: mai-batch writes none). A last line without its newline is a
+    row when whole, else it must start as one (a crash's partial line, skipped)."""
     with path.open("rb") as file:
         ended = _last_byte(file) in (b"", b"\n")
         held: tuple[int, bytes | Overlong] | None = None
         for number, raw in numbered_raw_lines(file, OUTPUT_LINE_BYTES):
             if held is not None:
-                yield _row(path, *held, fmt)
-            held = (number, raw) if isinstance(raw, Overlong) or raw.strip() else None
+                yield held[0], _row(path, *held, fmt)
+            if not isinstance(raw, Overlong) and not raw.strip():
+                raise _foreign(
+                    path, number, "is blank (mai-batch writes none)", "delete it, or choose another --output"
+                )
+            held = (number, raw)
         if held is None:
             return
         number, raw = held
         if ended or isinstance(raw, Overlong) or fault_of(_parsed(raw), fmt) is None:
-            yield _row(path, number, raw, fmt)
+            yield number, _row(path, number, raw, fmt)
         elif not (raw.startswith(_START[fmt]) or _START[fmt].startswith(raw)):
             raise _foreign(path, number, f"does not start as an output line ({_START[fmt].decode()}...)")
 
@@ -146,16 +155,17 @@ def _row(path: Path, number: int, raw: bytes | Overlong, fmt: InputFormat) -> di
     if isinstance(raw, Overlong):
         raise _foreign(path, number, f"has {raw.size} bytes, over the {raw.limit} of an output line")
     row = _parsed(raw)
-    fault = "is not JSON" if row is None else fault_of(row, fmt)
+    fault = "is not JSON" if row is _NOT_JSON else fault_of(row, fmt)
     if fault is not None:
         raise _foreign(path, number, fault)
     return row
 
 
-def _foreign(path: Path, number: int, fault: str) -> ForeignOutputError:
+def _foreign(
+    path: Path, number: int, fault: str, remedy: str = "choose another --output"
+) -> ForeignOutputError:
     return ForeignOutputError(
-        f"is no mai-batch output: line {number} of {path} {fault}; nothing was changed: choose another "
-        "--output"
+        f"is no mai-batch output: line {number} of {path} {fault}; nothing was changed: {remedy}"
     )
 
 
@@ -214,7 +224,7 @@ def answered_ids(path: Path, fmt: InputFormat) -> dict[int, str | None]:
     if not path.exists():
         return {}
     answered: dict[int, str | None] = {}
-    for row in _rows(path, fmt):
+    for _, row in _rows(path, fmt):
         line = line_of(row, fmt)
         assert line is not None  # fault_of checked it
         row_id = row.get("custom_id" if fmt is InputFormat.OPENAI else "id")
@@ -264,25 +274,27 @@ def retried(status: int | None, *, client_errors: bool = False) -> bool:
 
 def drop_errors(path: Path, fmt: InputFormat, *, client_errors: bool = False) -> frozenset[int]:
     """Takes the lines of rows ``retried`` out of the output, so that the run answers them again and
-    its lines replace theirs; the input lines they answered. The file is rewritten beside itself and
-    renamed over it: a crash leaves the old output or the new, and a rerun answers whatever is
+    its lines replace theirs; the input lines they answered. Every line is read as a row first (the
+    reader of ``answered_ids``): an output with a line that is none is refused (``ForeignOutputError``
+    naming it) before any byte changes. The lines kept are copied byte for byte into a file beside the
+    output, renamed over it: a crash leaves the old output or the new, and a rerun answers whatever is
     missing."""
     if not path.exists():
         return frozenset()
-    drop_partial_last_line(path, fmt)
-    dropped: set[int] = set()
+    drop_partial_last_line(path, fmt)  # every line read as a row before any byte changes
+    dropped: dict[int, int] = {}  # the output's line -> the input line it answers
+    for number, row in _rows(path, fmt):
+        if retried(status_of(row, fmt), client_errors=client_errors):
+            line = line_of(row, fmt)
+            assert line is not None  # fault_of checked it
+            dropped[number] = line
+    if not dropped:
+        return frozenset()
     partial = path.with_name(path.name + ".retry")
-    with path.open() as source, partial.open("w") as kept:
-        for text in source:
-            row = json.loads(text)
-            if retried(status_of(row, fmt), client_errors=client_errors):
-                line = line_of(row, fmt)
-                assert line is not None  # answered_ids checked every line before
-                dropped.add(line)
-            else:
+    # Numbered as ``_rows`` numbers them: lines end at b"\n" alone, and the last one has its newline.
+    with path.open("rb") as source, partial.open("wb") as kept:
+        for number, text in enumerate(source, start=1):
+            if number not in dropped:
                 kept.write(text)
-    if dropped:
-        os.replace(partial, path)
-    else:
-        partial.unlink()
-    return frozenset(dropped)
+    os.replace(partial, path)
+    return frozenset(dropped.values())

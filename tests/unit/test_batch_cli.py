@@ -418,6 +418,29 @@ def test_retry_errors_takes_the_failed_rows_lines_out_and_answers_them_again(
     assert not (tmp_path / "out.jsonl.retry").exists()
 
 
+@pytest.mark.parametrize("flags", [[], ["--retry-errors"], ["--retry-errors", "--retry-client-errors"]])
+@pytest.mark.parametrize(
+    "bad", ["\n", "   \n", "[1, 2]\n", "null\n"], ids=["blank", "spaces", "a-list", "null"]
+)
+def test_an_output_line_that_is_no_row_stops_a_rerun_before_ray_naming_it(
+    no_ray, tmp_path, capsys, flags, bad
+):
+    source = written(tmp_path / "in.jsonl", openai_text("a", "b", "c"))
+    out = tmp_path / "out.jsonl"
+    data = (replied(1, "a", 200) + replied(2, "b", 503) + bad).encode()
+    out.write_bytes(data)
+    assert main([source, "--output", str(out), "--no-progress", *flags]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"mai-batch: --output {out} is no mai-batch output: line 3 of "
+    )
+    assert "nothing was changed" in err
+    assert out.read_bytes() == data and sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.jsonl",
+        "out.jsonl",
+    ]
+
+
 def test_retry_client_errors_alone_does_not_apply(no_ray, tmp_path, capsys):
     source = written(tmp_path / "in.jsonl", openai_text("a"))
     assert main([source, "--output", str(tmp_path / "o.jsonl"), "--retry-client-errors"]) == EXIT_USAGE

@@ -13,6 +13,7 @@ from batch.outputs import (
     LineWriter,
     answered_ids,
     done_lines,
+    drop_errors,
     drop_partial_last_line,
     fault_of,
     line_of,
@@ -152,9 +153,9 @@ def test_openai_lines_go_to_the_output_and_records_to_the_policys_predictions(tm
 
 
 @pytest.mark.parametrize(("fmt", "row"), [(OPENAI, openai_row), (RECORDS, record_row)])
-def test_done_lines_are_the_answered_lines_past_blank_and_partial_ones(tmp_path, fmt, row):
+def test_done_lines_are_the_answered_lines_past_a_partial_one(tmp_path, fmt, row):
     path = tmp_path / "out.jsonl"
-    text = "\n".join([row(1), "", row(3), "  ", row(8), row(3)])
+    text = "\n".join([row(1), row(3), row(8), row(3)])
     path.write_text(text + "\n" + row(11)[:20])
     assert done_lines(path, fmt) == {1, 3, 8}
     assert done_lines(tmp_path / "none.jsonl", fmt) == set()
@@ -259,6 +260,11 @@ def foreign_files() -> list:
         "not-utf8": (b'{"id": "batch_req_1", "custom_id": "\xff"}\n', OPENAI),
         "nested-past-recursion": (deep + b"\n", OPENAI),
         "partial-of-another-start": (b'{"custom_id": "q1", "resp', OPENAI),
+        "a-blank-line": (f"{openai_row(1)}\n\n{openai_row(2)}\n".encode(), OPENAI),
+        "a-blank-last-line": (f"{record_row(1)}\n\n".encode(), RECORDS),
+        "a-line-of-spaces": (f"{openai_row(1)}\n \t\r\n{openai_row(2)}\n".encode(), OPENAI),
+        "spaces-without-a-newline": (f"{openai_row(1)}\n  ".encode(), OPENAI),
+        "a-string": (f'{openai_row(1)}\n"batch_req_2"\n'.encode(), OPENAI),
     }
     return [pytest.param(data, fmt, id=name) for name, (data, fmt) in cases.items()]
 
@@ -267,10 +273,11 @@ def foreign_files() -> list:
 def test_a_file_mai_batch_did_not_write_is_refused_and_left_as_it_is(tmp_path, data, fmt):
     path = tmp_path / "notes.jsonl"
     path.write_bytes(data)
-    for use in (done_lines, answered_ids, drop_partial_last_line, LineWriter):
+    for use in (done_lines, answered_ids, drop_partial_last_line, LineWriter, drop_errors):
         with pytest.raises(ForeignOutputError, match=f"is no mai-batch output: line \\d+ of {path}"):
             use(path, fmt)
         assert path.read_bytes() == data
+    assert sorted(tmp_path.iterdir()) == [path]  # no file beside it either
 
 
 def test_a_line_longer_than_an_output_line_is_refused_unread(tmp_path, monkeypatch):
@@ -279,6 +286,40 @@ def test_a_line_longer_than_an_output_line_is_refused_unread(tmp_path, monkeypat
     path.write_text(openai_row(1) + "\n")
     with pytest.raises(ForeignOutputError, match="line 1 .* bytes, over the 64 of an output line"):
         done_lines(path, OPENAI)
+
+
+@pytest.mark.parametrize("client_errors", [False, True])
+def test_a_blank_line_is_refused_by_name_on_resume_and_retry_alike(tmp_path, client_errors):
+    path = tmp_path / "out.jsonl"
+    data = f"{openai_row(1)}\n{openai_row(2)}\n\n{openai_row(3)}\n".encode()
+    path.write_bytes(data)
+    blank = f"line 3 of {path} is blank .*nothing was changed: delete it, or choose another --output"
+    with pytest.raises(ForeignOutputError, match=blank):
+        drop_errors(path, OPENAI, client_errors=client_errors)
+    with pytest.raises(ForeignOutputError, match=blank):
+        LineWriter(path, OPENAI)
+    assert path.read_bytes() == data
+
+
+def replied(line: int, status: int) -> dict:
+    """An OpenAI output line of a request the server answered with ``status``."""
+    request = Request(row_id=f"q{line}", body={"model": "mai"}, request_id=f"batch.mai.q{line}")
+    return openai_reply_line(line, request, status, {} if status != 200 else COMPLETION)
+
+
+def test_retrying_errors_takes_out_their_lines_and_copies_the_others_byte_for_byte(tmp_path):
+    path = tmp_path / "out.jsonl"
+    kept = [
+        json.dumps(replied(1, 200)).replace(", ", ",\r ") + "\r\n",  # \r as JSON's whitespace, and a CRLF
+        json.dumps(replied(3, 400), ensure_ascii=False) + "\n",
+        json.dumps(replied(4, 200) | {"custom_id": "q4 \u00e9\u4e2d\U0001f600"}, ensure_ascii=False) + "\n",
+    ]
+    failed = [json.dumps(replied(2, 503)) + "\n", json.dumps(replied(5, 504)) + "\n"]
+    path.write_bytes("".join([kept[0], failed[0], kept[1], kept[2], failed[1]]).encode())
+    assert drop_errors(path, OPENAI) == {2, 5}
+    assert path.read_bytes() == "".join(kept).encode()
+    assert sorted(tmp_path.iterdir()) == [path]
+    assert drop_errors(path, OPENAI) == frozenset() and path.read_bytes() == "".join(kept).encode()
 
 
 def test_the_refusal_names_the_line_and_its_fault(tmp_path):
