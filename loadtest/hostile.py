@@ -1,7 +1,9 @@
 """A hostile caller against a running server: what anyone may send when the API is open.
 
 Crafted requests, each of which must get its 4xx within a time bound: bodies that made a regex
-backtrack, nesting past the limit, image parts in every spelling vLLM's parser takes pointing at a
+backtrack, nesting past the limit, brackets as large as the body limit (16 MiB), text that is no
+Unicode (an escaped lone surrogate in a question, a system message, a message to a model, an
+answer's question), image parts in every spelling vLLM's parser takes pointing at a
 local listener (which must see no connection: the engines fetch nothing a client names), parts and
 fields only the server may set, bodies sent a byte at a time (from another loopback address, so that
 the bound per client address is tested too). Beside them: task tags past the class bound, one
@@ -29,7 +31,16 @@ from typing import Any
 
 import httpx
 
-from loadtest.hostile_cases import IMAGE_PATH, Outcome, Target, listener, request_cases, send, slow_body
+from loadtest.hostile_cases import (
+    IMAGE_PATH,
+    Outcome,
+    Target,
+    answer_cases,
+    listener,
+    request_cases,
+    send,
+    slow_body,
+)
 from serve_app.core.routes import AUDITED
 
 QUESTION = "What is the color of the shape?"
@@ -137,6 +148,7 @@ def run(
     base_url: str,
     *,
     body_size: int = 1024 * 1024,
+    max_body_bytes: int = 16 * 1024 * 1024,
     bound_s: float = 5.0,
     body_timeout_s: float = 30.0,
     slow_senders: int = 40,
@@ -154,8 +166,9 @@ def run(
     ):
         models = [model["id"] for model in client.get("/v1/models").json()["data"] if "policy" not in model]
         target = Target(base_url, image, models[-1], url)
-        cases = request_cases(target, body_size)
+        cases = request_cases(target, body_size, max_body_bytes)
         outcomes = [send(client, *case, bound_s) for case in cases]
+        outcomes += [send(client, *case, bound_s, path="/v1/mai/answer") for case in answer_cases(target)]
         outcomes += [
             Outcome("GET /docs", "no internals", client.get("/docs").status_code, 0.0, (404,), bound_s),
             Outcome(
@@ -200,6 +213,7 @@ def run(
         "reused_request_id": audit_result,
         "settings": {
             "body_size": body_size,
+            "max_body_bytes": max_body_bytes,
             "bound_s": bound_s,
             "body_timeout_s": body_timeout_s,
             "slow_senders": slow_senders,
@@ -214,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--body-size", type=int, default=1024 * 1024, help="bytes of the backtracking body")
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="the server's limits.max_body_bytes: the size of the largest bodies sent",
+    )
     parser.add_argument("--bound-s", type=float, default=5.0, help="seconds a hostile request may take")
     parser.add_argument(
         "--body-timeout-s", type=float, default=30.0, help="the server's limits.body_timeout_s"
@@ -221,7 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
     started = time.time()
-    report = run(args.url, body_size=args.body_size, bound_s=args.bound_s, body_timeout_s=args.body_timeout_s)
+    report = run(
+        args.url,
+        body_size=args.body_size,
+        max_body_bytes=args.max_body_bytes,
+        bound_s=args.bound_s,
+        body_timeout_s=args.body_timeout_s,
+    )
     print(
         json.dumps(
             {

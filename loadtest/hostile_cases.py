@@ -5,6 +5,7 @@ time from another loopback address."""
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
 import time
@@ -82,13 +83,42 @@ def backtracking_body(size: int) -> bytes:
     return b"[" * 40 + b'"' + b'\\"' * max(1, (size - 41) // 2)
 
 
+def nested_body(size: int) -> bytes:
+    """``size`` bytes of brackets nested as deep as they go: the nesting check's worst body."""
+    return b"[" * (size // 2) + b"]" * (size - size // 2)
+
+
+def brackets_at_the_limit(size: int, depth: int = 32) -> bytes:
+    """``size`` bytes of brackets nested ``depth`` deep again and again: no nesting past the limit
+    anywhere, so the check reads every byte (and the parser refuses what follows the first)."""
+    block = b"[" * depth + b"]" * depth
+    return block * (size // len(block)) + b" " * (size % len(block))
+
+
+def unencodable(payload: Any) -> bytes:
+    """``payload`` as JSON with ASCII escapes, as many clients' encoders send it: a lone surrogate in
+    its text goes as its escape (``\\ud800``), which the parser takes and no UTF-8 encoder does."""
+    return json.dumps(payload).encode()
+
+
+def user_turn(target: Target, question: str) -> dict[str, Any]:
+    content = [
+        {"type": "image_url", "image_url": {"url": target.image}},
+        {"type": "text", "text": question},
+    ]
+    return {"role": "user", "content": content}
+
+
 def model_body(target: Target, part: Any = None, **fields: Any) -> dict[str, Any]:
     content = ([part] if part is not None else []) + [{"type": "text", "text": "What is it?"}]
     return {"model": target.model_id, "messages": [{"role": "user", "content": content}], **fields}
 
 
-def request_cases(target: Target, body_size: int) -> list[tuple[str, str, Any, tuple[int, ...]]]:
-    """(case, item, body, expected statuses) of the JSON requests."""
+def request_cases(
+    target: Target, body_size: int, max_body_bytes: int = 16 * 1024 * 1024
+) -> list[tuple[str, str, Any, tuple[int, ...]]]:
+    """(case, item, body, expected statuses) of the JSON requests for /v1/chat/completions;
+    ``max_body_bytes``: the server's ``limits.max_body_bytes``, the size of the largest bodies sent."""
     url = target.listener
     parts = {
         "typeless image part, a string": {"image_url": f"{url}/typeless"},
@@ -115,6 +145,39 @@ def request_cases(target: Target, body_size: int) -> list[tuple[str, str, Any, t
         ("backtracking body", "linear parsing", backtracking_body(body_size), (400,)),
         ("nested 100,000 deep", "linear parsing", b"[" * 100_000 + b"]" * 100_000, (400,)),
         ("a million values", "linear parsing", b"[" + b"0," * 1_000_000 + b"0]", (400,)),
+        ("brackets nested as deep as the body limit", "linear parsing", nested_body(max_body_bytes), (400,)),
+        (
+            "brackets at the depth limit up to the body limit",
+            "linear parsing",
+            brackets_at_the_limit(max_body_bytes),
+            (400,),
+        ),
+        (
+            "lone surrogate in a cascade question",
+            "unencodable text",
+            unencodable({"model": "mai", "messages": [user_turn(target, "Is the shape red\ud800?")]}),
+            (400,),
+        ),
+        (
+            "lone surrogate in a system message",
+            "unencodable text",
+            unencodable(
+                {
+                    "model": "mai",
+                    "messages": [
+                        {"role": "system", "content": "Answer briefly.\udc00"},
+                        user_turn(target, "Is the shape red?"),
+                    ],
+                }
+            ),
+            (400,),
+        ),
+        (
+            "lone surrogate in a message to a model",
+            "unencodable text",
+            unencodable(model_body(target) | {"messages": [{"role": "user", "content": "Hello\ud800"}]}),
+            (400,),
+        ),
     ]
     cases += [
         (name, "engines fetch nothing", model_body(target, part), (400,)) for name, part in parts.items()
@@ -125,17 +188,27 @@ def request_cases(target: Target, body_size: int) -> list[tuple[str, str, Any, t
     return cases
 
 
+def answer_cases(target: Target) -> list[tuple[str, str, Any, tuple[int, ...]]]:
+    """(case, item, body, expected statuses) of the requests for /v1/mai/answer."""
+    question = {"image": target.image, "question": "Is the shape red\udbff?"}
+    return [("lone surrogate in an answer's question", "unencodable text", unencodable(question), (400,))]
+
+
 def send(
-    client: httpx.Client, case: str, item: str, body: Any, expected: tuple[int, ...], bound_s: float
+    client: httpx.Client,
+    case: str,
+    item: str,
+    body: Any,
+    expected: tuple[int, ...],
+    bound_s: float,
+    path: str = "/v1/chat/completions",
 ) -> Outcome:
     started = time.monotonic()
     try:
         if isinstance(body, bytes):
-            response = client.post(
-                "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-            )
+            response = client.post(path, content=body, headers={"content-type": "application/json"})
         else:
-            response = client.post("/v1/chat/completions", json=body)
+            response = client.post(path, json=body)
         status = response.status_code
         code = _code(response)
     except httpx.TimeoutException:
