@@ -52,14 +52,15 @@ def parse_json(body: bytes, limits: Limits | None = None) -> Any:
     return value
 
 
-def check_text(value: Any) -> None:
+def check_text(value: Any, at: str = "") -> None:
     """A 400 (``invalid_text``, ``param`` the field's path, as ``messages.0.content.1.text``) when a
     string of ``value``, a key or a value, is no Unicode text: it holds a lone surrogate, which
-    ``json.loads`` makes of an escape without its pair and no UTF-8 encoder takes."""
+    ``json.loads`` makes of an escape without its pair and no UTF-8 encoder takes. ``at``: the path of
+    ``value`` itself, for JSON parsed out of a field (a tool call's arguments)."""
     path = _unencodable(value)
     if path is None:
         return
-    field = ".".join(_shown(part) for part in path)
+    field = ".".join([*([at] if at else []), *(_shown(part) for part in path)])
     raise RequestError(
         f"{field or 'the JSON body'} is not valid Unicode text: it holds a lone surrogate (an escape "
         "\\ud800 to \\udfff without its pair), which no model can read",

@@ -167,6 +167,14 @@ def test_a_lone_surrogate_is_a_400_naming_its_field(body, param):
     json.dumps(error.body(), ensure_ascii=False).encode()  # the message itself encodes
 
 
+def test_json_parsed_out_of_a_field_is_named_under_that_field():
+    arguments = json.loads('{"city": ["Paris", "\\ud800"]}')
+    with pytest.raises(RequestError) as refused:
+        json_body.check_text(arguments, at="messages.1.tool_calls.0.function.arguments")
+    assert refused.value.param == "messages.1.tool_calls.0.function.arguments.city.1"
+    json_body.check_text(json.loads('{"city": "\\ud83d\\ude00"}'), at="x")  # a pair is a character
+
+
 def test_a_body_that_is_one_lone_surrogate_is_a_400_too():
     with pytest.raises(RequestError) as refused:
         parse_json(b'"\\ud800"')
