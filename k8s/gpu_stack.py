@@ -13,8 +13,12 @@ checks, each a pure function of the report's summary, pyproject.toml and the Doc
 - the base image's CUDA major (`FROM rayproject/ray:2.60.0-py311-cu130`, build arguments at their
   defaults, a digest allowed: k8s/gpu_image.py) is that one, its Python is the one resolved for, and
   its Ray is the gpu extra's;
-- the Dockerfile installs the gpu extra with requirements/gpu-constraints.txt as pip's constraints, and
-  that file is every package of the committed resolution at its version (k8s/gpu_image.py);
+- the Dockerfile installs pip and setuptools, then every package of the resolution, each from its hashed
+  file (--no-deps --require-hashes), then the gpu extra with nothing fetched (--no-index) and
+  requirements/gpu-constraints.txt as pip's constraints; that file is every package of the committed
+  resolution at its version (k8s/gpu_image.py), and requirements/gpu-constraints-hashed.txt is it with
+  the sha256 of each file pip installs on the image's platform (requirements/hash_lock.py, which
+  `python k8s/gpu_stack.py` runs after writing the constraints);
 - the gpu extra pins torch and torchvision (and torchaudio, if it names it) to exactly what vLLM requires;
 - the gpu extra's Ray is the cpu extra's;
 - the summary was resolved from the gpu extra as it stands, and resolved each pin to its version;
@@ -52,6 +56,10 @@ from packaging.utils import canonicalize_name
 from ray_llm_pins import check_ray_llm_extra, ray_llm_extra, report_lines  # k8s/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "requirements") not in sys.path:  # requirements/hash_lock.py, a script like this one
+    sys.path.append(str(ROOT / "requirements"))
+import hash_lock  # noqa: E402
+
 PYPROJECT = ROOT / "pyproject.toml"
 DOCKERFILE = ROOT / "k8s" / "Dockerfile"
 REPORT = ROOT / "requirements" / "gpu-resolution.json"
@@ -59,12 +67,9 @@ CONSTRAINTS = ROOT / CONSTRAINTS_PATH
 INDEX = "https://pypi.org/simple"
 # Ray's CUDA images are built FROM nvidia/cuda:<version>-devel-ubuntu22.04 (Ray's
 # docker/base-deps/cuda.wanda.yaml): glibc 2.35, so a wheel tagged up to manylinux_2_35 installs there.
-GLIBC_MINOR = 35
-PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 4, -1)] + [
-    "manylinux2014_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux1_x86_64",
-]
+# One list for the resolution here and the hashes of its files (requirements/hash_lock.py's IMAGE).
+GLIBC_MINOR = hash_lock.IMAGE_GLIBC_MINOR
+PLATFORMS = list(hash_lock.IMAGE_PLATFORMS)
 STACK = ("torch", "vllm")
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 REQUIRED_TORCH_PINS = ("torch", "torchvision")
@@ -325,6 +330,19 @@ def check_all(summary: Mapping[str, Any], pyproject: Mapping[str, Any], dockerfi
     )
 
 
+def check_hashed(constraints: Path) -> list[str]:
+    """requirements/gpu-constraints-hashed.txt is the constraints' pins, each with its sha256."""
+    hashed = hash_lock.hashed_path(constraints)
+    if not constraints.exists():
+        return []  # check_constraints says so
+    if not hashed.exists():
+        return [f"{hashed.name} is missing: run `python k8s/gpu_stack.py`"]
+    return [
+        f"{hashed.name}: {problem}"
+        for problem in hash_lock.check(constraints.read_text(), hashed.read_text(), constraints.name)
+    ]
+
+
 def pip_command(requirements: list[str], python: str, report: Path) -> list[str]:
     # --isolated: this machine's pip configuration (extra indexes, find-links, constraints) stays out;
     # the answer is PyPI's metadata for the image's platform, whoever runs it.
@@ -370,11 +388,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             REPORT.write_text(json.dumps(summary, indent=1) + "\n")
             CONSTRAINTS.write_text(constraints_text(summary))
-            print(f"wrote {REPORT.relative_to(ROOT)} and {CONSTRAINTS_PATH}", file=sys.stderr)
+            hashed = hash_lock.write_hashed(CONSTRAINTS)  # the same pins, each file's sha256 for the image
+            print(
+                f"wrote {REPORT.relative_to(ROOT)}, {CONSTRAINTS_PATH} and {hashed.relative_to(ROOT)}",
+                file=sys.stderr,
+            )
     problems = check_all(summary, pyproject, dockerfile)
     # the committed constraints are the committed resolution (after a rewrite, both are new)
     committed = json.loads(REPORT.read_text()) if REPORT.exists() else summary
     problems += check_constraints(committed, CONSTRAINTS.read_text() if CONSTRAINTS.exists() else None)
+    problems += check_hashed(CONSTRAINTS)
     for problem in problems:
         print(f"gpu stack: {problem}", file=sys.stderr)
     if not problems:

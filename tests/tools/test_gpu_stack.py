@@ -1,7 +1,8 @@
 """The GPU stack (k8s/gpu_stack.py): the committed resolution of the gpu extra, pyproject's pins and
-k8s/Dockerfile's base image agree on one CUDA major; the image installs the gpu extra with the
-resolution as pip's constraints (requirements/gpu-constraints.txt, k8s/gpu_image.py) and takes its base
-image's digest as a build argument; each check fails on an input crafted to break it; Ray's llm extra
+k8s/Dockerfile's base image agree on one CUDA major; the image installs pip and setuptools, then the
+resolution (requirements/gpu-constraints.txt), each from its hashed file, then the gpu extra with nothing
+fetched and the resolution as pip's constraints (k8s/gpu_image.py), and takes its base image's digest as
+a build argument; each check fails on an input crafted to break it; Ray's llm extra
 is reported beside the resolution (k8s/ray_llm_pins.py); and one live resolution against PyPI (metadata
 only, no download) passes the same checks."""
 
@@ -334,34 +335,75 @@ def test_the_cli_fails_when_the_constraints_are_not_the_committed_resolution(tmp
     assert "gpu-constraints.txt is not the resolution's packages (vllm 0.31.0" in capsys.readouterr().err
 
 
-def test_the_image_installs_the_gpu_extra_with_the_constraints():
+def test_the_image_installs_only_hashed_files_then_the_gpu_extra_with_the_constraints():
     assert gpu_image.check_image_install(DOCKERFILE) == []
-    [run] = [line for line in DOCKERFILE.splitlines() if line.startswith("RUN ") and "pip install" in line]
-    assert "-c requirements/gpu-constraints.txt" in run and "'.[gpu]'" in run
-    copy = "COPY --chown=ray:users requirements/gpu-constraints.txt ./requirements/gpu-constraints.txt"
-    assert DOCKERFILE.index(copy) < DOCKERFILE.index(run)
+    runs = [line for line in DOCKERFILE.splitlines() if line.startswith("RUN ") and "pip install" in line]
+    assert runs == [
+        "RUN pip install --no-cache-dir --no-deps --require-hashes -r requirements/build-lock-hashed.txt",
+        "RUN pip install --no-cache-dir --no-deps --require-hashes"
+        " -r requirements/gpu-constraints-hashed.txt",
+        "RUN pip install --no-cache-dir --no-index --no-build-isolation -c requirements/gpu-constraints.txt"
+        " -e '.[gpu]'",
+    ]
+    copy = (
+        "COPY --chown=ray:users requirements/build-lock-hashed.txt requirements/gpu-constraints.txt "
+        "requirements/gpu-constraints-hashed.txt ./requirements/"
+    )
+    assert DOCKERFILE.index(copy) < DOCKERFILE.index(runs[0])
+    # the hashed file is the constraints' pins, each with the sha256 of the file for the image's platform
+    assert gpu_stack.check_hashed(ROOT / "requirements" / "gpu-constraints.txt") == []
+
+
+_HASHED_RUN = (
+    "RUN pip install --no-cache-dir --no-deps --require-hashes -r requirements/gpu-constraints-hashed.txt\n"
+)
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         (lambda d: d.replace("-c requirements/gpu-constraints.txt ", ""), "without -c"),
-        (lambda d: re.sub(r"^COPY .*gpu-constraints.txt.*\n", "", d, flags=re.M), "does not COPY"),
-        (  # copied after the install: too late
-            lambda d: re.sub(
-                r"^(COPY .*gpu-constraints.txt.*\n)((?:.*\n)*?)(RUN pip .*\n)", r"\2\3\1", d, flags=re.M
+        (lambda d: d.replace("--no-index ", ""), "without --no-index"),  # would fetch what the lock lacks
+        (lambda d: d.replace("--no-build-isolation ", ""), "without --no-build-isolation"),
+        (lambda d: d.replace(_HASHED_RUN, ""), "does not install -r requirements/gpu-constraints-hashed.txt"),
+        (
+            lambda d: d.replace("--require-hashes -r requirements/build-lock", "-r requirements/build-lock"),
+            "installs requirements/build-lock-hashed.txt without --no-deps --require-hashes",
+        ),
+        (
+            lambda d: d.replace(_HASHED_RUN, "").replace(
+                "\n# `import_path:", "\n" + _HASHED_RUN + "# `import_path:"
             ),
+            "installs requirements/gpu-constraints-hashed.txt after the gpu extra",
+        ),
+        (
+            lambda d: d.replace("requirements/gpu-constraints.txt requirements/", "requirements/"),
             "does not COPY",
         ),
         (lambda d: d.replace("'.[gpu]'", "'.[cpu]'"), "does not `pip install ... '.[gpu]'`"),
+        (lambda d: d + "RUN pip install --no-cache-dir flash-attn\n", "installs what no hashed file names"),
+        (
+            lambda d: d + "RUN true \\\n    && pip install --upgrade pip\n",  # a continuation line too
+            "installs what no hashed file names",
+        ),
     ],
 )
-def test_an_image_installed_without_the_constraints_fails(change, message):
+def test_an_image_that_installs_anything_unhashed_fails(change, message):
     dockerfile = change(DOCKERFILE)
     assert dockerfile != DOCKERFILE
     [problem] = gpu_image.check_image_install(dockerfile)
     assert message in problem
     assert any(message in problem for problem in gpu_stack.check_all(SUMMARY, PYPROJECT, dockerfile))
+
+
+def test_the_cli_fails_when_the_hashed_lock_is_not_the_constraints_hashed(tmp_path, monkeypatch, capsys):
+    constraints = tmp_path / "gpu-constraints.txt"
+    constraints.write_text(CONSTRAINTS)
+    hashed = (ROOT / "requirements" / "gpu-constraints-hashed.txt").read_text()
+    (tmp_path / "gpu-constraints-hashed.txt").write_text(hashed.replace("\nvllm==0.32.0 ", "\nvllm==0.31.0 "))
+    monkeypatch.setattr(gpu_stack, "CONSTRAINTS", constraints)
+    assert gpu_stack.main(["--offline"]) == 1
+    assert "gpu-constraints-hashed.txt: vllm is 0.31.0, the lock pins 0.32.0" in capsys.readouterr().err
 
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4

@@ -1,12 +1,15 @@
 """The locks, hashed (requirements/hash_lock.py): each lock's ``-hashed.txt`` is the lock with one sha256
-for every pin; the Makefile installs the hashed files with --require-hashes and keeps the hash-free
-lock as the constraints of the project's editable install; each check fails on an input crafted to
-break it. Offline: the hashes themselves are checked against the real files by `pip download
---require-hashes` (docs/deploying.md), not here."""
+for every pin (the GPU image's for its platform); the Makefile installs pip and setuptools first, then
+the hashed files with --require-hashes, and the project with --no-index (nothing fetched) and without
+build isolation, keeping the hash-free lock as its constraints: nothing it installs is unpinned or
+unhashed; each check fails on an input crafted to break it. Offline: the hashes themselves are checked
+against the real files by `pip download --require-hashes` (docs/deploying.md), not here."""
 
 import importlib.util
 import re
+import shlex
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -38,7 +41,7 @@ def test_each_hashed_file_is_its_lock_with_a_sha256_for_every_pin(lock):
     assert hash_lock.check(lock.read_text(), text, lock.name) == []
     comments, pins = hash_lock.parse_lock(lock.read_text())
     hashed = hash_lock.parse_hashed(text)
-    assert len(hashed) == len(pins) > 100
+    assert len(hashed) == len(pins) >= 2
     assert {hash_lock.canonical(name): version for name, version in pins} == {
         name: version for name, (version, _) in hashed.items()
     }
@@ -57,7 +60,7 @@ def test_the_locks_themselves_stay_name_version_lists_without_hashes(lock):
     assert all(line.startswith("#") or "==" in line for line in text.splitlines())
 
 
-def test_the_cli_checks_both_hashed_files_offline(capsys):
+def test_the_cli_checks_every_hashed_file_offline(capsys):
     assert hash_lock.main(["--check"]) == 0
     assert hash_lock.main(["--check", str(ROOT / "requirements" / "cpu-lock.txt")]) == 0
     assert capsys.readouterr().err == ""
@@ -162,6 +165,18 @@ def test_the_pip_command_resolves_on_pypi_without_this_machines_configuration():
         assert flag in command
     assert command[command.index("--index-url") + 1] == "https://pypi.org/simple"
     assert command[command.index("--report") + 1] == "r.json" and command[-2:] == ["-r", "lock.txt"]
+    assert "--platform" not in command  # the CPU locks: this machine's platform
+
+
+def test_the_gpu_lock_is_hashed_for_the_images_platform():
+    lock = ROOT / "requirements" / "gpu-constraints.txt"
+    assert lock in LOCKS and hash_lock.target_of(lock) == hash_lock.IMAGE
+    command = hash_lock.pip_command(lock, Path("r.json"), hash_lock.target_of(lock))
+    assert "--only-binary=:all:" in command and command[command.index("--python-version") + 1] == "3.11"
+    platforms = [command[i + 1] for i, flag in enumerate(command) if flag == "--platform"]
+    assert platforms[0] == "manylinux_2_35_x86_64" and "manylinux_2_36_x86_64" not in platforms
+    header = hash_lock.hashed_path(lock).read_text()
+    assert "wheels for manylinux_2_35_x86_64" in header and "k8s/Dockerfile installs this file" in header
 
 
 def recipe(target):
@@ -176,26 +191,78 @@ def recipe(target):
     return lines[start], body
 
 
-@pytest.mark.parametrize(
-    ("target", "lock", "hashed"),
-    [
-        ("$(VENV)/.installed", "cpu-lock.txt", "cpu-lock-hashed.txt"),
-        ("$(LMMS_VENV)/.installed", "lmms-eval-lock.txt", "lmms-eval-lock-hashed.txt"),
-    ],
-)
-def test_the_makefile_installs_each_lock_from_its_hashed_file_with_require_hashes(target, lock, hashed):
+VENVS = {
+    "$(VENV)/.installed": ["build-lock.txt", "cpu-lock.txt", "dev-lock.txt"],
+    "$(LMMS_VENV)/.installed": ["build-lock.txt", "lmms-eval-lock.txt"],
+}
+
+
+@pytest.mark.parametrize(("target", "locks"), VENVS.items())
+def test_the_makefile_installs_each_lock_from_its_hashed_file_with_require_hashes(target, locks):
     head, body = recipe(target)
-    assert f"requirements/{lock}" in head and f"requirements/{hashed}" in head  # a change reinstalls
-    assert body[0] == f"$(PYTHON) requirements/hash_lock.py --check requirements/{lock}"  # before the venv
-    installs = [line for line in body if " install " in line and "--upgrade pip" not in line]
-    assert f"install --no-deps --require-hashes -r requirements/{hashed}" in installs[0]
-    assert not any(f"-r requirements/{lock}" in line for line in body)  # never the unhashed lock
+    for lock in locks:  # a change to a lock or its hashed file reinstalls
+        assert (
+            f"requirements/{lock}" in head and f"requirements/{lock.replace('.txt', '-hashed.txt')}" in head
+        )
+    # before the venv: each hashed file is its lock
+    assert body[0] == "$(PYTHON) requirements/hash_lock.py --check " + " ".join(
+        f"requirements/{x}" for x in locks
+    )
+    installs = [line for line in body if " install " in line]
+    # pip and setuptools first, as the venv's own pip would otherwise install the rest
+    assert installs[0].endswith("install --no-deps --require-hashes -r requirements/build-lock-hashed.txt")
+    hashed = {match for line in installs for match in re.findall(r"-r (requirements/\S+)", line)}
+    assert hashed == {f"requirements/{lock.replace('.txt', '-hashed.txt')}" for lock in locks}
+    assert not any(f"-r requirements/{lock}" in line for lock in locks for line in body)  # never unhashed
+
+
+def _pip_installs() -> list[list[str]]:
+    """Every pip install of the Makefile's recipes ($(PIP), $(LMMS_PIP) or pip itself), as its words
+    after ``install``."""
+    return [
+        shlex.split(line.split(" install ", 1)[1])
+        for line in MAKEFILE.splitlines()
+        if line.startswith("\t") and re.search(r"(\$\(\w*PIP\)|\bpip) install ", line)
+    ]
+
+
+def test_the_makefile_installs_nothing_unpinned_or_unhashed():
+    installs = _pip_installs()
+    assert len(installs) == 5  # two venvs: pip and setuptools, their locks, and the project in .venv
+    for words in installs:
+        if "--require-hashes" in words:
+            # only hashed files, as they are (no dependency pip would pick itself)
+            assert "--no-deps" in words
+            files = [words[i + 1] for i, word in enumerate(words) if word == "-r"]
+            assert files and all(file.endswith("-hashed.txt") for file in files), words
+            assert [word for word in words if not word.startswith("-") and word not in files] == [], words
+        else:
+            # the project alone: pip may fetch nothing (--no-index), so every requirement of the extras
+            # is one the hashed locks installed, and it builds with their setuptools
+            assert "--no-index" in words and "--no-build-isolation" in words, words
+            assert words[-2:] == ["-e", ".[cpu,dev,eval]"], words
+        assert "--upgrade" not in words and "-U" not in words, words
+    # whatever pip builds (the project, lmms-eval's sdists) builds with the hashed setuptools
+    assert sum("--no-build-isolation" in words for words in installs) == 2
+
+
+def test_the_build_system_pins_the_hashed_setuptools():
+    lock = dict(hash_lock.parse_lock((ROOT / "requirements" / "build-lock.txt").read_text())[1])
+    assert set(lock) == {"pip", "setuptools"}
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    assert build == {
+        "requires": [f"setuptools=={lock['setuptools']}"],
+        "build-backend": "setuptools.build_meta",
+    }
 
 
 def test_the_editable_install_is_constrained_by_the_hash_free_lock():
     _, body = recipe("$(VENV)/.installed")
     [editable] = [line for line in body if " -e " in line]
-    assert "install -c requirements/cpu-lock.txt -e '.[cpu,dev,eval]'" in editable
+    assert (
+        "install --no-index --no-build-isolation -c requirements/cpu-lock.txt -e '.[cpu,dev,eval]'"
+        in editable
+    )
 
 
 def test_the_docs_say_what_is_hashed_and_how_to_regenerate_it():
@@ -203,6 +270,11 @@ def test_the_docs_say_what_is_hashed_and_how_to_regenerate_it():
     for text in [
         "requirements/cpu-lock-hashed.txt",
         "requirements/lmms-eval-lock-hashed.txt",
+        "requirements/build-lock-hashed.txt",
+        "requirements/dev-lock-hashed.txt",
+        "requirements/gpu-constraints-hashed.txt",
+        "--no-build-isolation",
+        "--no-index",
         "python requirements/hash_lock.py",
         "--require-hashes",
         "requirements/gpu-constraints.txt",
