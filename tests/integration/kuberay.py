@@ -1,7 +1,9 @@
 """What the KubeRay tests share: k8s/render.py loaded as a module (it is a script, not a package), the
-schema of a vendored KubeRay CRD, which the manifests are validated against, the checks of the pods'
-volumes that the RayService and the RayJob share (/dev/shm, the model cache), and those of who may do
-what (API keys from their Secret, Ray's token, non-root pods, the NetworkPolicy)."""
+schema of a vendored KubeRay CRD, which the manifests are validated against (and its pod template's,
+which the other manifests' pods are), the checks of the pods' volumes that the RayService and the RayJob
+share (/dev/shm, the model cache read-only, where the containers write), and those of who may do what
+(API keys from their Secret, Ray's token, non-root pods with read-only root filesystems, no Kubernetes
+API token but the autoscaler's, HF_TOKEN only where the checkpoints are downloaded, the NetworkPolicy)."""
 
 import copy
 import functools
@@ -52,6 +54,58 @@ def strict_crd_schema(name: str) -> dict[str, Any]:
     schema = copy.deepcopy(crd_schema(name))
     close(schema)
     return schema
+
+
+@functools.cache
+def pod_template_schema() -> dict[str, Any]:
+    """The schema of a pod template (metadata, spec) as KubeRay's RayService CRD embeds Kubernetes' own,
+    closed as ``strict_crd_schema`` closes it: the pods of the Job and the Pod the other manifests hold
+    are checked against it, so a misspelt field fails rather than being dropped."""
+    service = strict_crd_schema("ray.io_rayservices.yaml")["properties"]["spec"]
+    head = service["properties"]["rayClusterConfig"]["properties"]["headGroupSpec"]
+    return head["properties"]["template"]
+
+
+# The kinds of k8s/'s manifests that hold no pod.
+NO_PODS = {"PersistentVolumeClaim", "ConfigMap", "NetworkPolicy"}
+
+
+def manifest_documents() -> dict[str, dict[str, Any]]:
+    """Every document of the manifests one applies (k8s/*.yaml but the templates), by "file kind/name"."""
+    documents = {}
+    for path in sorted((ROOT / "k8s").glob("*.yaml")):
+        if not path.name.endswith(".template.yaml"):
+            for document in yaml.safe_load_all(path.read_text()):
+                documents[f"{path.name} {document['kind']}/{document['metadata']['name']}"] = document
+    return documents
+
+
+def document_pods(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pod specs a document makes, by name: a RayService's or RayJob's head and worker groups and a
+    RayJob's submitter, a Job's pod, a Pod; none for the kinds of ``NO_PODS`` (any other kind fails)."""
+    kind, spec = document["kind"], document.get("spec") or {}
+    if kind in NO_PODS:
+        return {}
+    if kind in ("RayService", "RayJob"):
+        cluster = spec["rayClusterConfig"] if kind == "RayService" else spec["rayClusterSpec"]
+        pods = {name: group["template"]["spec"] for name, group in pod_groups(cluster).items()}
+        if "submitterPodTemplate" in spec:
+            pods["submitter"] = spec["submitterPodTemplate"]["spec"]
+        return pods
+    if kind == "Job":
+        return {"job": spec["template"]["spec"]}
+    if kind == "Pod":
+        return {"pod": spec}
+    raise AssertionError(f"a {kind} in k8s/: say where its pods are (tests/integration/kuberay.py)")
+
+
+def manifest_pods() -> dict[str, dict[str, Any]]:
+    """Every pod spec of every manifest one applies, by "file kind/name pod"."""
+    return {
+        f"{where} {name}": pod
+        for where, document in manifest_documents().items()
+        for name, pod in document_pods(document).items()
+    }
 
 
 def pod_groups(cluster: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -122,20 +176,135 @@ def check_shared_memory(cluster: dict[str, Any]) -> None:
             assert size < quantity_bytes(container["resources"]["limits"]["memory"]), name
 
 
-def check_model_cache(cluster: dict[str, Any], claim: dict[str, Any]) -> None:
-    """Every GPU pod's containers mount ``claim`` at the HF_HOME their env names, with VLLM_CACHE_ROOT
-    under it, so the checkpoints and vLLM's compile artefacts both land on the claim."""
+def mount_at(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict, dict] | None:
+    """(the mount, its pod volume) that holds ``path`` in ``container``: the deepest mount whose mountPath
+    is ``path`` or a folder above it; None when the path is on the container's root filesystem."""
     from pathlib import PurePosixPath
 
+    volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
+    holding = [
+        mount
+        for mount in container.get("volumeMounts", [])
+        if PurePosixPath(path).is_relative_to(mount["mountPath"])
+    ]
+    if not holding:
+        return None
+    mount = max(holding, key=lambda mount: len(PurePosixPath(mount["mountPath"]).parts))
+    return mount, volumes[mount["name"]]
+
+
+def writable_emptydir(pod: dict[str, Any], container: dict[str, Any], path: str) -> bool:
+    """``path`` lies on an emptyDir the container mounts read-write (its own for the pod's life)."""
+    found = mount_at(pod, container, path)
+    return found is not None and not found[0].get("readOnly") and isinstance(found[1].get("emptyDir"), dict)
+
+
+def env_values(container: dict[str, Any]) -> dict[str, str | None]:
+    return {item["name"]: item.get("value") for item in container.get("env", [])}
+
+
+def check_model_cache(cluster: dict[str, Any], claim: dict[str, Any]) -> None:
+    """Every GPU pod's containers mount ``claim`` read-only at the HF_HOME their env names (the mount
+    and the volume both read-only) and never fetch from the hub (HF_HUB_OFFLINE=1); vLLM's compile cache
+    (VLLM_CACHE_ROOT) is the pod's own, on a writable emptyDir. No pod of ``cluster`` may write the claim."""
+    name_of_claim = claim["metadata"]["name"]
     for name, group in gpu_groups(cluster).items():
-        for container in group["template"]["spec"]["containers"]:
-            env = {item["name"]: item.get("value") for item in container.get("env", [])}
+        pod = group["template"]["spec"]
+        for container in pod["containers"]:
+            env = env_values(container)
             assert env.get("HF_HOME"), f"{name}: no HF_HOME"
             volume = mounted(group, container).get(env["HF_HOME"])
             assert volume is not None, f"{name}: nothing is mounted at HF_HOME {env['HF_HOME']}"
-            assert volume.get("persistentVolumeClaim") == {"claimName": claim["metadata"]["name"]}, volume
+            read_only_claim = {"claimName": name_of_claim, "readOnly": True}
+            assert volume.get("persistentVolumeClaim") == read_only_claim, f"{name}: {volume}"
+            [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == env["HF_HOME"]]
+            assert mount.get("readOnly") is True, f"{name}: the model cache is mounted writable"
+            assert env.get("HF_HUB_OFFLINE") == "1", f"{name}: HF_HUB_OFFLINE is not 1"
             cache_root = env.get("VLLM_CACHE_ROOT")
-            assert cache_root and PurePosixPath(cache_root).is_relative_to(env["HF_HOME"]), cache_root
+            assert cache_root and writable_emptydir(pod, container, cache_root), f"{name}: {cache_root}"
+    for name, group in pod_groups(cluster).items():
+        pod = group["template"]["spec"]
+        for volume in pod.get("volumes", []):
+            source = volume.get("persistentVolumeClaim") or {}
+            if source.get("claimName") == name_of_claim:
+                assert source.get("readOnly") is True, f"{name}: {volume}"
+
+
+# Where a container writes, with the root filesystem read-only: /tmp (Ray's /tmp/ray, vLLM's sockets,
+# Python's temporary files) and the caches, which these variables point into /home/ray/.cache.
+WRITABLE_PATHS = ("/tmp", "/home/ray/.cache")
+CACHE_ENV = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TRITON_HOME", "CUDA_CACHE_PATH", "VLLM_CACHE_ROOT")
+RAY_CACHE_ENV = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TRITON_HOME", "CUDA_CACHE_PATH")  # every Ray container
+RAY_LOGS = "/tmp/ray"
+SERVICE_ACCOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def check_writable_paths(pod: dict[str, Any], container: dict[str, Any], where: str) -> None:
+    """``container`` can write /tmp and /home/ray/.cache (writable emptyDirs), and every cache its env
+    names lies on one of them."""
+    for path in WRITABLE_PATHS:
+        assert writable_emptydir(pod, container, path), f"{where}: {path} is not a writable emptyDir"
+    env = env_values(container)
+    for variable in CACHE_ENV:
+        if variable in env:
+            assert env[variable] and writable_emptydir(pod, container, env[variable]), f"{where}: {variable}"
+
+
+def check_writable(cluster: dict[str, Any]) -> None:
+    """Every Ray container writes only to emptyDirs: /tmp, /home/ray/.cache and the caches its env points
+    there (``RAY_CACHE_ENV``); on the head, Ray's logs (/tmp/ray) are on a volume the autoscaler mounts
+    at the same place, and the autoscaler has a writable /tmp of its own."""
+    for name, group in pod_groups(cluster).items():
+        pod = group["template"]["spec"]
+        for container in pod["containers"]:
+            where = f"{name}: {container['name']}"
+            check_writable_paths(pod, container, where)
+            missing = set(RAY_CACHE_ENV) - set(env_values(container))
+            assert not missing, f"{where}: no {sorted(missing)}"
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    if cluster.get("enableInTreeAutoscaling"):
+        autoscaler = {"volumeMounts": (cluster.get("autoscalerOptions") or {}).get("volumeMounts", [])}
+        assert writable_emptydir(head, autoscaler, "/tmp"), "autoscaler: /tmp is not a writable emptyDir"
+        logs = mount_at(head, autoscaler, RAY_LOGS)
+        assert logs is not None and logs[0]["mountPath"] == RAY_LOGS, "autoscaler: no /tmp/ray of its own"
+        assert logs == mount_at(head, head["containers"][0], RAY_LOGS), "autoscaler: not the head's /tmp/ray"
+        assert writable_emptydir(head, autoscaler, RAY_LOGS), "autoscaler: /tmp/ray is not writable"
+
+
+def service_account_token_volumes(pod: dict[str, Any]) -> set[str]:
+    """The pod's volumes that project a service-account token."""
+    return {
+        volume["name"]
+        for volume in pod.get("volumes", [])
+        for source in (volume.get("projected") or {}).get("sources", [])
+        if "serviceAccountToken" in source
+    }
+
+
+def check_no_api_token(pod: dict[str, Any], where: str) -> None:
+    """The pod mounts no Kubernetes API token by default (automountServiceAccountToken: false), and none
+    of its containers mounts one itself."""
+    assert pod.get("automountServiceAccountToken") is False, f"{where}: automountServiceAccountToken"
+    tokens = service_account_token_volumes(pod)
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        mounts = {mount["name"] for mount in container.get("volumeMounts", [])}
+        assert not mounts & tokens, f"{where}: {container['name']} mounts a service-account token"
+
+
+def check_api_tokens(cluster: dict[str, Any]) -> None:
+    """No pod of ``cluster`` has a Kubernetes API token but the autoscaler, which mounts the head's
+    service-account token (token, CA, namespace) read-only where its client reads it."""
+    for name, group in pod_groups(cluster).items():
+        check_no_api_token(group["template"]["spec"], name)
+    if cluster.get("enableInTreeAutoscaling"):
+        head = cluster["headGroupSpec"]["template"]["spec"]
+        mounts = (cluster.get("autoscalerOptions") or {}).get("volumeMounts", [])
+        [token] = [m for m in mounts if m["name"] in service_account_token_volumes(head)]
+        assert token == {"name": token["name"], "mountPath": SERVICE_ACCOUNT_PATH, "readOnly": True}, token
+        [volume] = [v for v in head["volumes"] if v["name"] == token["name"]]
+        sources = volume["projected"]["sources"]
+        assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}} in sources, sources
+        assert any((s.get("configMap") or {}).get("name") == "kube-root-ca.crt" for s in sources), sources
 
 
 # Who may do what. The names the manifests, k8s/networkpolicy.yaml and docs/deploying.md share.
@@ -148,7 +317,8 @@ RAY_PODS = {"matchLabels": {"ray.io/is-ray-node": "yes"}}  # KubeRay's label on 
 
 def check_container_security(pod: dict[str, Any], container: dict[str, Any], where: str) -> None:
     """``container`` of ``pod`` (a pod spec) runs as a user other than root, which the kubelet checks
-    (runAsNonRoot), cannot gain privileges, holds no capability, under the runtime's seccomp profile."""
+    (runAsNonRoot), cannot gain privileges, holds no capability, cannot write its root filesystem, under
+    the runtime's seccomp profile."""
     pod_context = pod.get("securityContext") or {}
     context = container.get("securityContext") or {}
     effective = pod_context | context  # a container's own settings win over the pod's
@@ -160,6 +330,7 @@ def check_container_security(pod: dict[str, Any], container: dict[str, Any], whe
     capabilities = context.get("capabilities") or {}
     assert "ALL" in capabilities.get("drop", []), f"{where}: capabilities not dropped"
     assert not capabilities.get("add"), f"{where}: adds capabilities {capabilities.get('add')}"
+    assert context.get("readOnlyRootFilesystem") is True, f"{where}: the root filesystem is writable"
 
 
 def check_pod_security(cluster: dict[str, Any]) -> None:

@@ -1,10 +1,13 @@
 """The KubeRay artifacts: the RayService is rendered from configs/mai.yaml (no drift), validates against
 KubeRay's RayService CRD schema, and its names, ports, pins and image tags agree with each other, with
 the Dockerfile and with the project's pins; every pod has /dev/shm in memory, sized for what uses it, and
-every GPU pod keeps its checkpoints and compile artefacts on the model cache claim. Access: every pod
-has the API keys from their Secret, Ray's token authentication is on, every container runs as a user
-other than root without privileges, and k8s/networkpolicy.yaml admits from outside the Ray pods only
-Serve's port (and the dashboard to the KubeRay operator and the RayJob's submitter)."""
+every GPU pod reads its checkpoints from the model cache claim, read-only and offline, which only the
+Job of k8s/model-cache.yaml writes (the checkpoints configs/mai.yaml names). Access: every pod has the
+API keys from their Secret, Ray's token authentication is on, every container runs as a user other than
+root without privileges on a read-only root filesystem, writing only to emptyDirs; no pod of any
+manifest mounts a Kubernetes API token (the autoscaler alone mounts one), HF_TOKEN is only in the
+container that downloads the checkpoints, and k8s/networkpolicy.yaml admits from outside the Ray pods
+only Serve's port (and the dashboard to the KubeRay operator and the RayJob's submitter)."""
 
 import copy
 import json
@@ -23,16 +26,25 @@ from .kuberay import (
     RAY_TOKEN_SECRET,
     ROOT,
     check_api_keys,
+    check_api_tokens,
     check_container_security,
     check_model_cache,
     check_network_policy,
+    check_no_api_token,
     check_pod_security,
     check_shared_memory,
     check_token_auth,
+    check_writable,
+    check_writable_paths,
     crd_schema,
+    env_values,
     gpu_groups,
     load_render,
+    manifest_documents,
+    manifest_pods,
+    mount_at,
     mounted,
+    pod_template_schema,
     quantity_bytes,
     strict_crd_schema,
     vllm_message_queue_bytes,
@@ -45,7 +57,9 @@ MANIFEST = yaml.safe_load((ROOT / "k8s" / "rayservice.yaml").read_text())
 SERVE = yaml.safe_load(MANIFEST["spec"]["serveConfigV2"])
 CLUSTER = MANIFEST["spec"]["rayClusterConfig"]
 GROUPS = {group["groupName"]: group for group in CLUSTER["workerGroupSpecs"]}
-MODEL_CACHE = yaml.safe_load((ROOT / "k8s" / "model-cache.yaml").read_text())
+CACHE_DOCUMENTS = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "k8s" / "model-cache.yaml").read_text())}
+MODEL_CACHE = CACHE_DOCUMENTS["PersistentVolumeClaim"]
+FILL_JOB = CACHE_DOCUMENTS["Job"]
 POLICY = yaml.safe_load((ROOT / "k8s" / "networkpolicy.yaml").read_text())
 DEPLOYING = (ROOT / "docs" / "deploying.md").read_text()
 
@@ -114,9 +128,8 @@ def test_each_model_has_a_gpu_worker_group_advertising_its_pin_and_the_head_has_
         assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
         # the group can hold as many engines as Serve may ask for
         assert group["maxReplicas"] >= args[role]["autoscaling"]["max_replicas"]
-        [token] = [env for env in container["env"] if env["name"] == "HF_TOKEN"]
-        # the checkpoints are public: a pod starts without the hf-token secret (HF_TOKEN unset then)
-        assert token["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}
+        # the checkpoints come from the model cache, filled by its Job: no token in a serving pod
+        assert "HF_TOKEN" not in env_values(container)
     assert CLUSTER["enableInTreeAutoscaling"] is True and CLUSTER["autoscalerOptions"]["version"] == "v2"
 
 
@@ -257,40 +270,229 @@ def test_the_shared_memory_check_fails_a_gpu_pod_without_enough_of_it(breakage):
         check_shared_memory(cluster)
 
 
-def test_every_gpu_pod_mounts_the_model_cache_claim_at_its_hf_home():
+def test_every_gpu_pod_reads_the_model_cache_claim_at_its_hf_home_read_only():
     spec = MODEL_CACHE["spec"]
-    assert (
-        MODEL_CACHE["kind"] == "PersistentVolumeClaim"
-        and MODEL_CACHE["metadata"]["name"] == "mai-model-cache"
-    )
+    assert MODEL_CACHE["metadata"]["name"] == "mai-model-cache"
     # pods on several nodes share it; the storage class is the user's (the file documents the choice)
     assert spec["accessModes"] == ["ReadWriteMany"] and "storageClassName" not in spec
     # both checkpoints in bf16 (4.3 GB and 17.5 GB) twice over, one revision beside the next
     assert quantity_bytes(spec["resources"]["requests"]["storage"]) >= 2 * (4.3 + 17.5) * 10**9
     check_model_cache(CLUSTER, MODEL_CACHE)
-    for group in gpu_groups(CLUSTER).values():  # the image's ray user (gid 100) may write to it
-        assert group["template"]["spec"]["securityContext"]["fsGroup"] == 100
     # the head runs no engine: no checkpoint, no cache
     [head] = CLUSTER["headGroupSpec"]["template"]["spec"]["containers"]
     assert "/model-cache" not in mounted(CLUSTER["headGroupSpec"], head)
 
 
+def _gpu_env(env, name):
+    return next(e for e in env if e["name"] == name)
+
+
 @pytest.mark.parametrize(
     "breakage",
     [
-        lambda env, pod: env.remove(next(e for e in env if e["name"] == "HF_HOME")),
-        lambda env, pod: next(e for e in env if e["name"] == "HF_HOME").update(value="/root/.cache/hf"),
-        lambda env, pod: next(e for e in env if e["name"] == "VLLM_CACHE_ROOT").update(value="/tmp/vllm"),
+        lambda env, pod: env.remove(_gpu_env(env, "HF_HOME")),
+        lambda env, pod: _gpu_env(env, "HF_HOME").update(value="/root/.cache/hf"),
+        lambda env, pod: env.remove(_gpu_env(env, "HF_HUB_OFFLINE")),  # would fetch from the hub
+        lambda env, pod: _gpu_env(env, "HF_HUB_OFFLINE").update(value="0"),
+        # the compile cache on the read-only claim, or on the root filesystem
+        lambda env, pod: _gpu_env(env, "VLLM_CACHE_ROOT").update(value="/model-cache/vllm"),
+        lambda env, pod: _gpu_env(env, "VLLM_CACHE_ROOT").update(value="/opt/vllm"),
         lambda env, pod: pod["volumes"][1]["persistentVolumeClaim"].update(claimName="other"),
+        lambda env, pod: pod["volumes"][1]["persistentVolumeClaim"].pop("readOnly"),
+        lambda env, pod: pod["containers"][0]["volumeMounts"][1].pop("readOnly"),
+        lambda env, pod: pod["containers"][0]["volumeMounts"][1].update(readOnly=False),
     ],
 )
-def test_the_model_cache_check_fails_a_pod_whose_caches_miss_the_claim(breakage):
+def test_the_model_cache_check_fails_a_pod_that_may_write_the_claim_or_misses_it(breakage):
     cluster = copy.deepcopy(CLUSTER)
     pod = cluster["workerGroupSpecs"][0]["template"]["spec"]
     assert pod["volumes"][1]["name"] == "model-cache"
+    assert pod["containers"][0]["volumeMounts"][1]["name"] == "model-cache"
     breakage(pod["containers"][0]["env"], pod)
     with pytest.raises(AssertionError):
         check_model_cache(cluster, MODEL_CACHE)
+
+
+def test_the_head_may_not_write_the_model_cache_either():
+    cluster = copy.deepcopy(CLUSTER)
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    head["volumes"].append({"name": "model-cache", "persistentVolumeClaim": {"claimName": "mai-model-cache"}})
+    with pytest.raises(AssertionError, match="head"):
+        check_model_cache(cluster, MODEL_CACHE)
+
+
+def _fill_container():
+    [container] = FILL_JOB["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _configured_sources() -> list[str]:
+    source = yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text())
+    return [
+        application["args"][role]["source"]
+        for application in source["applications"]
+        for role in ("small", "large")
+    ]
+
+
+def test_the_fill_job_downloads_each_configured_checkpoint_into_the_claim_the_pods_read():
+    pod = FILL_JOB["spec"]["template"]["spec"]
+    container = _fill_container()
+    assert container["command"] == ["sh", "-ec"]
+    [script] = container["args"]
+    [models] = re.findall(r'^for model in (.+); do hf download "\$model"; done$', script)
+    assert (
+        models.split() == _configured_sources() == ["Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"]
+    )
+    # into the hub cache of the HF_HOME the GPU pods read: the same folder on the same claim, written
+    # by the image's user (the GPU pods run as it), with the fill's own chunk cache off the claim
+    env = env_values(container)
+    for group in gpu_groups(CLUSTER).values():
+        assert env["HF_HOME"] == env_values(group["template"]["spec"]["containers"][0])["HF_HOME"]
+    mount, volume = mount_at(pod, container, env["HF_HOME"])
+    assert mount["mountPath"] == env["HF_HOME"] and not mount.get("readOnly")
+    assert volume["persistentVolumeClaim"] == {"claimName": MODEL_CACHE["metadata"]["name"]}
+    assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["fsGroup"] == 100
+    check_writable_paths(pod, container, "fill")
+    assert mount_at(pod, container, env["HF_XET_CACHE"])[0]["mountPath"] == "/tmp"
+    assert pod["restartPolicy"] == "Never" and FILL_JOB["spec"]["backoffLimit"] >= 1
+    # the same image, so the same huggingface_hub, installed from hashed files
+    assert container["image"] == CLUSTER["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def _containers_of(pod):
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def test_hf_token_is_only_in_the_container_that_downloads_the_checkpoints():
+    holders = []
+    for where, pod in manifest_pods().items():
+        for container in _containers_of(pod):
+            names = {item["name"] for item in container.get("env", [])}
+            sources = [item.get("secretRef", {}).get("name") for item in container.get("envFrom", [])]
+            if "HF_TOKEN" in names or "hf-token" in sources:
+                holders.append(f"{where} {container['name']}")
+    for document in manifest_documents().values():  # the autoscaler's container, which KubeRay adds
+        if document["kind"] in ("RayService", "RayJob"):
+            cluster = document["spec"].get("rayClusterConfig") or document["spec"]["rayClusterSpec"]
+            options = cluster.get("autoscalerOptions") or {}
+            assert "HF_TOKEN" not in {item["name"] for item in options.get("env", [])}
+            assert not options.get("envFrom")
+    assert holders == ["model-cache.yaml Job/mai-model-cache-fill job fill"]
+    token = next(item for item in _fill_container()["env"] if item["name"] == "HF_TOKEN")
+    # the checkpoints are public: the Job runs without the hf-token Secret (HF_TOKEN unset then)
+    assert token["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}
+
+
+def test_only_the_fill_job_can_write_the_model_cache():
+    claim = MODEL_CACHE["metadata"]["name"]
+    writers, readers = [], []
+    for where, pod in manifest_pods().items():
+        volumes = {
+            volume["name"]: volume["persistentVolumeClaim"]
+            for volume in pod.get("volumes", [])
+            if (volume.get("persistentVolumeClaim") or {}).get("claimName") == claim
+        }
+        for container in _containers_of(pod):
+            for mount in container.get("volumeMounts", []):
+                if mount["name"] in volumes:
+                    read_only = (
+                        mount.get("readOnly") is True and volumes[mount["name"]].get("readOnly") is True
+                    )
+                    (readers if read_only else writers).append(f"{where} {container['name']}")
+    assert writers == ["model-cache.yaml Job/mai-model-cache-fill job fill"]
+    # every GPU pod of the RayService and of the RayJob reads it
+    assert len(readers) == 4 and all("gpu" in reader for reader in readers), readers
+
+
+def test_no_pod_of_any_manifest_mounts_a_kubernetes_api_token_but_the_autoscaler():
+    pods = manifest_pods()
+    # the RayService's and the RayJob's head and GPU groups, the RayJob's submitter, the fill Job, the
+    # data pod: a new manifest's pods are checked as they come
+    assert len(pods) == 3 + 4 + 1 + 1, sorted(pods)
+    for where, pod in pods.items():
+        check_no_api_token(pod, where)
+    check_api_tokens(CLUSTER)
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda c: c["workerGroupSpecs"][1]["template"]["spec"].pop("automountServiceAccountToken"),
+        lambda c: c["headGroupSpec"]["template"]["spec"].update(automountServiceAccountToken=True),
+        lambda c: _head_pod(c)["containers"][0][
+            "volumeMounts"
+        ].append(  # the Ray container, beside the ingress
+            {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+        ),
+        lambda c: c["autoscalerOptions"]["volumeMounts"].pop(),  # the autoscaler could not scale
+        lambda c: c["autoscalerOptions"]["volumeMounts"][-1].pop("readOnly"),
+    ],
+)
+def test_the_api_token_check_fails_a_pod_with_a_token_it_does_not_need(breakage):
+    cluster = copy.deepcopy(CLUSTER)
+    breakage(cluster)
+    with pytest.raises((AssertionError, ValueError)):
+        check_api_tokens(cluster)
+
+
+def test_every_container_of_any_manifest_has_a_read_only_root_filesystem():
+    for where, pod in manifest_pods().items():
+        for container in _containers_of(pod):
+            check_container_security(pod, container, f"{where} {container['name']}")
+    check_pod_security(CLUSTER)  # and the autoscaler's
+
+
+def test_every_ray_container_writes_only_to_emptydirs_and_its_caches_are_there():
+    check_writable(CLUSTER)
+    for group in [CLUSTER["headGroupSpec"], *GROUPS.values()]:
+        [container] = group["template"]["spec"]["containers"]
+        env = env_values(container)
+        # torch's kernels folder (ray.serve.llm makes it on every node), FlashInfer's JIT cache and
+        # Hugging Face's default cache are under ~/.cache; Triton's and CUDA's caches, and vLLM's usage
+        # file (XDG_CONFIG_HOME), are moved there
+        assert env["XDG_CACHE_HOME"] == "/home/ray/.cache"
+        assert env["TRITON_HOME"].startswith("/home/ray/.cache") and env["CUDA_CACHE_PATH"].startswith(
+            "/home/ray"
+        )
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda c: _head_pod(c)["containers"][0]["volumeMounts"].pop(1),  # no /tmp
+        lambda c: c["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["volumeMounts"].pop(3),
+        lambda c: next(
+            e
+            for e in c["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]["env"]
+            if e["name"] == "TRITON_HOME"
+        ).update(value="/home/ray"),  # ~/.triton on the read-only root filesystem
+        lambda c: _head_pod(c)["containers"][0]["env"].pop(),  # no CUDA_CACHE_PATH
+        # the pod's /tmp no emptyDir (the node's, say)
+        lambda c: _head_pod(c)["volumes"][1].pop("emptyDir"),
+        # the autoscaler's logs apart from the head's
+        lambda c: c["autoscalerOptions"]["volumeMounts"].pop(1),
+        lambda c: c["autoscalerOptions"]["volumeMounts"].pop(0),  # the autoscaler without /tmp
+    ],
+)
+def test_the_writable_check_fails_a_container_that_would_write_its_root_filesystem(breakage):
+    cluster = copy.deepcopy(CLUSTER)
+    breakage(cluster)
+    with pytest.raises(AssertionError):
+        check_writable(cluster)
+
+
+def test_the_other_manifests_pods_validate_against_kuberays_pod_template_schema():
+    # the Job's and the data pod's fields are Kubernetes' own, spelt as the API server keeps them
+    jsonschema.validate(FILL_JOB["spec"]["template"], pod_template_schema())
+    data = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "k8s" / "batch-data.yaml").read_text())}
+    jsonschema.validate(
+        {"metadata": data["Pod"]["metadata"], "spec": data["Pod"]["spec"]}, pod_template_schema()
+    )
+    broken = copy.deepcopy(FILL_JOB["spec"]["template"])
+    broken["spec"]["automountServiceAcountToken"] = False  # misspelt: the token would be mounted
+    with pytest.raises(jsonschema.ValidationError, match="Additional properties are not allowed"):
+        jsonschema.validate(broken, pod_template_schema())
 
 
 def test_the_manifest_has_no_field_the_api_server_would_drop():
@@ -408,6 +610,11 @@ def _head_pod(cluster):
             initContainers=[{"name": "fetch", "image": "busybox:1.37"}]
         ),
         lambda c: c["autoscalerOptions"].pop("securityContext"),
+        lambda c: _head_pod(c)["containers"][0]["securityContext"].pop("readOnlyRootFilesystem"),
+        lambda c: c["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]["securityContext"].update(
+            readOnlyRootFilesystem=False
+        ),
+        lambda c: c["autoscalerOptions"]["securityContext"].pop("readOnlyRootFilesystem"),
     ],
 )
 def test_the_security_check_fails_a_container_that_may_run_as_root_or_gain_privileges(breakage):

@@ -1,8 +1,9 @@
 """The KubeRay RayJob that runs mai-batch: rendered from its template, the RayService's and configs/mai.yaml
 (no drift), valid against KubeRay's RayJob CRD schema, on the RayService's cluster (image, groups, pins,
-resources, /dev/shm and the model cache, Ray's token, non-root pods) with the batch storage mounted and
-no API keys, its submitter as restricted as the Ray pods, and running the ``mai-batch`` console script on
-the RayService's pinned application."""
+resources, /dev/shm and the model cache read-only, Ray's token, non-root pods on read-only root
+filesystems writing only to emptyDirs, no Kubernetes API token but the autoscaler's) with the batch
+storage mounted and no API keys, its submitter as restricted as the Ray pods, and running the
+``mai-batch`` console script on the RayService's pinned application."""
 
 import copy
 import inspect
@@ -18,11 +19,15 @@ import yaml
 from .kuberay import (
     ROOT,
     api_keys_env,
+    check_api_tokens,
     check_container_security,
     check_model_cache,
+    check_no_api_token,
     check_pod_security,
     check_shared_memory,
     check_token_auth,
+    check_writable,
+    check_writable_paths,
     crd_schema,
     load_render,
     strict_crd_schema,
@@ -226,8 +231,9 @@ def test_the_batch_cluster_leaves_the_rayservices_template_alone():
 
 def test_the_jobs_pods_have_dev_shm_in_memory_and_the_gpu_pods_the_model_cache():
     check_shared_memory(JOB_CLUSTER)
-    cache = yaml.safe_load((ROOT / "k8s" / "model-cache.yaml").read_text())
-    check_model_cache(JOB_CLUSTER, cache)
+    documents = yaml.safe_load_all((ROOT / "k8s" / "model-cache.yaml").read_text())
+    [cache] = [d for d in documents if d["kind"] == "PersistentVolumeClaim"]
+    check_model_cache(JOB_CLUSTER, cache)  # read-only, offline: the RayService's fill Job fills it
     # beside the batch data: the GPU pods mount both claims, each once
     for group in JOB_CLUSTER["workerGroupSpecs"]:
         claims = [
@@ -249,6 +255,8 @@ def test_the_docs_apply_the_files_that_exist():
 def test_the_jobs_cluster_has_the_ray_token_non_root_pods_and_no_api_keys():
     check_token_auth(JOB_CLUSTER)
     check_pod_security(JOB_CLUSTER)
+    check_writable(JOB_CLUSTER)  # read-only root filesystems; the job's /data is on its claim
+    check_api_tokens(JOB_CLUSTER)  # no Kubernetes API token but the autoscaler's
     assert JOB_CLUSTER["authOptions"] == SERVICE_CLUSTER["authOptions"]
     # no ingress in a batch job: nothing reads the keys, and the job starts without their Secret
     for name, group in pod_groups(JOB_CLUSTER).items():
@@ -270,6 +278,10 @@ def test_the_submitter_runs_the_heads_image_as_restricted_as_the_ray_pods():
     check_container_security(pod, container, "submitter")
     assert pod["securityContext"] == head["securityContext"]
     assert container["securityContext"] == head["containers"][0]["securityContext"]
+    # `ray job submit` calls the dashboard with the Ray token, never the Kubernetes API; its root
+    # filesystem read-only, it writes to its own /tmp and ~/.cache
+    check_no_api_token(pod, "submitter")
+    check_writable_paths(pod, container, "submitter")
 
 
 @pytest.mark.parametrize(
@@ -278,6 +290,7 @@ def test_the_submitter_runs_the_heads_image_as_restricted_as_the_ray_pods():
         lambda pod: pod.pop("securityContext"),
         lambda pod: pod["containers"][0].pop("securityContext"),
         lambda pod: pod["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+        lambda pod: pod["containers"][0]["securityContext"].pop("readOnlyRootFilesystem"),
     ],
 )
 def test_the_security_check_fails_a_submitter_that_may_run_as_root(breakage):
@@ -295,4 +308,20 @@ def test_the_batch_cluster_drops_only_the_api_keys_from_the_env():
         [container] = group["template"]["spec"]["containers"]
         [service_container] = service_groups[name]["template"]["spec"]["containers"]
         kept = [e for e in service_container.get("env", []) if e["name"] != render.API_KEYS_ENV]
-        assert container.get("env", []) == kept, name  # HF_TOKEN, HF_HOME ... stay
+        assert container.get("env", []) == kept, name  # HF_HOME, the caches ... stay
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda pod: pod.pop("automountServiceAccountToken"),
+        lambda pod: pod["containers"][0]["volumeMounts"].pop(0),  # no /tmp
+        lambda pod: pod["volumes"][1].update(emptyDir=None, persistentVolumeClaim={"claimName": "x"}),
+    ],
+)
+def test_the_submitter_checks_fail_a_submitter_with_a_token_or_nowhere_to_write(breakage):
+    pod = copy.deepcopy(JOB["spec"]["submitterPodTemplate"]["spec"])
+    breakage(pod)
+    with pytest.raises(AssertionError):
+        check_no_api_token(pod, "submitter")
+        check_writable_paths(pod, pod["containers"][0], "submitter")
