@@ -7,6 +7,11 @@ per minute, and how a key's trickle fares beside another key's flood.
     # fairness: rounds of the trickle alone, then beside a flood from another key's processes
     python -m loadtest.keys fairness --url http://127.0.0.1:8000 --key "$TRICKLE" --flood-key "$FLOOD" \
         --rate 2 --flood-rate 40 --seconds 30 --rounds 3 --out experiments/keys-and-quotas/fairness-cpu.json
+    # a burst: another key's single request, then --size of this key's at once, --repeats times
+    python -m loadtest.keys burst --key "$FLOOD" --other-key "$TRICKLE" --size 12 --out burst.json
+    # passthrough tokens against a key's tokens_per_minute (requests decoding n x max_tokens each)
+    python -m loadtest.keys passthrough --key "$TOKENS" --model demo-large --tokens-per-minute 1000 \
+        --n 4 --max-tokens 128 --minutes 2 --out passthrough-tokens.json
 
 Requests are the cascade's (``model: mai``) yes/no question in the demo models' own words ("Is the
 shape red?", so that no reply needs a repair) about a small synthetic image, each request's image
@@ -61,11 +66,14 @@ def body(n: int) -> dict[str, Any]:
     }
 
 
-async def send(client: httpx.AsyncClient, key: str, n: int) -> dict[str, Any]:
+async def send(
+    client: httpx.AsyncClient, key: str, n: int, request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Request ``n`` (the cascade's question about image ``n``, or ``request``) with ``key``."""
     started = time.monotonic()
     try:
         reply = await client.post(
-            "/v1/chat/completions", json=body(n), headers={"authorization": f"Bearer {key}"}
+            "/v1/chat/completions", json=request or body(n), headers={"authorization": f"Bearer {key}"}
         )
     except httpx.HTTPError as exc:
         return {
@@ -131,6 +139,89 @@ async def quota(args: argparse.Namespace) -> dict[str, Any]:
         records = await paced(client, args.key, args.rate, args.minutes * 60)
     minutes = per_minute(records, began)
     return {"rate_per_s": args.rate, "minutes": minutes, "overall": latency(records)}
+
+
+async def burst(args: argparse.Namespace) -> dict[str, Any]:
+    """--repeats times: the other key's single request (answered), then a burst of --size concurrent
+    requests of --key, --pause-s apart: how many of the burst are answered and refused. With --model,
+    the burst's requests are passthroughs to that model decoding --tokens tokens each, long enough
+    that they overlap in the ingress (on two cores the cascade's demo answers are so quick that a
+    burst reaches the ingress a few at a time)."""
+    limits = httpx.Limits(max_connections=None)
+    request = passthrough_body(args.model, 1, args.tokens) if args.model else None
+    bursts = []
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, limits=limits) as client:
+        for number in range(args.repeats):
+            first = number * 10**6
+            single = await send(client, args.other_key, first)
+            records = await asyncio.gather(
+                *(send(client, args.key, first + 1 + n, request) for n in range(args.size))
+            )
+            bursts.append({"other_key_status": single["status"], **latency(list(records))})
+            await asyncio.sleep(args.pause_s)
+    return {
+        "size": args.size,
+        "request": request or "the cascade's question",
+        "summary": {
+            "answered": [b["answered"] for b in bursts],
+            "refused": [b["statuses"].get("429", 0) for b in bursts],
+            "refused_for": dict(sum((Counter(b["refused_for"]) for b in bursts), Counter())),
+        },
+        "bursts": bursts,
+    }
+
+
+def passthrough_body(model: str, n: int, max_tokens: int) -> dict[str, Any]:
+    """A request for a model id that decodes ``n`` choices of ``max_tokens`` tokens each, whatever
+    the model would say (``min_tokens`` and ``ignore_eos``)."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Count to ten."}],
+        "n": n,
+        "max_tokens": max_tokens,
+        "min_tokens": max_tokens,
+        "ignore_eos": True,
+    }
+
+
+async def passthrough(args: argparse.Namespace) -> dict[str, Any]:
+    """--key sends --concurrency closed loops of passthrough requests for --minutes: the tokens the
+    engine's usage says each answered one used, per minute, against the key's tokens_per_minute."""
+    request = passthrough_body(args.model, args.n, args.max_tokens)
+    headers = {"authorization": f"Bearer {args.key}"}
+    records: list[dict[str, Any]] = []
+
+    async def loop(client: httpx.AsyncClient, ends: float) -> None:
+        while time.monotonic() < ends:
+            started = time.monotonic()
+            reply = await client.post("/v1/chat/completions", json=request, headers=headers)
+            record: dict[str, Any] = {
+                "at": started,
+                "status": reply.status_code,
+                "seconds": time.monotonic() - started,
+            }
+            if reply.status_code == 200:
+                record["tokens"] = reply.json().get("usage", {}).get("total_tokens", 0)
+            elif reply.status_code == 429:
+                record["quota"] = reply.json().get("error", {}).get("param")
+                await asyncio.sleep(1.0)  # a client that backs off a little, not a spin
+            records.append(record)
+
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout) as client:
+        began = time.monotonic()
+        await asyncio.gather(*(loop(client, began + args.minutes * 60) for _ in range(args.concurrency)))
+    minutes = per_minute(records, began)
+    return {
+        "request": request,
+        "tokens_per_minute_quota": args.tokens_per_minute,
+        "minutes": minutes,
+        "summary": {
+            "tokens_per_minute": [m.get("tokens", 0) for m in minutes if m["minute"] < args.minutes],
+            "answered": sum(1 for r in records if r["status"] == 200),
+            "refused": sum(1 for r in records if r["status"] == 429),
+        },
+        "overall": latency(records),
+    }
 
 
 def flood_sender(
@@ -225,15 +316,32 @@ def _median(values: Any) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.keys", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    for name in ("quota", "fairness"):
+    for name in ("quota", "fairness", "burst", "passthrough"):
         command = sub.add_parser(name)
         command.add_argument("--url", default="http://127.0.0.1:8000")
         command.add_argument("--key", required=True)
-        command.add_argument("--rate", type=float, required=True, help="requests per second")
         command.add_argument("--timeout", type=float, default=300)
         command.add_argument("--out", type=Path)
+        if name in ("quota", "fairness"):
+            command.add_argument("--rate", type=float, required=True, help="requests per second")
         if name == "quota":
             command.add_argument("--minutes", type=float, default=3)
+        elif name == "burst":
+            command.add_argument("--other-key", required=True, help="the key that sends one request first")
+            command.add_argument("--size", type=int, default=12, help="requests of the burst, all at once")
+            command.add_argument("--repeats", type=int, default=3)
+            command.add_argument("--pause-s", type=float, default=3.0, help="between bursts")
+            command.add_argument("--model", help="send the burst as passthroughs to this model id")
+            command.add_argument("--tokens", type=int, default=64, help="each passthrough decodes")
+        elif name == "passthrough":
+            command.add_argument("--model", required=True, help="a configured model id")
+            command.add_argument("--n", type=int, default=4)
+            command.add_argument("--max-tokens", type=int, default=128)
+            command.add_argument("--concurrency", type=int, default=2)
+            command.add_argument("--minutes", type=float, default=2)
+            command.add_argument(
+                "--tokens-per-minute", type=int, required=True, help="the key's quota, for the record"
+            )
         else:
             command.add_argument("--flood-key", required=True)
             command.add_argument(
@@ -252,12 +360,14 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument("--rounds", type=int, default=3)
             command.add_argument("--warmup-s", type=float, default=10)
     args = parser.parse_args(argv)
-    result = asyncio.run(quota(args) if args.what == "quota" else fairness(args))
+    run = {"quota": quota, "fairness": fairness, "burst": burst, "passthrough": passthrough}[args.what]
+    result = asyncio.run(run(args))
     result["command"] = " ".join(["python -m loadtest.keys", *(argv or sys.argv[1:])]).replace(
         args.key, "$KEY"
     )
-    if getattr(args, "flood_key", None):
-        result["command"] = result["command"].replace(args.flood_key, "$FLOOD_KEY")
+    for name, shown in (("flood_key", "$FLOOD_KEY"), ("other_key", "$OTHER_KEY")):
+        if getattr(args, name, None):
+            result["command"] = result["command"].replace(getattr(args, name), shown)
     text = json.dumps(result, indent=2) + "\n"
     if args.out:
         args.out.write_text(text)
