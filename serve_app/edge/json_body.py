@@ -71,7 +71,11 @@ def check_text(value: Any, at: str = "") -> None:
 
 def _unencodable(value: Any) -> tuple[str | int, ...] | None:
     """The path of the first string of ``value`` (depth first, a key before its value) that UTF-8
-    cannot encode, or None. Iterative: the depth is bounded, but never by the interpreter's stack."""
+    cannot encode, or None. Iterative: the depth is bounded, but never by the interpreter's stack.
+    A first walk keeps no paths (most bodies that come here hold pairs, emoji, and pass); the second,
+    which does, runs only for a body it refuses."""
+    if _all_encode(value):
+        return None
     stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
     while stack:
         path, node = stack.pop()
@@ -86,6 +90,25 @@ def _unencodable(value: Any) -> tuple[str | int, ...] | None:
         elif isinstance(node, list):
             stack.extend(((*path, index), node[index]) for index in range(len(node) - 1, -1, -1))
     return None
+
+
+def _all_encode(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if not all(map(_encodes, node)):
+                return False
+            node = node.values()
+        elif not isinstance(node, list):
+            node = (node,)
+        for item in node:
+            if isinstance(item, str):
+                if not (item.isascii() or _encodes(item)):
+                    return False
+            elif isinstance(item, dict | list):
+                stack.append(item)
+    return True
 
 
 def _encodes(text: str) -> bool:
