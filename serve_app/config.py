@@ -50,6 +50,27 @@ class Readiness(Strict):
     wait_s: float = Field(30.0, ge=0, le=3600, description="seconds a request waits for the models")
 
 
+class GrammarLimits(Strict):
+    """What a request passed to a model may ask the engines' grammar compiler through
+    ``structured_outputs``, ``response_format`` and ``tools`` (unless ``tool_choice`` is ``none``):
+    past a bound, a 400 naming it (serve_app/edge/grammar_limits.py, docs/api.md). The defaults keep the
+    worst request each admits well under a second of compile time (bench/results/grammar-limits.json)."""
+
+    max_schema_bytes: int = Field(32_768, ge=64)  # each JSON schema, as compact JSON
+    max_schema_depth: int = Field(16, ge=2)  # its objects and arrays nested
+    max_properties: int = Field(256, ge=1)  # of one object schema
+    max_enum_values: int = Field(1_000, ge=1)  # enum, const, choice values and tags' literals, in all
+    max_enum_bytes: int = Field(16_384, ge=1)  # their bytes in all
+    max_literal_bytes: int = Field(256, ge=1)  # of each (a prefix values share costs its square)
+    max_regex_bytes: int = Field(4_096, ge=16)  # each regex: structured_outputs', a schema's pattern
+    max_patterns: int = Field(64, ge=0)  # patterns and string formats of the schemas, in all
+    max_repetition: int = Field(4_096, ge=1)  # minLength/maxLength and {m,n} counts unrolled, in all
+    max_grammar_bytes: int = Field(8_192, ge=0)  # structured_outputs.grammar (EBNF or Lark)
+    max_structural_tag_bytes: int = Field(32_768, ge=64)
+    max_tools: int = Field(64, ge=1)
+    max_tool_schema_bytes: int = Field(65_536, ge=64)  # the tools' parameter schemas together
+
+
 class Limits(Strict):
     """What a request may carry. Beyond these the request gets a 4xx and no model is called."""
 
@@ -71,6 +92,7 @@ class Limits(Strict):
     # the budget of a request that sets none, which the engine would otherwise fill to its context).
     max_passthrough_n: int = Field(8, ge=1)
     max_passthrough_tokens: int = Field(4096, ge=1)
+    grammar: GrammarLimits = GrammarLimits()  # what such a request may ask the grammar compiler
     # ... and at most this many tokens in all its choices may decode (n times the tokens per choice):
     # what one request may ask of an engine, and reserve of its key's tokens_per_minute.
     max_passthrough_decode_tokens: int = Field(16384, ge=1)

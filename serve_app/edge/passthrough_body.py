@@ -7,6 +7,8 @@
   ``min_tokens`` up to ``limits.max_passthrough_tokens``, and ``n`` times the tokens per choice up to
   ``limits.max_passthrough_decode_tokens``; a request that sets no budget gets the largest both allow
   (vLLM would otherwise fill the context).
+- **Grammars**: what ``structured_outputs``, ``response_format`` and ``tools`` ask the engines' grammar
+  compiler, within ``limits.grammar`` (``grammar_limits.py``).
 - **Messages**: their fields allowlisted; their content a string or a list of parts, each part text
   or an image in any spelling vLLM's chat parser accepts (typed ``image_url`` with an object or a
   string, typeless ``{"image_url": ...}``, ``input_image``). Every image is checked like the
@@ -22,6 +24,7 @@ from typing import Any
 
 from ..config import Limits
 from .errors import RequestError
+from .grammar_limits import check_grammar_work
 from .images import ImageFetcher, check_image_under, is_remote
 from .json_body import check_structure, outside_strings
 
@@ -107,6 +110,7 @@ async def checked_body(payload: dict[str, Any], limits: Limits, fetch: ImageFetc
     checked and sent as a data URL; a 4xx naming the first thing that is not."""
     check_fields(payload)
     bounded = bounded_sampling(payload, limits)
+    check_grammar_work(payload, limits)
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return bounded  # the request type's own validation names it
