@@ -1,6 +1,6 @@
-"""Sections of bench/RESULTS.md whose result files other commands write: the fault drills, the fuzzer
-and mai-eval's check of the audit signal. Each is a scenario without a run: its table here, its command
-named."""
+"""Sections of bench/RESULTS.md whose result files other commands write: the fault drills, the fuzzer,
+mai-eval's check of the audit signal and a body's JSON pre-check. Each is a scenario without a run: its
+table here, its command named."""
 
 from __future__ import annotations
 
@@ -114,6 +114,42 @@ def audit_truth_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def body_precheck_table(result: dict[str, Any]) -> list[str]:
+    sizes = list(result["results"])
+    last = result["results"][sizes[-1]]
+    codes = [code for code in ("before", "after") if code in next(iter(last.values()))]
+    parameters = result["meta"].get("parameters", {})
+    before = parameters.get("before_commit")
+    shown = {size: size.replace("MiB", " MiB") for size in sizes}
+    lines = [
+        "What a body's JSON costs before any model runs: the pre-check (nesting, keys, values, numbers "
+        "read off the bytes; `parse_json` with the parser left out) and the whole `parse_json` "
+        + (f"as at commit {before[:10]} → today's" if before and len(codes) == 2 else "today")
+        + ", beside `json.loads` of the same body; CPU milliseconds of the measuring thread, medians of "
+        f"{parameters.get('repeats', '?')} interleaved rounds.",
+        "",
+        "| body | "
+        + " | ".join(f"pre-check, {shown[size]}" for size in sizes)
+        + f" | parse_json, {shown[sizes[-1]]} | json.loads, {shown[sizes[-1]]} |",
+        "|---|" + "---|" * (len(sizes) + 2),
+    ]
+    for name, about in result["bodies"].items():
+        cells = [
+            " → ".join(_ms(result["results"][size][name][code]["precheck"]["cpu_seconds"]) for code in codes)
+            for size in sizes
+        ]
+        cells.append(" → ".join(_ms(last[name][code]["parse_json"]["cpu_seconds"]) for code in codes))
+        cells.append(
+            f"{_ms(last[name]['json_loads']['cpu_seconds'])} ({last[name]['json_loads']['outcome']})"
+        )
+        lines.append(f"| {about} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _ms(spread: dict[str, float]) -> str:
+    return f"{spread['median'] * 1000:.1f}"
+
+
 FAULTS_SECTION = Scenario(
     name="faults",
     title="Faults under load",
@@ -135,6 +171,13 @@ FUZZ_CPU_SECTION = Scenario(
     table=fuzz_table,
     command="python -m loadtest.fuzz --local --config mai-cpu.yaml --examples 40 "
     "--out bench/results/fuzz-cpu.json",
+)
+BODY_PRECHECK_SECTION = Scenario(
+    name="body-precheck",
+    title="A body's JSON before the parser",
+    result="body-precheck.json",
+    table=body_precheck_table,
+    command="python -m loadtest.body_precheck --before <commit> --out bench/results/body-precheck.json",
 )
 AUDIT_TRUTH_SECTION = Scenario(
     name="audit-truth",

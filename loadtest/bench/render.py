@@ -14,7 +14,13 @@ from typing import Any
 from harness.paths import RESULTS_SUMMARY
 
 from .evaluations import EVALUATION_SECTIONS
-from .external import AUDIT_TRUTH_SECTION, FAULTS_SECTION, FUZZ_CPU_SECTION, FUZZ_SECTION
+from .external import (
+    AUDIT_TRUTH_SECTION,
+    BODY_PRECHECK_SECTION,
+    FAULTS_SECTION,
+    FUZZ_CPU_SECTION,
+    FUZZ_SECTION,
+)
 from .scenario import Scenario
 from .scenarios import SCENARIOS
 
@@ -33,7 +39,14 @@ def sections() -> list[Scenario]:
     the scenarios it belongs with, then the drills and the evaluations."""
     order = list(SCENARIOS.values())
     order.insert(order.index(SCENARIOS["audit_load"]) + 1, AUDIT_TRUTH_SECTION)
-    return [*order, FAULTS_SECTION, FUZZ_SECTION, FUZZ_CPU_SECTION, *EVALUATION_SECTIONS]
+    return [
+        *order,
+        FAULTS_SECTION,
+        FUZZ_SECTION,
+        FUZZ_CPU_SECTION,
+        BODY_PRECHECK_SECTION,
+        *EVALUATION_SECTIONS,
+    ]
 
 
 def provenance_line(result: dict[str, Any], path: str) -> str:
