@@ -114,20 +114,7 @@ class IngressReplica:
         # and serves no one without them (a replica whose node lacks the variable never fails open).
         ring = KeyRing(config.security, required=access == "keys")
         self.assemble(config, parts, handles, stats, ring, readiness=ReadinessGate(probes), ledger=ledger)
-        if ring.closed:
-            security = config.security
-            logger.error(
-                "MAI ingress replica serves no one: the application requires API keys and this replica "
-                "found none (environment variable %s, api_keys_file %s, keys_file %s)",
-                security.api_keys_env,
-                security.api_keys_file,
-                security.keys_file,
-            )
-        else:
-            logger.info(
-                "MAI ingress: API keys %s",
-                f"required ({len(ring.keys)} configured)" if not ring.open else f"none: {access} access",
-            )
+        ring.say(access)
 
     def assemble(
         self,

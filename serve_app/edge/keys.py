@@ -224,6 +224,20 @@ class KeyRing:
             logger.info("MAI keys file reloaded: %d named keys", len(self.named))
         self.file_stamp = stamp
 
+    def say(self, access: str) -> None:
+        """The start-up log's line on this replica's keys (the sources it read when it found none)."""
+        if self.closed:
+            logger.error(
+                "MAI ingress replica serves no one: the application requires API keys and this replica "
+                "found none (environment variable %s, api_keys_file %s, keys_file %s)",
+                self.security.api_keys_env,
+                self.security.api_keys_file,
+                self.security.keys_file,
+            )
+            return
+        state = f"required ({len(self.keys)} configured)" if not self.open else f"none: {access} access"
+        logger.info("MAI ingress: API keys %s", state)
+
     def caller_named(self, name: str) -> Caller:
         """The caller of the configured key named ``name`` (a batch job's rows count against it)."""
         for key in self.keys:

@@ -304,8 +304,8 @@ def test_the_stats_say_the_highest_level_of_the_replicas_the_holder_heard_from_l
     busy, _ = overloaded_replica([9], [0.0], stats=handle, name="busy")
     calm, _ = overloaded_replica([0], [0.0], stats=handle, name="calm")
     busy_client, calm_client = client_of(busy), client_of(calm)
-    for replica in (busy, calm):  # every read fresh: the levels are under test, not the snapshot's age
-        replica.fleet_stats.max_age_s = 0
+    for each in (busy, calm):  # every read fresh: the levels are under test, not the snapshot's age
+        each.fleet_stats.max_age_s = 0
     ask(busy_client)  # past the bound: shed
     ask(calm_client)
     assert overload_in_stats(busy_client)["level"] == "shed"  # it reports before it answers
