@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..config import Limits
 from .errors import RequestError
 from .grammar_limits import check_grammar_work
 from .images import ImageFetcher, check_image_under, is_remote
-from .json_body import check_structure, outside_strings
+from .json_body import check_structure, check_text, outside_strings
 
 CLIENT_FIELDS = frozenset(
     {
@@ -248,11 +249,13 @@ async def _checked_message(
     where = f"a message (whose fields are {', '.join(sorted(MESSAGE_FIELDS))})"
     _check_keys(message, MESSAGE_FIELDS, f"messages.{m}", where, "unsupported_parameter")
     calls = message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else []:
+    for c, call in enumerate(calls if isinstance(calls, list) else []):
         function = call.get("function") if isinstance(call, dict) else None
         arguments = function.get("arguments") if isinstance(function, dict) else None
         if isinstance(arguments, str):  # JSON the engine parses again: the body's bounds apply to it
             check_structure(outside_strings(arguments.encode("utf-8", "surrogatepass")), limits)
+            if "\\u" in arguments:  # an escape the engine's parse may make a lone surrogate of
+                _check_arguments_text(arguments, f"messages.{m}.tool_calls.{c}.function.arguments")
     content = message.get("content")
     if not isinstance(content, list):
         return message
@@ -261,6 +264,17 @@ async def _checked_message(
         for p, part in enumerate(content)
     ]
     return {**message, "content": parts}
+
+
+def _check_arguments_text(arguments: str, at: str) -> None:
+    """A 400 naming ``at`` when the JSON ``arguments`` hold a lone surrogate once parsed (vLLM parses
+    a tool call's arguments and a chat template renders them into the prompt, which the tokenizer
+    cannot read); arguments that are no JSON the engine keeps as the string they are."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return
+    check_text(parsed, at=at)
 
 
 async def _checked_part(

@@ -125,6 +125,11 @@ def test_tool_call_arguments_get_the_bodys_json_bounds():
     assert error.code == "invalid_json" and "levels deep" in error.message
     call["function"]["arguments"] = '{"x": [1, 2]}'
     assert check(payload)["messages"][1]["tool_calls"] == [call]
+    call["function"]["arguments"] = '{"x": "\\ud83d\\ude00 a pair, then \\ud800 alone"}'  # JSON in JSON
+    error = refused(payload)
+    assert (error.code, error.param) == ("invalid_text", "messages.1.tool_calls.0.function.arguments.x")
+    call["function"]["arguments"] = '{"x": "\\ud83d\\ude00"} not JSON'  # the engine keeps it as it is
+    assert check(payload)["messages"][1]["tool_calls"] == [call]
 
 
 def test_an_image_only_request_is_refused_before_any_download():
