@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from serve_app.config import Limits
@@ -25,9 +26,9 @@ def schema_format(schema: Any, name: str = "answer") -> dict[str, Any]:
     return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}}
 
 
-def shared_prefix_enum(count: int, size: int) -> dict[str, Any]:
+def shared_prefix_enum(count: int, size: int, fill: str = "x") -> dict[str, Any]:
     """``count`` strings of ``size`` bytes that differ only in their last 8 bytes."""
-    return {"type": "string", "enum": ["x" * (size - 8) + f"{i:08d}" for i in range(count)]}
+    return {"type": "string", "enum": [fill * (size - 8) + f"{i:08d}" for i in range(count)]}
 
 
 def optional_objects(objects: int, properties: int) -> dict[str, Any]:
@@ -289,6 +290,16 @@ def cases(limits: Limits) -> list[Case]:
         Case(f"the cascade's regex: {name}", "ordinary", regex(text))
         for name, text in cascade_regexes().items()
     ]
+
+
+def flood_job(limits: Limits) -> dict[str, Any]:
+    """The slowest shape the defaults admit on the demo tokenizer, 8 distinct requests of it (none
+    cached), beside the cascade's yes/no regex (cached): loadtest.grammar_flood's job."""
+    g = limits.grammar
+    per_value = min(g.max_literal_bytes, g.max_enum_bytes // 64)
+    enum = partial(shared_prefix_enum, g.max_enum_bytes // per_value, per_value)
+    costly = [compiler_input(schema_format(enum(fill))) for fill in "abcdefgh"]
+    return {"cached": compiler_input(regex(cascade_regexes()["yes/no after a reasoning"])), "costly": costly}
 
 
 def _fitting(build: Any, budget: int, most: int = 1 << 16) -> int:

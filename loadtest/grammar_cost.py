@@ -31,12 +31,14 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from harness.paths import RESULTS, ROOT
-from loadtest.grammar_cases import cases, compiler_input, size
+from loadtest import grammar_cases as requests
+from loadtest.grammar_flood import flood
 from serve_app.config import GrammarLimits, Limits
 
 DEMO_MODEL = ROOT / "models" / "demo-large"
@@ -159,11 +161,17 @@ def _cpu_s() -> float:
 
 
 def worker(vocab: str, repeats: int, slow_s: float) -> None:
-    """Compile the job on stdin (kind, spec) ``repeats`` times after a warm-up; print what it cost."""
-    kind, spec = json.loads(sys.stdin.read())
+    """Compile the job on stdin (kind, spec) ``repeats`` times after a warm-up and print what it cost;
+    or, for a flood job, print loadtest.grammar_flood's measurement."""
+    job = json.loads(sys.stdin.read())
     compiler = _compiler(vocab)
     _compile(compiler, "json", '{"type": "string"}')  # once per replica, not per request
     compiler.clear_cache()
+    if isinstance(job, dict):
+        costly = [tuple(request) for request in job["costly"]]
+        print(json.dumps(flood(partial(_compile, compiler), tuple(job["cached"]), costly)))
+        return
+    kind, spec = job
     walls, cpus, validates, peaks = [], [], [], []
     for _ in range(repeats):
         base = _reset_peak()
@@ -191,15 +199,13 @@ def worker(vocab: str, repeats: int, slow_s: float) -> None:
     )
 
 
-def measure(
-    vocab: str, kind: str, spec: str, repeats: int, timeout_s: float, slow_s: float
-) -> dict[str, Any]:
+def measure(vocab: str, job: Any, repeats: int, timeout_s: float, slow_s: float) -> dict[str, Any]:
     command = [sys.executable, "-m", "loadtest.grammar_cost", "--worker", vocab]
     command += ["--repeats", str(repeats), "--slow", str(slow_s)]
     try:
         done = subprocess.run(
             command,
-            input=json.dumps([kind, spec]),
+            input=json.dumps(job),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -233,7 +239,9 @@ def admitted_at(fields: dict[str, Any], limits: Limits) -> tuple[bool, str | Non
 def run(args: argparse.Namespace) -> dict[str, Any]:
     limits = Limits(grammar=GrammarLimits(**args.set))
     chosen = [
-        case for case in cases(limits) if not args.only or case.limit in args.only or case.name in args.only
+        case
+        for case in requests.cases(limits)
+        if not args.only or case.limit in args.only or case.name in args.only
     ]
     rows = []
     for case in chosen:
@@ -242,7 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(
                 f"{case.name}: {'admitted' if admitted else 'refused'} at the default limits ({refusal})"
             )
-        kind, spec = compiler_input(case.fields)
+        kind, spec = requests.compiler_input(case.fields)
         row: dict[str, Any] = {
             "case": case.name,
             "limit": case.limit,
@@ -250,15 +258,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "refusal": refusal,
             "compiles": kind,
             "spec_bytes": len(spec.encode()),
-            "request_bytes": size(case.fields),
+            "request_bytes": requests.size(case.fields),
         }
         for vocab in args.vocab:
             if vocab != "demo-large" and not admitted:
                 continue  # past a limit on a large vocabulary: minutes, and nothing to learn
-            row[vocab] = measure(vocab, kind, spec, args.repeats, args.timeout, args.slow)
+            row[vocab] = measure(vocab, [kind, spec], args.repeats, args.timeout, args.slow)
         print(json.dumps(row | {"spec_bytes": row["spec_bytes"]}), file=sys.stderr)
         rows.append(row)
-    return {
+    result: dict[str, Any] = {}
+    if "demo-large" in args.vocab and not args.only:
+        job = requests.flood_job(limits)
+        result["flood"] = {"demo-large": measure("demo-large", job, 1, args.timeout, args.slow)}
+        print(json.dumps(result), file=sys.stderr)
+    return result | {
         "limits": limits.grammar.model_dump(),
         "worst_admitted": worst(rows, args.vocab),
         "by_limit": by_limit(rows, args.vocab),
