@@ -287,6 +287,7 @@ def test_through_the_api_a_key_is_held_to_its_quota_its_models_and_billed():
         (
             NamedKey(name="team-a", sha256=sha("alpha"), requests_per_minute=3, models=("mai",)),
             NamedKey(name="ops", sha256=sha("omega"), admin=True),
+            NamedKey(name="viewer", sha256=sha("vega")),
         )
     )
     ingress = replica(ScriptedVLM(simple), ScriptedVLM(simple), api_keys=ring)
@@ -303,12 +304,15 @@ def test_through_the_api_a_key_is_held_to_its_quota_its_models_and_billed():
     assert "requests_per_minute of 3" in refused.json()["error"]["message"]
     models = client.get("/v1/models", headers=team_a).json()
     assert [entry["id"] for entry in models["data"]] == ["mai"] and models["mai"]["access"] == "keys"
-    assert "usage" not in client.get("/v1/mai/stats", headers=team_a).json()  # not an admin
+    stats = client.get("/v1/mai/stats", headers=team_a)  # admitted like any request: over its quota
+    assert stats.status_code == 429 and stats.json()["error"]["param"] == "requests_per_minute"
+    viewer = client.get("/v1/mai/stats", headers={"authorization": "Bearer vega"})
+    assert viewer.status_code == 200 and "usage" not in viewer.json()  # not an admin
     usage = client.get("/v1/mai/stats", headers=ops).json()["usage"]["team-a"]
-    assert usage["requests"] == 3 and usage["refused"] == 1 and usage["early_exits"] == 2
+    assert usage["requests"] == 3 and usage["refused"] == 2 and usage["early_exits"] == 2
     assert usage["errors"] == 0 and sum(usage["tokens"].values()) > 0
     outcomes = [outcome for key, outcome, _ in ingress.metrics.keys if key == "team-a"]
-    assert outcomes == ["rejected", "answered", "answered", "requests_per_minute"]
+    assert outcomes == ["rejected", "answered", "answered", "requests_per_minute", "requests_per_minute"]
 
 
 def test_a_native_answer_is_refused_for_its_model_before_its_image_is_read():
