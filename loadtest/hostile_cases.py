@@ -179,6 +179,7 @@ def request_cases(
             (400,),
         ),
     ]
+    cases += every_path_pays(target)
     cases += [
         (name, "engines fetch nothing", model_body(target, part), (400,)) for name, part in parts.items()
     ]
@@ -186,6 +187,53 @@ def request_cases(
         (name, "passthrough fields", model_body(target, **extra), (400,)) for name, extra in fields.items()
     ]
     return cases
+
+
+def every_path_pays(target: Target) -> list[tuple[str, str, Any, tuple[int, ...]]]:
+    """Requests for a model id that would make its engine work past what a request may ask: decode
+    past the bound of all its choices, compile a grammar past ``limits.grammar``, or read a lone
+    surrogate out of a tool call's JSON arguments."""
+    enum = {"type": "string", "enum": [f"value-{n:06d}" for n in range(50_000)]}
+    alternation = "|".join(f"word{n:05d}" for n in range(85_000))
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{n}", "parameters": {"type": "object"}}}
+        for n in range(200)
+    ]
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": "\\ud800"}'}}
+    replay = [
+        {"role": "user", "content": "Call f."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "done"},
+    ]
+    decode = {"n": 8, "max_tokens": 4096, "min_tokens": 4096, "ignore_eos": True}
+    schema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": enum}}
+    return [
+        ("n × max_tokens past the decode bound", "every path pays", model_body(target, **decode), (400,)),
+        (
+            "a JSON-schema enum of 50,000 strings",
+            "grammar work",
+            model_body(target, response_format=schema),
+            (400,),
+        ),
+        (
+            "a 0.85 MB regex alternation",
+            "grammar work",
+            model_body(target, structured_outputs={"regex": alternation}),
+            (400,),
+        ),
+        (
+            "200 tools, one required",
+            "grammar work",
+            model_body(target, tools=tools, tool_choice="required"),
+            (400,),
+        ),
+        (
+            "lone surrogate in a tool call's JSON arguments",
+            "unencodable text",
+            model_body(target) | {"messages": replay},
+            (400,),
+        ),
+    ]
 
 
 def answer_cases(target: Target) -> list[tuple[str, str, Any, tuple[int, ...]]]:
