@@ -1,40 +1,43 @@
-"""How keys share a busy ingress replica: in proportion to their weights, and only while they contend.
+"""How keys share a busy ingress replica: in proportion to their weights, and only while it is busy.
 
-A key is *active* while it has work on the replica: requests in flight, or requests waiting their
-turn. A key alone may hold what the model deployments take at once (``Capacity.most``): past it a
+A key is *active* while it has work on the replica (requests in flight, or waiting their turn) or
+sent one within the last ``window_s``: a trickle with nothing in flight at the moment is still
+there. A key alone may hold what the model deployments take at once (``Capacity.most``): past it a
 request would only wait in Serve's queues (on an open API, whose one caller is everyone, a key alone
 is never held back). With several active, a key's share of the replica's capacity
 (serve_app/core/capacity.py) is the capacity times its weight over the active keys' weights, at least
-one request. The share binds only while others have work: a key past its share is let in while the
-replica is under its capacity and no other key waits (nothing idles that someone could use), else it
-waits its turn (``wait``, the caller's to bound) until one of its requests ends or another key's work
-does. A key that sends less than its weighted share of what the replica answers a second (both rates
-decayed over ``rate_tau_s``; every request it sends counts, refused or not) is let in up to the models'
-capacity (``Capacity.most``): a trickle is never held back for its requests being slow, and a flood
-cannot pass as one. While several keys are active and the replica is at its capacity it is
-``contended``: the server's own work (audits) yields to the keys'.
+one request. The share binds only while the replica is at its capacity or another key's request
+waits: a key past its share is let in while there is room and nobody else waits for it (nothing idles
+that someone could use), else it waits its turn (``wait``, the caller's to bound) until one of its
+requests ends or another key's does. A key that sends less than its weighted share of what the
+replica answers a second (both rates decayed over ``rate_tau_s``; every request it sends counts,
+refused or not) is let in up to the models' capacity (``Capacity.most``): a trickle is never held
+back for its requests being slow, and a flood cannot pass as one. While several keys are active and
+the replica is at its capacity it is ``contended``: the server's own work (audits) yields to the
+keys'.
 
 Every request let in gets an engine priority rank (lower runs first): the requests its key already has
 in flight over its weight, so a trickle's calls pass a flood's in the engines' queues (vLLM's
-``scheduling_policy: priority``). Per replica; pure: the caller gives the time. Each request costs
-constant time, however many keys there are.
+``scheduling_policy: priority``). Per replica; pure: the caller gives the time. The active keys are
+kept in the order they last sent, so each request costs constant time, however many keys there are.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 
 from .capacity import Capacity
 from .scaling import DecayedRate
 
 
 class FairShare:
-    def __init__(self, capacity: Capacity, rate_tau_s: float = 30.0):
-        self.capacity, self.rate_tau_s = capacity, rate_tau_s
+    def __init__(self, capacity: Capacity, window_s: float = 10.0, rate_tau_s: float = 30.0):
+        self.capacity, self.window_s, self.rate_tau_s = capacity, window_s, rate_tau_s
         self.in_flight: Counter[str] = Counter()
         self.waiting: Counter[str] = Counter()  # requests waiting their turn, per key
         self.total = 0  # requests in flight, every key's
-        self.weights: dict[str, float] = {}  # of the active keys: work in flight or waiting
+        self.last_sent: OrderedDict[str, float] = OrderedDict()  # active keys, oldest first
+        self.weights: dict[str, float] = {}  # of the active keys
         self.active_weight = 0.0
         self.sending: dict[str, DecayedRate] = {}  # of every key that sent (configured keys: bounded)
         self.answering = DecayedRate(rate_tau_s)
@@ -56,16 +59,16 @@ class FairShare:
         """The request's engine priority rank, counted in; None when it must wait its turn.
         ``hold_alone``: a key alone is held to the models' capacity (else never held back);
         ``waited``: a request that has waited (``wait``) tries again, ahead of its key's newer ones."""
+        self._expire(now)
         if not waited:
             self.sending.setdefault(key, DecayedRate(self.rate_tau_s)).add(now)
-        self._activate(key, weight)
-        if self._admits(key, weight, now, hold_alone=hold_alone, waited=waited):
-            held = self.in_flight[key]
-            self.in_flight[key] += 1
-            self.total += 1
-            return int(held / weight)
-        self._settle(key)
-        return None
+        self._activate(key, weight, now)
+        if not self._admits(key, weight, now, hold_alone=hold_alone, waited=waited):
+            return None
+        held = self.in_flight[key]
+        self.in_flight[key] += 1
+        self.total += 1
+        return int(held / weight)
 
     def _admits(self, key: str, weight: float, now: float, *, hold_alone: bool, waited: bool) -> bool:
         held = self.in_flight[key]
@@ -83,38 +86,46 @@ class FairShare:
         fraction = weight / self.active_weight
         return self.sending[key].value(now) <= fraction * self.answering.value(now)  # a trickle
 
-    def wait(self, key: str, weight: float) -> None:
+    def wait(self, key: str, weight: float, now: float) -> None:
         """A request of ``key`` waits its turn: the key is active while it does."""
-        self._activate(key, weight)
+        self._activate(key, weight, now)
         self.waiting[key] += 1
 
     def stop_waiting(self, key: str) -> None:
         """A waiting request of ``key`` was let in or gave up."""
         self.waiting[key] -= 1
-        self._settle(key)
+        if self.waiting[key] <= 0:
+            del self.waiting[key]
 
     def leave(self, key: str, now: float, *, answered: bool = True) -> None:
         """A request of ``key`` ended; ``answered``: the models answered it (a refusal for its
         body, its model or a quota is no answer: it would raise the rate trickles are judged by)."""
         self.in_flight[key] -= 1
         self.total -= 1
-        self._settle(key)
+        if self.in_flight[key] <= 0:
+            del self.in_flight[key]
         if answered:
             self.answering.add(now)
 
-    def _activate(self, key: str, weight: float) -> None:
+    def _activate(self, key: str, weight: float, now: float) -> None:
         if key in self.weights:
             self.active_weight -= self.weights[key]
         self.weights[key] = weight
         self.active_weight += weight
+        self.last_sent[key] = now
+        self.last_sent.move_to_end(key)
 
-    def _settle(self, key: str) -> None:
-        """``key`` is no longer active once it has nothing in flight and nothing waiting."""
-        for count in (self.in_flight, self.waiting):
-            if count[key] <= 0:
-                del count[key]
-        if key in self.in_flight or key in self.waiting:
-            return
-        self.active_weight -= self.weights.pop(key, 0.0)
-        if not self.weights:
-            self.active_weight = 0.0  # none active: no rounding left over
+    def _expire(self, now: float) -> None:
+        """Keys that last sent before the window and have nothing in flight or waiting are no longer
+        active."""
+        while self.last_sent:
+            key, at = next(iter(self.last_sent.items()))
+            if now - at <= self.window_s:
+                return
+            if self.in_flight[key] > 0 or self.waiting[key] > 0:  # still at work: as if it just sent
+                self.last_sent.move_to_end(key)
+                self.last_sent[key] = now
+                continue
+            del self.last_sent[key]  # its sending rate stays, decaying: a flood back is no trickle
+            self.active_weight -= self.weights.pop(key)
+        self.active_weight = 0.0  # none active: no rounding left over

@@ -141,7 +141,7 @@ class Access:
             return rank
         if self.wait_s <= 0 or self.fair.waiting[key] >= self.capacity.most:
             raise self._over_share(caller, 0.0)
-        self.fair.wait(key, weight)
+        self.fair.wait(key, weight, now)
         try:
             while rank is None:
                 turn, left = self._turns, now + self.wait_s - self.clock()

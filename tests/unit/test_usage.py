@@ -71,17 +71,20 @@ def test_a_key_alone_holds_what_the_models_take_and_its_flood_is_ranked_behind()
 
 
 def test_an_idle_keys_share_is_not_held_back_from_a_busy_one():
-    """Work-conserving: a key that sent one request and went idle leaves a busy key the whole
-    capacity; its share binds again only once it has work in flight or waiting."""
-    fair = FairShare(Capacity(4))
+    """Work-conserving: a key that sent one request and went idle leaves a busy key what the replica
+    has room for; its share binds only once the replica is at its capacity (or someone waits)."""
+    fair = FairShare(Capacity(4), window_s=10.0)
     assert fair.enter("idle", 1.0, 0.0) == 0
     fair.leave("idle", 0.2)  # answered: nothing of its work left on the replica
-    assert [fair.enter("busy", 1.0, 0.3) for _ in range(5)] == [0, 1, 2, 3, None]  # alone: up to 4
+    assert [fair.enter("busy", 1.0, 0.3) for _ in range(5)] == [0, 1, 2, 3, None]  # room for 4
     assert fair.enter("idle", 1.0, 0.4) == 0  # back: under its share, let in at once, first in line
     fair.leave("busy", 0.5)
-    assert fair.enter("busy", 1.0, 0.6) is None  # now the share (half of 4) binds: busy holds 3
+    assert fair.enter("busy", 1.0, 0.6) is None  # at capacity: the share (half of 4) binds, busy has 3
     fair.leave("idle", 0.7)
-    assert fair.enter("busy", 1.0, 0.8) == 3  # the other key's work is done: busy alone again
+    assert fair.enter("busy", 1.0, 0.8) == 3  # room again, nobody waits: busy takes it
+    fair.leave("busy", 0.9)
+    assert fair.enter("busy", 1.0, 10.5) == 3 and set(fair.last_sent) == {"busy"}  # idle's window over
+    assert fair.enter("busy", 1.0, 10.6) is None  # alone, it holds what the models take (4)
 
 
 def test_past_its_share_a_key_takes_what_nobody_else_waits_for():
@@ -95,7 +98,7 @@ def test_past_its_share_a_key_takes_what_nobody_else_waits_for():
         fair.sending["a"].add(0.3)
     assert fair.enter("a", 1.0, 0.3) is None  # at capacity: past its share, it waits
     fair.leave("a", 0.4)
-    fair.wait("b", 1.0)  # another key's request waits
+    fair.wait("b", 1.0, 0.5)  # another key's request waits
     assert fair.enter("a", 1.0, 0.5) is None  # room, but someone else waits for it
     fair.stop_waiting("b")
     assert fair.enter("a", 1.0, 0.6) is not None
@@ -104,7 +107,7 @@ def test_past_its_share_a_key_takes_what_nobody_else_waits_for():
 def test_a_waiting_request_goes_before_its_keys_newer_ones():
     fair = FairShare(Capacity(2))
     assert [fair.enter("a", 1.0, 0.0) for _ in range(3)] == [0, 1, None]
-    fair.wait("a", 1.0)
+    fair.wait("a", 1.0, 0.0)
     fair.leave("a", 0.1)
     assert fair.enter("a", 1.0, 0.2) is None  # a newer request: behind the one waiting
     assert fair.enter("a", 1.0, 0.2, waited=True) == 1  # the one waiting goes first
@@ -172,8 +175,8 @@ def test_a_key_sending_under_its_share_of_the_answers_is_let_in_past_its_request
         max_size=80,
     )
 )
-def test_the_active_keys_are_those_with_work_and_their_weight_is_the_sum(steps):
-    fair = FairShare(Capacity(8))
+def test_the_active_keys_are_those_with_work_or_lately_sent_and_their_weight_is_the_sum(steps):
+    fair = FairShare(Capacity(8), window_s=3.0)
     now, weights, held, waiting = 0.0, {}, [], []
     for key, weight, wait, leave in steps:
         now += wait
@@ -186,9 +189,9 @@ def test_the_active_keys_are_those_with_work_and_their_weight_is_the_sum(steps):
             if fair.enter(key, weight, now) is not None:
                 held.append(key)
             elif len(waiting) < 4:
-                fair.wait(key, weight)
+                fair.wait(key, weight, now)
                 waiting.append(key)
-        assert set(fair.weights) == set(held) | set(waiting)
+        assert set(fair.weights) == set(fair.last_sent) >= set(held) | set(waiting)
         assert fair.active_weight == pytest.approx(sum(weights[k] for k in fair.weights))
         assert fair.total == len(held) and sum(fair.waiting.values()) == len(waiting)
 
@@ -389,7 +392,7 @@ async def test_a_burst_past_the_share_waits_its_turn_and_is_answered_not_refused
 
     ranks = await asyncio.gather(*(request() for _ in range(12)))
     assert len(ranks) == 12 and most == 8
-    assert access.fair.in_flight == {} and access.fair.waiting == {} and access.fair.weights == {}
+    assert access.fair.in_flight == {} and access.fair.waiting == {}
 
 
 async def test_a_turn_not_come_within_the_wait_is_a_429_fair_share_and_leaves_nothing_behind():
@@ -403,7 +406,7 @@ async def test_a_turn_not_come_within_the_wait_is_a_429_fair_share_and_leaves_no
     error = caught.value
     assert error.status == 429 and error.param == "fair_share"
     assert "waited 0.2 s for its turn" in error.message
-    assert access.fair.in_flight == {} and access.fair.weights == {}
+    assert access.fair.in_flight == {} and access.fair.waiting == {}
     refused_at_once = Access(KeyRing.of((caller.key,)), capacity=Capacity(1), wait_s=0.0)
     async with refused_at_once.admitted(caller):
         with pytest.raises(RequestError, match="its share while other work waits; retry"):
