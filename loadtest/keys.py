@@ -188,24 +188,14 @@ async def passthrough(args: argparse.Namespace) -> dict[str, Any]:
     """--key sends --concurrency closed loops of passthrough requests for --minutes: the tokens the
     engine's usage says each answered one used, per minute, against the key's tokens_per_minute."""
     request = passthrough_body(args.model, args.n, args.max_tokens)
-    headers = {"authorization": f"Bearer {args.key}"}
     records: list[dict[str, Any]] = []
 
     async def loop(client: httpx.AsyncClient, ends: float) -> None:
         while time.monotonic() < ends:
-            started = time.monotonic()
-            reply = await client.post("/v1/chat/completions", json=request, headers=headers)
-            record: dict[str, Any] = {
-                "at": started,
-                "status": reply.status_code,
-                "seconds": time.monotonic() - started,
-            }
-            if reply.status_code == 200:
-                record["tokens"] = reply.json().get("usage", {}).get("total_tokens", 0)
-            elif reply.status_code == 429:
-                record["quota"] = reply.json().get("error", {}).get("param")
-                await asyncio.sleep(1.0)  # a client that backs off a little, not a spin
+            record = await send(client, args.key, 0, request)
             records.append(record)
+            if record["status"] == 429:
+                await asyncio.sleep(1.0)  # a client that backs off a little, not a spin
 
     async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout) as client:
         began = time.monotonic()
