@@ -170,7 +170,9 @@ def test_an_admin_key_sees_every_keys_usage_and_another_key_none(two_key_server,
     row = '[data-mai="usage"] tr[data-key="team-a"] td'
     wait_for(lambda: driver.find_elements("css selector", row))
     assert hook(driver, "usage-block").is_displayed()
-    assert driver.find_elements("css selector", row)[0].text == "1"  # team-a's one request
+    cells = [cell.text for cell in driver.find_elements("css selector", row)]
+    # team-a's one chat request, and its console's readings of the stats, admitted like any request
+    assert int(cells[0]) >= 2 and cells[3] == "1"  # requests; early exits: the one answer
 
 
 def test_the_forms_the_demo_models_learnt_fill_the_question(keyed_server, driver):
