@@ -50,9 +50,10 @@ def model_tier(
     return tier
 
 
-def build_ingress(config: AppConfig, tier: dict[str, Application], access: str = "keys") -> Application:
+def build_ingress(config: AppConfig, tier: dict[str, Application], access: str | None = None) -> Application:
     """Bind the ingress to the model tier (``model_tier``); ``access``: how callers reach it (``keys``,
-    or ``anonymous``, see ``exposure``)."""
+    or ``anonymous``; default: what ``exposure`` finds), which each replica holds to on its own."""
+    access = access if access is not None else exposure(config)
     ingress = config.ingress
     return MAIIngress.options(
         autoscaling_config=ingress.autoscaling.to_serve(),
@@ -89,4 +90,4 @@ def exposure(config: AppConfig) -> str:
 def build_app(args: dict[str, Any]) -> Application:
     """The application of a config: its limits completed from what the models refuse (model_limits)."""
     config = with_model_limits(load_app_config(args))
-    return build_ingress(config, model_tier(config), exposure(config))
+    return build_ingress(config, model_tier(config))
