@@ -146,6 +146,29 @@ def body_precheck_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def grammar_limits_table(result: dict[str, Any]) -> list[str]:
+    """Per ``limits.grammar`` bound: its default, and the compile time and memory of the worst request
+    it admits (and of one past it) on each tokenizer measured."""
+    tokenizers = list(result["worst_admitted"])
+    lines = [
+        "| limit | default | " + " | ".join(f"{name}: admitted · past" for name in tokenizers) + " |",
+        "|---|---|" + "---|" * len(tokenizers),
+    ]
+    for limit, runs in result["by_limit"].items():
+        cells = []
+        for name in tokenizers:
+            run = runs.get(name, {})
+            shown = [
+                f"{run[side]['compile_s']:.3f} s, {run[side]['peak_rss_delta_mb']:.1f} MB"
+                if side in run
+                else "–"
+                for side in ("admitted", "past")
+            ]
+            cells.append(" · ".join(shown))
+        lines.append(f"| `{limit}` | {result['limits'].get(limit, '–')} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _ms(spread: dict[str, float]) -> str:
     return f"{spread['median'] * 1000:.1f}"
 
@@ -178,6 +201,13 @@ BODY_PRECHECK_SECTION = Scenario(
     result="body-precheck.json",
     table=body_precheck_table,
     command="python -m loadtest.body_precheck --before <commit> --out bench/results/body-precheck.json",
+)
+GRAMMAR_LIMITS_SECTION = Scenario(
+    name="grammar-limits",
+    title="What limits.grammar admits: compile time and memory (xgrammar, in process)",
+    result="grammar-limits.json",
+    table=grammar_limits_table,
+    command="python -m loadtest.grammar_cost",
 )
 AUDIT_TRUTH_SECTION = Scenario(
     name="audit-truth",

@@ -20,6 +20,7 @@ from .external import (
     FAULTS_SECTION,
     FUZZ_CPU_SECTION,
     FUZZ_SECTION,
+    GRAMMAR_LIMITS_SECTION,
 )
 from .scenario import Scenario
 from .scenarios import SCENARIOS
@@ -45,6 +46,7 @@ def sections() -> list[Scenario]:
         FUZZ_SECTION,
         FUZZ_CPU_SECTION,
         BODY_PRECHECK_SECTION,
+        GRAMMAR_LIMITS_SECTION,
         *EVALUATION_SECTIONS,
     ]
 
