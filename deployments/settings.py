@@ -120,6 +120,10 @@ class ModelDeployment(Strict):
     max_queued_requests: int = Field(
         256, ge=1, description="beyond this the caller gets a fast 503, not a queue"
     )
+    # Seconds a retiring replica (a scale-down, a config edit, an upgrade) has to finish its calls before
+    # Serve stops it. Unset: derived by the application from its timeouts (serve_app/core/lifecycle.py);
+    # set, at least that.
+    graceful_shutdown_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     # Off by default: on Ray 2.60 ray.serve.llm's PrefixCacheAffinityRouter stops routing to a replica
     # with free capacity once callers cancel requests (eager plans, audits, timeouts, client
     # disconnects): measured on the CPU stack, 160 eager requests at concurrency 8 finished in 22 s
@@ -260,6 +264,10 @@ class ScorerSettings(Strict):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     max_reasoning_tokens: int = Field(4096, ge=1)
+    # Seconds a retiring replica (a scale-down, a config edit, an upgrade) has to finish its calls before
+    # Serve stops it. Unset: derived by the application from its timeouts (serve_app/core/lifecycle.py);
+    # set, at least that.
+    graceful_shutdown_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     autoscaling: Autoscaling = Autoscaling(min_replicas=1, max_replicas=1, target_ongoing_requests=4)
 
     @model_validator(mode="after")

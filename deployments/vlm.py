@@ -71,13 +71,16 @@ def engine_bundle(spec: ModelDeployment) -> dict[str, float]:
     return bundle
 
 
-def deployment_options(spec: ModelDeployment) -> dict[str, Any]:
-    """Serve options of the deployment: queue-depth autoscaling, backpressure, routing."""
+def deployment_options(spec: ModelDeployment, drain_s: float | None = None) -> dict[str, Any]:
+    """Serve options of the deployment: queue-depth autoscaling, backpressure, routing, and how long a
+    retiring replica finishes its calls (``drain_s``: the application's ``drain_s``; None: Serve's
+    default)."""
     options: dict[str, Any] = {
         "autoscaling_config": spec.autoscaling.to_serve(),
         "max_ongoing_requests": spec.max_ongoing_requests,
         "max_queued_requests": spec.max_queued_requests,
     }
+    options.update(_drain(drain_s))
     if spec.actor_num_cpus is not None:
         options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus}
     if spec.prefix_cache_routing:
@@ -93,6 +96,10 @@ def deployment_options(spec: ModelDeployment) -> dict[str, Any]:
     return options
 
 
+def _drain(seconds: float | None) -> dict[str, float]:
+    return {} if seconds is None else {"graceful_shutdown_timeout_s": seconds}
+
+
 def engine_kwargs(spec: ModelDeployment) -> dict[str, Any]:
     """The vLLM engine arguments of one model: MAI's defaults under the config's own, what the engines
     may fetch (nothing) over both, and the hub commit the model is read at when it names one."""
@@ -105,8 +112,9 @@ def images_per_prompt(spec: ModelDeployment) -> int:
     return int(engine_kwargs(spec)["limit_mm_per_prompt"].get("image", 1))
 
 
-def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
-    """The keyword arguments of ``ray.serve.llm.LLMConfig`` for one model (pure; no Ray import)."""
+def llm_config_kwargs(spec: ModelDeployment, drain_s: float | None = None) -> dict[str, Any]:
+    """The keyword arguments of ``ray.serve.llm.LLMConfig`` for one model (pure; no Ray import);
+    ``drain_s``: its graceful shutdown timeout (``deployment_options``)."""
     local = spec.local_source()
     if local is not None and not (local / "config.json").exists():
         raise FileNotFoundError(
@@ -119,7 +127,7 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
         "accelerator_config": {"kind": spec.device},
         "engine_kwargs": engine_kwargs(spec),
         "placement_group_config": {"bundle_per_worker": engine_bundle(spec)},
-        "deployment_config": deployment_options(spec),
+        "deployment_config": deployment_options(spec, drain_s),
         "runtime_env": {"env_vars": replica_env(spec)},
         "server_cls": MODEL_SERVER,
     }
@@ -128,21 +136,21 @@ def llm_config_kwargs(spec: ModelDeployment) -> dict[str, Any]:
     return kwargs
 
 
-def build_vlm_deployment(spec: ModelDeployment, role: str):
+def build_vlm_deployment(spec: ModelDeployment, role: str, drain_s: float):
     """The bound deployment of one model, named ``"<role>:<model_id>"``: a ray.serve.llm LLMServer,
-    or the EmulatedVLM when ``engine: emulated``."""
+    or the EmulatedVLM when ``engine: emulated``; a retiring replica has ``drain_s`` for its calls."""
     if spec.engine == "emulated":
-        return build_emulated_deployment(spec, role)
+        return build_emulated_deployment(spec, role, drain_s)
     from ray.serve.llm import LLMConfig, build_llm_deployment
 
-    return build_llm_deployment(LLMConfig(**llm_config_kwargs(spec)), name_prefix=f"{role}:")
+    return build_llm_deployment(LLMConfig(**llm_config_kwargs(spec, drain_s)), name_prefix=f"{role}:")
 
 
-def build_emulated_deployment(spec: ModelDeployment, role: str):
+def build_emulated_deployment(spec: ModelDeployment, role: str, drain_s: float):
     """EmulatedVLM with the same Serve options and pinning as the LLMServer it stands in for."""
     from .emulated_vlm import EmulatedVLM
 
-    options = deployment_options(spec)
+    options = deployment_options(spec, drain_s)
     if spec.prefix_cache_routing:  # the prefix-cache router needs an engine's KV cache
         options.pop("request_router_config", None)
     options["ray_actor_options"] = {"num_cpus": spec.actor_num_cpus or 0}
@@ -154,7 +162,10 @@ def build_emulated_deployment(spec: ModelDeployment, role: str):
 
 
 def build_scorer_deployment(
-    settings: ScorerSettings, source: str, mm_processor_kwargs: Mapping[str, Any] | None = None
+    settings: ScorerSettings,
+    source: str,
+    drain_s: float,
+    mm_processor_kwargs: Mapping[str, Any] | None = None,
 ):
     """The AttentionScorer for sparse reasoning transfer (deployments/scorer.py), scoring with the
     checkpoint at ``source``, its processor under ``mm_processor_kwargs`` (the engine's image budget)."""
@@ -163,4 +174,5 @@ def build_scorer_deployment(
     return AttentionScorer.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         autoscaling_config=settings.autoscaling.to_serve(),
         ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
+        graceful_shutdown_timeout_s=drain_s,
     ).bind(settings, source, dict(mm_processor_kwargs or {}))

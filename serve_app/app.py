@@ -18,6 +18,7 @@ from ray.serve import Application
 from deployments.vlm import build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
+from .core.lifecycle import FLEET_DRAIN_S
 from .core.roles import LARGE, SMALL
 from .edge.api import MAIIngress
 from .edge.keys import KeyRing, check_exposure
@@ -37,12 +38,18 @@ def model_tier(
     the ingress to it (``build_ingress``); ``mai-batch`` serves it as it is (batch/model_tier.py)."""
     cascade = config.cascade
     tier = {
-        SMALL: small if small is not None else build_vlm_deployment(config.small, SMALL),
-        LARGE: large if large is not None else build_vlm_deployment(config.large, LARGE),
-        "stats": StatsHolderDeployment.bind(  # type: ignore[attr-defined]  # a Deployment
+        SMALL: small
+        if small is not None
+        else build_vlm_deployment(config.small, SMALL, config.drain_s(SMALL)),
+        LARGE: large
+        if large is not None
+        else build_vlm_deployment(config.large, LARGE, config.drain_s(LARGE)),
+        "stats": StatsHolderDeployment.options(  # type: ignore[attr-defined]  # a Deployment
+            graceful_shutdown_timeout_s=FLEET_DRAIN_S
+        ).bind(
             cascade.audit, cascade.adaptive, overload_enabled=cascade.overload.enabled, classes=config.classes
         ),
-        "ledger": KeyLedgerDeployment.bind(),
+        "ledger": KeyLedgerDeployment.options(graceful_shutdown_timeout_s=FLEET_DRAIN_S).bind(),
     }
     scorer = build_scorer(config)
     if scorer is not None:
@@ -60,6 +67,7 @@ def build_ingress(config: AppConfig, tier: dict[str, Application], access: str |
         max_ongoing_requests=ingress.max_ongoing_requests,
         max_queued_requests=ingress.max_queued_requests,
         ray_actor_options={"num_cpus": ingress.num_cpus},
+        graceful_shutdown_timeout_s=config.drain_s("ingress"),
     ).bind(tier[SMALL], tier[LARGE], config, tier.get("scorer"), tier["stats"], tier["ledger"], access)
 
 
@@ -67,7 +75,10 @@ def build_scorer(config: AppConfig) -> Application | None:
     if not config.transfer_selection.attention:
         return None
     return build_scorer_deployment(
-        config.transfer_selection.scorer, config.scorer_source(), config.scorer_mm_processor_kwargs()
+        config.transfer_selection.scorer,
+        config.scorer_source(),
+        config.drain_s("scorer"),
+        config.scorer_mm_processor_kwargs(),
     )
 
 

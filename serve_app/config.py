@@ -15,11 +15,13 @@ from deployments.vlm import images_per_prompt
 
 from .core.audit import AuditSettings
 from .core.decision import ClassSettings, OverloadSettings, check_floors
+from .core.grammar_bounds import GrammarLimits
+from .core.lifecycle import DRAINED, Drains
 from .core.options import REASON_BASELINES, CascadeOptions
 from .core.plan_choice import AdaptiveSettings
 from .core.plans import Plan
 from .core.roles import LARGE, SMALL
-from .core.scaling import ScalingPolicy
+from .core.scaling import AppAutoscaling, ScalingPolicy
 from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
 
 # The application-level autoscaling policy of ``autoscaling.policy: coupled``: Ray Serve reads it from
@@ -40,6 +42,10 @@ class IngressDeployment(Strict):
     # A request past its key's share while other keys have work waits its turn this long (seconds)
     # before a 429 fair_share (serve_app/core/fair_share.py); 0: refused at once.
     share_wait_s: float = Field(10.0, ge=0, le=600, allow_inf_nan=False)
+    # Seconds a retiring replica (a scale-down, a config edit, an upgrade) has to finish its requests before
+    # Serve stops it. Unset: derived by the application from its timeouts (serve_app/core/lifecycle.py);
+    # set, at least that.
+    graceful_shutdown_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
 
 
 class Readiness(Strict):
@@ -48,27 +54,6 @@ class Readiness(Strict):
     still loading. 0: one quick check, no wait."""
 
     wait_s: float = Field(30.0, ge=0, le=3600, description="seconds a request waits for the models")
-
-
-class GrammarLimits(Strict):
-    """What a request passed to a model may ask the engines' grammar compiler through
-    ``structured_outputs``, ``response_format`` and ``tools`` (unless ``tool_choice`` is ``none``):
-    past a bound, a 400 naming it (serve_app/edge/grammar_limits.py, docs/api.md). The defaults keep the
-    worst request each admits well under a second of compile time (bench/results/grammar-limits.json)."""
-
-    max_schema_bytes: int = Field(32_768, ge=64)  # each JSON schema, as compact JSON
-    max_schema_depth: int = Field(16, ge=2)  # its objects and arrays nested
-    max_properties: int = Field(256, ge=1)  # of one object schema
-    max_enum_values: int = Field(1_000, ge=1)  # enum, const, choice values and tags' literals, in all
-    max_enum_bytes: int = Field(16_384, ge=1)  # their bytes in all
-    max_literal_bytes: int = Field(256, ge=1)  # of each (a prefix values share costs its square)
-    max_regex_bytes: int = Field(4_096, ge=16)  # each regex: structured_outputs', a schema's pattern
-    max_patterns: int = Field(64, ge=0)  # patterns and string formats of the schemas, in all
-    max_repetition: int = Field(4_096, ge=1)  # minLength/maxLength and {m,n} counts unrolled, in all
-    max_grammar_bytes: int = Field(8_192, ge=0)  # structured_outputs.grammar (EBNF or Lark)
-    max_structural_tag_bytes: int = Field(32_768, ge=64)
-    max_tools: int = Field(64, ge=1)
-    max_tool_schema_bytes: int = Field(65_536, ge=64)  # the tools' parameter schemas together
 
 
 class Limits(Strict):
@@ -228,17 +213,6 @@ class CascadeConfig(CascadeOptions):
         return options
 
 
-class AppAutoscaling(Strict):
-    """How the deployments scale together (serve_app/core/scaling.py). ``coupled`` needs the config's
-    application-level ``autoscaling_policy`` (serve_app.fleet.autoscaling_policy:coupled_policy); each
-    deployment's ``autoscaling`` keeps its bounds, target and delays under either policy."""
-
-    policy: ScalingPolicy = ScalingPolicy.PER_DEPLOYMENT
-    tau_s: float = Field(
-        5.0, gt=0, description="time constant of the decayed arrival rate and per-call means"
-    )
-
-
 class AppConfig(Strict):
     small: ModelDeployment
     large: ModelDeployment
@@ -304,6 +278,12 @@ class AppConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _replicas_drain_their_calls(self) -> AppConfig:
+        for part in DRAINED:
+            self.drain_s(part)  # a configured one shorter than the derived one is refused
+        return self
+
+    @model_validator(mode="after")
     def _default_selector_deployed(self) -> AppConfig:
         selector = self.cascade.transfer_selector
         try:
@@ -342,6 +322,20 @@ class AppConfig(Strict):
                 f"priority: set {' and '.join(fcfs)}: priority (or cascade.audit.priority: 0)"
             )
         return self
+
+    def drain_s(self, part: str) -> float:
+        """The graceful shutdown timeout of ``part`` (a model's role, ``ingress`` or ``scorer``): its
+        configured ``graceful_shutdown_timeout_s``, else derived from the timeouts (core/lifecycle.py)."""
+        limits = self.limits
+        images = (limits.max_passthrough_images or 1) if limits.allow_remote_images else 0
+        held_s = limits.body_timeout_s + self.ingress.share_wait_s + self.readiness.wait_s
+        timeouts = tuple(self.cascade.timeouts.model_dump().values())
+        drains = Drains(self.request_timeout_s, timeouts, held_s + images * limits.remote_image_timeout_s)
+        if part == "scorer":
+            return drains.of(
+                "transfer_selection.scorer", self.transfer_selection.scorer.graceful_shutdown_timeout_s
+            )
+        return drains.of(part, getattr(self, part).graceful_shutdown_timeout_s)
 
     def model_capacity(self) -> int:
         """The requests the model deployments take at once: the smaller of the two models' requests in

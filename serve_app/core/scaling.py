@@ -17,12 +17,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from .roles import ROLES
 
 
 class ScalingPolicy(StrEnum):
     COUPLED = "coupled"  # the models' replicas from the ingress's arrivals (this module)
     PER_DEPLOYMENT = "per-deployment"  # each deployment on its own queue (Ray Serve's default)
+
+
+class AppAutoscaling(BaseModel):
+    """How the deployments scale together. ``coupled`` needs the config's application-level
+    ``autoscaling_policy`` (serve_app.fleet.autoscaling_policy:coupled_policy); each deployment's
+    ``autoscaling`` keeps its bounds, target and delays under either policy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    policy: ScalingPolicy = ScalingPolicy.PER_DEPLOYMENT
+    tau_s: float = Field(
+        5.0, gt=0, description="time constant of the decayed arrival rate and per-call means"
+    )
 
 
 def queue_replicas(ongoing_requests: float, target_ongoing_requests: float) -> float:

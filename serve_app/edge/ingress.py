@@ -26,6 +26,7 @@ from ..clients.scorer import attention_scorer
 from ..config import AppConfig
 from ..core.capacity import Capacity
 from ..core.decision import Decision, Observer, decide, fleet_overload
+from ..core.lifecycle import STREAM_BACKSTOP_S
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
 from ..core.transfer_selectors import attention_selector, budget_selector
@@ -51,9 +52,6 @@ from .snapshot import Snapshot
 from .stats_reporter import StatsReporter
 
 logger = logging.getLogger("ray.serve")
-# Past the request's deadline (where a streamed reply ends itself), when a stream nobody reads gives
-# its admission back.
-STREAM_BACKSTOP_S = 5.0
 
 
 def request_id_header(request: Request) -> str | None:
