@@ -17,6 +17,16 @@ from ..core.options import GREEDY, Decoding
 from .failures import engine_call, error_response_failure
 
 _call_numbers = itertools.count()
+# Every sampling field vLLM would otherwise take from the checkpoint's generation_config.json (its
+# ChatCompletionRequest: the request's value, else the server's default), at vLLM's neutral value: a
+# stage samples as its Decoding says on any checkpoint. Temperature and top_p are the Decoding's.
+NEUTRAL_SAMPLING: dict[str, float | int] = {
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
 
 
 def engine_request_id(call: EngineCall) -> str:
@@ -32,8 +42,9 @@ def engine_request_id(call: EngineCall) -> str:
 class LLMServerClient:
     """Sends the cascade's calls to one model deployment as plain values (``deployments/plain_chat``:
     an OpenAI chat body in, its reply out), decoded as each call's ``Decoding`` says (greedy by
-    default), asking for the generated tokens' logprobs (the answers' confidences) unless ``logprobs``
-    is off and the call does not ask for them. Nothing here loads vLLM's request or reply types.
+    default), asking for the generated tokens' logprobs where the call's answer confidence is read
+    (``EngineCall.confidence``) unless ``logprobs`` is off, and wherever the client asked for them.
+    Nothing here loads vLLM's request or reply types.
 
     Cancelling ``complete`` cancels the handle's response, which aborts the request in the engine. A
     failed call raises the ``EngineError`` family (``failures.py``); a body the model's schema refuses
@@ -55,7 +66,7 @@ class LLMServerClient:
                 "max_tokens": max_tokens,
                 "stream": False,
                 "request_id": engine_request_id(call),
-                **self._sampling(decoding),
+                **self._sampling(decoding, call),
                 # Lower runs first (scheduling_policy: priority): audits behind served calls, a key's flood
                 # behind another key's trickle.
                 **({"priority": call.priority} if call.priority else {}),
@@ -81,11 +92,14 @@ class LLMServerClient:
         )
         return dataclasses.replace(completion, replica=routed_replicas.take(body["request_id"]))
 
-    def _sampling(self, decoding: Decoding) -> dict[str, Any]:
+    def _sampling(self, decoding: Decoding, call: EngineCall) -> dict[str, Any]:
         fields: dict[str, Any] = {
+            **NEUTRAL_SAMPLING,
             "temperature": decoding.temperature,
             "top_p": decoding.top_p,
-            "logprobs": self._logprobs or decoding.logprobs,
+            # The answer confidences the cascade reads (call.confidence), and every call's when the
+            # client asks for the served answer's logprobs (any stage may serve it).
+            "logprobs": (self._logprobs and call.confidence) or decoding.logprobs,
         }
         if decoding.seed is not None:
             fields["seed"] = decoding.seed

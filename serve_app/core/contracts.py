@@ -63,6 +63,9 @@ class EngineCall:
     # free text.
     constraint: str | None = None
     audit: bool = False  # an audit's call (serve_app/edge/auditor.py), not a served one
+    # Its answer's confidence is read (``verification.confidence_read``): the client asks the engine
+    # for the generated tokens' logprobs when the server keeps answer confidences.
+    confidence: bool = False
 
     @property
     def is_audit(self) -> bool:

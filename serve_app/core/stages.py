@@ -30,7 +30,7 @@ from .prompts import PromptKind, PromptLayout, build_messages
 from .roles import LARGE
 from .trace import RepairRecord, StageRecord, Trace, TransferRecord
 from .transfer_selectors import count_words
-from .verification import answer_confidence
+from .verification import answer_confidence, confidence_read
 
 
 @dataclass
@@ -247,6 +247,7 @@ class StageCalls:
             self.priority,
             form.regex(PromptKind.STAGE2) if form is not None else self._regex(prompt_kind),
             self.audit,
+            confidence_read(prompt_kind, self.options.resolved_stage2_answer() == "inline"),
         )
         try:
             completion = await asyncio.wait_for(

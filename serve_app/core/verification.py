@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from .answers import answer_span, answer_words, is_valid, normalize, parse_number
 from .contracts import TokenLogprob
 from .options import CascadeOptions
+from .prompts import PromptKind
 
 # The cascade's default (``CascadeOptions.decimal_tolerance``), read from its one definition.
 DEFAULT_DECIMAL_TOLERANCE: float = CascadeOptions.model_fields["decimal_tolerance"].default
@@ -136,3 +137,14 @@ def answer_confidence(text: str, tokens: Sequence[TokenLogprob] | None) -> float
             total += token.logprob
             overlapping = True
     return math.exp(total) if overlapping else None
+
+
+def confidence_read(prompt_kind: PromptKind, inline_answer: bool) -> bool:
+    """Whether the answer of a call of ``prompt_kind`` has its confidence read: by verification
+    (``min_confidence``, ``confident_large``) or by a calibration replaying it (``mai-eval
+    calibrate``). The short answers are (stage 1), and the reasoning's answer (stage 2): the reasoning
+    call itself when its answer is ``inline``, else the Stage 2 call. An explanation or a transfer is
+    served, never compared: its tokens' logprobs are asked for only when the client asks for them."""
+    if prompt_kind is PromptKind.REASONING:
+        return inline_answer
+    return prompt_kind in (PromptKind.SIMPLE, PromptKind.STAGE2)

@@ -1,0 +1,76 @@
+"""Logprobs are asked for only where they are read: the short answers and the reasoning's answer,
+whose confidences verification and calibration compare; never an explanation's or a transfer's (the
+512- and 2,048-token calls cost the most to return them), unless the client asks for the served
+answer's logprobs."""
+
+import pytest
+
+from serve_app.clients.llm_server import LLMServerClient
+from serve_app.core.cascade import Cascade
+from serve_app.core.contracts import EngineCall
+from serve_app.core.options import CascadeOptions, Decoding
+from serve_app.core.prompts import PromptKind
+from serve_app.core.question_parsing import read_question
+
+from .fakes import ScriptedVLM
+
+S, E, R, S2, T = (
+    PromptKind.SIMPLE,
+    PromptKind.EXPLAIN,
+    PromptKind.REASONING,
+    PromptKind.STAGE2,
+    PromptKind.TRANSFER,
+)
+QUESTION = read_question("Is there a fan in the picture?", image_url="data:image/png;base64,iVBORw0KGgo=")
+REASONING = "Let me look. There is none.\n[[No]]"
+
+
+async def confidence_asked(options: CascadeOptions, small: dict, large: dict) -> dict[str, bool]:
+    models = ScriptedVLM(small), ScriptedVLM(large)
+    await Cascade(*models).run(QUESTION, options)
+    return {
+        call.engine_call.stage: call.engine_call.confidence
+        for model in models
+        for call in model.calls
+        if call.engine_call is not None
+    }
+
+
+async def test_a_transfer_reads_the_short_answers_and_the_inline_reasoning_only():
+    asked = await confidence_asked(
+        CascadeOptions(), {S: "[[No]]", R: REASONING}, {S: "[[Yes]]", T: "[[Yes]]"}
+    )
+    assert asked == {"short_small": True, "short_large": True, "reason_small": True, "transfer_large": False}
+
+
+async def test_with_a_stage_two_call_the_reasoning_itself_is_not_read():
+    asked = await confidence_asked(
+        CascadeOptions(stage2_answer="two_stage"),
+        {S: "[[No]]", R: "There is none.", S2: "[[No]]"},
+        {S: "[[Yes]]", T: "[[Yes]]"},
+    )
+    assert asked["reason_small"] is False and asked["stage2_small"] is True
+    assert asked["transfer_large"] is False
+
+
+async def test_an_explanation_is_served_never_compared():
+    asked = await confidence_asked(CascadeOptions(policy="small-explain"), {E: "It is. [[Yes]]"}, {})
+    assert asked == {"explain_small": False}
+
+
+@pytest.mark.parametrize(
+    ("server", "read", "client", "asked"),
+    [
+        (True, True, False, True),
+        (True, False, False, False),  # the 2,048-token call whose answer nobody compares
+        (True, False, True, True),  # the client asked for the served answer's logprobs
+        (False, True, False, False),  # answer_logprobs: false
+        (False, False, True, True),
+    ],
+)
+def test_the_engine_is_asked_for_logprobs_where_they_are_read(server, read, client, asked):
+    call = EngineCall("r1", "reason_small", R, confidence=read)
+    body = LLMServerClient(None, "m", logprobs=server).body(
+        [], max_tokens=8, call=call, decoding=Decoding(logprobs=client)
+    )
+    assert body["logprobs"] is asked
