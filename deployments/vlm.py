@@ -24,10 +24,11 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "enable_prompt_tokens_details": True,  # report cached prompt tokens in usage
     # A cascade request carries one image and never a video: vLLM then profiles no video at start.
     "limit_mm_per_prompt": {"image": 1, "video": 0},
-    # Sampling is what the request says: vLLM's "auto" would take the checkpoint's generation_config.json
-    # as every request's defaults (the released Qwen3-VL: temperature 0.7, top_k 20, top_p 0.8;
-    # configs/checkpoints/README.md), and a request never sends top_k.
-    "generation_config": "vllm",
+    # vLLM's own server's sampling: a field a request leaves unset takes the checkpoint's
+    # generation_config.json (the released Qwen3-VL: temperature 0.7, top_k 20, top_p 0.8;
+    # configs/checkpoints/README.md), so a passthrough samples as the model's users expect. The
+    # cascade's calls set every sampling field themselves (serve_app/clients/llm_server.py).
+    "generation_config": "auto",
 }
 
 
@@ -168,11 +169,15 @@ def build_scorer_deployment(
     mm_processor_kwargs: Mapping[str, Any] | None = None,
 ):
     """The AttentionScorer for sparse reasoning transfer (deployments/scorer.py), scoring with the
-    checkpoint at ``source``, its processor under ``mm_processor_kwargs`` (the engine's image budget)."""
+    checkpoint at ``source``, its processor under ``mm_processor_kwargs`` (the engine's image budget),
+    on the nodes that advertise its ``pin_resources``."""
     from .scorer import AttentionScorer
 
+    actor: dict[str, Any] = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
+    if settings.pin_resources:
+        actor["resources"] = dict(settings.pin_resources)
     return AttentionScorer.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         autoscaling_config=settings.autoscaling.to_serve(),
-        ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
+        ray_actor_options=actor,
         graceful_shutdown_timeout_s=drain_s,
     ).bind(settings, source, dict(mm_processor_kwargs or {}))

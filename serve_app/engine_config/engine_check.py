@@ -8,7 +8,7 @@ the whole vLLM engine configuration those arguments become, built as the replica
 range, the context against the model's own), plus the model's image budget and what it leaves in the
 context (``model_limits``). For a GPU model it also builds the engine as on a GPU
 (``gpu_view``: runner, async scheduling, batched tokens, compilation, CUDA graphs, executor) and names
-the sampling defaults its checkpoint would have brought; with ``--gpus N`` or ``--cluster MANIFEST`` it
+the sampling defaults its checkpoint brings to a passthrough; with ``--gpus N`` or ``--cluster MANIFEST`` it
 refuses a config whose replicas at their maximum cannot all be placed (``placement``). It needs each
 model's config files (``config.json``, ``preprocessor_config.json``, ``generation_config.json``): a
 local folder, the hub, or ``--checkpoint ROLE=FOLDER`` for a copy of them.
@@ -32,14 +32,16 @@ from typing import Any
 
 import yaml
 
-from deployments.gpus import DEFAULT_GPU, GPU_MEMORY, GPUS
+from deployments.gpus import DEFAULT_GPU, GPUS
 from deployments.vlm import PER_WORKER_GPUS, llm_config_kwargs, replica_env
 
 from ..config import AppConfig, ModelDeployment, check_application
 from ..core.roles import ROLES
+from .driver_check import check_driver, driver_line
 from .generation_defaults import generation_defaults
 from .gpu_view import gpu_view
 from .inventory import manifest_groups, one_host
+from .memory import memory_check, memory_lines
 from .model_limits import _image_processor, context_budgets, prompt_bytes_left
 from .placement import NodeGroup, engine_asks, placement_problems
 
@@ -88,7 +90,7 @@ def check_kwargs(spec: ModelDeployment) -> dict[str, Any]:
 
 def on_gpu(spec: ModelDeployment, gpu: str) -> dict[str, Any]:
     """The engine the replica would build on ``gpu`` (serve_app/engine_config/gpu_view.py), and the sampling
-    defaults the checkpoint would have brought under ``generation_config: auto``."""
+    defaults the checkpoint brings under ``generation_config: auto`` (a passthrough's unset fields)."""
     view = gpu_view(check_kwargs(spec), replica_env(spec), gpu)
     view["gpu"] = gpu
     local = spec.local_source()
@@ -101,18 +103,25 @@ def check_config(
     checkpoints: Mapping[str, str],
     gpu: str | None = None,
     inventory: Sequence[NodeGroup] | None = None,
+    card: str | None = None,
 ) -> dict[str, Any]:
     """Every check of one Serve config file's application; raises on the first refusal. ``gpu``: also
     build each GPU model's engine as on that GPU (its ``accelerator_type`` when it names a known one).
-    ``inventory``: the nodes the config must fit at its maximum replicas."""
+    ``inventory``: the nodes the config must fit at its maximum replicas. ``card``: the GPU whose
+    memory the GPU models must fit when they name none (serve_app/engine_config/memory.py; default
+    ``gpu``, else the default GPU)."""
     [application] = serve_config["applications"]
     config = check_application(application)
+    driver = check_driver(config)  # first: a driver too old refuses the config before any engine is built
     pins = {role: pinned_at(getattr(config, role)) for role in ROLES}
     config = with_checkpoints(config, checkpoints)
     if inventory is not None:
-        problems = placement_problems(engine_asks(config), inventory, GPU_MEMORY)
+        problems = placement_problems(engine_asks(config), inventory)
         if problems:
             raise ValueError("; ".join(problems))
+    memory = memory_check(config, card or gpu or DEFAULT_GPU, inventory)
+    if memory and memory["problems"]:
+        raise ValueError("; ".join(memory["problems"]))
     processors = [_image_processor(model) for model in (config.small, config.large)]
     budgets = context_budgets(config, processors)
     left = prompt_bytes_left(budgets)
@@ -136,6 +145,8 @@ def check_config(
         "max_prompt_bytes": left,
         "max_passthrough_images": config.limits.max_passthrough_images,
         "inventory": None if inventory is None else [group.__dict__ for group in inventory],
+        "driver": driver,
+        "memory": memory,
     }
 
 
@@ -181,9 +192,11 @@ def report(path: str, result: Mapping[str, Any]) -> list[str]:
             f"KV {kv / 2**30:g} GiB fixed" if kv else f"KV from {view['gpu_memory_utilization']:g} of the GPU"
         )
         released = view.get("checkpoint_sampling_defaults")
-        sampling = f"sampling from the request (generation_config {view['generation_config']}"
+        sampling = f"generation_config {view['generation_config']}: a passthrough's unset sampling "
         if released:
-            sampling += "; the checkpoint's would be " + ", ".join(f"{k} {v}" for k, v in released.items())
+            sampling += "takes the checkpoint's " + ", ".join(f"{k} {v}" for k, v in released.items())
+        else:
+            sampling += "takes vLLM's (the checkpoint declares none)"
         lines.append(
             f"  on {view['gpu']}: runner {view['runner']}, async scheduling "
             f"{'on' if view['async_scheduling'] else 'off'}, "
@@ -198,7 +211,8 @@ def report(path: str, result: Mapping[str, Any]) -> list[str]:
             f"{group['nodes']} x {group['gpus']} {group['gpu'] or 'GPU'}" for group in inventory
         )
         lines.append(f"{path}: every replica fits the inventory ({groups}) at max_replicas")
-    return lines
+    lines += memory_lines(path, result.get("memory"))
+    return lines + driver_line(path, result.get("driver"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for path in args.config:
         try:
-            results[path] = check_config(yaml.safe_load(Path(path).read_text()), checkpoints, gpu, inventory)
+            results[path] = check_config(
+                yaml.safe_load(Path(path).read_text()), checkpoints, gpu, inventory, args.gpu
+            )
         except Exception as exc:  # one line naming the problem: the point of the command
             line = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
             print(f"{path}: {line}", file=sys.stderr)

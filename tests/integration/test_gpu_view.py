@@ -31,8 +31,8 @@ def test_a_gpu_config_on_an_h100(name, share):
         assert view["compilation_mode"] == "VLLM_COMPILE" and view["cudagraph_mode"] == "FULL_AND_PIECEWISE"
         assert view["executor"] == "ray (RayExecutorV2)"
         assert view["per_worker_gpus"] == share  # what the executor reads in the replica's process
-        assert view["generation_config"] == "vllm"  # sampling is the request's
-        assert view["checkpoint_sampling_defaults"] == RELEASED_SAMPLING  # what "auto" would have added
+        assert view["generation_config"] == "auto"  # a passthrough samples as from vLLM's own server
+        assert view["checkpoint_sampling_defaults"] == RELEASED_SAMPLING  # what its unset fields take
 
 
 def test_on_an_l4_the_batched_token_budget_is_the_smaller_gpus():

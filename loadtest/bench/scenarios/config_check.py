@@ -81,7 +81,8 @@ def table(result: dict[str, Any]) -> list[str]:
         "",
         "The GPU models' engines as vLLM 0.32 builds them on the GPU named (its CUDA platform describing "
         "the GPU, the replica's environment, the OpenAI server's usage context: vLLM's decisions, not a "
-        "run), and the sampling defaults the checkpoint would have brought (`generation_config: auto`).",
+        "run), and the sampling defaults the checkpoint brings to a passthrough that leaves a field unset "
+        "(`generation_config: auto`; the cascade's calls set every field).",
         "",
         "| config | model | GPU | runner | async scheduling | batched tokens | compile | CUDA graphs | "
         "executor | GPU per worker | generation config | checkpoint's sampling |",
