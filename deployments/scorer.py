@@ -10,6 +10,7 @@ from typing import Any
 from ray import serve
 
 from .attention import ReasoningScorer
+from .driver import require_driver
 from .settings import ScorerSettings
 
 logger = logging.getLogger("ray.serve")
@@ -23,6 +24,8 @@ class AttentionScorer:
     def __init__(
         self, settings: ScorerSettings, source: str, mm_processor_kwargs: dict[str, Any] | None = None
     ):
+        if settings.device == "gpu":  # the driver, before the checkpoint is read (deployments/driver.py)
+            require_driver()
         self.scorer = ReasoningScorer(
             source,
             device=settings.device,
