@@ -22,7 +22,9 @@ checks, each a pure function of the report's summary, pyproject.toml and the Doc
 - the gpu extra pins torch and torchvision (and torchaudio, if it names it) to exactly what vLLM requires;
 - the gpu extra's Ray is the cpu extra's;
 - the summary was resolved from the gpu extra as it stands, and resolved each pin to its version;
-- no resolved package is named for another CUDA major, except those in TOLERATED (each with its reason).
+- no resolved package is named for another CUDA major, except those in TOLERATED (each with its reason);
+- the driver minimum the replicas check (deployments/driver.py) is for that CUDA major, and FlashInfer's
+  kernel packages are in the image at flashinfer-python's version or not served at it (k8s/gpu_runtime.py).
 
 Beside the checks it reports what Ray's llm extra would ask for (k8s/ray_llm_pins.py): the image runs
 ray[serve] with the gpu extra's vLLM, not ray[llm]'s pin (docs/deploying.md says why). The summary keeps
@@ -51,6 +53,8 @@ from gpu_image import (
     expand,
     split_digest,
 )
+from gpu_runtime import check_driver_minimum, check_flashinfer_kernels, flashinfer_kernels, pip_index_versions
+from gpu_runtime import report_lines as runtime_lines
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from ray_llm_pins import check_ray_llm_extra, ray_llm_extra, report_lines  # k8s/, beside this file
@@ -327,6 +331,8 @@ def check_all(summary: Mapping[str, Any], pyproject: Mapping[str, Any], dockerfi
         + check_ray_pins(pyproject)
         + check_other_majors(summary)
         + check_ray_llm_extra(summary)
+        + check_driver_minimum(stack_majors(summary), dockerfile)
+        + check_flashinfer_kernels(summary, INDEX)
     )
 
 
@@ -358,7 +364,12 @@ def resolve(requirements: list[str], python: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
         subprocess.run(pip_command(requirements, python, report), check=True, timeout=900)
-        return summarize(json.loads(report.read_text()), requirements, python)
+        summary = summarize(json.loads(report.read_text()), requirements, python)
+    # FlashInfer's kernel packages: what the index serves for the flashinfer-python resolved (gpu_runtime.py)
+    summary["flashinfer_kernels"] = flashinfer_kernels(
+        summary["packages"], lambda n: pip_index_versions(n, INDEX)
+    )
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -410,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     for line in report_lines(summary["ray_llm_extra"]) if "ray_llm_extra" in summary else []:
+        print(f"gpu stack: {line}", file=sys.stderr)
+    for line in runtime_lines(summary.get("flashinfer_kernels"), INDEX):
         print(f"gpu stack: {line}", file=sys.stderr)
     return 1 if problems else 0
 

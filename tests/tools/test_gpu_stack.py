@@ -3,8 +3,10 @@ k8s/Dockerfile's base image agree on one CUDA major; the image installs pip and 
 resolution (requirements/gpu-constraints.txt), each from its hashed file, then the gpu extra with nothing
 fetched and the resolution as pip's constraints (k8s/gpu_image.py), and takes its base image's digest as
 a build argument; each check fails on an input crafted to break it; Ray's llm extra
-is reported beside the resolution (k8s/ray_llm_pins.py); and one live resolution against PyPI (metadata
-only, no download) passes the same checks."""
+is reported beside the resolution (k8s/ray_llm_pins.py); the driver minimum the replicas check is for the
+stack's CUDA major, and FlashInfer's kernel packages are in the image at flashinfer-python's version or
+not served at it (k8s/gpu_runtime.py); and one live resolution against PyPI (metadata only, no download)
+passes the same checks."""
 
 import copy
 import importlib.util
@@ -31,6 +33,7 @@ def load_module(name, path):
 # gpu_stack.py imports its sibling as the script `python k8s/gpu_stack.py` finds it, by its own name.
 ray_llm_pins = load_module("ray_llm_pins", ROOT / "k8s" / "ray_llm_pins.py")
 gpu_image = load_module("gpu_image", ROOT / "k8s" / "gpu_image.py")
+gpu_runtime = load_module("gpu_runtime", ROOT / "k8s" / "gpu_runtime.py")
 gpu_stack = load_module("k8s_gpu_stack", ROOT / "k8s" / "gpu_stack.py")
 SUMMARY = json.loads((ROOT / "requirements" / "gpu-resolution.json").read_text())
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -459,6 +462,86 @@ def test_the_committed_base_image_is_pinned_by_digest_or_says_how_to_pin_it():
         assert "--build-arg RAY_DIGEST=@sha256:" in DOCKERFILE
 
 
+def test_the_driver_minimum_is_the_stacks_cuda_majors_and_the_dockerfile_and_docs_name_it():
+    from deployments.driver import MIN_DRIVER, STACK_CUDA_MAJOR
+
+    assert gpu_stack.stack_majors(SUMMARY) == {STACK_CUDA_MAJOR} and MIN_DRIVER == 580
+    assert gpu_runtime.check_driver_minimum({STACK_CUDA_MAJOR}, DOCKERFILE) == []
+    [problem] = gpu_runtime.check_driver_minimum({12}, DOCKERFILE)
+    assert (
+        "checks the driver for CUDA 13 (>= 580), the stack is CUDA 12: set STACK_CUDA_MAJOR = 12" in problem
+    )
+    [problem] = gpu_runtime.check_driver_minimum({14}, DOCKERFILE)
+    assert "and its minimum driver in MIN_DRIVER_FOR_CUDA" in problem
+    stale = DOCKERFILE.replace("NVIDIA driver >= 580", "NVIDIA driver >= 525")
+    assert gpu_runtime.check_driver_minimum({13}, stale) == [
+        "k8s/Dockerfile does not say the GPU nodes need an NVIDIA driver >= 580"
+    ]
+    assert "NVIDIA driver >= 580" in (ROOT / "docs" / "deploying.md").read_text()
+
+
+def test_the_committed_resolution_says_flashinfers_kernels_are_not_on_pypi_for_its_version():
+    block = SUMMARY["flashinfer_kernels"]
+    assert block["flashinfer-python"] == SUMMARY["packages"]["flashinfer-python"] == "0.7.0.post1"
+    for name in ("flashinfer-cubin", "flashinfer-jit-cache"):
+        assert name not in SUMMARY["packages"]
+        assert block["packages"][name]["resolved"] is None
+        assert block["packages"][name]["on_index_for_flashinfer"] == []
+    assert gpu_runtime.check_flashinfer_kernels(SUMMARY, gpu_stack.INDEX) == []
+    lines = gpu_runtime.report_lines(block, gpu_stack.INDEX)
+    assert lines[0].startswith("flashinfer-cubin: https://pypi.org/simple serves none for flashinfer-python")
+    assert "NVIDIA's artifactory" in lines[0] and "compiles each of its kernels with nvcc" in lines[1]
+
+
+def _kernels(resolved=None, served=()):
+    """The committed summary with flashinfer-cubin resolved at ``resolved`` and served at ``served``."""
+    summary = copy.deepcopy(SUMMARY)
+    if resolved is not None:
+        summary["packages"]["flashinfer-cubin"] = resolved
+    summary["flashinfer_kernels"] = gpu_runtime.flashinfer_kernels(
+        summary["packages"], lambda name: list(served) if name == "flashinfer-cubin" else []
+    )
+    return summary
+
+
+def test_flashinfer_cubin_at_flashinfer_pythons_version_passes():
+    assert (
+        gpu_runtime.check_flashinfer_kernels(_kernels("0.7.0.post1", ["0.7.0.post1"]), gpu_stack.INDEX) == []
+    )
+    assert gpu_runtime.matches("flashinfer-jit-cache", "0.7.0.post1+cu130", "0.7.0.post1")
+    assert not gpu_runtime.matches("flashinfer-cubin", "0.7.0.post1+cu130", "0.7.0.post1")
+    block = _kernels("0.7.0.post1", ["0.7.0.post1"])["flashinfer_kernels"]
+    assert gpu_runtime.report_lines(block, gpu_stack.INDEX)[0] == (
+        "flashinfer-cubin 0.7.0.post1: in the image, beside flashinfer-python 0.7.0.post1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("summary", "message"),
+    [
+        (_kernels("0.6.13", ["0.6.13"]), "flashinfer-cubin 0.6.13 is not flashinfer-python 0.7.0.post1's"),
+        (
+            _kernels(None, ["0.7.0.post1", "0.6.13"]),
+            "serves flashinfer-cubin 0.7.0.post1 for flashinfer-python 0.7.0.post1, and the image does not "
+            "install it",
+        ),
+        ({**SUMMARY, "flashinfer_kernels": None}, "keeps no flashinfer_kernels for flashinfer-python"),
+        (
+            {**SUMMARY, "packages": {**SUMMARY["packages"], "flashinfer-python": "0.7.4"}},
+            "keeps no flashinfer_kernels for flashinfer-python 0.7.4",
+        ),
+        (
+            {**SUMMARY, "packages": {**SUMMARY["packages"], "flashinfer-cubin": "0.7.0.post1"}},
+            "flashinfer_kernels is not the resolution's flashinfer-cubin (0.7.0.post1)",
+        ),
+    ],
+)
+def test_flashinfer_kernels_missing_mismatched_or_not_reported_fail(summary, message):
+    [problem] = gpu_runtime.check_flashinfer_kernels(summary, gpu_stack.INDEX)
+    assert message in problem
+    assert any(message in problem for problem in gpu_stack.check_all(summary, PYPROJECT, DOCKERFILE))
+
+
 def test_the_pip_command_resolves_metadata_only_for_the_images_platform():
     command = gpu_stack.pip_command(["vllm==0.32.0"], "3.11", Path("r.json"))
     for flag in ["--dry-run", "--isolated", "--ignore-installed", "--only-binary=:all:"]:
@@ -476,3 +559,7 @@ def test_a_live_resolution_against_pypi_passes_the_same_checks():
         assert summary["packages"][name] == SUMMARY["packages"][name]
     assert summary["requires_dist"] == SUMMARY["requires_dist"]
     assert summary["ray_llm_extra"]["requires"] == SUMMARY["ray_llm_extra"]["requires"]
+    for name, entry in summary["flashinfer_kernels"]["packages"].items():  # pip index versions, on PyPI
+        committed = SUMMARY["flashinfer_kernels"]["packages"][name]
+        assert (entry["resolved"], entry["on_index_for_flashinfer"]) == (None, [])
+        assert (entry["newest_on_index"] is None) == (committed["newest_on_index"] is None)
