@@ -3,11 +3,16 @@
 Three sources, any together (``security`` in the config):
 
 - ``api_keys_env`` (``MAI_API_KEYS``): keys separated by commas, named ``MAI_API_KEYS#1``, ``#2``, ...
-- ``api_keys_file``: one key per line (``#`` comments), named ``api_keys_file#<line>``.
+- ``api_keys_file``: keys one per line, or several on a line separated by commas as in
+  ``MAI_API_KEYS`` (``#`` comment lines; e.g. a mounted Kubernetes Secret), named
+  ``api_keys_file#<line>``, or ``api_keys_file#<line>.<n>`` for the n-th of a line's keys.
 - ``keys_file``: named keys (YAML or JSON, e.g. a mounted Kubernetes Secret): per key its ``name``,
   the SHA-256 of the key (``mai-keys hash``), and optionally ``requests_per_minute``,
   ``tokens_per_minute``, the ``models`` it may ask for, its engine ``priority``, its ``weight`` under
-  pressure and ``admin`` (reads every key's usage). Reloaded when it changes, without a restart.
+  pressure and ``admin`` (reads every key's usage).
+
+Both files are read again when they change (a replica looks every ``RELOAD_EVERY_S``), without a
+restart: a Kubernetes Secret mounted as a volume is rotated by updating the Secret alone.
 
 Keys from the first two have no limits and are admins, as every key was before named keys. A source
 that is configured yet yields no key is an error at start, naming it. Keys are compared as SHA-256
@@ -37,7 +42,7 @@ from .errors import RequestError
 logger = logging.getLogger("ray.serve")
 
 ANONYMOUS = "anonymous"
-RELOAD_EVERY_S = 5.0  # how often a replica looks at the keys file's modification time
+RELOAD_EVERY_S = 5.0  # how often a replica looks whether its key files have changed
 
 
 class NamedKey(BaseModel):
@@ -111,6 +116,26 @@ ANONYMOUS_CALLER = Caller(unlimited(ANONYMOUS, "0" * 64))
 BATCH_CALLER = Caller(unlimited("mai-batch", "0" * 64))  # a batch job's rows, unless it names a key
 
 
+def read_key_list(path: Path) -> tuple[NamedKey, ...]:
+    """The keys of ``path``, an ``api_keys_file``: one a line or several separated by commas, ``#``
+    comment lines; each unlimited. A file that does not read or holds no key is refused."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ValueError(f"security.api_keys_file {path}: {exc.strerror or exc}") from None
+    keys: list[NamedKey] = []
+    for number, line in enumerate(lines, 1):
+        if line.strip().startswith("#"):
+            continue
+        values = [value.strip() for value in line.split(",") if value.strip()]
+        for n, value in enumerate(values, 1):
+            name = f"api_keys_file#{number}" + (f".{n}" if len(values) > 1 else "")
+            keys.append(unlimited(name, digest(value)))
+    if not keys:
+        raise ValueError(f"security.api_keys_file {path} holds no key")
+    return tuple(keys)
+
+
 def read_keys_file(path: Path) -> tuple[NamedKey, ...]:
     """The named keys of ``path``; a malformed file or an unknown field is refused naming its line."""
     try:
@@ -177,13 +202,17 @@ class KeyRing:
     ):
         environ = os.environ if environ is None else environ
         self.security, self.now, self.required = security, now, required
-        self.fixed = _fixed_keys(security, environ)
-        self.named: tuple[NamedKey, ...] = ()
-        self.file_stamp: float | None = None
+        self.fixed = _env_keys(security, environ)
+        self.listed: tuple[NamedKey, ...] = ()  # api_keys_file's
+        self.named: tuple[NamedKey, ...] = ()  # keys_file's
+        self.stamps: dict[str, Stamp] = {}  # each file's, by its config field, when last read
         self.checked_at = now()
+        if security.api_keys_file:  # each stamped before it is read: a change while it is read is seen
+            path = Path(security.api_keys_file)
+            self.stamps["api_keys_file"], self.listed = _stamp(path), read_key_list(path)
         if security.keys_file:
             path = Path(security.keys_file)
-            self.named, self.file_stamp = read_keys_file(path), _stamp(path)
+            self.stamps["keys_file"], self.named = _stamp(path), read_keys_file(path)
 
     @classmethod
     def of(cls, keys: tuple[NamedKey, ...]) -> KeyRing:
@@ -194,7 +223,7 @@ class KeyRing:
 
     @property
     def keys(self) -> tuple[NamedKey, ...]:
-        return self.fixed + self.named
+        return self.fixed + self.listed + self.named
 
     @property
     def open(self) -> bool:
@@ -207,22 +236,34 @@ class KeyRing:
         return self.required and not self.keys
 
     def reload(self) -> None:
-        """Read the keys file again when it has changed (at most every ``RELOAD_EVERY_S``); a file that
+        """Read each key file again when it has changed (at most every ``RELOAD_EVERY_S``); a file that
         no longer reads keeps the keys it had, and says why in the log."""
-        if not self.security.keys_file or self.now() - self.checked_at < RELOAD_EVERY_S:
+        security = self.security
+        if (
+            not (security.api_keys_file or security.keys_file)
+            or self.now() - self.checked_at < RELOAD_EVERY_S
+        ):
             return
         self.checked_at = self.now()
-        path = Path(self.security.keys_file)
+        if security.api_keys_file:
+            self.listed = self._reread("api_keys_file", Path(security.api_keys_file), self.listed)
+        if security.keys_file:
+            self.named = self._reread("keys_file", Path(security.keys_file), self.named)
+
+    def _reread(self, field: str, path: Path, keys: tuple[NamedKey, ...]) -> tuple[NamedKey, ...]:
+        """The keys of ``path`` (``security.<field>``) read again if it has changed since it was last
+        read, else ``keys``; ``keys`` too when it no longer reads."""
         stamp = _stamp(path)
-        if stamp == self.file_stamp:
-            return
+        if stamp == self.stamps.get(field):
+            return keys
+        self.stamps[field] = stamp
         try:
-            self.named = read_keys_file(path)
+            fresh = read_key_list(path) if field == "api_keys_file" else read_keys_file(path)
         except ValueError as exc:
-            logger.error("MAI keys file not reloaded, the previous keys stay: %s", exc)
-        else:
-            logger.info("MAI keys file reloaded: %d named keys", len(self.named))
-        self.file_stamp = stamp
+            logger.error("MAI %s not reloaded, the previous keys stay: %s", field, exc)
+            return keys
+        logger.info("MAI %s reloaded: %d keys", field, len(fresh))
+        return fresh
 
     def say(self, access: str) -> None:
         """The start-up log's line on this replica's keys (the sources it read when it found none)."""
@@ -275,36 +316,28 @@ class KeyRing:
 NO_KEYS = "its exposure requires API keys and it found none in its environment or key files"
 
 
-def _fixed_keys(security: Security, environ: Mapping[str, str]) -> tuple[NamedKey, ...]:
-    keys: list[NamedKey] = []
+def _env_keys(security: Security, environ: Mapping[str, str]) -> tuple[NamedKey, ...]:
     variable = security.api_keys_env
-    if variable and variable in environ:
-        values = [value.strip() for value in environ[variable].split(",")]
-        keys += [unlimited(f"{variable}#{n}", digest(v)) for n, v in enumerate(values, 1) if v]
-        if not keys:
-            raise ValueError(f"environment variable {variable} is set but holds no key")
-    if security.api_keys_file:
-        path = Path(security.api_keys_file)
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            raise ValueError(f"security.api_keys_file {path}: {exc.strerror or exc}") from None
-        found = [
-            unlimited(f"api_keys_file#{n}", digest(line.strip()))
-            for n, line in enumerate(lines, 1)
-            if line.strip() and not line.strip().startswith("#")
-        ]
-        if not found:
-            raise ValueError(f"security.api_keys_file {path} holds no key")
-        keys += found
-    return tuple(keys)
+    if not variable or variable not in environ:
+        return ()
+    values = [value.strip() for value in environ[variable].split(",")]
+    keys = tuple(unlimited(f"{variable}#{n}", digest(v)) for n, v in enumerate(values, 1) if v)
+    if not keys:
+        raise ValueError(f"environment variable {variable} is set but holds no key")
+    return keys
 
 
-def _stamp(path: Path) -> float | None:
+# What says a file has changed: its modification time, inode and size. The kubelet updates a mounted
+# Secret by swapping a symlink to a new file (a new inode), whatever its modification time.
+Stamp = tuple[int, int, int] | None
+
+
+def _stamp(path: Path) -> Stamp:
     try:
-        return path.stat().st_mtime
+        stat = path.stat()
     except OSError:
         return None
+    return stat.st_mtime_ns, stat.st_ino, stat.st_size
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:

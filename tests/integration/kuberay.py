@@ -2,8 +2,9 @@
 schema of a vendored KubeRay CRD, which the manifests are validated against (and its pod template's,
 which the other manifests' pods are), the checks of the pods' volumes that the RayService and the RayJob
 share (/dev/shm, the model cache read-only, where the containers write), and those of who may do what
-(API keys from their Secret, Ray's token, non-root pods with read-only root filesystems, no Kubernetes
-API token but the autoscaler's, HF_TOKEN only where the checkpoints are downloaded, the NetworkPolicy)."""
+(API keys from their Secret, mounted where the application reads them, Ray's token, non-root pods with
+read-only root filesystems, no Kubernetes API token but the autoscaler's, HF_TOKEN only where the
+checkpoints are downloaded, the NetworkPolicy), and the upgrade types KubeRay takes."""
 
 import copy
 import functools
@@ -313,6 +314,10 @@ RAY_TOKEN_SECRET = "mai-ray-token"
 RAY_TOKEN_KEY = "auth_token"  # the key KubeRay reads the token from (RAY_AUTH_TOKEN_SECRET_KEY)
 RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # what Ray reads; KubeRay sets
 RAY_PODS = {"matchLabels": {"ray.io/is-ray-node": "yes"}}  # KubeRay's label on every Ray pod
+# The RayService's spec.upgradeStrategy.type values KubeRay accepts (its CRD lists none:
+# ray-operator/controllers/ray/utils/validation.go at the vendored commit), and the fields it ignores.
+RAYSERVICE_UPGRADE_TYPES = ("NewCluster", "NewClusterWithIncrementalUpgrade", "None")
+IGNORED_RAYSERVICE_FIELDS = ("serviceUnhealthySecondThreshold", "deploymentUnhealthySecondThreshold")
 
 
 def check_container_security(pod: dict[str, Any], container: dict[str, Any], where: str) -> None:
@@ -360,19 +365,51 @@ def check_token_auth(cluster: dict[str, Any]) -> None:
             assert not own, f"{name}: {container['name']} sets {sorted(own)}"
 
 
-def api_keys_env(container: dict[str, Any], variable: str) -> dict[str, Any] | None:
-    return next((item for item in container.get("env", []) if item["name"] == variable), None)
+def api_keys_references(pod: dict[str, Any]) -> list[str]:
+    """Where ``pod`` (a pod spec) refers to the API keys' Secret: its volumes, and its containers'
+    variables (``secretKeyRef``) and ``envFrom``."""
+    found = [
+        f"volume {volume['name']}"
+        for volume in pod.get("volumes", [])
+        if (volume.get("secret") or {}).get("secretName") == API_KEYS_SECRET["name"]
+    ]
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        for item in container.get("env", []):
+            if ((item.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name") == API_KEYS_SECRET[
+                "name"
+            ]:
+                found.append(f"{container['name']} env {item['name']}")
+        for source in container.get("envFrom", []):
+            if (source.get("secretRef") or {}).get("name") == API_KEYS_SECRET["name"]:
+                found.append(f"{container['name']} envFrom")
+    return found
 
 
-def check_api_keys(cluster: dict[str, Any], variable: str) -> None:
-    """Every pod's Ray container (an ingress replica may run on any) has the API keys in ``variable``,
-    from the mai-api-keys Secret and not optional: a pod without the Secret does not start."""
+def check_api_keys(cluster: dict[str, Any], keys_file: str) -> None:
+    """Every pod's Ray container (an ingress replica may run on any) reads the API keys at ``keys_file``
+    (the application's ``security.api_keys_file``): the mai-api-keys Secret's key as a file of a volume
+    mounted read-only, as a whole folder (the kubelet updates it when the Secret changes; a subPath
+    mount, never), not optional (a pod without the Secret does not start). No variable holds them: a
+    variable is read once, when its container starts."""
+    from pathlib import PurePosixPath
+
     for name, group in pod_groups(cluster).items():
-        ray_container = group["template"]["spec"]["containers"][0]  # KubeRay's Ray container is the first
-        item = api_keys_env(ray_container, variable)
-        assert item is not None, f"{name}: no {variable}"
-        assert "value" not in item, f"{name}: {variable} is written in the manifest"
-        assert item.get("valueFrom") == {"secretKeyRef": API_KEYS_SECRET}, f"{name}: {item}"
+        pod = group["template"]["spec"]
+        ray_container = pod["containers"][0]  # KubeRay's Ray container is the first
+        found = mount_at(pod, ray_container, keys_file)
+        assert found is not None, f"{name}: nothing mounted at {keys_file}"
+        mount, volume = found
+        assert mount.get("readOnly") is True, f"{name}: the API keys are mounted writable"
+        assert "subPath" not in mount and "subPathExpr" not in mount, f"{name}: a subPath is never updated"
+        secret = volume.get("secret") or {}
+        assert secret.get("secretName") == API_KEYS_SECRET["name"], f"{name}: {volume}"
+        assert secret.get("optional") is not True, f"{name}: the pod would start without the Secret"
+        relative = PurePosixPath(keys_file).relative_to(mount["mountPath"]).as_posix()
+        assert {"key": API_KEYS_SECRET["key"], "path": relative} in secret.get("items", []), (
+            f"{name}: {secret}"
+        )
+        references = api_keys_references(pod)
+        assert references == [f"volume {volume['name']}"], f"{name}: {references}"
 
 
 # The fields of a NetworkPolicy (networking.k8s.io/v1) this project uses, and no other: a misspelt or

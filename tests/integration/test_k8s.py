@@ -2,12 +2,13 @@
 KubeRay's RayService CRD schema, and its names, ports, pins and image tags agree with each other, with
 the Dockerfile and with the project's pins; every pod has /dev/shm in memory, sized for what uses it, and
 every GPU pod reads its checkpoints from the model cache claim, read-only and offline, which only the
-Job of k8s/model-cache.yaml writes (the checkpoints configs/mai.yaml names). Access: every pod has the
-API keys from their Secret, Ray's token authentication is on, every container runs as a user other than
-root without privileges on a read-only root filesystem, writing only to emptyDirs; no pod of any
-manifest mounts a Kubernetes API token (the autoscaler alone mounts one), HF_TOKEN is only in the
-container that downloads the checkpoints, and k8s/networkpolicy.yaml admits from outside the Ray pods
-only Serve's port (and the dashboard to the KubeRay operator and the RayJob's submitter)."""
+Job of k8s/model-cache.yaml writes (the checkpoints configs/mai.yaml names). Access: every pod mounts
+the API keys' Secret as the file the application reads, Ray's token authentication is on, every
+container runs as a user other than root without privileges on a read-only root filesystem, writing
+only to emptyDirs; no pod of any manifest mounts a Kubernetes API token (the autoscaler alone mounts
+one), HF_TOKEN is only in the container that downloads the checkpoints, and k8s/networkpolicy.yaml
+admits from outside the Ray pods only Serve's port (and the dashboard to the KubeRay operator and the
+RayJob's submitter). Upgrades and key rotations: test_k8s_upgrades.py."""
 
 import copy
 import json
@@ -80,12 +81,14 @@ def test_the_committed_manifest_is_what_the_sources_render():
     )
 
 
-def test_serve_config_v2_is_configs_mai_yaml_with_each_model_pinned():
+def test_serve_config_v2_is_configs_mai_yaml_with_each_model_pinned_and_the_mounted_keys():
     source = yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text())
     expected = copy.deepcopy(source)
     for application in expected["applications"]:
         application["args"]["small"]["pin_resources"] = {"mai_small": 1}
         application["args"]["large"]["pin_resources"] = {"mai_large": 1}
+        application["args"]["security"] = {"api_keys_file": "/etc/mai-api-keys/api-keys"}
+    assert "security" not in source["applications"][0]["args"]  # else the renderer would override it
     assert SERVE == expected
 
 
@@ -518,40 +521,57 @@ def test_the_strict_schema_check_catches_a_field_the_api_server_would_drop(mutat
         jsonschema.validate(broken, strict_crd_schema(CRD))
 
 
-def _api_keys_variable() -> str:
+def _api_keys_file() -> str:
     from serve_app.config import check_application
 
-    return check_application(SERVE["applications"][0]).security.api_keys_env
+    security = check_application(SERVE["applications"][0]).security
+    assert security.keys_file is None  # the application's one key file is the mounted Secret's
+    assert security.api_keys_file is not None
+    return security.api_keys_file
 
 
-def test_every_pod_has_the_api_keys_from_their_secret():
+def test_every_pod_mounts_the_api_keys_secret_as_the_file_the_application_reads():
     # proxy_location EveryNode: every pod runs an HTTP proxy, and an ingress replica lands on any pod
     # with a CPU free, so every pod needs the keys
     assert SERVE["proxy_location"] == "EveryNode"
-    assert _api_keys_variable() == "MAI_API_KEYS"
-    check_api_keys(CLUSTER, _api_keys_variable())
+    assert _api_keys_file() == render.API_KEYS_FILE == "/etc/mai-api-keys/api-keys"
+    check_api_keys(CLUSTER, _api_keys_file())
+
+
+def _keys_volume(pod):
+    return next(volume for volume in pod["volumes"] if volume["name"] == "api-keys")
+
+
+def _keys_mount(pod):
+    return next(mount for mount in pod["containers"][0]["volumeMounts"] if mount["name"] == "api-keys")
 
 
 @pytest.mark.parametrize(
     "breakage",
     [
-        lambda env: env.remove(next(e for e in env if e["name"] == "MAI_API_KEYS")),
-        lambda env: next(e for e in env if e["name"] == "MAI_API_KEYS")["valueFrom"]["secretKeyRef"].update(
-            optional=True
+        lambda pod: pod["containers"][0]["volumeMounts"].remove(_keys_mount(pod)),
+        lambda pod: _keys_volume(pod)["secret"].update(optional=True),  # the pod would start without it
+        lambda pod: _keys_volume(pod)["secret"].update(secretName="hf-token"),
+        lambda pod: _keys_volume(pod)["secret"].update(items=[{"key": "api-keys", "path": "keys"}]),
+        lambda pod: _keys_mount(pod).pop("readOnly"),
+        # the file alone, through a subPath: the kubelet never updates it
+        lambda pod: _keys_mount(pod).update(mountPath="/etc/mai-api-keys/api-keys", subPath="api-keys"),
+        lambda pod: _keys_mount(pod).update(mountPath="/etc/keys"),  # not where the application reads
+        # the keys in a variable too, read once when the container starts
+        lambda pod: pod["containers"][0]["env"].append(
+            {
+                "name": "MAI_API_KEYS",
+                "valueFrom": {"secretKeyRef": {"name": "mai-api-keys", "key": "api-keys"}},
+            }
         ),
-        lambda env: next(e for e in env if e["name"] == "MAI_API_KEYS")["valueFrom"]["secretKeyRef"].update(
-            name="hf-token"
-        ),
-        lambda env: next(e for e in env if e["name"] == "MAI_API_KEYS").update(
-            value="sk-in-the-manifest", valueFrom=None
-        ),
+        lambda pod: pod["containers"][0].update(envFrom=[{"secretRef": {"name": "mai-api-keys"}}]),
     ],
 )
-def test_the_api_keys_check_fails_a_pod_without_them_from_their_secret(breakage):
+def test_the_api_keys_check_fails_a_pod_without_them_as_an_updated_file(breakage):
     cluster = copy.deepcopy(CLUSTER)
-    breakage(cluster["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]["env"])
+    breakage(cluster["workerGroupSpecs"][1]["template"]["spec"])
     with pytest.raises(AssertionError):
-        check_api_keys(cluster, _api_keys_variable())
+        check_api_keys(cluster, _api_keys_file())
 
 
 def test_ray_token_authentication_is_on_with_the_token_of_its_secret():

@@ -18,7 +18,7 @@ import yaml
 
 from .kuberay import (
     ROOT,
-    api_keys_env,
+    api_keys_references,
     check_api_tokens,
     check_container_security,
     check_model_cache,
@@ -64,8 +64,8 @@ def mounts(group: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def without_batch_changes(cluster: dict[str, Any]) -> dict[str, Any]:
-    """The cluster without what a batch job changes: volumes, their mounts, the readiness probes, the
-    API keys."""
+    """The cluster without what a batch job changes: volumes (the API keys' among them), their mounts,
+    the readiness probes."""
     stripped = copy.deepcopy(cluster)
     for group in pod_groups(stripped).values():
         pod = group["template"]["spec"]
@@ -73,8 +73,6 @@ def without_batch_changes(cluster: dict[str, Any]) -> dict[str, Any]:
         for container in pod["containers"]:
             container.pop("volumeMounts", None)
             container.pop("readinessProbe", None)
-            env = [item for item in container.pop("env", []) if item["name"] != render.API_KEYS_ENV]
-            container.update({"env": env} if env else {})
     return stripped
 
 
@@ -138,10 +136,13 @@ def test_the_job_runs_on_the_rayservices_cluster():
     assert JOB_CLUSTER["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
 
 
-def test_the_batch_config_is_the_rayservices_pinned_application():
+def test_the_batch_config_is_the_rayservices_pinned_application_without_the_api_keys():
     [key] = CONFIG_MAP["data"]
     batch_config = yaml.safe_load(CONFIG_MAP["data"][key])
-    assert batch_config == yaml.safe_load(SERVICE["spec"]["serveConfigV2"])
+    service_config = yaml.safe_load(SERVICE["spec"]["serveConfigV2"])
+    # the RayService's ingress reads the keys its pods mount; a batch job has neither
+    assert service_config == render.with_api_keys_file(batch_config)
+    assert all("security" not in application["args"] for application in batch_config["applications"])
     source = yaml.safe_load((ROOT / "configs" / "mai.yaml").read_text())
     assert batch_config == render.pinned_serve_config(source)
     args = batch_config["applications"][0]["args"]
@@ -260,10 +261,8 @@ def test_the_jobs_cluster_has_the_ray_token_non_root_pods_and_no_api_keys():
     assert JOB_CLUSTER["authOptions"] == SERVICE_CLUSTER["authOptions"]
     # no ingress in a batch job: nothing reads the keys, and the job starts without their Secret
     for name, group in pod_groups(JOB_CLUSTER).items():
-        for container in group["template"]["spec"]["containers"]:
-            assert api_keys_env(container, render.API_KEYS_ENV) is None, name
-    service_head = SERVICE_CLUSTER["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert api_keys_env(service_head, render.API_KEYS_ENV) is not None
+        assert api_keys_references(group["template"]["spec"]) == [], name
+    assert api_keys_references(SERVICE_CLUSTER["headGroupSpec"]["template"]["spec"])
 
 
 def test_the_submitter_runs_the_heads_image_as_restricted_as_the_ray_pods():
@@ -300,15 +299,20 @@ def test_the_security_check_fails_a_submitter_that_may_run_as_root(breakage):
         check_container_security(pod, pod["containers"][0], "submitter")
 
 
-def test_the_batch_cluster_drops_only_the_api_keys_from_the_env():
+def test_the_batch_cluster_drops_only_the_api_keys_volume_and_its_mounts():
     service_template = yaml.safe_load((ROOT / "k8s" / "rayservice.template.yaml").read_text())
     batch = render.batch_cluster(service_template["spec"]["rayClusterConfig"], "mai-batch-config")
     service_groups = pod_groups(service_template["spec"]["rayClusterConfig"])
+    added = {"mai-batch-data", "mai-batch-config"}
     for name, group in pod_groups(batch).items():
-        [container] = group["template"]["spec"]["containers"]
-        [service_container] = service_groups[name]["template"]["spec"]["containers"]
-        kept = [e for e in service_container.get("env", []) if e["name"] != render.API_KEYS_ENV]
-        assert container.get("env", []) == kept, name  # HF_HOME, the caches ... stay
+        pod, service_pod = group["template"]["spec"], service_groups[name]["template"]["spec"]
+        [container], [service_container] = pod["containers"], service_pod["containers"]
+        assert container.get("env") == service_container.get("env"), name  # HF_HOME, the caches ... stay
+        kept = [v for v in service_pod["volumes"] if v["name"] != render.API_KEYS_VOLUME]
+        assert [v for v in pod["volumes"] if v["name"] not in added] == kept, name
+        kept_mounts = [m for m in service_container["volumeMounts"] if m["name"] != render.API_KEYS_VOLUME]
+        assert [m for m in container["volumeMounts"] if m["name"] not in added] == kept_mounts, name
+        assert len(kept) < len(service_pod["volumes"]), f"{name}: the template has no API keys volume"
 
 
 @pytest.mark.parametrize(

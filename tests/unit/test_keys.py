@@ -1,6 +1,7 @@
 """API keys: where they come from, who a request's key names, and what a caller is told when it has
-none, a wrong one, or one that may not use a model; the keys file's errors name their line; it
-reloads without a restart; a server beyond loopback starts only with keys or anonymous: true."""
+none, a wrong one, or one that may not use a model; the keys file's errors name their line; both key
+files reload without a restart (the plain one as the kubelet updates a mounted Secret); a server
+beyond loopback starts only with keys or anonymous: true."""
 
 import hashlib
 import os
@@ -9,7 +10,7 @@ import pytest
 
 from serve_app.config import Security
 from serve_app.edge.errors import RequestError
-from serve_app.edge.keys import ANONYMOUS, KeyRing, check_exposure, presented_key
+from serve_app.edge.keys import ANONYMOUS, RELOAD_EVERY_S, KeyRing, check_exposure, presented_key
 
 
 def sha(key: str) -> str:
@@ -46,6 +47,17 @@ def test_keys_come_from_the_env_var_the_plain_file_and_the_keys_file(tmp_path):
     assert KeyRing(Security(), {}).open  # nothing configured
     named, _ = ring_of(tmp_path)
     assert [key.name for key in named.keys] == ["team-a", "ops"]
+
+
+def test_the_plain_keys_file_takes_keys_separated_by_commas_as_mai_api_keys_does(tmp_path):
+    plain = tmp_path / "api-keys"
+    plain.write_text("k1, k2,\n# the next one is ops'\nk3\n")
+    ring = KeyRing(Security(api_keys_env=None, api_keys_file=str(plain)), {})
+    assert [key.name for key in ring.keys] == ["api_keys_file#1.1", "api_keys_file#1.2", "api_keys_file#3"]
+    for key in ("k1", "k2", "k3"):
+        assert ring.identify({"authorization": f"Bearer {key}"}).key.admin
+    with pytest.raises(RequestError, match="not valid"):
+        ring.identify({"authorization": "Bearer k1, k2"})
 
 
 @pytest.mark.parametrize(
@@ -134,6 +146,42 @@ def test_the_keys_file_reloads_without_a_restart_and_a_broken_one_keeps_the_keys
     os.utime(path, (2, 2))
     now[0] = 20.0
     assert ring.identify({"authorization": "Bearer alpha"}).name == "team-a"  # the last good keys stay
+
+
+def mounted_secret(folder, text: str, version: int):
+    """``folder/api-keys`` as the kubelet lays out a Secret volume and updates it: a new timestamped
+    folder with the file, then the ``..data`` symlink swapped to it in one rename; the file's path is a
+    symlink through ``..data``. Every version's file has the same modification time here."""
+    version_dir = folder / f"..2026_01_01_00_00_0{version}"
+    version_dir.mkdir()
+    (version_dir / "api-keys").write_text(text)
+    os.utime(version_dir / "api-keys", (1, 1))
+    (folder / "..data_tmp").symlink_to(version_dir.name)
+    os.replace(folder / "..data_tmp", folder / "..data")
+    if not (folder / "api-keys").is_symlink():
+        (folder / "api-keys").symlink_to("..data/api-keys")
+    return folder / "api-keys"
+
+
+def test_the_plain_keys_file_reloads_when_the_kubelet_updates_the_secret_it_is_mounted_from(tmp_path):
+    now = [0.0]
+    path = mounted_secret(tmp_path, "old-key", 1)
+    ring = KeyRing(Security(api_keys_env=None, api_keys_file=str(path)), {}, now=lambda: now[0])
+    assert ring.identify({"authorization": "Bearer old-key"}).name == "api_keys_file#1"
+    mounted_secret(tmp_path, "old-key,new-key", 2)  # rotate: the new key beside the old
+    with pytest.raises(RequestError, match="not valid"):
+        ring.identify({"authorization": "Bearer new-key"})  # not looked at yet
+    now[0] = RELOAD_EVERY_S
+    assert ring.identify({"authorization": "Bearer new-key"}).name == "api_keys_file#1.2"
+    mounted_secret(tmp_path, "new-key", 3)  # once the clients have moved: the old key revoked
+    now[0] = 2 * RELOAD_EVERY_S
+    with pytest.raises(RequestError, match="not valid"):
+        ring.identify({"authorization": "Bearer old-key"})
+    assert ring.identify({"authorization": "Bearer new-key"}).name == "api_keys_file#1"
+    mounted_secret(tmp_path, "# emptied by mistake\n", 4)
+    now[0] = 3 * RELOAD_EVERY_S
+    assert ring.identify({"authorization": "Bearer new-key"}).name == "api_keys_file#1"  # the last keys stay
+    assert ring.keys == ring.listed and not ring.closed
 
 
 @pytest.mark.parametrize(
