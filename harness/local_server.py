@@ -78,10 +78,18 @@ def local_ray(num_cpus: int = 2, *, metrics_push_interval_s: float | None = None
         ray.shutdown()
 
 
-def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -> None:
+def deploy(
+    args: dict[str, Any],
+    name: str = "mai",
+    *,
+    timeout_s: float = 600,
+    deployments: list[dict[str, Any]] | None = None,
+) -> None:
     """(Re)deploy the application with these args and wait until it is running. Deployed as
     ``serve run`` deploys a config file: the application's ``import_path`` and ``args``, with the
-    application-level ``autoscaling_policy`` when ``args`` ask for ``autoscaling.policy: coupled``."""
+    application-level ``autoscaling_policy`` when ``args`` ask for ``autoscaling.policy: coupled``,
+    and ``deployments``: the config file's per-deployment options (Serve applies a change of them alone
+    to the running replicas, without a restart)."""
     from ray import serve
     from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeDeploySchema
@@ -95,6 +103,8 @@ def deploy(args: dict[str, Any], name: str = "mai", *, timeout_s: float = 600) -
         "import_path": "serve_app.app:build_app",
         "args": args,
     }
+    if deployments:
+        application["deployments"] = deployments
     if load_app_config(args).autoscaling.policy is ScalingPolicy.COUPLED:
         application["autoscaling_policy"] = {"policy_function": COUPLED_POLICY}
     before = serve.status().applications.get(name)
