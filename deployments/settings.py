@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .gpus import GPUS
+from .memory import card_problems, need_of
 from .paper_profile import Dataset, ModelSize
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -174,15 +175,12 @@ class ModelDeployment(Strict):
                 f"{self.model_id}: engine_kwargs.kv_cache_memory_bytes must be a positive number of bytes, "
                 f"got {budget!r}"
             )
-        gpu = GPUS.get(self.accelerator_type or "")
-        share = float(self.engine_kwargs.get("gpu_memory_utilization", 0.9))
-        if budget is not None and gpu is not None and budget >= share * gpu.memory_bytes:
-            # vLLM would refuse it only once the engine has loaded its weights.
-            raise ValueError(
-                f"{self.model_id}: engine_kwargs.kv_cache_memory_bytes {budget / 2**30:.1f} GiB does not fit "
-                f"gpu_memory_utilization {share} of a {self.accelerator_type} "
-                f"({share * gpu.memory_bytes / 2**30:.1f} GiB) beside the weights"
-            )
+        if self.device == "gpu" and self.engine == "vllm" and self.accelerator_type in GPUS:
+            # On the GPU it names, the engine alone must fit (deployments/memory.py): vLLM would refuse
+            # it only once it has loaded its weights, or not at all with a fixed KV budget.
+            problems = card_problems(str(self.accelerator_type), [need_of(self.model_id, self)])
+            if problems:
+                raise ValueError("; ".join(problems))
         if self.revision is not None and self.local_source() is not None:
             raise ValueError(
                 f"{self.model_id}: revision is for a hub source; {self.source!r} is a local folder"
@@ -263,6 +261,9 @@ class ScorerSettings(Strict):
     )
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
+    # A custom resource the scorer's actor asks for, as a model's pin_resources: the nodes that
+    # advertise it host the scorer (e.g. the small model's, beside it on a fraction of its GPU).
+    pin_resources: dict[str, float] = Field(default_factory=dict)
     max_reasoning_tokens: int = Field(4096, ge=1)
     # Seconds a retiring replica (a scale-down, a config edit, an upgrade) has to finish its calls before
     # Serve stops it. Unset: derived by the application from its timeouts (serve_app/core/lifecycle.py);

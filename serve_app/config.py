@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from deployments.memory import scorer_need_of, shared_gpu_problems
 from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, Strict, local_folder
 from deployments.vlm import images_per_prompt
 
@@ -257,24 +258,15 @@ class AppConfig(Strict):
 
     @model_validator(mode="after")
     def _engines_sharing_a_gpu_fit_it(self) -> AppConfig:
-        """Two engines on fractions of one GPU: each checks at start that the device's free memory
-        covers its gpu_memory_utilization share, so the two shares must fit the device together."""
-        models = ((SMALL, self.small), (LARGE, self.large))
-        if not all(model.shares_a_gpu() for _, model in models):
-            return self
-        if sum(model.gpu_share() for _, model in models) > 1:
-            return self  # the bundles cannot share one GPU: each engine gets its own
-        shares = {
-            f"{role}.engine_kwargs.gpu_memory_utilization": float(
-                model.engine_kwargs.get("gpu_memory_utilization", 0.9)
-            )
-            for role, model in models
-        }
-        if sum(shares.values()) > 1:
-            raise ValueError(
-                f"{' + '.join(f'{key} ({value})' for key, value in shares.items())} exceed one GPU: both "
-                "engines share it (fractional GPU bundles), and each needs its share free at start"
-            )
+        """Engines on fractions of one GPU fit it together (deployments/memory.py): their start shares,
+        and on a GPU one names, their memory and a GPU scorer's beside them."""
+        scorer, need = self.transfer_selection.scorer, None
+        if self.transfer_selection.attention and scorer.device == "gpu" and scorer.num_gpus < 1:
+            mm = self.scorer_mm_processor_kwargs()
+            need = scorer_need_of(self.scorer_source(), scorer.dtype, scorer.max_reasoning_tokens, mm)
+        problems = shared_gpu_problems(self.small, self.large, need)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")

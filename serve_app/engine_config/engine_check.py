@@ -9,11 +9,14 @@ range, the context against the model's own), plus the model's image budget and w
 context (``model_limits``). For a GPU model it also builds the engine as on a GPU
 (``gpu_view``: runner, async scheduling, batched tokens, compilation, CUDA graphs, executor) and names
 the sampling defaults its checkpoint brings to a passthrough; with ``--gpus N`` or ``--cluster MANIFEST`` it
-refuses a config whose replicas at their maximum cannot all be placed (``placement``). It needs each
-model's config files (``config.json``, ``preprocessor_config.json``, ``generation_config.json``): a
-local folder, the hub, or ``--checkpoint ROLE=FOLDER`` for a copy of them.
+refuses a config whose replicas at their maximum cannot all be placed (``placement``). For every GPU
+config it refuses what a GPU cannot hold: weights, KV cache, activations and CUDA contexts of the
+engines (and a GPU scorer) placed on it, on the GPU the config names, else ``--gpu``'s (``memory``).
+It needs each model's config files (``config.json``, ``preprocessor_config.json``,
+``generation_config.json``): a local folder, the hub, or ``--checkpoint ROLE=FOLDER`` for a copy of them.
 
     mai-check-config configs/mai.yaml --gpus 8
+    mai-check-config configs/mai-1gpu-h200.yaml --gpu H200
     mai-check-config configs/mai-1gpu.yaml --checkpoint small=ckpt/2b --checkpoint large=ckpt/8b \
         --gpu H100 --gpus 1 --json out.json
     mai-check-config k8s/serve-config.yaml --cluster k8s/rayservice.yaml
@@ -119,9 +122,6 @@ def check_config(
         problems = placement_problems(engine_asks(config), inventory)
         if problems:
             raise ValueError("; ".join(problems))
-    memory = memory_check(config, card or gpu or DEFAULT_GPU, inventory)
-    if memory and memory["problems"]:
-        raise ValueError("; ".join(memory["problems"]))
     processors = [_image_processor(model) for model in (config.small, config.large)]
     budgets = context_budgets(config, processors)
     left = prompt_bytes_left(budgets)
@@ -136,6 +136,10 @@ def check_config(
             models[role]["on_gpu"] = on_gpu(
                 spec, spec.accelerator_type if spec.accelerator_type in GPUS else gpu
             )
+    # After vLLM's own checks, which name a value out of its range first.
+    memory = memory_check(config, card or gpu or DEFAULT_GPU, inventory)
+    if memory and memory["problems"]:
+        raise ValueError("; ".join(memory["problems"]))
     for role, budget in zip(ROLES, budgets or [], strict=False):
         models[role]["image_budget"] = budget.as_dict()
     for role in ROLES:

@@ -1,18 +1,22 @@
 """Whether a config's engines fit a declared node inventory at their maximum replicas.
 
 Each engine replica asks Ray for a bundle: a share of one GPU (a fraction shares a GPU, a whole one
-takes it), the config's pin resources, and — on the GPU — the memory share vLLM checks is free at
-start (``gpu_memory_utilization``). The inventory is node groups, each so many nodes of so many GPUs
-of one kind, advertising custom resources (``--gpus N`` on one host, or a RayService's worker groups
-at their ``maxReplicas``). Replicas are placed largest first onto the first GPU they fit, as Ray
-packs fractional GPUs onto one device; what fits nowhere can never start, however long it waits.
-CPUs are not counted: the engines' CPU needs are small beside a GPU node's.
+takes it), the config's pin resources and accelerator type, and — on the GPU — the memory share vLLM
+checks is free at start (``gpu_memory_utilization``); a GPU scorer asks for its fraction and pins.
+The inventory is node groups, each so many nodes of so many GPUs of one kind, advertising custom
+resources (``--gpus N`` on one host, or a RayService's worker groups at their ``maxReplicas``).
+Replicas are placed largest first onto the first GPU they fit, as Ray packs fractional GPUs onto one
+device; what fits nowhere can never start, however long it waits. Then each GPU of a known kind is
+checked for the memory of what was placed on it (deployments/memory.py). CPUs are not counted: the
+engines' CPU needs are small beside a GPU node's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from deployments.memory import Need, card_problems, need_of, scorer_need_of
 
 from ..config import AppConfig, ModelDeployment
 from ..core.roles import ROLES
@@ -41,7 +45,8 @@ class Ask:
     gpu_share: float
     memory_share: float
     resources: Mapping[str, float] = field(default_factory=dict)
-    kv_cache_memory_bytes: int | None = None
+    need: Need | None = None  # what one replica needs of its GPU's memory
+    accelerator_type: str | None = None
 
     def describe(self) -> str:
         parts = [f"GPU {self.gpu_share:g}"] + [f"{key} {value:g}" for key, value in self.resources.items()]
@@ -49,41 +54,76 @@ class Ask:
 
 
 def engine_asks(config: AppConfig) -> list[Ask]:
-    """The GPU engines of ``config`` at their maximum replicas."""
+    """The GPU engines of ``config`` at their maximum replicas, and a GPU scorer's."""
     asks = []
     for role in ROLES:
         spec: ModelDeployment = getattr(config, role)
         if spec.engine != "vllm" or spec.device != "gpu":
             continue
+        name = f"{role} {spec.model_id}"
         asks.append(
             Ask(
-                name=f"{role} {spec.model_id}",
+                name=name,
                 replicas=spec.autoscaling.max_replicas,
                 gpu_share=spec.gpu_share(),
                 memory_share=float(spec.engine_kwargs.get("gpu_memory_utilization", DEFAULT_MEMORY_SHARE)),
                 resources=dict(spec.pin_resources),
-                kv_cache_memory_bytes=spec.engine_kwargs.get("kv_cache_memory_bytes"),
+                need=need_of(name, spec),
+                accelerator_type=spec.accelerator_type,
+            )
+        )
+    scorer = config.transfer_selection.scorer
+    if config.transfer_selection.attention and scorer.device == "gpu":
+        mm = config.scorer_mm_processor_kwargs()
+        asks.append(
+            Ask(
+                name="scorer",
+                replicas=scorer.autoscaling.max_replicas,
+                gpu_share=scorer.num_gpus,
+                memory_share=0.0,  # checks nothing at start; its memory is counted per GPU
+                resources=dict(scorer.pin_resources),
+                need=scorer_need_of(config.scorer_source(), scorer.dtype, scorer.max_reasoning_tokens, mm),
             )
         )
     return asks
 
 
 @dataclass
+class _GPU:
+    share: float = 0.0  # GPU share used
+    memory: float = 0.0  # memory share used
+    needs: list[Need] = field(default_factory=list)  # what each replica here needs of its memory
+
+
+@dataclass
 class _Node:
     group: NodeGroup
     resources: dict[str, float]
-    gpus: list[list[float]]  # per GPU: [GPU share used, memory share used]
-    hosts: set[str] = field(default_factory=set)  # the engines with a replica here
+    gpus: list[_GPU]
 
 
-def placement_problems(
-    asks: Iterable[Ask], groups: Iterable[NodeGroup], gpu_memory_bytes: Mapping[str, int]
-) -> list[str]:
-    """One line per engine whose replicas cannot all be placed (or whose KV budget does not fit its
-    GPU's memory share), naming the numbers; empty when everything fits."""
-    groups = list(groups)
+def placement_problems(asks: Iterable[Ask], groups: Iterable[NodeGroup]) -> list[str]:
+    """One line per engine whose replicas cannot all be placed, and one per memory rule a GPU of a known
+    kind breaks with what was placed on it, naming the numbers; empty when everything fits."""
+    asks, groups = list(asks), list(groups)
+    nodes, unplaced = place(asks, groups)
+    problems = []
+    if unplaced:
+        asked = sum(ask.replicas * ask.gpu_share for ask in asks)
+        problems.append(
+            f"at max_replicas the engines ask for {asked:g} GPUs ({'; '.join(a.describe() for a in asks)}) "
+            f"and {', '.join(f'{missing} {name}' for name, missing in unplaced.items())} "
+            f"replica(s) fit no GPU of the inventory ({_inventory(groups)}): they would wait forever; "
+            "lower max_replicas or add nodes"
+        )
+    memory = [problem for _, _, found in memory_of(nodes) for problem in found]
+    return problems + list(dict.fromkeys(memory))  # alike cards break a rule alike: once
+
+
+def place(asks: Iterable[Ask], groups: Iterable[NodeGroup]) -> tuple[list[_Node], dict[str, int]]:
+    """The nodes with every replica placed that fits, and the replicas left over per engine."""
     nodes = [
-        _Node(group, dict(group.resources), [[0.0, 0.0] for _ in range(group.gpus)])
+        _Node(group, dict(group.resources), [_GPU() for _ in range(group.gpus)])
         for group in groups
         for _ in range(group.nodes)
     ]
@@ -93,54 +133,49 @@ def placement_problems(
         for ask in asks:
             if replica < ask.replicas and _place(ask, nodes):
                 placed[ask.name] += 1
-    unplaced = [ask for ask in asks if placed[ask.name] < ask.replicas]
-    problems = []
-    if unplaced:
-        asked = sum(ask.replicas * ask.gpu_share for ask in asks)
-        problems.append(
-            f"at max_replicas the engines ask for {asked:g} GPUs ({'; '.join(a.describe() for a in asks)}) "
-            f"and {', '.join(f'{ask.replicas - placed[ask.name]} {ask.name}' for ask in unplaced)} "
-            f"replica(s) fit no GPU of the inventory ({_inventory(groups)}): they would wait forever; "
-            "lower max_replicas or add nodes"
-        )
-    for ask in asks:
-        problems.extend(_kv_problems(ask, nodes, gpu_memory_bytes))
-    return problems
+    return nodes, {
+        ask.name: ask.replicas - placed[ask.name] for ask in asks if placed[ask.name] < ask.replicas
+    }
+
+
+def memory_of(nodes: Iterable[_Node]) -> list[tuple[str, list[Need], list[str]]]:
+    """Per GPU of a known kind with something on it, once per distinct set: its kind, the needs placed
+    there and the memory rules they break (deployments/memory.py)."""
+    seen, cards = set(), []
+    for node in nodes:
+        for gpu in node.gpus:
+            key = (node.group.gpu, tuple(need.name for need in gpu.needs))
+            if node.group.gpu is None or not gpu.needs or key in seen:
+                continue
+            seen.add(key)
+            cards.append((node.group.gpu, gpu.needs, card_problems(node.group.gpu, gpu.needs)))
+    return cards
 
 
 def _place(ask: Ask, nodes: list[_Node]) -> bool:
     for node in nodes:
         if any(node.resources.get(key, 0.0) + EPSILON < value for key, value in ask.resources.items()):
             continue
+        kind = node.group.gpu
+        if ask.accelerator_type and kind is not None and kind != ask.accelerator_type:
+            continue
         for gpu in node.gpus:
             shared = ask.gpu_share < 1
-            fits = gpu[0] + ask.gpu_share <= 1 + EPSILON and (
-                gpu[1] + ask.memory_share <= 1 + EPSILON if shared else gpu[0] == 0
+            fits = gpu.share + ask.gpu_share <= 1 + EPSILON and (
+                gpu.memory + ask.memory_share <= 1 + EPSILON if shared else gpu.share == 0
             )
             if fits:
-                gpu[0] += ask.gpu_share
-                gpu[1] += ask.memory_share if shared else 1.0
+                gpu.share += ask.gpu_share
+                gpu.memory += ask.memory_share if shared else 1.0
+                if ask.need is not None:  # a second replica of one engine here is named apart
+                    twins = sum(need.name.split(" #")[0] == ask.need.name for need in gpu.needs)
+                    gpu.needs.append(
+                        replace(ask.need, name=f"{ask.need.name} #{twins + 1}") if twins else ask.need
+                    )
                 for key, value in ask.resources.items():
                     node.resources[key] -= value
-                node.hosts.add(ask.name)
                 return True
     return False
-
-
-def _kv_problems(ask: Ask, nodes: list[_Node], gpu_memory_bytes: Mapping[str, int]) -> list[str]:
-    if ask.kv_cache_memory_bytes is None:
-        return []
-    kinds = {node.group.gpu for node in nodes if ask.name in node.hosts and node.group.gpu is not None}
-    problems = []
-    for kind in sorted(kind for kind in kinds if kind is not None and kind in gpu_memory_bytes):
-        room = ask.memory_share * gpu_memory_bytes[kind]
-        if ask.kv_cache_memory_bytes >= room:
-            problems.append(
-                f"{ask.name}: kv_cache_memory_bytes {ask.kv_cache_memory_bytes / 2**30:.1f} GiB does not fit "
-                f"gpu_memory_utilization {ask.memory_share} of a {kind} ({room / 2**30:.1f} GiB) beside "
-                "the weights"
-            )
-    return problems
 
 
 def _inventory(groups: list[NodeGroup]) -> str:

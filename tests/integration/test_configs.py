@@ -19,7 +19,9 @@ def app_args(name: str) -> dict:
     return application["args"]
 
 
-@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml", "mai-cpu-mixed.yaml"])
+@pytest.mark.parametrize(
+    "name", ["mai.yaml", "mai-1gpu.yaml", "mai-1gpu-h200.yaml", "mai-cpu.yaml", "mai-cpu-mixed.yaml"]
+)
 def test_config_builds_llm_configs(name):
     from ray.serve.llm import LLMConfig
 
@@ -119,7 +121,9 @@ def test_cpu_config_uses_the_committed_demo_models(tmp_path):
         llm_config_kwargs(missing)
 
 
-@pytest.mark.parametrize("name", ["mai.yaml", "mai-1gpu.yaml", "mai-cpu.yaml", "mai-cpu-mixed.yaml"])
+@pytest.mark.parametrize(
+    "name", ["mai.yaml", "mai-1gpu.yaml", "mai-1gpu-h200.yaml", "mai-cpu.yaml", "mai-cpu-mixed.yaml"]
+)
 def test_engine_kwargs_are_arguments_the_pinned_vllm_knows(name):
     """Every engine argument (ours and the config's) is split by ray.serve.llm's own code into vLLM's
     engine and frontend arguments and builds vLLM's argument classes, on the vLLM version the GPU extra
@@ -157,6 +161,7 @@ def test_engine_kwargs_are_arguments_the_pinned_vllm_knows(name):
         ("mai-cpu.yaml", "coupled"),
         ("mai-cpu-mixed.yaml", "coupled"),
         ("mai-1gpu.yaml", "per-deployment"),
+        ("mai-1gpu-h200.yaml", "per-deployment"),
     ],
 )
 def test_each_config_names_the_autoscaling_policy_its_args_ask_for(name, policy):
@@ -192,6 +197,7 @@ RELEASED_CHECKPOINTS = {"small": str(CHECKPOINTS / "qwen3-vl-2b"), "large": str(
     [
         ("mai.yaml", "ray", 1.0),
         ("mai-1gpu.yaml", "ray", 0.49),
+        ("mai-1gpu-h200.yaml", "ray", 0.49),
         ("mai-cpu.yaml", "mp", None),
         ("mai-cpu-mixed.yaml", "mp", None),
     ],

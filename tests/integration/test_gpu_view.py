@@ -36,8 +36,17 @@ def test_a_gpu_config_on_an_h100(name, share):
 
 
 def test_on_an_l4_the_batched_token_budget_is_the_smaller_gpus():
-    result = check_config(serve_config("mai.yaml"), RELEASED, gpu="L4")
-    assert result["models"]["large"]["on_gpu"]["max_num_batched_tokens"] == 2048
+    # As the KubeRay template places them: the 2B on an L4, the 8B on an H100 (an L4 would leave the
+    # 8B no whole context of KV cache: the memory check refuses it there).
+    config = serve_config("mai.yaml")
+    args = config["applications"][0]["args"]
+    args["small"]["accelerator_type"], args["large"]["accelerator_type"] = "L4", "H100"
+    result = check_config(config, RELEASED, gpu="L4")
+    assert result["models"]["small"]["on_gpu"]["max_num_batched_tokens"] == 2048
+    assert result["models"]["large"]["on_gpu"]["max_num_batched_tokens"] == 8192
+    assert {card["gpu"] for card in result["memory"]["cards"]} == {"L4", "H100"}
+    with pytest.raises(ValueError, match="large qwen3-vl-8b on one L4"):
+        check_config(serve_config("mai.yaml"), RELEASED, gpu="L4")
 
 
 def test_the_documented_fallbacks_turn_off_what_they_name():
@@ -61,3 +70,21 @@ def test_mai_check_config_prints_the_gpu_engine_and_refuses_what_cannot_be_place
     assert main([str(ROOT / "configs" / "mai.yaml"), *checkpoints, "--gpus", "2", "--no-gpu-view"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "ask for 8 GPUs" in line and "wait forever" in line
+
+
+def test_mai_check_config_prints_what_each_card_holds_and_refuses_what_cannot_fit(capsys):
+    """The memory check (serve_app/engine_config/memory.py) on the card a config names, or --gpu's."""
+    checkpoints = [f"--checkpoint={role}={path}" for role, path in RELEASED.items()]
+    h200 = str(ROOT / "configs" / "mai-1gpu-h200.yaml")
+    assert main([h200, *checkpoints, "--gpu", "H200", "--no-gpu-view"]) == 0
+    out = capsys.readouterr().out
+    assert f"{h200} memory on one H200 (139.8 GiB as CUDA reports it):" in out
+    assert (
+        "  large qwen3-vl-8b: weights 16.3 GiB + KV 68.0 GiB (495,160 tokens) + activations and CUDA graphs "
+        "3.1 GiB + CUDA context 1.0 GiB = 88.4 GiB; gpu_memory_utilization 0.65 (90.9 GiB)"
+    ) in out
+    assert "  together 119.6 GiB, 20.2 GiB left" in out
+    one_gpu = str(ROOT / "configs" / "mai-1gpu.yaml")
+    assert main([one_gpu, *checkpoints, "--gpu", "L4", "--no-gpu-view"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "one L4 (21.9 GiB as CUDA reports it)" in line and "= 61.6 GiB" in line

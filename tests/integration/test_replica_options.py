@@ -12,7 +12,13 @@ from deployments.vlm import PER_WORKER_GPUS, llm_config_kwargs
 from serve_app.config import load_app_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = {"mai.yaml": None, "mai-1gpu.yaml": "0.49", "mai-cpu.yaml": None, "mai-cpu-mixed.yaml": None}
+CONFIGS = {
+    "mai.yaml": None,
+    "mai-1gpu.yaml": "0.49",
+    "mai-1gpu-h200.yaml": "0.49",
+    "mai-cpu.yaml": None,
+    "mai-cpu-mixed.yaml": None,
+}
 
 
 def app_args(name: str) -> dict:
@@ -86,10 +92,15 @@ def test_a_kv_budget_over_the_memory_share_of_the_named_gpu_is_refused_at_start(
     args["small"] = small | {"accelerator_type": "H100"}
     with pytest.raises(
         ValueError,
-        match=r"bytes 24.0 GiB does not fit gpu_memory_utilization 0.25 of a H100 \(19.9 GiB\)",
+        match=r"weights 4.0 GiB \+ KV 24.0 GiB \+ activations and CUDA graphs 2.2 GiB = 30.2 GiB exceed "
+        r"its gpu_memory_utilization 0.25 \(19.8 GiB\)",
     ):
         load_app_config(args)
-    args["small"]["engine_kwargs"]["gpu_memory_utilization"] = 0.35  # 27.9 GiB: fits (and 0.35 + 0.62 < 1)
+    # 0.35 of the card (27.7 GiB) held the budget alone once; with the weights it does not.
+    args["small"]["engine_kwargs"]["gpu_memory_utilization"] = 0.35
+    with pytest.raises(ValueError, match=r"raise the share to 0.39"):
+        load_app_config(args)
+    args["small"]["engine_kwargs"]["kv_cache_memory_bytes"] = 20 * 2**30  # 26.2 GiB in all: fits
     assert load_app_config(args).small.accelerator_type == "H100"
 
 
