@@ -39,9 +39,13 @@ from .calibration_report import cascade_yaml
 from .records import EvalRecord
 from .replay import RecordedStage, engine_seconds, recorded_stages, replay
 from .rules import Rule
+from .run import RunSpec
 from .scoring import bootstrap_interval, score
 
 CALIBRATION_RUNS = ("mai-small", "mai-large", "mai-transfer")
+# Each asks for the served answer's logprobs, so every stage's answer comes with its confidence: the
+# replay compares the reasoning's, which a server asks the engine for only under min_confidence.
+CALIBRATION_SPECS = tuple(RunSpec(name, name, logprobs=True) for name in CALIBRATION_RUNS)
 # The stages a question needs recorded, and the run each comes from.
 RECORDED = {
     "short_small": "mai-small",

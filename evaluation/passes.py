@@ -194,7 +194,7 @@ def calibrate_pass(
         if url is None:
             raise ValueError("a calibration pass needs the server's URL (or replay_only)")
         asyncio.run(check_server(url, calibrate.CALIBRATION_RUNS, settings.api_key))
-        runs = [RunSpec(name, name) for name in calibrate.CALIBRATION_RUNS]
+        runs = list(calibrate.CALIBRATION_SPECS)
         ask_runs(url, data, records, runs, store, settings, progress)
     questions, missing = calibrate.recorded_questions(
         records, {name: store.load(name) for name in calibrate.CALIBRATION_RUNS}

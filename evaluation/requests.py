@@ -31,9 +31,12 @@ def chat_body(
     max_tokens: int | None = None,
     transfer_selector: str | None = None,
     options: Mapping[str, Any] | None = None,
+    *,
+    logprobs: bool = False,
 ) -> dict[str, Any]:
     """The chat request for one record under one policy: the image and the question in the user
-    message, the options, answer kind and cascade options in the ``mai`` extension."""
+    message, the options, answer kind and cascade options in the ``mai`` extension; ``logprobs``:
+    ask for the served answer's (and so every stage's answer confidence)."""
     mai: dict[str, Any] = {}
     request_options = dict(options or {}) | (
         {"transfer_selector": transfer_selector} if transfer_selector else {}
@@ -49,6 +52,8 @@ def chat_body(
         body["mai"] = mai
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
+    if logprobs:
+        body["logprobs"] = True
     return body
 
 

@@ -39,6 +39,9 @@ class RunSpec:
     name: str
     policy: str
     options: tuple[tuple[str, Any], ...] = ()
+    # Ask for the served answer's logprobs: every stage's answer then comes with its confidence, the
+    # reasoning's too, which the server asks only where a threshold reads it (a calibration replays it).
+    logprobs: bool = False
 
     @classmethod
     def parse(cls, text: str) -> RunSpec:
@@ -81,7 +84,13 @@ async def ask(
     lost with a dead ingress replica (``is_lost_in_flight``); the prediction row (``prediction_of``)."""
     policy = run.name
     body = chat_body(
-        record, image_url, run.policy, settings.max_tokens, settings.transfer_selector, dict(run.options)
+        record,
+        image_url,
+        run.policy,
+        settings.max_tokens,
+        settings.transfer_selector,
+        dict(run.options),
+        logprobs=run.logprobs,
     )
     headers = {"x-request-id": request_id(policy, record.id), "content-type": "application/json"}
     # ASCII escapes, as json.dumps writes them: a record's text that is no Unicode (a lone surrogate)

@@ -247,7 +247,7 @@ class StageCalls:
             self.priority,
             form.regex(PromptKind.STAGE2) if form is not None else self._regex(prompt_kind),
             self.audit,
-            confidence_read(prompt_kind, self.options.resolved_stage2_answer() == "inline"),
+            confidence_read(prompt_kind, self.options),
         )
         try:
             completion = await asyncio.wait_for(

@@ -139,12 +139,12 @@ def answer_confidence(text: str, tokens: Sequence[TokenLogprob] | None) -> float
     return math.exp(total) if overlapping else None
 
 
-def confidence_read(prompt_kind: PromptKind, inline_answer: bool) -> bool:
-    """Whether the answer of a call of ``prompt_kind`` has its confidence read: by verification
-    (``min_confidence``, ``confident_large``) or by a calibration replaying it (``mai-eval
-    calibrate``). The short answers are (stage 1), and the reasoning's answer (stage 2): the reasoning
-    call itself when its answer is ``inline``, else the Stage 2 call. An explanation or a transfer is
-    served, never compared: its tokens' logprobs are asked for only when the client asks for them."""
+def confidence_read(prompt_kind: PromptKind, options: CascadeOptions) -> bool:
+    """Whether the answer of a call of ``prompt_kind`` has its confidence read under ``options``. The
+    short answers' always are (stage 1's verification and ``confident_large``, the trace, a
+    calibration's replay: a few tokens each), and a Stage 2 call's. A reasoning call's inline answer is
+    compared under ``min_confidence`` only: its 2,048 tokens' logprobs are asked for then, or when the
+    client asks for them (a calibration does). An explanation or a transfer is served, never compared."""
     if prompt_kind is PromptKind.REASONING:
-        return inline_answer
+        return options.resolved_stage2_answer() == "inline" and options.min_confidence > 0
     return prompt_kind in (PromptKind.SIMPLE, PromptKind.STAGE2)

@@ -738,3 +738,25 @@ def test_a_record_whose_text_is_no_unicode_is_sent_and_its_400_kept():
 
 async def _no_sleep(_seconds):
     return None
+
+
+def test_a_calibration_run_asks_for_every_stages_confidence():
+    """The replay compares the reasoning's answer confidence, which the server asks the engine for only
+    under min_confidence: each calibration run asks for logprobs, which asks every stage."""
+    import asyncio
+    import json
+
+    from evaluation.calibrate import CALIBRATION_RUNS, CALIBRATION_SPECS
+    from evaluation.run import DriveSettings, ask
+
+    assert [spec.name for spec in CALIBRATION_SPECS] == list(CALIBRATION_RUNS)
+    record = EvalRecord(id="1", image="data:x", question="Is it red?", answer="yes", metric="yes_no")
+    for spec, asked in ((CALIBRATION_SPECS[-1], True), (RunSpec.parse("mai-transfer"), False)):
+        http, calls = _answering([(200, ANSWER)])
+
+        async def go(spec=spec, http=http):
+            async with http:
+                return await ask(http, record, "data:x", spec, DriveSettings())
+
+        asyncio.run(go())
+        assert json.loads(calls[0].content).get("logprobs", False) is asked

@@ -1,7 +1,7 @@
-"""Logprobs are asked for only where they are read: the short answers and the reasoning's answer,
-whose confidences verification and calibration compare; never an explanation's or a transfer's (the
-512- and 2,048-token calls cost the most to return them), unless the client asks for the served
-answer's logprobs."""
+"""Logprobs are asked for only where they are read: the short answers (a few tokens each), the
+reasoning's answer when ``min_confidence`` compares it, never an explanation's or a transfer's (the
+2,048- and 512-token calls cost the most to return them), unless the client asks for the served
+answer's logprobs, as a calibration does."""
 
 import pytest
 
@@ -36,9 +36,16 @@ async def confidence_asked(options: CascadeOptions, small: dict, large: dict) ->
     }
 
 
-async def test_a_transfer_reads_the_short_answers_and_the_inline_reasoning_only():
+async def test_a_transfer_reads_the_short_answers_only_under_the_papers_rule():
     asked = await confidence_asked(
         CascadeOptions(), {S: "[[No]]", R: REASONING}, {S: "[[Yes]]", T: "[[Yes]]"}
+    )
+    assert asked == {"short_small": True, "short_large": True, "reason_small": False, "transfer_large": False}
+
+
+async def test_under_min_confidence_the_inline_reasoning_is_read_too():
+    asked = await confidence_asked(
+        CascadeOptions(min_confidence=0.5), {S: "[[No]]", R: REASONING}, {S: "[[Yes]]", T: "[[Yes]]"}
     )
     assert asked == {"short_small": True, "short_large": True, "reason_small": True, "transfer_large": False}
 

@@ -12,6 +12,13 @@ sys.path.insert(0, str(Path.cwd()))
 from serve_app.app import build_ingress, model_tier  # noqa: E402
 from serve_app.config import load_app_config  # noqa: E402
 
+
+def drain_of(app) -> float | None:
+    config = app._bound_deployment._deployment_config
+    configured = "graceful_shutdown_timeout_s" in config.user_configured_option_names
+    return config.graceful_shutdown_timeout_s if configured else None
+
+
 result = {}
 for path in sorted(Path("configs").glob("mai*.yaml")):
     config = load_app_config(yaml.safe_load(path.read_text())["applications"][0]["args"])
@@ -19,11 +26,6 @@ for path in sorted(Path("configs").glob("mai*.yaml")):
     apps = {**tier, "ingress": build_ingress(config, tier, "anonymous")}
     result[path.name] = {
         "request_timeout_s": config.request_timeout_s,
-        "graceful_shutdown_timeout_s": {
-            name: app._bound_deployment._deployment_config.graceful_shutdown_timeout_s
-            if "graceful_shutdown_timeout_s" in app._bound_deployment._deployment_config.user_configured_option_names
-            else None
-            for name, app in apps.items()
-        },
+        "graceful_shutdown_timeout_s": {name: drain_of(app) for name, app in apps.items()},
     }
 print(json.dumps(result, indent=2))
