@@ -133,7 +133,9 @@ class Security(Strict):
     with ``anonymous: true``. CORS is off unless origins are listed."""
 
     api_keys_env: str | None = Field("MAI_API_KEYS", description="environment variable holding API keys")
-    api_keys_file: str | None = Field(None, description="file holding API keys, one per line")
+    api_keys_file: str | None = Field(
+        None, description="file holding API keys, one per line or comma-separated; read again when it changes"
+    )
     keys_file: str | None = Field(None, description="YAML or JSON file of named keys with quotas")
     # Serve without keys on a non-loopback address: said in the start-up log and in /v1/models.
     anonymous: bool = False
