@@ -11,6 +11,14 @@ from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableEr
 from serve_app.core.options import GREEDY, Decoding
 from serve_app.core.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind
 
+# The prompt kinds, as the scripts name them.
+S, E, R, S2, T = (
+    PromptKind.SIMPLE,
+    PromptKind.EXPLAIN,
+    PromptKind.REASONING,
+    PromptKind.STAGE2,
+    PromptKind.TRANSFER,
+)
 # The first words of every instruction template: where a prompt's instruction starts after its question.
 TEMPLATE_OPENINGS = tuple(
     {

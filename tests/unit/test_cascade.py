@@ -15,19 +15,11 @@ from serve_app.core.contracts import (
 )
 from serve_app.core.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
 from serve_app.core.plans import Plan
-from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
 from serve_app.core.trace import RepairRecord
 
-from .fakes import ScriptedVLM
+from .fakes import S2, E, R, S, ScriptedVLM, T
 
-S, E, R, S2, T = (
-    PromptKind.SIMPLE,
-    PromptKind.EXPLAIN,
-    PromptKind.REASONING,
-    PromptKind.STAGE2,
-    PromptKind.TRANSFER,
-)
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 YES_NO = read_question("Is there a fan in the picture?", image_url=IMAGE)
 CHOICE = read_question("What is the size of real GDP?", image_url=IMAGE, choices=("500", "450", "400", "600"))

@@ -9,18 +9,10 @@ from serve_app.clients.llm_server import LLMServerClient
 from serve_app.core.cascade import Cascade
 from serve_app.core.contracts import EngineCall
 from serve_app.core.options import CascadeOptions, Decoding
-from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
 
-from .fakes import ScriptedVLM
+from .fakes import S2, E, R, S, ScriptedVLM, T
 
-S, E, R, S2, T = (
-    PromptKind.SIMPLE,
-    PromptKind.EXPLAIN,
-    PromptKind.REASONING,
-    PromptKind.STAGE2,
-    PromptKind.TRANSFER,
-)
 QUESTION = read_question("Is there a fan in the picture?", image_url="data:image/png;base64,iVBORw0KGgo=")
 REASONING = "Let me look. There is none.\n[[No]]"
 
