@@ -3,6 +3,7 @@ the model deployments through ray.serve.llm's own builder (``build_llm_deploymen
 the scorer and the fleet's deployments through the app's composition root."""
 
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
@@ -24,7 +25,10 @@ def drain_of(app) -> float:
 def test_each_deployment_drains_for_its_longest_call(name):
     args = yaml.safe_load((ROOT / "configs" / name).read_text())["applications"][0]["args"]
     config = load_app_config(args)
-    tier = model_tier(config)
+    # ray.serve.llm's builder reads the driver's runtime environment, the only thing it reads of a
+    # running Ray (empty under `serve run`); unmocked, it would start one in this process.
+    with mock.patch("ray.get_runtime_context", return_value=mock.Mock(runtime_env={})):
+        tier = model_tier(config)
     ingress = build_ingress(config, tier, "anonymous")
     assert drain_of(tier["small"]) == config.drain_s("small") > config.request_timeout_s > SERVE_DEFAULT_S
     assert drain_of(tier["large"]) == config.drain_s("large")
@@ -32,3 +36,11 @@ def test_each_deployment_drains_for_its_longest_call(name):
     assert drain_of(tier["stats"]) == drain_of(tier["ledger"]) == FLEET_DRAIN_S
     if "scorer" in tier:
         assert drain_of(tier["scorer"]) == config.drain_s("scorer")
+
+
+def test_no_ray_was_started_here():
+    """The next module starts a local Ray of its own (``ray.init(address="local")``), which fails if
+    one is running in this process."""
+    import ray
+
+    assert not ray.is_initialized()
