@@ -6,7 +6,7 @@ The phases, in order: ``process_s`` (the worker process started and ``batch.answ
 the server code it needs), ``init_s`` (``RowAnswerer.__init__``), ``to_first_batch_s`` (until Ray Data
 hands it its first batch), ``replica_s`` (the ingress replica and its handles made on the rows' loop,
 begun as ``__init__`` ends, side by side with Ray Data's dispatch; no vLLM types are loaded: the
-cascade's calls are plain values, deployments/plain_chat.py), ``first_row_s`` (from the replica made
+cascade's calls are plain values, deployments/model_server.py), ``first_row_s`` (from the replica made
 to the first row answered: the models' readiness checks and the first calls), and ``total_s``, the
 process's start to the first row.
 """

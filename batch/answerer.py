@@ -33,11 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deployments.trace_context import log_trace_ids
 from serve_app.config import AppConfig
 from serve_app.core.routes import DEGRADED
 from serve_app.edge.errors import internal_error_body
-from serve_app.edge.outcomes import Forwarded, Refused, RequestOutcome
-from serve_app.edge.responses import chat_completion
+from serve_app.edge.responses import Forwarded, Refused, RequestOutcome, chat_completion
+from serve_app.telemetry import spans
+from serve_app.telemetry.exporter import trace_this_process
 
 from .actor_start import StartClock
 from .inputs import InputFormat, LineError, RecordSettings, Request, line_too_long, parse_line
@@ -68,10 +70,12 @@ class RowJob:
     retry_pause_s: float = 2.0  # doubled after each attempt, up to 30 s
     max_line_bytes: int = MAX_LINE_BYTES  # a row without text was longer (batch/source.py)
     key_name: str | None = None  # the API key the rows count against; None: ``mai-batch``, unlimited
+    # The job's id, the driver's own: each row's trace names it (``mai.batch.job_id``).
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass(frozen=True)
-class Reply:
+class RowReply:
     """A row's reply: its status and JSON body, and for an answer its route and tokens per model."""
 
     status: int
@@ -134,6 +138,8 @@ class RowAnswerer:
 
     async def _start(self) -> None:
         self.clock.mark("replica_started")
+        if trace_this_process("mai-batch", self.node):  # each row a trace, as Serve's requests are
+            log_trace_ids("ray.data")  # this module's records inside a row name its trace
         if self.ingress is None:
             self.ingress = self._replica()
         if self._slots is None:
@@ -199,8 +205,10 @@ class RowAnswerer:
                 "attempts": 0,
             }
         assert self._slots is not None
+        traced = {"mai.batch.job_id": job.job_id, "mai.batch.line": line, "mai.request_id": parsed.request_id}
         async with self._slots:
-            reply = await self.ask(parsed)
+            with spans.span("mai.batch_row", traced, settings=self.config.telemetry):
+                reply = await self.ask(parsed)
         outcome = {
             "status": reply.status,
             "route": reply.route,
@@ -214,7 +222,7 @@ class RowAnswerer:
             outcome,
         )
 
-    async def ask(self, request: Request) -> Reply:
+    async def ask(self, request: Request) -> RowReply:
         """The server's reply to one request, asked again while a model is down or busy."""
         pause = self.job.retry_pause_s
         for attempt in range(1, self.job.attempts + 1):
@@ -233,7 +241,7 @@ class RowAnswerer:
             pause = min(pause * 2, 30.0)
         raise AssertionError("unreachable")
 
-    async def _ask_once(self, request: Request) -> Reply:
+    async def _ask_once(self, request: Request) -> RowReply:
         started = time.monotonic()
         try:
             # The ingress reads the payload as a request's JSON; each attempt gets its own copy.
@@ -241,7 +249,7 @@ class RowAnswerer:
         except Exception:  # a bug: the row's 500, its traceback logged under an id; the job goes on
             error_id = uuid.uuid4().hex
             logger.exception("mai-batch internal error %s on row %s", error_id, request.row_id)
-            return Reply(500, internal_error_body(error_id), time.monotonic() - started)
+            return RowReply(500, internal_error_body(error_id), time.monotonic() - started)
         return reply_of(outcome, time.monotonic() - started)
 
     def _error_row(self, line: int, text: str, error: LineError) -> dict[str, Any]:
@@ -260,24 +268,24 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def reply_of(outcome: RequestOutcome, latency_s: float) -> Reply:
+def reply_of(outcome: RequestOutcome, latency_s: float) -> RowReply:
     """A row's reply from the request path's outcome: the body the HTTP API would send, read as a
     value (a forwarded request's route is none: no cascade ran)."""
     if isinstance(outcome, Refused):
-        return Reply(outcome.status, outcome.error.body(), latency_s)
+        return RowReply(outcome.status, outcome.error.body(), latency_s)
     if isinstance(outcome, Forwarded):
         # mai-batch never streams (batch/inputs.py refuses ``stream``): the engine's JSON reply
-        return Reply(200, outcome.body, latency_s)
+        return RowReply(200, outcome.body, latency_s)
     result = outcome.result
     tokens = result.trace.tokens().as_dict()
-    return Reply(200, chat_completion(outcome.job, result), latency_s, route=result.route, tokens=tokens)
+    return RowReply(200, chat_completion(outcome.job, result), latency_s, route=result.route, tokens=tokens)
 
 
-def _worth_retrying(reply: Reply) -> bool:
+def _worth_retrying(reply: RowReply) -> bool:
     return reply.status in RETRIED_STATUSES or reply.route in DEGRADED
 
 
-def _what_failed(reply: Reply) -> str:
+def _what_failed(reply: RowReply) -> str:
     if reply.status != 200:
         return f"a {reply.status}"
     return f"a degraded answer ({reply.route})"

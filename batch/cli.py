@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mai-batch: every one of the {prepared.scan.rows} rows is in {where} already")
         return 0
     print(
-        f"mai-batch: {prepared.todo} rows to answer ({prepared.scan.fmt.value}"
+        f"mai-batch: job {job.job_id}: {prepared.todo} rows to answer ({prepared.scan.fmt.value}"
         + (f", {len(prepared.done)} done before" if prepared.done else "")
         + (f", {prepared.retried} errors asked again" if prepared.retried else "")
         + f") -> {prepared.path}",

@@ -38,8 +38,8 @@ from pydantic import ValidationError
 from evaluation.records import EvalRecord
 from evaluation.requests import chat_body, request_id
 from serve_app.config import Limits
+from serve_app.edge.body import parse_json
 from serve_app.edge.errors import RequestError, describe_validation_error
-from serve_app.edge.json_body import parse_json
 
 from .images import ImageRefused, image_data_url
 from .lines import Overlong

@@ -30,7 +30,7 @@ class AttachError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Target:
+class DeploymentRef:
     app: str
     deployment: str
 
@@ -39,18 +39,18 @@ class Target:
 class Targets:
     """The deployment of each target the rows call (scorer and holder optional)."""
 
-    small: Target
-    large: Target
-    scorer: Target | None = None
-    stats: Target | None = None
-    ledger: Target | None = None  # the API keys' ledger: rows count against a key's quotas and usage
+    small: DeploymentRef
+    large: DeploymentRef
+    scorer: DeploymentRef | None = None
+    stats: DeploymentRef | None = None
+    ledger: DeploymentRef | None = None  # the API keys' ledger: rows count against a key's quotas and usage
 
     def handles(self) -> tuple[Any, Any, Any, Any, Any]:
         """Handles to small, large, scorer, holder and key ledger (None where there is none), for this
         process."""
         from ray import serve
 
-        def handle(target: Target | None) -> Any:
+        def handle(target: DeploymentRef | None) -> Any:
             return None if target is None else serve.get_deployment_handle(target.deployment, target.app)
 
         return (
@@ -61,7 +61,7 @@ class Targets:
             handle(self.ledger),
         )
 
-    def all(self) -> list[Target]:
+    def all(self) -> list[DeploymentRef]:
         return [t for t in (self.small, self.large, self.scorer, self.stats, self.ledger) if t is not None]
 
 
@@ -69,8 +69,9 @@ def model_apps(config: AppConfig) -> dict[str, Any]:
     """The applications a job starts: the server's model tier (``serve_app.app.model_tier``), by the
     same names, without its ingress."""
     from serve_app.app import model_tier
+    from serve_app.telemetry.settings import check_tracing
 
-    return model_tier(config)
+    return model_tier(config, tracing=check_tracing())
 
 
 def start(apps: Mapping[str, Any]) -> Targets:
@@ -129,11 +130,11 @@ def _deployments(app: str) -> list[str]:
 
 
 def _targets(found: Mapping[str, tuple[str, list[str]]]) -> Targets:
-    def target(name: str) -> Target | None:
+    def target(name: str) -> DeploymentRef | None:
         if name not in found:
             return None
         app, names = found[name]
-        return Target(app, names[0])
+        return DeploymentRef(app, names[0])
 
     small, large = target("small"), target("large")
     assert small is not None and large is not None

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ class BatchJob:
     retry_errors: str | None = None  # "server": rows that failed on the server's side; "all": 4xx too
     command: str = "mai-batch"  # as typed: the records' run.json names it
     config_path: str | None = None
+    # This run's id, new for each run of the command (a resumed job gets another): on its start line,
+    # in its summary, and on each row's trace (``mai.batch.job_id``), so an operator finds its rows.
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ def run(
         attempts=settings.attempts,
         max_line_bytes=settings.max_line_bytes,
         key_name=settings.key_name,
+        job_id=job.job_id,
     )
     writer = LineWriter(prepared.path, scan.fmt)
     delivery = Delivery(writer, tally, on_progress)
@@ -221,6 +226,8 @@ def run(
             tally.summary(wall_s)
             | stream
             | {
+                # The rows' traces carry it (``mai.batch.job_id``).
+                "job_id": job.job_id,
                 # Rows/s once the first line is written: the job's start (actors, first calls) set apart.
                 "steady_rows_per_s": _rate(tally.rows - 1, wall_s - (delivery.first_line_s or 0.0)),
                 "driver_peak_rss_mb": peak_rss_mb(),

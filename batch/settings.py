@@ -19,7 +19,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from serve_app.config import AppConfig, Limits
-from serve_app.core.options import StageTimeouts
+from serve_app.core.contracts import StageTimeouts
 
 MAX_LINE_BYTES = Limits().max_body_bytes  # the server's default body limit: a line is a request's body
 

@@ -95,4 +95,6 @@ def summary_text(summary: dict[str, Any]) -> str:
         lines.append(
             "rows per node: " + ", ".join(f"{node[:12]} {n}" for node, n in summary["rows_per_node"].items())
         )
+    if summary.get("job_id"):
+        lines.append(f"job {summary['job_id']} (its rows' traces: mai.batch.job_id)")
     return "\n".join(lines)

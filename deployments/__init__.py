@@ -1,2 +1,2 @@
-"""The model tier: what answers the cascade's calls (plain values, ``plain_chat``) and OpenAI chat
+"""The model tier: what answers the cascade's calls (plain values, ``model_server``) and OpenAI chat
 requests (ray.serve.llm's ``ChatCompletionRequest``)."""

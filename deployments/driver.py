@@ -46,7 +46,7 @@ def driver_problem(found: str) -> str | None:
     return (
         f"NVIDIA driver {found.strip()} is older than {MIN_DRIVER}: the GPU stack is CUDA "
         f"{STACK_CUDA_MAJOR}, which needs driver {MIN_DRIVER} or newer; upgrade the GPU nodes' driver "
-        "(docs/deploying.md: the GPU image and the driver it needs)"
+        "(docs/gpu-serving.md: the GPU image and the driver it needs)"
     )
 
 

@@ -11,17 +11,17 @@ import re
 import uuid
 
 from . import paper_profile
-from .engine_ids import parse_engine_request_id
+from .affinity import ModelCall
 from .settings import EmulationSettings
 
 PROMPT_KINDS = ("simple", "explain", "reasoning", "stage2", "transfer")
 PASSTHROUGH = "passthrough"  # a request sent to the model itself: an open answer, Explain-long
 
 
-def parse_call_id(request_id: str | None) -> tuple[str, str, str]:
-    """(request key, prompt kind, answer kind) of a call; a call without a MAI engine request id is a
-    passthrough (a request for the model itself)."""
-    call = parse_engine_request_id(request_id)
+def call_script(call: ModelCall | None, request_id: str | None = None) -> tuple[str, str, str]:
+    """(request key, prompt kind, answer kind) of a call: a cascade call's from its ``ModelCall``; a
+    call without one (or of a prompt kind the script does not know) is a passthrough (a request for
+    the model itself), keyed by its ``request_id``."""
     if call is not None and call.prompt_kind in PROMPT_KINDS:
         return call.request_id, call.prompt_kind, call.answer_kind
     return request_id or uuid.uuid4().hex, PASSTHROUGH, "text"

@@ -2,19 +2,20 @@
 
 For load tests, autoscaling tests and capacity planning without GPUs; never a default for real serving
 (a replica logs a warning when it starts). Same interface as the model deployments' ModelServer:
-``complete(body)``, the cascade's plain-value call (deployments/plain_chat.py), and LLMServer's
-``chat(ChatCompletionRequest)``, which yields one ``ChatCompletionResponse`` with usage, or for
-``stream: true`` the reply's chunks as server-sent events while it "decodes". A call without a MAI
-engine request id is a passthrough (a request for the model itself): an open answer as long as Table
-5's Explain answers, under ``max_tokens``, with ``n`` choices.
+``complete(body, call)``, the cascade's plain-value call (deployments/model_server.py), and
+LLMServer's ``chat(ChatCompletionRequest)``, which yields one ``ChatCompletionResponse`` with usage,
+or for ``stream: true`` the reply's chunks as server-sent events while it "decodes". ``complete``
+answers by its ``ModelCall`` (the script below); a call without one, ``chat``'s, is a passthrough (a
+request for the model itself): an open answer as long as Table 5's Explain answers, under
+``max_tokens``, with ``n`` choices.
 
 Latency of one call = TTFT(model, context tokens) from Table 3, then the completion tokens at Table 4's
 decode speed, slowed by the batch: per-token time x (1 + batch_slowdown x (running sequences - 1)). At
 most ``max_num_seqs`` sequences decode at once; the rest wait, lower request ``priority`` values
 first, as in vLLM's continuous batching with priority scheduling.
 Completion tokens are drawn around Table 5's mean for the dataset and prompt kind. Answers are scripted
-so that the cascade's routes occur at Table 10's rates, keyed by the MAI request id in the call's
-``request_id`` (deployments/engine_ids.py), so small and large agree or disagree consistently
+so that the cascade's routes occur at Table 10's rates, keyed by the MAI request id of the call's
+``ModelCall`` (deployments/affinity.py), so small and large agree or disagree consistently
 within one request. Everything sleeps (asyncio), so replicas cost no CPU while they "decode"; each
 costs memory (about 1 GB RSS measured here, mostly vLLM's request types it must load to read requests).
 """
@@ -32,14 +33,15 @@ from typing import Any
 from ray import serve
 
 from . import paper_profile
+from .affinity import ModelCall
 from .emulated_script import (
     PASSTHROUGH,
     PROMPT_KINDS,
+    call_script,
     completion_tokens,
     constrained_pieces,
     estimate_prompt_tokens,
     open_answer_words,
-    parse_call_id,
     per_token_s,
     reply_logprobs,
     reply_pieces,
@@ -47,8 +49,7 @@ from .emulated_script import (
     scripted_answer,
     scripted_confidence,
 )
-from .engine_ids import AUDIT_PREFIX
-from .plain_chat import PlainChat
+from .model_server import PlainChat
 from .priority_slots import PrioritySlots
 from .settings import EmulationSettings
 
@@ -88,12 +89,21 @@ class EmulatedVLM(PlainChat):
             "peak_batch": 0,
         }
 
+    def engine_chat(self, call: ModelCall | None) -> Any:
+        """A cascade call is answered by its ``ModelCall`` (``complete``'s)."""
+        return lambda request: self._answer(request, call)
+
     async def chat(self, request: Any, raw_request_info: Any = None):
+        """LLMServer's ``chat``: a request without a ``ModelCall``, a passthrough."""
+        async for item in self._answer(request, None):
+            yield item
+
+    async def _answer(self, request: Any, call: ModelCall | None):
         settings = self.settings
-        key, prompt_kind, answer_kind = parse_call_id(getattr(request, "request_id", None))
+        key, prompt_kind, answer_kind = call_script(call, getattr(request, "request_id", None))
         self._stats["calls"][prompt_kind] += 1
-        if prompt_kind != PASSTHROUGH:
-            self._calls.append((time.time(), key.removeprefix(AUDIT_PREFIX)))
+        if call is not None and prompt_kind != PASSTHROUGH:
+            self._calls.append((time.time(), call.affinity_key))
         messages = [dict(message) for message in request.messages]
         prompt_tokens = estimate_prompt_tokens(messages, settings.image_tokens)
         max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)

@@ -128,7 +128,7 @@ class ModelDeployment(Strict):
     # Off by default: on Ray 2.60 ray.serve.llm's PrefixCacheAffinityRouter stops routing to a replica
     # with free capacity once callers cancel requests (eager plans, audits, timeouts, client
     # disconnects): measured on the CPU stack, 160 eager requests at concurrency 8 finished in 22 s
-    # without it and stalled for good with it (docs/deploying.md).
+    # without it and stalled for good with it (docs/scaling.md, "Stage affinity").
     prefix_cache_routing: bool = Field(
         False, description="route requests with the same prefix to the same replica"
     )

@@ -11,13 +11,16 @@ Two things it does beyond choosing replicas:
   nobody, and it waits for ever while the replica sits idle; Serve's default router hides this only
   because its FIFO mixin hands a replica to whichever request is first in line. This router indexes
   by the call itself (experiments/stage-affinity/ keeps the reproduction).
-- **Pins and the trace.** The replica a key's first call is accepted by is pinned to the key (sticky
-  while the request's calls keep coming, ``pin_ttl_s`` after the last); a pin to a replica that is
-  gone is dropped and the key hashes again. Each accepted call's replica is noted for the trace
-  (``deployments/routed_replicas.py``).
+- **Pins.** The replica a key's first call is accepted by is pinned to the key (sticky while the
+  request's calls keep coming, ``pin_ttl_s`` after the last); a pin to a replica that is gone is
+  dropped and the key hashes again.
 
-Serve cloudpickles this module by value: it keeps no state shared with other modules beyond what it
-imports from them.
+A call's key is read off the handle call itself: the ``ModelCall`` of ``complete(body, call)``
+(``deployments/model_server.py``), never parsed from a string; a call without one (``chat``'s
+passthrough) is routed by load. Which replica served a call reaches the trace in the reply itself.
+
+Serve cloudpickles this module by value: it keeps no state shared with other modules, and imports
+only the pure ``affinity`` (never ray.serve.llm, which loads vLLM).
 """
 
 from __future__ import annotations
@@ -29,17 +32,16 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
 
-from deployments import routed_replicas
-from deployments.affinity import call_key, preferred
+from deployments.affinity import ModelCall, call_key, preferred
 
 
-def engine_request_id(pending_request: PendingRequest | None) -> str | None:
-    """The engine request id of a call, or None: ``complete``'s body (``plain_chat``) names it, as
-    ``chat``'s ChatCompletionRequest does."""
-    if pending_request is None or not pending_request.args:
+def model_call(pending_request: PendingRequest | None) -> ModelCall | None:
+    """The cascade call a handle call carries (``complete(body, call)``), or None (a passthrough)."""
+    if pending_request is None:
         return None
-    first = pending_request.args[0]
-    return first.get("request_id") if isinstance(first, dict) else getattr(first, "request_id", None)
+    args, kwargs = pending_request.args, pending_request.kwargs or {}
+    call = args[1] if len(args) > 1 else kwargs.get("call")
+    return call if isinstance(call, ModelCall) else None
 
 
 class StageAffinityRouter(RequestRouter):
@@ -67,7 +69,7 @@ class StageAffinityRouter(RequestRouter):
         if pending_request is not None:
             pending_request.routing_context.should_backoff = True  # retries wait, never spin
         by_id = {replica.replica_id.unique_id: replica for replica in candidate_replicas}
-        key = call_key(engine_request_id(pending_request))
+        key = call_key(model_call(pending_request))
         pin = self._pin_of(key)
         target = preferred(
             key,
@@ -82,10 +84,7 @@ class StageAffinityRouter(RequestRouter):
     def on_request_routed(
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: ReplicaResult
     ) -> None:
-        call = engine_request_id(pending_request)
-        if call is not None:
-            routed_replicas.note(call, replica_id.unique_id)
-        key = call_key(call)
+        key = call_key(model_call(pending_request))
         if key is None:
             return
         pinned = self._pin_of(key)

@@ -9,13 +9,14 @@ request's stages on one replica per model. This module only turns our validated 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .settings import ModelDeployment, ScorerSettings
 
 PREFIX_CACHE_ROUTER = "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
 STAGE_AFFINITY_ROUTER = "deployments.stage_router:StageAffinityRouter"
-# LLMServer plus the cascade's plain-value call (deployments/plain_chat.py).
+# LLMServer plus the cascade's plain-value call (deployments/model_server.py).
 MODEL_SERVER = "deployments.model_server:ModelServer"
 
 # Engine settings MAI depends on; a config's engine_kwargs may override them.
@@ -50,6 +51,15 @@ ENGINE_ENV: dict[str, str] = {"VLLM_MEDIA_URL_ALLOW_REDIRECTS": "0"}
 # then asks for a whole GPU inside a fractional bundle and never starts. The replica's environment
 # carries it here; tests/integration/test_configs.py fails once ray.serve.llm does it itself.
 PER_WORKER_GPUS = "VLLM_RAY_PER_WORKER_GPUS"
+
+
+@dataclass(frozen=True)
+class EngineTracing:
+    """Where an engine sends its own request spans (vLLM's ``otlp_traces_endpoint``), and how: vLLM
+    reads only ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` (gRPC when unset), so the replica is given it."""
+
+    endpoint: str
+    protocol: str  # http/protobuf or grpc
 
 
 def replica_env(spec: ModelDeployment) -> dict[str, str]:
@@ -113,9 +123,12 @@ def images_per_prompt(spec: ModelDeployment) -> int:
     return int(engine_kwargs(spec)["limit_mm_per_prompt"].get("image", 1))
 
 
-def llm_config_kwargs(spec: ModelDeployment, drain_s: float | None = None) -> dict[str, Any]:
+def llm_config_kwargs(
+    spec: ModelDeployment, drain_s: float | None = None, tracing: EngineTracing | None = None
+) -> dict[str, Any]:
     """The keyword arguments of ``ray.serve.llm.LLMConfig`` for one model (pure; no Ray import);
-    ``drain_s``: its graceful shutdown timeout (``deployment_options``)."""
+    ``drain_s``: its graceful shutdown timeout (``deployment_options``); ``tracing``: where its engine
+    sends its request spans (none: it makes none)."""
     local = spec.local_source()
     if local is not None and not (local / "config.json").exists():
         raise FileNotFoundError(
@@ -134,17 +147,24 @@ def llm_config_kwargs(spec: ModelDeployment, drain_s: float | None = None) -> di
     }
     if spec.accelerator_type:
         kwargs["accelerator_type"] = spec.accelerator_type
+    if tracing is not None:
+        kwargs["engine_kwargs"]["otlp_traces_endpoint"] = tracing.endpoint
+        kwargs["runtime_env"]["env_vars"]["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = tracing.protocol
     return kwargs
 
 
-def build_vlm_deployment(spec: ModelDeployment, role: str, drain_s: float):
+def build_vlm_deployment(
+    spec: ModelDeployment, role: str, drain_s: float, tracing: EngineTracing | None = None
+):
     """The bound deployment of one model, named ``"<role>:<model_id>"``: a ray.serve.llm LLMServer,
-    or the EmulatedVLM when ``engine: emulated``; a retiring replica has ``drain_s`` for its calls."""
+    or the EmulatedVLM when ``engine: emulated``; a retiring replica has ``drain_s`` for its calls;
+    ``tracing``: where its engine's request spans go."""
     if spec.engine == "emulated":
         return build_emulated_deployment(spec, role, drain_s)
     from ray.serve.llm import LLMConfig, build_llm_deployment
 
-    return build_llm_deployment(LLMConfig(**llm_config_kwargs(spec, drain_s)), name_prefix=f"{role}:")
+    kwargs = llm_config_kwargs(spec, drain_s, tracing)
+    return build_llm_deployment(LLMConfig(**kwargs), name_prefix=f"{role}:")
 
 
 def build_emulated_deployment(spec: ModelDeployment, role: str, drain_s: float):

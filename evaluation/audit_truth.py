@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 
+from evaluation.rules import PAPER_RULE
 from harness.paths import RESULTS
 from harness.provenance import provenance
 from harness.results import write_result
-from serve_app.core.paper_rule import PAPER_RULE
 from serve_app.core.routes import EARLY_EXITS
 
 COMMAND = "python -m evaluation.audit_truth"

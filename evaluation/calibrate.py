@@ -24,9 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serve_app.core.contracts import Question
-from serve_app.core.options import CascadeOptions, Policy
-from serve_app.core.paper_rule import PAPER_RULE
+from evaluation.rules import PAPER_RULE
+from serve_app.core.contracts import CascadeOptions, Policy, Question
 from serve_app.core.plan_choice import CalibratedEstimates
 from serve_app.core.plan_stats import Observation, estimates_of, observe
 from serve_app.core.plans import Objective, Plan

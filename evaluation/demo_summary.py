@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluation.rules import PAPER_RULE_AND_PLAN
 from harness.easy_vqa import COLOURS, SHAPES, question_type
 from harness.results import write_result
-from serve_app.core.paper_rule import PAPER_RULE_AND_PLAN
 from serve_app.core.roles import LARGE, ROLES, SMALL
 
 

@@ -23,12 +23,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluation.scoring import anls
 from harness.jsonl import read_jsonl
 from harness.paths import DEMO_CALIBRATION, DEMO_EVAL, RESULTS, ROOT
 from harness.provenance import provenance
 from harness.results import write_result
 from serve_app.core.answers import is_valid, normalize, parse_number, yes_no
-from serve_app.core.scoring_rules import anls
 from serve_app.core.verification import agree
 
 from .records import load_records

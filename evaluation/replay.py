@@ -19,8 +19,15 @@ from dataclasses import dataclass
 
 from harness.virtual_clock import VirtualClockLoop
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import Completion, EngineCall, Question, TokenLogprob
-from serve_app.core.options import GREEDY, CascadeOptions, Decoding
+from serve_app.core.contracts import (
+    GREEDY,
+    CascadeOptions,
+    Completion,
+    Decoding,
+    EngineCall,
+    Question,
+    TokenLogprob,
+)
 from serve_app.core.trace import CascadeResult
 
 

@@ -53,7 +53,7 @@ async def closed_loop(
 
 
 @dataclass
-class Outcome:
+class ClientReply:
     status: int
     latency_s: float
     route: str | None = None
@@ -86,21 +86,21 @@ async def drive(
     on_tick: Callable[[], None] | None = None,
     until: Callable[[], bool] | None = None,
     request_ids: str | None = None,
-) -> tuple[list[Outcome], float]:
+) -> tuple[list[ClientReply], float]:
     """POST every body once to ``path`` through ``closed_loop``; returns the outcomes and the wall time.
     With ``request_ids``, body i is sent with the header ``x-request-id: <request_ids><i>``, which makes
     emulated runs reproducible."""
 
-    async def post(http: httpx.AsyncClient, index: int, body: dict[str, Any]) -> Outcome:
+    async def post(http: httpx.AsyncClient, index: int, body: dict[str, Any]) -> ClientReply:
         headers = {"x-request-id": f"{request_ids}{index}"} if request_ids is not None else None
         started = time.perf_counter()
         try:
             response = await http.post(path, json=body, headers=headers)
         except httpx.HTTPError as exc:
-            return Outcome(
+            return ClientReply(
                 0, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}", index=index
             )
-        outcome = Outcome(
+        outcome = ClientReply(
             response.status_code,
             time.perf_counter() - started,
             retry_after=response.headers.get("retry-after"),

@@ -27,7 +27,7 @@ checks, each a pure function of the report's summary, pyproject.toml and the Doc
   kernel packages are in the image at flashinfer-python's version or not served at it (k8s/gpu_runtime.py).
 
 Beside the checks it reports what Ray's llm extra would ask for (k8s/ray_llm_pins.py): the image runs
-ray[serve] with the gpu extra's vLLM, not ray[llm]'s pin (docs/deploying.md says why). The summary keeps
+ray[serve] with the gpu extra's vLLM, not ray[llm]'s pin (docs/gpu-serving.md says why). The summary keeps
 that report (``ray_llm_extra``), and a check holds it to what Ray's requirements give.
 """
 

@@ -57,7 +57,7 @@ PLATFORM = ("linux", "x86_64", (3, 11))
 
 
 @dataclass(frozen=True)
-class Target:
+class LockTarget:
     """Where a lock's files are installed, which decides the file pip picks for each pin: ``platforms``
     are pip's ``--platform`` tags, best first (empty: this machine's own, which must be ``PLATFORM``)."""
 
@@ -75,17 +75,17 @@ IMAGE_PLATFORMS = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(IMAGE_G
     "manylinux2010_x86_64",
     "manylinux1_x86_64",
 )
-LOCAL = Target("CPython 3.11, Linux x86-64", "The Makefile installs")
-IMAGE = Target(
+LOCAL = LockTarget("CPython 3.11, Linux x86-64", "The Makefile installs")
+IMAGE = LockTarget(
     "CPython 3.11, wheels for manylinux_2_35_x86_64", "k8s/Dockerfile installs", "3.11", IMAGE_PLATFORMS
 )
 TARGETS = {
-    "build-lock.txt": Target(LOCAL.label, "The Makefile and k8s/Dockerfile install"),
+    "build-lock.txt": LockTarget(LOCAL.label, "The Makefile and k8s/Dockerfile install"),
     "gpu-constraints.txt": IMAGE,
 }
 
 
-def target_of(lock: Path) -> Target:
+def target_of(lock: Path) -> LockTarget:
     return TARGETS.get(lock.name, LOCAL)
 
 
@@ -164,7 +164,7 @@ def render(
     pins: list[tuple[str, str]],
     files: dict,
     pip: str,
-    target: Target = LOCAL,
+    target: LockTarget = LOCAL,
 ) -> str:
     """The hashed file: the lock's comments, where it comes from, then each pin with its hash."""
     glibc = glibc_floor([entry["file"] for entry in files.values()])
@@ -205,7 +205,7 @@ def check(lock_text: str, hashed_text: str, lock_name: str) -> list[str]:
     return problems
 
 
-def target_options(target: Target) -> list[str]:
+def target_options(target: LockTarget) -> list[str]:
     """pip's options for a target other than this machine: its Python and platform tags, wheels only."""
     if not target.platforms:
         return []
@@ -213,7 +213,7 @@ def target_options(target: Target) -> list[str]:
     return ["--only-binary=:all:", "--python-version", target.python, *platforms]
 
 
-def pip_command(lock: Path, report: Path, target: Target = LOCAL) -> list[str]:
+def pip_command(lock: Path, report: Path, target: LockTarget = LOCAL) -> list[str]:
     # --isolated: this machine's pip configuration (extra indexes, find-links, constraints) stays out;
     # the hashes are those of the files PyPI serves for the target's platform.
     return [
@@ -223,7 +223,7 @@ def pip_command(lock: Path, report: Path, target: Target = LOCAL) -> list[str]:
     ]  # fmt: skip
 
 
-def download_sha256(name: str, version: str, folder: Path, target: Target = LOCAL) -> str:
+def download_sha256(name: str, version: str, folder: Path, target: LockTarget = LOCAL) -> str:
     """The sha256 of the file pip downloads for ``name==version``, for one the report has no hash for."""
     where = folder / canonical(name)
     subprocess.run(
@@ -235,7 +235,7 @@ def download_sha256(name: str, version: str, folder: Path, target: Target = LOCA
     return hashlib.sha256(file.read_bytes()).hexdigest()
 
 
-def download_command(lock: Path, folder: Path, target: Target = LOCAL) -> list[str]:
+def download_command(lock: Path, folder: Path, target: LockTarget = LOCAL) -> list[str]:
     """pip downloading every file of ``lock``'s hashed file for its target, refusing one whose sha256
     is not the hashed file's (--require-hashes): the check of the hashes against the real files."""
     return [

@@ -15,35 +15,42 @@ from typing import Any
 
 from ray.serve import Application
 
-from deployments.vlm import build_scorer_deployment, build_vlm_deployment
+from deployments.vlm import EngineTracing, build_scorer_deployment, build_vlm_deployment
 
 from .config import AppConfig, load_app_config
 from .core.lifecycle import FLEET_DRAIN_S
 from .core.roles import LARGE, SMALL
+from .edge.access import KeyLedgerDeployment
 from .edge.api import MAIIngress
 from .edge.keys import KeyRing, check_exposure
+from .engine_config.engine_check import old_settings
 from .engine_config.model_limits import with_model_limits
-from .fleet.key_ledger import KeyLedgerDeployment
 from .fleet.stats_holder import StatsHolderDeployment
+from .telemetry.settings import check_tracing
 
 logger = logging.getLogger("ray.serve")
 
 
 def model_tier(
-    config: AppConfig, small: Application | None = None, large: Application | None = None
+    config: AppConfig,
+    small: Application | None = None,
+    large: Application | None = None,
+    *,
+    tracing: EngineTracing | None = None,
 ) -> dict[str, Application]:
     """The model tier of ``config``, each deployment bound once, by its ``TIER`` name: the two models
     (``small``/``large``: others with the same ``chat``, the tests' scripted ones), the attention
     scorer when transfer selection needs it, the statistics holder and the key ledger. The server binds
-    the ingress to it (``build_ingress``); ``mai-batch`` serves it as it is (batch/model_tier.py)."""
+    the ingress to it (``build_ingress``); ``mai-batch`` serves it as it is (batch/model_tier.py).
+    ``tracing``: where the engines send their request spans (``telemetry.settings.check_tracing``)."""
     cascade = config.cascade
     tier = {
         SMALL: small
         if small is not None
-        else build_vlm_deployment(config.small, SMALL, config.drain_s(SMALL)),
+        else build_vlm_deployment(config.small, SMALL, config.drain_s(SMALL), tracing),
         LARGE: large
         if large is not None
-        else build_vlm_deployment(config.large, LARGE, config.drain_s(LARGE)),
+        else build_vlm_deployment(config.large, LARGE, config.drain_s(LARGE), tracing),
         "stats": StatsHolderDeployment.options(  # type: ignore[attr-defined]  # a Deployment
             graceful_shutdown_timeout_s=FLEET_DRAIN_S
         ).bind(
@@ -99,6 +106,9 @@ def exposure(config: AppConfig) -> str:
 
 
 def build_app(args: dict[str, Any]) -> Application:
-    """The application of a config: its limits completed from what the models refuse (model_limits)."""
+    """The application of a config: its limits completed from what the models refuse (model_limits),
+    its tracing checked (a variable it cannot honour fails the start, named)."""
     config = with_model_limits(load_app_config(args))
-    return build_ingress(config, model_tier(config))
+    for warning in old_settings(args):  # once, as the application starts
+        logger.warning("MAI config: %s", warning)
+    return build_ingress(config, model_tier(config, tracing=check_tracing()))

@@ -15,20 +15,19 @@ from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, S
 from deployments.vlm import images_per_prompt
 
 from .core.audit import AuditSettings
+from .core.contracts import REASON_BASELINES, CascadeOptions, UnknownSelectorError, check_transfer_selector
 from .core.decision import ClassSettings, OverloadSettings, check_floors
 from .core.grammar_bounds import GrammarLimits
 from .core.lifecycle import DRAINED, Drains
-from .core.options import REASON_BASELINES, CascadeOptions
 from .core.plan_choice import AdaptiveSettings
 from .core.plans import Plan
 from .core.roles import LARGE, SMALL
 from .core.scaling import AppAutoscaling, ScalingPolicy
-from .core.transfer_selectors import UnknownSelectorError, check_transfer_selector
+from .telemetry.settings import TelemetrySettings
 
 # The application-level autoscaling policy of ``autoscaling.policy: coupled``: Ray Serve reads it from
 # the application's entry in a config file (beside ``args``), never from the builder.
 COUPLED_POLICY = "serve_app.fleet.autoscaling_policy:coupled_policy"
-MOVED_COUPLED_POLICY = "serve_app.edge.autoscaling_policy:coupled_policy"  # its path until it moved
 
 
 class IngressDeployment(Strict):
@@ -37,11 +36,11 @@ class IngressDeployment(Strict):
     max_queued_requests: int = Field(1024, ge=1)
     num_cpus: float = Field(0.0, ge=0)
     # The requests one ingress replica runs at once before API keys share it by weight
-    # (serve_app/core/fair_share.py). Unset (null): learned from its answers' latency
-    # (serve_app/core/capacity.py), at most the models' capacity over the ingress's min_replicas.
+    # (serve_app/core/admission.py). Unset (null): learned from its answers' latency
+    # (serve_app/core/admission.py), at most the models' capacity over the ingress's min_replicas.
     capacity: int | None = Field(None, ge=1)
     # A request past its key's share while other keys have work waits its turn this long (seconds)
-    # before a 429 fair_share (serve_app/core/fair_share.py); 0: refused at once.
+    # before a 429 fair_share (serve_app/core/admission.py); 0: refused at once.
     share_wait_s: float = Field(10.0, ge=0, le=600, allow_inf_nan=False)
     # Seconds a retiring replica (a scale-down, a config edit, an upgrade) has to finish its requests before
     # Serve stops it. Unset: derived by the application from its timeouts (serve_app/core/lifecycle.py);
@@ -171,7 +170,7 @@ class CascadeConfig(CascadeOptions):
     adaptive: AdaptiveSettings = AdaptiveSettings()
     overload: OverloadSettings = OverloadSettings()
     # Another name for ``adaptive.default: eager`` (with ``adaptive.mode: off``): every request starts
-    # the small model's reasoning together with stage 1.
+    # the small model's reasoning together with stage 1. Deprecated (engine_check.old_settings).
     eager_reasoning: bool = False
 
     @model_validator(mode="after")
@@ -203,17 +202,21 @@ class CascadeConfig(CascadeOptions):
         return self
 
     def request_options(self, update: Mapping[str, Any]) -> CascadeOptions:
-        """A request's options: the server's defaults under the request's own (``update``, its policy
-        among them); its plan is the ingress's to set, unless the request forces one. The server's
-        ``stage2_answer`` is the cascade's and transfer's: the ``*-reason`` baselines keep the paper's
-        Stage 2 prompt unless the request itself names another way."""
-        defaults = self.model_dump(
-            exclude={"audit", "adaptive", "overload", "eager_reasoning", "stage2_answer"}
-        )
-        options = CascadeOptions.model_validate(defaults | dict(update))
-        if options.stage2_answer is None and options.policy not in REASON_BASELINES:
-            options = options.model_copy(update={"stage2_answer": self.stage2_answer})
-        return options
+        """A request's options, built once: the server's defaults under the request's own (``update``,
+        its policy among them); its plan is the ingress's to set, unless the request forces one. The
+        server's ``stage2_answer`` is the cascade's and transfer's: the ``*-reason`` baselines keep the
+        paper's Stage 2 prompt unless the request itself names another way."""
+        options = self.model_dump(exclude=SERVER_ONLY) | dict(update)
+        if options.get("stage2_answer") is None and options.get("policy") not in REASON_BASELINES:
+            options["stage2_answer"] = self.stage2_answer
+        return CascadeOptions.model_validate(options)
+
+
+Destination = Literal["auto", "cascade", "passthrough"]  # ``mai_destination``, ``mai.destination``
+# What only the server sets of the cascade: no request's options.
+SERVER_ONLY = {"audit", "adaptive", "overload", "eager_reasoning", "stage2_answer"}
+# Settings renamed, old -> new: read as the new for one release (engine_check.old_settings warns).
+RENAMED_SETTINGS: Mapping[str, str] = {"mai_route": "mai_destination"}
 
 
 class AppConfig(Strict):
@@ -228,13 +231,27 @@ class AppConfig(Strict):
     readiness: Readiness = Readiness()
     # Which clients' task tags (``mai.task``) make question classes of their own (serve_app/core/decision.py).
     classes: ClassSettings = ClassSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()  # what the spans may carry (docs/observability.md)
     request_timeout_s: float = Field(300.0, gt=0)
     # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged;
-    # serve_app/edge/routing.py says what fits), or always one of them. A request's `mai.route` overrides it.
-    mai_route: Literal["auto", "cascade", "passthrough"] = "auto"
+    # serve_app/edge/routing.py says what fits), or always one of them. A request's `mai.destination`
+    # overrides it (``RENAMED_SETTINGS``: its old name).
+    mai_destination: Destination = "auto"
     # Ask the engines for the generated tokens' logprobs: every answer's confidence (the trace's
     # ``confidence``), which ``cascade.min_confidence`` and ``cascade.confident_large`` need.
     answer_logprobs: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        for old, new in ((old, new) for old, new in RENAMED_SETTINGS.items() if old in data):
+            value = data.pop(old)
+            if data.setdefault(new, value) != value:
+                raise ValueError(f"{old} ({value!r}) and {new} ({data[new]!r}) differ: set {new} alone")
+        return data
 
     @model_validator(mode="after")
     def _distinct_models(self) -> AppConfig:
@@ -369,8 +386,6 @@ def check_application(application: dict[str, Any]) -> AppConfig:
     config = load_app_config(application.get("args", {}))
     named = (application.get("autoscaling_policy") or {}).get("policy_function")
     coupled = config.autoscaling.policy is ScalingPolicy.COUPLED
-    if named == MOVED_COUPLED_POLICY:
-        raise ValueError(f"autoscaling_policy {named!r} has moved: name policy_function: {COUPLED_POLICY}")
     if coupled and named != COUPLED_POLICY:
         raise ValueError(
             "args.autoscaling.policy is coupled: the application needs "

@@ -40,7 +40,7 @@ def input_error_code(message: str) -> str:
 def error_response_failure(
     error: Mapping[str, Any], model_id: str, *, constrained: bool = False
 ) -> EngineError:
-    """An engine's error in plain values (``deployments.plain_chat``: ``code``, ``message``): a 4xx
+    """An engine's error in plain values (``deployments.model_server``: ``code``, ``message``): a 4xx
     refuses the input (``InputRejectedError``, with the status kept), or, for a call that asked for
     structured outputs (``constrained``) and names them, the grammar (``ConstraintRejectedError``);
     anything else is the engine failing."""

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import time
 from typing import Any
 
-from deployments import routed_replicas
-from deployments.engine_ids import EngineRequestId
-from deployments.plain_chat import ChatBody
+from deployments.affinity import ModelCall
+from deployments.model_server import ChatBody
 
-from ..core.contracts import Completion, EngineCall, EngineUnavailableError, TokenLogprob
-from ..core.options import GREEDY, Decoding
+from ..core.contracts import GREEDY, Completion, Decoding, EngineCall, EngineUnavailableError, TokenLogprob
 from .failures import engine_call, error_response_failure
 
 _call_numbers = itertools.count()
@@ -29,22 +26,21 @@ NEUTRAL_SAMPLING: dict[str, float | int] = {
 }
 
 
-def engine_request_id(call: EngineCall) -> str:
-    """The engine's request id of ``call``: unique per engine call, and it ties vLLM's logs (and the
-    emulated engine's script) to the MAI request, stage and prompt kind."""
-    return str(
-        EngineRequestId(
-            call.request_id, call.stage, call.prompt_kind.value, call.answer_kind, next(_call_numbers)
-        )
+def model_call(call: EngineCall) -> ModelCall:
+    """``call`` as the model side takes it, numbered: unique per engine call. It crosses the handle
+    beside the body (the stage-affinity router and the emulated engine read it), and its ``str`` is
+    the engine request id that ties vLLM's logs to the MAI request, stage and prompt kind."""
+    return ModelCall(
+        call.request_id, call.stage, call.prompt_kind.value, call.answer_kind, next(_call_numbers)
     )
 
 
 class LLMServerClient:
-    """Sends the cascade's calls to one model deployment as plain values (``deployments/plain_chat``:
-    an OpenAI chat body in, its reply out), decoded as each call's ``Decoding`` says (greedy by
-    default), asking for the generated tokens' logprobs where the call's answer confidence is read
-    (``EngineCall.confidence``) unless ``logprobs`` is off, and wherever the client asked for them.
-    Nothing here loads vLLM's request or reply types.
+    """Sends the cascade's calls to one model deployment as plain values (``deployments/model_server``:
+    an OpenAI chat body and the typed call in, its reply and the replica that served it out), decoded
+    as each call's ``Decoding`` says (greedy by default), asking for the generated tokens' logprobs
+    where the call's answer confidence is read (``EngineCall.confidence``) unless ``logprobs`` is off,
+    and wherever the client asked for them. Nothing here loads vLLM's request or reply types.
 
     Cancelling ``complete`` cancels the handle's response, which aborts the request in the engine. A
     failed call raises the ``EngineError`` family (``failures.py``); a body the model's schema refuses
@@ -56,16 +52,23 @@ class LLMServerClient:
         self._logprobs = logprobs
 
     def body(
-        self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
+        self,
+        messages: list[dict],
+        *,
+        max_tokens: int,
+        call: EngineCall,
+        decoding: Decoding = GREEDY,
+        sent: ModelCall | None = None,
     ) -> ChatBody:
-        """The chat body of one call, as ray.serve.llm's ``ChatCompletionRequest`` reads it."""
+        """The chat body of one call, as ray.serve.llm's ``ChatCompletionRequest`` reads it; its
+        ``request_id`` is ``sent``'s (the numbered call that goes with it; a fresh one by default)."""
         return ChatBody(
             {
                 "model": self.model_id,
                 "messages": messages,
                 "max_tokens": max_tokens,
                 "stream": False,
-                "request_id": engine_request_id(call),
+                "request_id": str(sent or model_call(call)),
                 **self._sampling(decoding, call),
                 # Lower runs first (scheduling_policy: priority): audits behind served calls, a key's flood
                 # behind another key's trickle.
@@ -78,19 +81,19 @@ class LLMServerClient:
     async def complete(
         self, messages: list[dict], *, max_tokens: int, call: EngineCall, decoding: Decoding = GREEDY
     ) -> Completion:
-        body = self.body(messages, max_tokens=max_tokens, call=call, decoding=decoding)
+        sent = model_call(call)
+        body = self.body(messages, max_tokens=max_tokens, call=call, decoding=decoding, sent=sent)
         started = time.monotonic()
         with engine_call(self.model_id):
-            response = self._handle.complete.remote(body)
+            response = self._handle.complete.remote(body, sent)
             try:
                 reply = await response
             except asyncio.CancelledError:
                 response.cancel()
                 raise
-        completion = _completion_of(
+        return _completion_of(
             reply, self.model_id, time.monotonic() - started, constrained=call.constraint is not None
         )
-        return dataclasses.replace(completion, replica=routed_replicas.take(body["request_id"]))
 
     def _sampling(self, decoding: Decoding, call: EngineCall) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -111,7 +114,8 @@ class LLMServerClient:
 def _completion_of(
     reply: dict[str, Any], model_id: str, latency_s: float, *, constrained: bool = False
 ) -> Completion:
-    """The completion in a plain reply (``deployments/plain_chat``), or the error it carries."""
+    """The completion in a plain reply (``deployments/model_server``), or the error it carries; the
+    completion names the replica that served it."""
     if "invalid" in reply:
         raise RuntimeError(f"{model_id} refused a cascade call's body: {reply['invalid']}")
     if "error" in reply:
@@ -129,6 +133,8 @@ def _completion_of(
         latency_s=latency_s,
         token_logprobs=_token_logprobs(choices[0]),
         cached_tokens=None if cached is None else int(cached),
+        replica=reply.get("replica"),
+        finish_reason=choices[0].get("finish_reason"),
     )
 
 

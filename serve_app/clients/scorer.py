@@ -6,15 +6,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..telemetry import spans
+from ..telemetry.settings import TelemetrySettings
 from .failures import engine_call
 
 
-def attention_scorer(handle: Any) -> Callable[..., Awaitable[dict[str, Any]]]:
+def attention_scorer(
+    handle: Any, telemetry: TelemetrySettings | None = None
+) -> Callable[..., Awaitable[dict[str, Any]]]:
     """The AttentionScorer deployment's ``select`` as the attention selector's ``score``: its failures
-    are the ``EngineError`` family, like a model's."""
+    are the ``EngineError`` family, like a model's; each call a ``mai.scorer`` span in the request's
+    trace."""
+    settings = telemetry or TelemetrySettings()
 
     async def score(*args: Any) -> dict[str, Any]:
-        with engine_call("the attention scorer"):
+        with spans.span("mai.scorer", settings=settings, kind="client"), engine_call("the attention scorer"):
             return await handle.select.remote(*args)
 
     return score

@@ -4,7 +4,7 @@ Pure functions, no I/O. They follow what the field's evaluators score (lmms-eval
 accuracy, InfoVQA/DocVQA ANLS, POPE yes/no, MMBench option extraction) and fix their known quirks:
 "Yes." is yes, "12%" and "12" can agree, "(C)" / "c." / "Answer: C" are all option C.
 
-What scoring (does a prediction match the gold answer? ``scoring_rules.py``) and verification (do
+What scoring (does a prediction match the gold answer? ``evaluation/scoring.py``) and verification (do
 two *model* answers say the same thing? ``verification.py``, a stricter rule) share: extraction,
 option letters, yes/no, numbers, normalisation and validity. The answer kind a question wants is
 read from the question's text (``question_parsing.infer_kind``).

@@ -19,9 +19,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .audit_alerts import alert_evidence
+from .contracts import Policy
 from .draws import uniform
 from .intervals import exact_lower_bound, wilson_interval
-from .options import Policy
 from .routes import EARLY_EXITS, Route
 from .trace import Tokens, nested_tokens
 from .windows import Key, LatestWindow
@@ -301,7 +301,7 @@ class AuditBook(_Statistics):
         return len(recent), sum(disagreed for _, disagreed, _ in recent)
 
 
-class _MergedClass(_Counts):
+class _MergedAuditClass(_Counts):
     """A class's counts summed over the replicas, its window of all replicas' latest audits
     ``(disagreed, route)``, and the window's counts, kept as audits enter and leave it."""
 
@@ -331,14 +331,14 @@ class MergedAudits(_Statistics):
 
     def __init__(self, window: int):
         self.window = window
-        self.classes: dict[str, _MergedClass] = {}
+        self.classes: dict[str, _MergedAuditClass] = {}
         self.served_tokens = 0
         self.audit_tokens = 0
         self.not_run: Counter = Counter()
 
-    def _class(self, cls: str) -> _MergedClass:
+    def _class(self, cls: str) -> _MergedAuditClass:
         if cls not in self.classes:
-            self.classes[cls] = _MergedClass(self.window)
+            self.classes[cls] = _MergedAuditClass(self.window)
         return self.classes[cls]
 
     def count(self, cls: str, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:

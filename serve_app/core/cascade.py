@@ -17,16 +17,16 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
 Whatever the route, the answer served is valid for its kind when any stage gave a valid one
 (``_terminal``, the paper's rule completed): when the route's own is not, the first valid answer in
 ``FALLBACK_ORDER`` is served (route ``fallback``). When none is, the stage that would have answered
-is asked once more for the answer alone, in its form (``_repair``: the engine's structured outputs
+is asked once more for the answer alone, in its form (``StageCalls.repair``: the engine's structured outputs
 make it valid by construction); so a reply is always of its kind, and a reasoning's raw text is
 never served.
 
 That order is the ``sequential`` plan. A request may run another plan (``plans.py``, ``options.plan``):
 ``eager`` starts step 3 with step 1 and cancels it when step 1 settles the question (the same
 answers); ``reason-first`` skips the small short answer, running the large short answer and the small
-model's reasoning together, then steps 3-4 (``_reason_first``); ``transfer`` is the paper's Full RT
-(``_full_transfer``); ``small``, ``large`` and ``small-reason`` let one model answer alone, where a
-calibrated table found that pays (``_one_model_plan``).
+model's reasoning together, then steps 3-4 (``_reason_first``); ``full-transfer`` is the paper's Full
+RT (``_full_transfer``); ``small-only``, ``large-only`` and ``small-reason-only`` let one model answer
+alone, where a calibrated table found that pays (``_one_model_plan``).
 
 A model that fails or times out (the clients' declared ``EngineError`` family, or a stage's timeout)
 degrades the route, or fails the request with ``ModelUnavailableError`` when the answer depends on
@@ -36,13 +36,13 @@ is a bug: it is never taken for a failed model, and fails the request.
 
 The question arrives bare (``question_parsing``): a client's answer-format instruction was taken out of
 its text, each stage adds the paper's own (Appendix C), and the reply follows the client's
-(``format_instructions.reply_in_format``).
+(``instructions.reply_in_format``).
 
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
 async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
 every stage decodes as ``options.decoding`` says. Times are read from the event loop's clock, so the
 calibration replays the cascade itself on a virtual one (``evaluation/replay.py``). The options are in
-``options.py``, the stage calls in ``stages.py``, the trace records in ``trace.py``.
+``contracts.py``, the stage calls in ``stages.py``, the trace records in ``trace.py``.
 """
 
 from __future__ import annotations
@@ -52,24 +52,23 @@ import uuid
 from collections.abc import Awaitable, Mapping
 
 from .answers import is_valid, option_letter
-from .contracts import Question, TransferSelector, VLMClient
+from .contracts import (
+    DEFAULT_SELECTORS,
+    CascadeOptions,
+    Policy,
+    Question,
+    TransferSelector,
+    VLMClient,
+    check_transfer_selector,
+)
 from .decision import Decision, plan_to_run
-from .format_instructions import reply_in_format
-from .options import CascadeOptions, Policy
+from .instructions import reply_in_format
 from .plans import Plan
 from .prompts import PromptLayout
 from .question_parsing import choices_note
 from .roles import LARGE, SMALL
-from .stages import Reasoned, StageCalls
-from .trace import (
-    AgreementCheck,
-    CascadeResult,
-    FallbackRecord,
-    Route,
-    StageRecord,
-    Trace,
-)
-from .transfer_selectors import DEFAULT_SELECTORS, check_transfer_selector
+from .stages import Reasoned, StageCalls, StageSpans, no_spans
+from .trace import AgreementCheck, CascadeResult, FallbackRecord, Route, StageRecord, Trace
 from .verification import agree
 
 # Where the terminal rule looks for a valid answer when the route's own is not one, most trustworthy
@@ -97,8 +96,10 @@ class Cascade:
         selectors: Mapping[str, TransferSelector] | None = None,
         layouts: Mapping[str, PromptLayout] | None = None,
         repairs: bool = True,
+        stage_spans: StageSpans = no_spans,
     ):
         self.clients: dict[str, VLMClient] = {SMALL: small, LARGE: large}
+        self.stage_spans = stage_spans  # each stage call's span in the operator's traces
         self.repairs = repairs  # an answer out of kind is asked for again (off: a recording's replay)
         # How each model reads a prompt's question and instruction (prompts.PromptLayout): the paper's
         # layout unless a model was trained on another.
@@ -130,8 +131,8 @@ class Cascade:
         return await run.execute()
 
 
-class _Run(StageCalls):
-    """One request under its policy or plan: the algorithm, over the stage calls of ``StageCalls``."""
+class _Run:
+    """One request under its policy or plan: the algorithm, over its stage calls (``StageCalls``)."""
 
     def __init__(
         self,
@@ -160,7 +161,8 @@ class _Run(StageCalls):
             if question.options_named
             else choices_note(question.question, question.choices),
         )
-        super().__init__(
+        self.question, self.options, self.trace, self.kind = question, options, trace, question.kind
+        self.calls = StageCalls(
             cascade.clients,
             cascade.selectors,
             question,
@@ -170,6 +172,7 @@ class _Run(StageCalls):
             priority,
             audit,
             layouts=cascade.layouts,
+            spans=cascade.stage_spans,
         )
         self.plan = plan
         self.repairs = cascade.repairs
@@ -180,16 +183,16 @@ class _Run(StageCalls):
             Plan.EAGER: self._cascade,
             Plan.REASON_FIRST: self._reason_first,
             Plan.FULL_TRANSFER: self._full_transfer,
-            Plan.SMALL_ONLY: lambda: self._one_model_plan(SMALL, self._short(SMALL)),
-            Plan.LARGE_ONLY: lambda: self._one_model_plan(LARGE, self._short(LARGE)),
+            Plan.SMALL_ONLY: lambda: self._one_model_plan(SMALL, self.calls.short(SMALL)),
+            Plan.LARGE_ONLY: lambda: self._one_model_plan(LARGE, self.calls.short(LARGE)),
             Plan.SMALL_REASON_ONLY: self._small_reasoning_plan,
         }
         policies = {
             Policy.CASCADE: plans[self.plan or Plan.SEQUENTIAL],
-            Policy.SMALL: lambda: self._single(SMALL, self._short(SMALL)),
-            Policy.LARGE: lambda: self._single(LARGE, self._short(LARGE)),
-            Policy.SMALL_EXPLAIN: lambda: self._single(SMALL, self._explain(SMALL)),
-            Policy.LARGE_EXPLAIN: lambda: self._single(LARGE, self._explain(LARGE)),
+            Policy.SMALL: lambda: self._single(SMALL, self.calls.short(SMALL)),
+            Policy.LARGE: lambda: self._single(LARGE, self.calls.short(LARGE)),
+            Policy.SMALL_EXPLAIN: lambda: self._single(SMALL, self.calls.explain(SMALL)),
+            Policy.LARGE_EXPLAIN: lambda: self._single(LARGE, self.calls.explain(LARGE)),
             Policy.SMALL_REASON: lambda: self._single_reasoned(SMALL),
             Policy.LARGE_REASON: lambda: self._single_reasoned(LARGE),
             Policy.TRANSFER: self._full_transfer,
@@ -197,16 +200,16 @@ class _Run(StageCalls):
         try:
             return await policies[self.options.policy]()
         finally:
-            await self._cancel_outstanding()
-            self.trace.latency_s = self._now() - self.run_started
+            await self.calls.cancel_outstanding()
+            self.trace.latency_s = self.calls.now() - self.calls.run_started
 
     # -- policies ---------------------------------------------------------------------------
 
     async def _cascade(self) -> CascadeResult:
-        eager = self._spawn(self._reason(SMALL)) if self.plan is Plan.EAGER else None
+        eager = self.calls.spawn(self.calls.reason(SMALL)) if self.plan is Plan.EAGER else None
         # Spawned, so that when one stage finds the input refused the other is cancelled with it.
         small_short, large_short = await asyncio.gather(
-            self._spawn(self._short(SMALL)), self._spawn(self._short(LARGE))
+            self.calls.spawn(self.calls.short(SMALL)), self.calls.spawn(self.calls.short(LARGE))
         )
         if not large_short.ok:
             return await self._large_failed(large_short, fallback=small_short)
@@ -217,12 +220,12 @@ class _Run(StageCalls):
         if self._confident_large(large_short, over=small_short):
             return await self._finish(Route.CONFIDENT_LARGE, large_short)
 
-        reasoned = await (eager if eager is not None else self._reason(SMALL))
+        reasoned = await (eager if eager is not None else self.calls.reason(SMALL))
         return await self._reasoned_or_transfer(reasoned, large_short)
 
     async def _reason_first(self) -> CascadeResult:
         large_short, reasoned = await asyncio.gather(
-            self._spawn(self._short(LARGE)), self._spawn(self._reason(SMALL))
+            self.calls.spawn(self.calls.short(LARGE)), self.calls.spawn(self.calls.reason(SMALL))
         )
         if not large_short.ok:
             return await self._large_failed(
@@ -240,7 +243,7 @@ class _Run(StageCalls):
         if self._verified("reasoned", reasoned.answer_stage, large_short):
             return await self._finish(Route.AGREE_REASONED, large_short)
 
-        transfer = await self._transfer(reasoned.reasoning.output)
+        transfer = await self.calls.transfer(reasoned.reasoning.output)
         if not transfer.ok:
             return await self._finish(Route.DEGRADED_NO_TRANSFER, large_short)
         return await self._finish(Route.TRANSFER, transfer)
@@ -253,19 +256,19 @@ class _Run(StageCalls):
         return await self._finish(Route.SINGLE, stage)
 
     async def _single_reasoned(self, model: str) -> CascadeResult:
-        reasoned = await self._reason(model)
+        reasoned = await self.calls.reason(model)
         if reasoned is None:
             raise ModelUnavailableError(model, self.trace.stages[-1], self.trace)
         return await self._finish(Route.SINGLE, reasoned.answer_stage)
 
     async def _full_transfer(self) -> CascadeResult:
-        reasoned = await self._reason(SMALL)
+        reasoned = await self.calls.reason(SMALL)
         if reasoned is None:
-            large_short = await self._short(LARGE)
+            large_short = await self.calls.short(LARGE)
             if not large_short.ok:
                 raise ModelUnavailableError(LARGE, large_short, self.trace)
             return await self._finish(Route.DEGRADED_NO_REASONING, large_short)
-        transfer = await self._transfer(reasoned.reasoning.output)
+        transfer = await self.calls.transfer(reasoned.reasoning.output)
         if not transfer.ok:
             return await self._large_failed(transfer, fallback=reasoned.answer_stage)
         return await self._finish(Route.TRANSFER, transfer)
@@ -276,7 +279,7 @@ class _Run(StageCalls):
         return await self._finish(Route.SINGLE, stage) if stage.ok else await self._instead_of(model, stage)
 
     async def _small_reasoning_plan(self) -> CascadeResult:
-        reasoned = await self._reason(SMALL)
+        reasoned = await self.calls.reason(SMALL)
         if reasoned is None:
             return await self._instead_of(SMALL, self.trace.stages[-1])
         return await self._finish(Route.SINGLE, reasoned.answer_stage)
@@ -287,8 +290,8 @@ class _Run(StageCalls):
         if model == LARGE:
             if self.options.on_large_failure == "error":
                 raise ModelUnavailableError(LARGE, failed, self.trace)
-            return await self._large_failed(failed, fallback=await self._short(SMALL))
-        large_short = await self._short(LARGE)
+            return await self._large_failed(failed, fallback=await self.calls.short(SMALL))
+        large_short = await self.calls.short(LARGE)
         if not large_short.ok:
             raise ModelUnavailableError(LARGE, large_short, self.trace)
         return await self._finish(Route.DEGRADED_LARGE_ONLY, large_short)
@@ -343,16 +346,17 @@ class _Run(StageCalls):
 
     async def _finish(self, route: Route, stage: StageRecord) -> CascadeResult:
         """Serve ``stage``'s answer by ``route``; for MAI, the terminal rule first (``_terminal``),
-        then, when the answer is still not one of its kind, the repair (``StageCalls._repair``; one
+        then, when the answer is still not one of its kind, the repair (``StageCalls.repair``; one
         the engine fails fails the request as a failed model does). The other policies are
         baselines: they serve what their model said, with its validity."""
         if self.plan is not None:  # MAI's own rules; a baseline serves what its model said
             route, stage = self._terminal(route, stage)
         repairs = self.repairs and self.plan is not None
-        form = self._repairable(stage) if repairs and stage.ok and not self._answered(stage) else None
+        unanswered = repairs and stage.ok and not self.calls.answered(stage)
+        form = self.calls.repairable(stage) if unanswered else None
         if form is not None:
-            await self._cancel_outstanding()  # an eager reasoning no longer matters
-            repaired = await self._repair(stage, form)  # the answer asked for once more, in its form
+            await self.calls.cancel_outstanding()  # an eager reasoning no longer matters
+            repaired = await self.calls.repair(stage, form)  # the answer asked for once more, in its form
             if not repaired.ok:  # the engine failed, timed out or refused the form: a failed model
                 raise ModelUnavailableError(repaired.model, repaired, self.trace)
             if self.trace.repair is not None and self.trace.repair.answered:
@@ -372,7 +376,7 @@ class _Run(StageCalls):
             answer = reply_in_format(
                 stage.answer, self.question.instruction, self.kind, self.question.choices
             )
-        logprobs = self._token_logprobs.get(stage.name) if self.options.decoding.logprobs else None
+        logprobs = self.calls.token_logprobs.get(stage.name) if self.options.decoding.logprobs else None
         return CascadeResult(answer=answer, trace=self.trace, logprobs=logprobs)
 
     def _terminal(self, route: Route, stage: StageRecord) -> tuple[Route, StageRecord]:

@@ -23,27 +23,27 @@ Levels:
 
 Back to ``normal`` once the queue has stayed at or under ``restore_below`` for ``restore_after_s``.
 The queue is the large model's calls in flight from this ingress replica. Pure: the ingress
-(serve_app/edge/load.py: ``OverloadGuard``) feeds it the count and the clock.
+(serve_app/edge/observers.py: ``OverloadGuard``) feeds it the count and the clock.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .options import CascadeOptions, Policy
+from .contracts import CascadeOptions, Policy
 from .plan_choice import PlanChoice
 from .plans import Plan
 from .trace import CascadeResult, OverloadRecord
 
 FORCED = "forced by the request (mai.options.plan or eager_reasoning)"
-RELAXED_EAGER = "; overloaded (relax_to.eager_reasoning: false): eager runs sequential"
+RELAXED_EAGER = "; overloaded (relax_to.eager: false): eager runs sequential"
 
 
 class Level(IntEnum):
@@ -58,19 +58,34 @@ class Level(IntEnum):
 
 
 class RelaxTo(BaseModel):
-    """What ``relax`` may lower each threshold to (None: leave it as configured)."""
+    """What ``relax`` may lower each threshold to (None: leave it as configured). ``eager``'s old name
+    ``eager_reasoning`` is read as it for one release (the config's warnings name it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     confident_large: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
     min_confidence: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
-    eager_reasoning: bool | None = Field(
-        None, description="false: no eager reasoning while relaxed (the eager plan runs sequential)"
+    eager: bool | None = Field(
+        None, description="false: the plan eager runs sequential while relaxed (no eager reasoning)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or "eager_reasoning" not in data:
+            return data
+        data = dict(data)
+        old = data.pop("eager_reasoning")
+        if "eager" in data and data["eager"] != old:
+            raise ValueError(
+                f"relax_to.eager_reasoning ({old!r}) and relax_to.eager ({data['eager']!r}) differ: set "
+                "relax_to.eager alone (relax_to.eager_reasoning is its old name)"
+            )
+        return data | {"eager": old}
 
     @model_validator(mode="after")
     def _eager_only_off(self) -> RelaxTo:
-        if self.eager_reasoning:
-            raise ValueError("relax_to.eager_reasoning may only turn eager reasoning off (false)")
+        if self.eager:
+            raise ValueError("relax_to.eager may only turn the plan eager off (false)")
         return self
 
 
@@ -201,10 +216,10 @@ class Decision:
     plan: PlanChoice | None  # the plan and why; None for a policy that is not the cascade
     overload: OverloadRecord | None  # None: not overloaded
     # The run measures the class's plan: a plan the server chose, run with the server's options, none
-    # relaxed. Only such runs train the plan table (edge/plan_controller.py: ``answered``).
+    # relaxed. Only such runs train the plan table (edge/learning.py: ``PlanController.answered``).
     measures_plan: bool
     # The request's own options change what its stages do (``runs_as_configured``): its audits count
-    # apart from the configured exits' (edge/auditor.py: ``audited_route``).
+    # apart from the configured exits' (edge/learning.py: ``audited_route``).
     own_options: bool = False
 
     @property
@@ -333,7 +348,7 @@ def decide(
     """The decision for a request of class ``cls`` with its own ``options`` (the server's defaults and
     the request's overrides). For the cascade: at ``relax``, ``relax_to``'s floors replace the request's
     thresholds; a plan the request forced (``options.plan``) runs as it is, else ``choose`` picks one
-    (the plan controller: ``plan_choice.choose_plan``); at ``relax`` with ``relax_to.eager_reasoning:
+    (the plan controller: ``plan_choice.choose_plan``); at ``relax`` with ``relax_to.eager:
     false``, an eager plan runs sequential (the same answers, less small-model work). A run measures
     the class's plan when the server chose it (not forced), its options are ``server``'s in all that
     changes what the stages do (``runs_as_configured``) and nothing was relaxed: a client steers its own
@@ -350,7 +365,7 @@ def decide(
         relaxed.update(changed)
     forced = options.plan is not None
     choice = PlanChoice(options.plan, FORCED) if options.plan is not None else choose()
-    if relaxing and relax_to.eager_reasoning is False and choice.plan is Plan.EAGER:
+    if relaxing and relax_to.eager is False and choice.plan is Plan.EAGER:
         choice = dataclasses.replace(choice, plan=Plan.SEQUENTIAL, reason=choice.reason + RELAXED_EAGER)
         relaxed["plan"] = (Plan.EAGER.value, Plan.SEQUENTIAL.value)
     options = options.model_copy(update={"plan": choice.plan})

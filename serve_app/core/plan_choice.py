@@ -31,8 +31,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .contracts import Policy
 from .draws import uniform
-from .options import Policy
 from .plans import (
     ANSWER_IDENTICAL,
     EARLY_EXITS_OF,

@@ -220,7 +220,7 @@ def _terms(o: Observation) -> _Terms:
     return tally, tuple(values)
 
 
-class _MergedClass:
+class _MergedPlanClass:
     """A class's latest observations of all replicas (each with its ``_terms``) and the counts and
     exact sums read from them."""
 
@@ -279,13 +279,13 @@ class MergedPlans:
 
     def __init__(self, window: int):
         self.window = window
-        self.classes: dict[str, _MergedClass] = {}
+        self.classes: dict[str, _MergedPlanClass] = {}
 
     def add(self, cls: str, key: Key, observation: Observation) -> None:
         """One observation of a replica's window, at ``key`` ``(at, rank, seq)``."""
         entry = self.classes.get(cls)
         if entry is None:
-            entry = self.classes[cls] = _MergedClass(self.window)
+            entry = self.classes[cls] = _MergedPlanClass(self.window)
         if not entry.window.takes(key):
             return
         terms = _terms(observation)

@@ -46,9 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Literal
-
-from pydantic import BeforeValidator
+from typing import Literal
 
 from .routes import EARLY_EXITS, Route
 
@@ -68,27 +66,7 @@ class Plan(StrEnum):
     SMALL_REASON_ONLY = "small-reason-only"
 
 
-# What plans were named when they shared the policies' names: refused, naming the new name.
-RENAMED = {
-    "transfer": Plan.FULL_TRANSFER,
-    "small": Plan.SMALL_ONLY,
-    "large": Plan.LARGE_ONLY,
-    "small-reason": Plan.SMALL_REASON_ONLY,
-}
-
-
-def renamed_plan_refused(value: object) -> object:
-    """A plan's old name (``RENAMED``) refused with a message naming its new one; anything else as it
-    is, for the enum to check."""
-    if isinstance(value, str) and value in RENAMED:
-        raise ValueError(
-            f"plan {value!r} is now named {RENAMED[value].value!r}: plans are named apart from the "
-            f"policies ({value!r} is a policy, the model mai-{value})"
-        )
-    return value
-
-
-PlanName = Annotated[Plan, BeforeValidator(renamed_plan_refused)]
+PlanName = Plan
 
 
 # Plans that give the paper's answers, whatever the traffic: always allowed.

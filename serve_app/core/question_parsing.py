@@ -7,7 +7,7 @@ the question with their own instruction and, for multiple choice, the options wr
 ``parse_question`` takes those apart:
 
 1. a "Question:" label before the question is dropped;
-2. a known format instruction ending the text (``format_instructions.FORMS``) is set aside;
+2. a known format instruction ending the text (``instructions.FORMS``) is set aside;
 3. options written into the text (``split_choices``) become the choices, with the label before them
    ("Options:"), and an instruction between the question and the options is set aside as in 2;
 4. what is left is the question. An instruction that cannot apply (a letter with no options, yes or
@@ -36,8 +36,14 @@ from dataclasses import dataclass
 
 from .answers import ARTICLES, as_text, without_article
 from .contracts import Question
-from .format_instructions import QUESTION_LABEL, Instruction, Reply, trailing_instruction
-from .imperatives import imperative_kind
+from .instructions import (
+    QUESTION_LABEL,
+    Instruction,
+    ReplyForm,
+    generates,
+    imperative_kind,
+    trailing_instruction,
+)
 
 
 class QuestionFormatError(ValueError):
@@ -93,6 +99,14 @@ def read_question(
     )
 
 
+def asks_open_generation(text: str) -> bool:
+    """Whether a client's ``text`` asks for open generation (``instructions.generates``) in any of its
+    sentences, read as the question is: a "Question:" label before it dropped. The one place routing
+    learns it (``edge/routing.py``)."""
+    unlabelled = QUESTION_LABEL.sub("", text, count=1)
+    return any(generates(sentence) for sentence in _SENTENCE_BREAK.split(unlabelled) if sentence.strip())
+
+
 def answer_kind(
     text: str, choices: tuple[str, ...], kind: str | None, instruction: Instruction | None
 ) -> tuple[str, tuple[str, ...], bool, str]:
@@ -105,7 +119,7 @@ def answer_kind(
         return kind, choices, False, "request"
     if choices:
         return "choice", choices, False, "options"
-    if instruction is not None and instruction.reply is Reply.YES_NO:
+    if instruction is not None and instruction.reply is ReplyForm.YES_NO:
         return "yes_no", (), False, "instruction"
     named = either_or_choices(text)
     if named:
@@ -135,7 +149,7 @@ def read_kind(text: str) -> tuple[str, str]:
     """The kind the asked sentence asks for, and what decided it: ``number`` for quantity questions
     ("How many ...?", "What percentage ...?"; basis ``number_cue``); an instruction's kind by its
     verb ("Count the shapes.", "Say whether it is red."; basis ``imperative:<verb>``,
-    serve_app/core/imperatives.py); ``yes_no`` for a question opening with an auxiliary verb ("Is
+    serve_app/core/instructions.py); ``yes_no`` for a question opening with an auxiliary verb ("Is
     there ...?"; basis ``auxiliary_verb``); else ``text`` (basis ``default``). The last sentence ending
     in "?" is the one read (else the last sentence), so trailing instructions do not count."""
     asked = asked_sentence(text)
@@ -172,9 +186,9 @@ def _read(text: str, given: tuple[str, ...], *, take_instruction: bool) -> Parse
 
 def _applies(instruction: Instruction, choices: tuple[str, ...]) -> bool:
     """A letter needs options; yes or no needs a question without them."""
-    if instruction.reply is Reply.LETTER:
+    if instruction.reply is ReplyForm.LETTER:
         return bool(choices)
-    if instruction.reply is Reply.YES_NO:
+    if instruction.reply is ReplyForm.YES_NO:
         return not choices
     return True
 

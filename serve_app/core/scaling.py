@@ -144,7 +144,7 @@ class DecayedMean:
         return self._sum / self._weight if self._weight > 0 else 0.0
 
 
-# What an ingress replica reports to Ray Serve for the coupled policy (serve_app/edge/load.py: the
+# What an ingress replica reports to Ray Serve for the coupled policy (serve_app/edge/observers.py: the
 # demand meter writes them, serve_app/fleet/autoscaling_policy.py reads them back with ``demand_of``).
 AUTOSCALING_METRICS = (
     "mai_coupled",

@@ -1,19 +1,22 @@
 """The cascade's stage calls: one model call per stage, recorded in the trace, and the calls a request
-has in flight. ``cascade._Run`` composes them into the algorithm; here is only how a stage is asked
-(its prompt, budget, timeout) and what is recorded of it. No Ray, vLLM or FastAPI.
+has in flight. ``cascade._Run`` holds one ``StageCalls`` and composes its calls into the algorithm;
+here is only how a stage is asked (its prompt, budget, timeout) and what is recorded of it. No Ray,
+vLLM or FastAPI.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from .answer_forms import FREE_TEXT_FIRST, AnswerForm, AnswerFormError, answer_form, repair_form
 from .answers import extract_answer, is_valid
 from .contracts import (
+    CascadeOptions,
     Completion,
     ConstraintRejectedError,
     EngineCall,
@@ -24,13 +27,20 @@ from .contracts import (
     TokenLogprob,
     TransferSelector,
     VLMClient,
+    count_words,
 )
-from .options import CascadeOptions
 from .prompts import PromptKind, PromptLayout, build_messages
 from .roles import LARGE
 from .trace import RepairRecord, StageRecord, Trace, TransferRecord
-from .transfer_selectors import count_words
 from .verification import answer_confidence, confidence_read
+
+# What a stage call runs inside, given its record (filled in as the call ends): the ingress's span of
+# it in the operator's traces (serve_app/telemetry/spans.py: ``StageSpans``); by default nothing.
+StageSpans = Callable[[StageRecord], AbstractContextManager[Any]]
+
+
+def no_spans(record: StageRecord) -> AbstractContextManager[Any]:
+    return nullcontext()
 
 
 @dataclass
@@ -58,8 +68,9 @@ class StageCalls:
         audit: bool = False,
         *,
         layouts: Mapping[str, PromptLayout] | None = None,
+        spans: StageSpans = no_spans,
     ):
-        self.clients, self.selectors = clients, selectors
+        self.clients, self.selectors, self.spans = clients, selectors, spans
         self.layouts = layouts or {}
         self.question, self.options, self.request_id, self.trace = question, options, request_id, trace
         self.priority, self.audit = priority, audit  # the engine priority of its calls; an audit's?
@@ -72,16 +83,16 @@ class StageCalls:
         )
         # When the run started, on the cascade's clock: the request's latency and each stage's start
         # are read from it.
-        self.run_started = self._now()
+        self.run_started = self.now()
         self._tasks: list[asyncio.Task] = []
         # Each stage's generated tokens with their logprobs, by stage name (the reply's logprobs).
-        self._token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
+        self.token_logprobs: dict[str, tuple[TokenLogprob, ...] | None] = {}
         # The reasoning each stage's prompt carried, by stage name: a repair asks with the same prompt.
         self._reasoning_in: dict[str, str | None] = {}
 
     # -- stages -----------------------------------------------------------------------------
 
-    async def _short(self, model: str) -> StageRecord:
+    async def short(self, model: str) -> StageRecord:
         return await self._call(
             f"short_{model}",
             model,
@@ -90,7 +101,7 @@ class StageCalls:
             self.options.timeouts.short_s,
         )
 
-    async def _explain(self, model: str) -> StageRecord:
+    async def explain(self, model: str) -> StageRecord:
         return await self._call(
             f"explain_{model}",
             model,
@@ -99,7 +110,7 @@ class StageCalls:
             self.options.timeouts.explain_s,
         )
 
-    async def _reason(self, model: str) -> Reasoned | None:
+    async def reason(self, model: str) -> Reasoned | None:
         """The model reasons, then yields its answer inline or through an S2 call. None when the
         reasoning call itself failed."""
         reasoning = await self._call(
@@ -124,7 +135,7 @@ class StageCalls:
         # A failed S2 call leaves the answer the reasoning wrote inline, if any.
         return Reasoned(reasoning, stage2 if stage2.ok else reasoning)
 
-    async def _transfer(self, reasoning: str) -> StageRecord:
+    async def transfer(self, reasoning: str) -> StageRecord:
         return await self._call(
             "transfer_large",
             LARGE,
@@ -134,7 +145,7 @@ class StageCalls:
             reasoning=await self._select(reasoning.strip()),
         )
 
-    def _answered(self, stage: StageRecord) -> bool:
+    def answered(self, stage: StageRecord) -> bool:
         """An answer of the question's kind: valid for a closed kind, read at all for open text (where
         "none" or "N/A" can be the answer), but never a bracket cut off ("[[Speed limit")."""
         if stage.answer is None:
@@ -143,7 +154,7 @@ class StageCalls:
             return "[[" not in stage.answer and "]]" not in stage.answer
         return is_valid(stage.answer, self.kind, choices=self.question.choices)
 
-    def _repairable(self, stage: StageRecord) -> AnswerForm | None:
+    def repairable(self, stage: StageRecord) -> AnswerForm | None:
         """The form ``stage``'s answer is asked for again in; None when no repair can be asked: an
         engine that refused a grammar already, or options no grammar can tell apart (the answer is
         then served as it was)."""
@@ -154,7 +165,7 @@ class StageCalls:
         except AnswerFormError:
             return None
 
-    async def _repair(self, stage: StageRecord, form: AnswerForm) -> StageRecord:
+    async def repair(self, stage: StageRecord, form: AnswerForm) -> StageRecord:
         """The model that gave ``stage`` asked once more for the answer alone, in the question's form,
         constrained by the engine's structured outputs (``repair_form``), with the stage's own prompt
         so that the prefix cache serves it: a reasoning or an explanation is asked its Stage 2
@@ -179,7 +190,7 @@ class StageCalls:
             reasoning=reasoning,
             form=form,
         )
-        answered = repair.ok and self._answered(repair)
+        answered = repair.ok and self.answered(repair)
         self.trace.repair = RepairRecord(stage.name, stage.answer, repair.name, answered)
         if repair.ok and not answered:
             repair.error = f"its answer {repair.answer!r} is not one of a {self.kind} question"
@@ -190,7 +201,7 @@ class StageCalls:
         selector sends the whole reasoning (and says so in the trace) rather than fail the request."""
         name = self.options.transfer_selector
         record = self.trace.transfer = TransferRecord(selector=name)
-        started = self._now()
+        started = self.now()
         try:
             selected = await self.selectors[name](reasoning, self.question)
         except EngineError as exc:  # the scorer's model failed; a bug in a selector fails the request
@@ -203,7 +214,7 @@ class StageCalls:
             selected.tokens_after,
             selected.unit,
         )
-        record.latency_s = self._now() - started
+        record.latency_s = self.now() - started
         return selected.text
 
     async def _call(
@@ -237,7 +248,7 @@ class StageCalls:
         stage.constraint = constrained.pattern if constrained is not None else None
         self._reasoning_in[name] = reasoning
         self.trace.stages.append(stage)
-        started = self._now()
+        started = self.now()
         stage.start_s = started - self.run_started
         call = EngineCall(
             self.request_id,
@@ -249,38 +260,53 @@ class StageCalls:
             self.audit,
             confidence_read(prompt_kind, self.options),
         )
+        with self.spans(stage):  # open while the call runs: the model replica's span is its child
+            await self._ask(stage, call, messages, max_tokens, timeout_s, strict=form is not None)
+        return stage
+
+    async def _ask(
+        self,
+        stage: StageRecord,
+        call: EngineCall,
+        messages: list[dict],
+        max_tokens: int,
+        timeout_s: float | None,
+        *,
+        strict: bool,
+    ) -> None:
+        """``stage``'s call, its outcome in its record (``_call`` says which are raised)."""
+        started = self.now()
         try:
             completion = await asyncio.wait_for(
-                self._complete(model, messages, max_tokens, call, stage, strict=form is not None), timeout_s
+                self._complete(stage.model, messages, max_tokens, call, stage, strict=strict), timeout_s
             )
         except asyncio.CancelledError:
-            stage.status, stage.latency_s = "cancelled", self._now() - started
+            stage.status, stage.latency_s = "cancelled", self.now() - started
             raise
         except TimeoutError:
             stage.status, stage.error = "timeout", f"no answer within {timeout_s} s"
-            stage.latency_s = self._now() - started
+            stage.latency_s = self.now() - started
         except InputRejectedError as exc:  # the input, not the model: the request fails as a 4xx
             stage.status, stage.error = "rejected", str(exc)
-            stage.latency_s = self._now() - started
-            exc.model, exc.stage = model, name
+            stage.latency_s = self.now() - started
+            exc.model, exc.stage = stage.model, stage.name
             raise
         except EngineError as exc:  # a failed model degrades the route; it never crashes it
             stage.status, stage.error = "error", f"{type(exc).__name__}: {exc}"
-            stage.latency_s = self._now() - started
+            stage.latency_s = self.now() - started
         else:
-            stage.status, stage.output = "ok", completion.text
-            stage.prompt_tokens, stage.completion_tokens = (
-                completion.prompt_tokens,
-                completion.completion_tokens,
-            )
-            stage.cached_tokens = completion.cached_tokens
-            stage.replica = completion.replica
-            stage.latency_s = completion.latency_s
-            self._token_logprobs[name] = completion.token_logprobs
-            stage.answer = extract_answer(completion.text)
-            if stage.answer is not None:
-                stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
-        return stage
+            self._record(stage, completion)
+
+    def _record(self, stage: StageRecord, completion: Completion) -> None:
+        """What ``stage``'s call answered, in its record."""
+        stage.status, stage.output = "ok", completion.text
+        stage.prompt_tokens, stage.completion_tokens = completion.prompt_tokens, completion.completion_tokens
+        stage.cached_tokens, stage.replica = completion.cached_tokens, completion.replica
+        stage.latency_s, stage.finish_reason = completion.latency_s, completion.finish_reason
+        self.token_logprobs[stage.name] = completion.token_logprobs
+        stage.answer = extract_answer(completion.text)
+        if stage.answer is not None:
+            stage.confidence = answer_confidence(completion.text, completion.token_logprobs)
 
     def _timeout(self, prompt: PromptKind) -> float | None:
         timeouts = self.options.timeouts
@@ -315,18 +341,18 @@ class StageCalls:
             return await client.complete(messages, max_tokens=max_tokens, call=free, decoding=decoding)
 
     @staticmethod
-    def _now() -> float:
+    def now() -> float:
         """The event loop's clock: the wall clock when served, a virtual one when replayed."""
         return asyncio.get_running_loop().time()
 
     # -- in-flight calls --------------------------------------------------------------------
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
         task = asyncio.ensure_future(coroutine)
         self._tasks.append(task)
         return task
 
-    async def _cancel_outstanding(self) -> None:
+    async def cancel_outstanding(self) -> None:
         """Cancel the calls the answer no longer needs and wait until they have stopped."""
         pending = [task for task in self._tasks if not task.done()]
         for task in pending:

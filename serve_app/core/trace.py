@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .contracts import TokenLogprob
-from .format_instructions import Instruction
+from .instructions import Instruction
 from .roles import LARGE, ROLES, SMALL
 from .routes import Route
 
@@ -54,7 +54,8 @@ class StageRecord:
     confidence: float | None = None  # probability of the parsed answer's tokens; None without logprobs
     output: str = ""
     error: str | None = None
-    replica: str | None = None  # the model replica the call ran on (stage-affinity routing)
+    replica: str | None = None  # the model replica the call ran on, as its reply names it
+    finish_reason: str | None = None  # why the engine stopped: stop, length, ...; None: not reported
     # The answer's closed form the engine was asked to follow (answer_forms.py: the regex of what
     # stands in [[ ]]); None: free text. ``constraint_refused``: why the engine refused it (the stage
     # was asked again without it).
@@ -143,7 +144,7 @@ class FallbackRecord:
 @dataclass(frozen=True)
 class RepairRecord:
     """No stage's answer was of the question's kind: the stage that would have answered was asked once
-    more for the answer alone, in its form (stages.StageCalls._repair)."""
+    more for the answer alone, in its form (stages.StageCalls.repair)."""
 
     stage: str  # the stage whose answer was not of the kind
     answer: str | None  # what it answered (None: nothing was read)
@@ -155,7 +156,7 @@ class RepairRecord:
 class AgreementCheck:
     """One verification: two answers, their confidences, the rule's thresholds and the verdict."""
 
-    stage: str  # short: both short answers; reasoned: the small model's reasoned answer vs the large
+    check: str  # short: both short answers; reasoned: the small model's reasoned answer vs the large
     #             short one; confident_large: the large short answer against confident_large, and the
     #             small short answer it would overrule (a more confident valid one is never overruled)
     answers: tuple[str | None, ...]
@@ -209,14 +210,23 @@ class Trace:
     # When the large model was overloaded (serve_app/core/decision.py): the level, its queue and the
     # thresholds this request ran with instead of the configured ones. None: not overloaded.
     overload: OverloadRecord | None = None
+    # The request's trace in the operator's tracing system (32 hex digits), when it was sampled.
+    trace_id: str | None = None
 
     def tokens(self) -> Tokens:
-        """Per model: prompt tokens, of them cached (as far as the engine reported), completion tokens."""
-        return Tokens.of(self.stages)
+        """Per model: prompt tokens, of them cached (as far as the engine reported), completion tokens.
+        Counted once for the stages the trace holds (again only if a stage is added); its readers (the
+        bill, the reply's usage, the observers) share it. Kept beside the fields, out of ``to_dict``."""
+        memo: tuple[int, Tokens] | None = self.__dict__.get("_tokens_memo")
+        if memo is None or memo[0] != len(self.stages):
+            memo = self.__dict__["_tokens_memo"] = (len(self.stages), Tokens.of(self.stages))
+        return memo[1]
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["tokens"] = self.tokens().as_dict()
+        # Each check under its old key too, ``stage``, until the next release (CHANGELOG.md).
+        data["checks"] = [check | {"stage": check["check"]} for check in data["checks"]]
         return data
 
 

@@ -1,8 +1,9 @@
 """Verification: whether two *model* answers say the same thing, so that the cascade may stop.
 
-Scoring a served answer against gold (``scoring_rules.relaxed_match``, ``scoring_rules.anls``) is lenient on
-purpose: the field's evaluators forgive a typo. Verification must not be: a false agreement serves
-a wrong answer at the cheapest exit. So it is its own rule, stricter than scoring:
+Scoring a served answer against gold (the evaluation's ``relaxed_match`` and ``anls``,
+evaluation/scoring.py) is lenient on purpose: the field's evaluators forgive a typo. Verification
+must not be: a false agreement serves a wrong answer at the cheapest exit. So it is its own rule,
+stricter than scoring:
 
 - ``choice``: the same option (by letter or by the option's text);
 - ``yes_no``: the same verdict; a hedge ("not sure", "no idea", "maybe") is no verdict;
@@ -29,8 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .answers import answer_span, answer_words, is_valid, normalize, parse_number
-from .contracts import TokenLogprob
-from .options import CascadeOptions
+from .contracts import CascadeOptions, TokenLogprob
 from .prompts import PromptKind
 
 # The cascade's default (``CascadeOptions.decimal_tolerance``), read from its one definition.

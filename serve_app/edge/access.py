@@ -1,8 +1,13 @@
 """A request's way in, and what it is billed: its key (serve_app/edge/keys.py), its share of a busy
-replica (serve_app/core/fair_share.py) and its quotas (the shared key ledger,
-serve_app/fleet/key_ledger.py), all before its body is read; then what it used, told to the ledger.
-Whether the key may use the model it names is the request's to check once its body is read
-(``Grant.use``)."""
+replica (serve_app/core/admission.py) and its quotas (the key ledger, ``KeyLedger``), all before its
+body is read; then what it used, told to the ledger. Whether the key may use the model it names is
+the request's to check once its body is read (``Grant.use``).
+
+The key ledger every ingress replica shares is one Serve deployment (``KeyLedgerDeployment``, which the
+application builds) holding each key's quota windows and usage (``admission.Ledger``), as the
+statistics holder holds the audits': a replica asks it to admit each request and tells it what the
+request used; one replica, so a quota is one count however many ingress replicas there are. A
+replica without it (a batch actor, a test) holds a ``KeyLedger`` of its own."""
 
 from __future__ import annotations
 
@@ -14,17 +19,16 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ray import serve
+
 from ..clients.failures import transport_errors
-from ..core.capacity import Capacity
-from ..core.fair_share import FairShare
+from ..core.admission import Bill, Capacity, FairShare, Ledger, Quota
 from ..core.roles import ROLES
 from ..core.routes import EARLY_EXITS, Route
 from ..core.trace import CascadeResult
-from ..core.usage import Bill
-from ..fleet.key_ledger import KeyLedger
 from .errors import EXPECTED, RequestError, request_error_of
 from .keys import Caller, KeyRing
-from .metrics import Metrics
+from .observers import Metrics
 
 logger = logging.getLogger("ray.serve")
 
@@ -94,7 +98,7 @@ class Access:
     async def admitted(self, caller: Caller) -> AsyncIterator[Grant]:
         """The request let in (its share and quotas counted) before its body is read, or a 429
         naming why not. A client's error inside (4xx) is billed as a request, a server's as an
-        error; the answer's latency teaches the replica its capacity (core/capacity.py)."""
+        error; the answer's latency teaches the replica its capacity (core/admission.py: Capacity)."""
         started = self.clock()
         alone = self.fair.total == 0
         rank = await self._turn(caller, started)
@@ -216,3 +220,26 @@ def _too_many(message: str, quota: str, retry_after_s: int) -> RequestError:
         status=429,
         headers={"Retry-After": str(max(1, retry_after_s))},
     )
+
+
+class KeyLedger:
+    """The ledger over its own clock; what the deployment serves, and what a lone replica holds."""
+
+    def __init__(self) -> None:
+        self.ledger = Ledger()
+
+    def admit(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None) -> dict | None:
+        refusal = self.ledger.admit(key, Quota(requests_per_minute, tokens_per_minute), time.monotonic())
+        return None if refusal is None else asdict(refusal)
+
+    def record(self, key: str, bill: dict[str, Any]) -> None:
+        self.ledger.record(key, Bill(**bill), time.monotonic())
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.ledger.snapshot(time.monotonic())
+
+
+# One replica: a quota is one count. No CPU of its own: it only adds and compares.
+KeyLedgerDeployment = serve.deployment(
+    name="KeyLedger", num_replicas=1, max_ongoing_requests=10_000, ray_actor_options={"num_cpus": 0}
+)(KeyLedger)

@@ -91,7 +91,11 @@ def build_api(ingress: IngressReplica, security: Security) -> FastAPI:
         "/v1/mai/answer", mai_answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest)
     )
     api.add_api_route("/v1/mai/stats", stats, methods=["GET"])
-    settings = console_settings(ingress.cascade.selectors, ingress.config.cascade.audit.report_interval_s)
+    settings = console_settings(
+        ingress.cascade.selectors,
+        ingress.config.cascade.audit.report_interval_s,
+        ingress.config.telemetry.trace_url,
+    )
     add_console_routes(api, console_files(), settings, ingress.access.identify)
     return api
 

@@ -5,8 +5,9 @@ inline, nothing from elsewhere. The page holds no data: everything it shows come
 (``/v1/models``, ``/v1/mai/answer``, ``/v1/chat/completions``, ``/v1/mai/stats``), behind the API key.
 
 ``/console/settings.json`` tells the page what a request may set on this server (the plans, the
-transfer selectors it has) and how often its statistics move (``audit.report_interval_s``): server
-configuration, no traffic data, behind the API key like the API.
+transfer selectors it has), how often its statistics move (``audit.report_interval_s``) and where a
+trace is shown (``telemetry.trace_url``, a link the page opens in a new tab: a navigation, which the
+policy does not restrict): server configuration, no traffic data, behind the API key like the API.
 """
 
 from __future__ import annotations
@@ -70,12 +71,17 @@ def console_files(root: Any = None) -> dict[str, ConsoleFile]:
     return found
 
 
-def console_settings(selectors: Iterable[str], report_interval_s: float) -> dict[str, Any]:
-    """What the page offers and how often it reads the statistics."""
+def console_settings(
+    selectors: Iterable[str], report_interval_s: float, trace_url: str = ""
+) -> dict[str, Any]:
+    """What the page offers, how often it reads the statistics, and the operator's link to a trace
+    (``telemetry.trace_url``: an http(s) URL with ``{trace_id}``, checked by the config; empty: the
+    page shows the trace id as text)."""
     return {
         "plans": [plan.value for plan in Plan],
         "transfer_selectors": sorted(selectors),
         "report_interval_s": report_interval_s,
+        "trace_url": trace_url,
     }
 
 

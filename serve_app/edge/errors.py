@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,8 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.cascade import ModelUnavailableError
-from ..core.contracts import EngineError, InputRejectedError
-from ..core.transfer_selectors import UnknownSelectorError
+from ..core.contracts import EngineError, InputRejectedError, UnknownSelectorError
 
 logger = logging.getLogger("ray.serve")
 
@@ -113,6 +113,33 @@ def request_error_of(exc: Exception) -> RequestError:
 
 
 EXPECTED = (RequestError, InputRejectedError, ModelUnavailableError, EngineError, UnknownSelectorError)
+
+
+def warning_headers(warnings: tuple[str, ...]) -> dict[str, str]:
+    """A reply's ``Warning`` header (RFC 9111 warn-code 299, "miscellaneous persistent warning") for
+    what a request sent under a name that goes in the next release (``protocol.Warnings``); none
+    without any."""
+    if not warnings:
+        return {}
+    return {"Warning": ", ".join(f'299 - "{text}"' for text in warnings)}
+
+
+def warned(warnings: tuple[str, ...]) -> AbstractContextManager[None]:
+    """An expected exception inside, refused with ``warnings``' header too: a request's warnings reach
+    its error reply as they reach its answer. Without warnings (nearly every request), nothing to do."""
+    return _warned(warnings) if warnings else nullcontext()
+
+
+@contextmanager
+def _warned(warnings: tuple[str, ...]) -> Iterator[None]:
+    try:
+        yield
+    except EXPECTED as exc:
+        error = request_error_of(exc)
+        headers = error.headers | warning_headers(warnings)
+        raise RequestError(
+            error.message, param=error.param, code=error.code, status=error.status, headers=headers
+        ) from exc
 
 
 def noted(error: RequestError, record: Callable[[int, str], None]) -> RequestError:

@@ -23,8 +23,8 @@ from itertools import chain
 from typing import Any
 
 from ..config import GrammarLimits, Limits
+from .body import check_structure, outside_strings
 from .errors import RequestError
-from .json_body import check_structure, outside_strings
 
 CODE = "grammar_too_complex"
 # Schema keywords whose value maps names to subschemas (a name there is no keyword).

@@ -10,6 +10,7 @@ reads them as they are.
 # No ``from __future__ import annotations`` here: the replica gets this class by value (cloudpickle),
 # and FastAPI must see the handlers' parameter types (``Request``) as objects, not as names to look up.
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
@@ -24,30 +25,29 @@ from ..clients.failures import transport_errors
 from ..clients.llm_server import LLMServerClient
 from ..clients.scorer import attention_scorer
 from ..config import AppConfig
-from ..core.capacity import Capacity
+from ..core.admission import Bill, Capacity
+from ..core.contracts import attention_selector, budget_selector
 from ..core.decision import Decision, Observer, decide, fleet_overload
 from ..core.lifecycle import STREAM_BACKSTOP_S
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
-from ..core.transfer_selectors import attention_selector, budget_selector
-from ..core.usage import Bill
 from ..fleet.stats_holder import stats_body
+from ..telemetry import spans
 from .access import Access, Grant, cascade_bill, passthrough_bill
-from .errors import RequestError, noted, unavailable
+from .body import BodyReads, parse_json, read_body
+from .errors import RequestError, noted, unavailable, warned
 from .held_stream import HeldStream
 from .images import check_image_bytes_under
 from .jobs import Job, answer_request, job_from_answer, job_from_chat, remote_image_policy, request_id_of
-from .json_body import parse_json
 from .keys import ANONYMOUS_CALLER, Caller, KeyRing
-from .metrics import IngressMetrics, RequestMetrics
-from .outcomes import Answered, Forwarded, Refused, RequestOutcome, settled
+from .observers import IngressMetrics, RequestMetrics
 from .parts import IngressParts, build_parts
 from .passthrough import chat_request, forward, load_types_in_background, types_ready, usage_asked
 from .passthrough_body import checked_body
-from .readiness_gate import ReadinessGate, handle_probe, keys_probe
+from .readiness import ReadinessGate, handle_probe, keys_probe
 from .remote_images import fetch_image
+from .responses import Answered, Forwarded, Refused, RequestOutcome, settled
 from .routing import Passthrough, destination
-from .security import BodyReads, read_body
 from .snapshot import Snapshot
 from .stats_reporter import StatsReporter
 
@@ -90,7 +90,7 @@ class IngressReplica:
         selectors = {"budget": budget_selector(selection.budget_head_words, selection.budget_tail_words)}
         if scorer is not None:
             selectors["attention"] = attention_selector(
-                attention_scorer(scorer), selection.delta, selection.layer
+                attention_scorer(scorer, config.telemetry), selection.delta, selection.layer
             )
         logprobs = config.answer_logprobs
         parts = build_parts(
@@ -131,8 +131,8 @@ class IngressReplica:
         the model deployments (none: nothing to wait for); ``ledger``: the key ledger's handle (none:
         this replica keeps its own)."""
         self.config, self.model_handles = config, model_handles
-        # What keys share when several send at once (core/fair_share.py): the capacity configured,
-        # else learned (core/capacity.py) up to this replica's share of what the models take at once.
+        # What keys share when several send at once (core/admission.py): the capacity configured,
+        # else learned (``Capacity``) up to this replica's share of what the models take at once.
         most = max(1, config.model_capacity() // max(1, config.ingress.autoscaling.min_replicas))
         capacity = Capacity(most, fixed=config.ingress.capacity)
         self.access = Access(
@@ -229,23 +229,25 @@ class IngressReplica:
         async with self.access.admitted(caller) as grant:
             payload = await self._payload(request, caller)
             answer = answer_request(payload)
-            grant.use(answer.model)  # before any image is fetched or checked
-            job = await job_from_answer(self.config, answer, request_id, self._fetch_image)
-            return await self._answer(job, grant)
+            with warned(answer.warnings):
+                grant.use(answer.model)  # before any image is fetched or checked
+                job = await job_from_answer(self.config, answer, request_id, self._fetch_image)
+                return await self._answer(job, grant)
 
     async def _chat(self, payload: Any, request_id: str, grant: Grant) -> Answered | Forwarded:
         routed = destination(payload, self.config)
-        if isinstance(routed, Passthrough):
-            # The model the client named: ``mai`` when it sent there what MAI does not fit.
-            grant.use(routed.model_id if routed.reason is None else "mai")
-            return await self._passthrough(routed, grant)
-        grant.use(routed.request.model)  # before any image is fetched or checked
-        job = await job_from_chat(self.config, routed, request_id, self._fetch_image)
-        return await self._answer(job, grant)
+        with warned(routed.warnings):  # the request's warnings reach its error reply too
+            if isinstance(routed, Passthrough):
+                # The model the client named: ``mai`` when it sent there what MAI does not fit.
+                grant.use(routed.model_id if routed.reason is None else "mai")
+                return await self._passthrough(routed, grant)
+            grant.use(routed.request.model)  # before any image is fetched or checked
+            job = await job_from_chat(self.config, routed, request_id, self._fetch_image)
+            return await self._answer(job, grant)
 
     async def _payload(self, request: Request, caller: Caller) -> Any:
         """The request's JSON, once its size passes. Bodies being read at once are bounded per key,
-        and for anonymous callers per client address (serve_app/edge/security.py)."""
+        and for anonymous callers per client address (serve_app/edge/body.py)."""
         limits = self.config.limits
         address = request.client.host if request.client else ""
         reader = caller.name if caller is not ANONYMOUS_CALLER else f"address {address}"
@@ -296,14 +298,18 @@ class IngressReplica:
         await self.readiness.wait(self.config.readiness.wait_s)
         self._start_reporting()
         self.demand.arrived()
-        decision = self._decide(job)
-        result = await self._run(job, decision, grant.priority)
-        grant.bill, grant.latency_s = cascade_bill(result, self.model_ids), result.trace.latency_s
-        for observer in self.observers:
-            observer.answered(decision, result)
-        # The answer is final: an audit, which starts after it is returned, can neither delay nor change it.
-        shed, contended = self.overload.sheds_audits(), self.access.fair.contended()
-        self.auditor.served(job, decision, result, overloaded=shed, contended=contended)
+        telemetry = self.config.telemetry
+        started = spans.request_attributes(job.question, job.request_id, grant.caller.name, telemetry)
+        with spans.span("mai.request", started, settings=telemetry) as opened:
+            decision = self._decide(job)
+            result = await self._run(job, decision, grant.priority)
+            grant.bill, grant.latency_s = cascade_bill(result, self.model_ids), result.trace.latency_s
+            spans.describe_request(opened, decision, result, grant.bill, telemetry)
+            for observer in self.observers:
+                observer.answered(decision, result)
+            # The answer is final: its audit, after it (a trace of its own), can neither delay nor change it.
+            shed, contended = self.overload.sheds_audits(), self.access.fair.contended()
+            self.auditor.served(job, decision, result, overloaded=shed, contended=contended)
         return Answered(job, decision, result)
 
     def _decide(self, job: Job) -> Decision:
@@ -322,7 +328,8 @@ class IngressReplica:
 
     def _start_reporting(self) -> None:
         if self._reporter is None and self.stats_holder is not None:
-            self._reporter = asyncio.get_running_loop().create_task(self._report_every_interval())
+            loop = asyncio.get_running_loop()  # the replica's task, in no request's context (its trace)
+            self._reporter = loop.create_task(self._report_every_interval(), context=contextvars.Context())
 
     async def _report_every_interval(self) -> None:
         interval = self.config.cascade.audit.report_interval_s
@@ -358,19 +365,20 @@ class IngressReplica:
         def used(usage: Mapping[str, Any] | None) -> None:
             grant.bill = passthrough_bill(model_id, usage)
 
-        reply = await forward(
-            self.model_handles[model_id],
-            chat_request(payload, model_id, grant.priority),
-            model_id,
-            reason=reason,
-            timeout_s=self.config.request_timeout_s,
-            used=used,
-            asked=usage_asked(payload),
-        )
+        with spans.passthrough_span(model_id, reason, grant.caller.name, payload, self.config.telemetry):
+            reply = await forward(
+                self.model_handles[model_id],
+                chat_request(payload, model_id, grant.priority),
+                model_id,
+                reason=reason,
+                timeout_s=self.config.request_timeout_s,
+                used=used,
+                asked=usage_asked(payload),
+            )
         seconds = time.monotonic() - started
         self.metrics.record_passthrough("mai" if reason is not None else model_id, seconds)
         self.demand.passed_through(self.model_roles[model_id], seconds)
-        return reply
+        return dataclasses.replace(reply, warnings=decision.warnings)
 
     async def _fetch_image(self, url: str, param: str) -> str:
         """An allowed remote image, downloaded and checked like an inline one, as a data URL."""

@@ -17,8 +17,7 @@ from pydantic import ValidationError
 
 from ..config import AppConfig
 from ..core.answer_forms import AnswerFormError, check_choices
-from ..core.contracts import Question
-from ..core.options import CascadeOptions, Policy
+from ..core.contracts import CascadeOptions, Policy, Question
 from ..core.plans import Plan
 from ..core.question_parsing import QuestionFormatError, read_question
 from .errors import RequestError, describe_validation_error
@@ -28,6 +27,7 @@ from .protocol import (
     AnswerRequest,
     MAIExtra,
     RequestOptions,
+    Warnings,
 )
 from .remote_images import RemoteImagePolicy, check_remote_url
 from .routing import ToCascade, validated
@@ -44,6 +44,7 @@ class Job:
     stream: bool = False
     include_usage_in_stream: bool = False
     task: str | None = None  # the client's task tag: the question's class is its kind refined by it
+    warnings: Warnings = ()  # what the request sent under an old name (the reply's ``Warning``)
 
 
 def _options(
@@ -56,11 +57,7 @@ def _options(
 ) -> CascadeOptions:
     update: dict[str, Any] = {"policy": policy}
     if decoding:
-        merged = config.cascade.decoding.model_dump() | decoding
-        if merged.get("top_logprobs") and not merged.get("logprobs"):
-            told = "top_logprobs" if decoding.get("top_logprobs") else "the server's top_logprobs"
-            raise RequestError(f"{told} needs logprobs: true", param="top_logprobs", code="invalid_request")
-        update["decoding"] = merged
+        update["decoding"] = config.cascade.decoding.model_dump() | decoding
     if overrides is not None:
         update |= overrides.model_dump(exclude_none=True)
         if overrides.plan is not None and policy is not Policy.CASCADE:
@@ -93,6 +90,9 @@ def _options(
         options = config.cascade.request_options(update)
     except ValidationError as exc:
         message, field = describe_validation_error(exc)
+        if field is not None and field.startswith("decoding."):  # a request's own top-level fields
+            field = field.removeprefix("decoding.")
+            message = message.removeprefix("decoding.")
         raise RequestError(message, param=field, code="invalid_options") from None
     return options
 
@@ -240,6 +240,7 @@ async def job_from_chat(
         include_usage_in_stream=include_usage,
         request_id=request_id,
         task=extra.task,
+        warnings=routed.warnings,
     )
 
 
@@ -265,4 +266,6 @@ async def job_from_answer(
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     check_answer_form(question, options, "choices")
     question = await _with_image(question, fetch_image, "image")
-    return Job(question, options, request.model, request_id=request_id, task=request.task)
+    return Job(
+        question, options, request.model, request_id=request_id, task=request.task, warnings=request.warnings
+    )

@@ -10,16 +10,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deployments.trace_context import log_trace_ids
+
 from ..config import AppConfig
 from ..core.cascade import Cascade
 from ..core.contracts import TransferSelector, VLMClient
 from ..core.decision import QuestionClasses
 from ..core.prompts import PromptLayout
 from ..core.roles import LARGE, SMALL
-from .auditor import Auditor
-from .load import DemandMeter, InFlight, OverloadGuard
-from .metrics import Metrics
-from .plan_controller import PlanController
+from ..telemetry.spans import StageSpans
+from .learning import Auditor, PlanController
+from .observers import DemandMeter, InFlight, Metrics, OverloadGuard
 
 
 @dataclass
@@ -49,12 +50,14 @@ def build_parts(
     """The parts over the ``small`` and ``large`` clients. ``shared_stats``: a statistics holder pools
     the replicas' books. ``large_queue`` and ``clock`` replace what the overload guard reads (the large
     model's calls in flight from this replica, the monotonic clock)."""
+    log_trace_ids()  # the replica's log records made inside a sampled trace name it
     small_calls, large_calls = InFlight(small), InFlight(large)
     layouts = {
         SMALL: PromptLayout(config.small.prompt_layout),
         LARGE: PromptLayout(config.large.prompt_layout),
     }
-    cascade = Cascade(small_calls, large_calls, selectors=selectors, layouts=layouts)
+    stage_spans = StageSpans({SMALL: config.small.model_id, LARGE: config.large.model_id}, config.telemetry)
+    cascade = Cascade(small_calls, large_calls, selectors=selectors, layouts=layouts, stage_spans=stage_spans)
     audit = config.cascade.audit
     auditor = Auditor(
         cascade,
@@ -62,6 +65,7 @@ def build_parts(
         lambda: (small_calls.count, large_calls.count),
         metrics,
         timeout_s=config.request_timeout_s,
+        telemetry=config.telemetry,
     )
     guard_options: dict[str, Any] = {"clock": clock} if clock is not None else {}
     overload = OverloadGuard(

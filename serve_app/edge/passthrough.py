@@ -18,12 +18,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deployments.plain_chat import reply_of
+from deployments.model_server import reply_of
+from deployments.trace_context import trace_headers
 
 from ..clients.failures import engine_call, error_response_failure
 from ..core.routes import Route
 from .errors import RequestError, describe_validation_error
-from .outcomes import Forwarded
+from .responses import Forwarded
 
 logger = logging.getLogger("ray.serve")
 _LOADED = threading.Event()
@@ -31,7 +32,7 @@ _LOADED = threading.Event()
 
 def load_types() -> None:
     """vLLM's request and reply types, which a passthrough is read and answered in: seconds, once per
-    process. The cascade never needs them (``deployments/plain_chat.py``), so a replica loads them
+    process. The cascade never needs them (``deployments/model_server.py``), so a replica loads them
     off its event loop: in a thread as it starts (``load_types_in_background``), else in one before
     its first passthrough."""
     import ray.serve.llm.openai_api_models  # noqa: F401
@@ -170,12 +171,15 @@ async def forward(
     last when it ends, however it ends; None when the engine gave none); a stream's events carry only
     the usage ``asked`` for (``usage_asked``; default: all the engine sends)."""
     from ray.llm._internal.serve.core.ingress.utils import _peek_at_generator
+    from ray.llm._internal.serve.core.protocol import RawRequestInfo
     from ray.serve.llm.openai_api_models import ErrorResponse
 
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
+    headers = trace_headers()  # the engine's request spans join the passthrough's trace
+    info = (RawRequestInfo(headers=headers),) if headers else ()
     with engine_call(model_id):
-        response = handle.options(stream=True).chat.remote(request)
+        response = handle.options(stream=True).chat.remote(request, *info)
         try:
             first, stream = await asyncio.wait_for(_peek_at_generator(response), timeout_s)
         except TimeoutError:

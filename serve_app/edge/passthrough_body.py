@@ -24,10 +24,10 @@ from collections.abc import Collection
 from typing import Any
 
 from ..config import Limits
+from .body import check_structure, check_text, outside_strings
 from .errors import RequestError
 from .grammar_limits import check_grammar_work
 from .images import ImageFetcher, check_image_under, is_remote
-from .json_body import check_structure, check_text, outside_strings
 
 CLIENT_FIELDS = frozenset(
     {

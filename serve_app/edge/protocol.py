@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, model_validator
 
+from ..config import Destination
 from ..core.answers import AnswerKind
+from ..core.contracts import Policy, Seed, Temperature, TopLogprobs, TopP
 from ..core.decision import TASK_PATTERN
-from ..core.options import INT64_MAX, INT64_MIN, Policy
 from ..core.plans import PlanName
 from ..core.prompts import TransferForm
 
@@ -29,6 +30,25 @@ POLICY_OF_MODEL: dict[str, Policy] = {
 }
 MODEL_OF_POLICY = {policy: name for name, policy in POLICY_OF_MODEL.items()}
 
+# What a request sent under a name that goes in the next release: each one a reply's ``Warning``
+# header (code 299), read once where the body is read (``MAIExtra.warnings``, ``AnswerRequest.warnings``)
+# and carried with the request from there (``routing.Passthrough``, ``routing.ToCascade``, ``jobs.Job``).
+Warnings = tuple[str, ...]
+NEXT_RELEASE = "the old name goes in the next release"
+
+
+def renamed(old: str, new: str) -> str:
+    """The warning of a request field sent under its old name."""
+    return f"{old} is renamed {new}; {NEXT_RELEASE}"
+
+
+def eager_reasoning_warning(options: RequestOptions | None, prefix: str) -> Warnings:
+    """The warning of ``eager_reasoning`` when ``options`` (at ``prefix``) sent it: a plan's other name."""
+    if options is None or options.eager_reasoning is None:
+        return ()
+    return (f"{prefix}eager_reasoning is deprecated: send {prefix}plan: eager | sequential; {NEXT_RELEASE}",)
+
+
 # A client's task tag (``mai.task``): refines the question class the server's statistics count under.
 TASK_TAG = Field(
     None,
@@ -39,8 +59,8 @@ TASK_TAG = Field(
 
 class RequestOptions(BaseModel):
     """Per-request cascade options a client may set; the rest is server configuration.
-    ``eager_reasoning`` is another name for a plan: ``true`` forces ``eager``, ``false``
-    ``sequential`` (a ``plan`` sent beside it wins)."""
+    ``eager_reasoning`` is another name for a plan, deprecated (honoured for one release, with a
+    warning): ``true`` forces ``eager``, ``false`` ``sequential`` (a ``plan`` sent beside it wins)."""
 
     model_config = ConfigDict(extra="forbid")
     stage2_answer: Literal["inline", "two_stage"] | None = None
@@ -73,15 +93,29 @@ class ChatMessage(BaseModel):
 
 
 class MAIExtra(BaseModel):
-    """The ``mai`` object a chat request may carry."""
+    """The ``mai`` object a chat request may carry. ``route`` is ``destination``'s old name, served as
+    it for one release (``destination`` holds either; ``routing.destination`` refuses both differing)."""
 
     model_config = ConfigDict(extra="forbid")
     choices: list[str] | None = Field(None, min_length=2, max_length=26)
     answer_type: AnswerKind | None = None
     options: RequestOptions | None = None
-    # mai only: auto (the cascade when MAI fits the request, else the large model unchanged), or forced.
-    route: Literal["auto", "cascade", "passthrough"] | None = None
+    # mai only: where the request goes (``config.Destination``).
+    destination: Destination | None = None
+    route: Destination | None = Field(None, exclude=True, description="mai.destination's old name")
     task: str | None = TASK_TAG
+
+    @model_validator(mode="after")
+    def _old_name(self) -> MAIExtra:
+        if self.route is not None and self.destination is None:
+            self.destination = self.route  # served as if it said mai.destination
+        return self
+
+    @property
+    def warnings(self) -> Warnings:
+        """What the object sent under an old name."""
+        route = (renamed("mai.route", "mai.destination"),) if self.route is not None else ()
+        return route + eager_reasoning_warning(self.options, "mai.options.")
 
 
 class MAIFields(BaseModel):
@@ -107,11 +141,11 @@ class ChatRequest(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     n: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
-    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
-    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)  # what vLLM's request takes
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: TopLogprobs | None = None
     mai: MAIExtra | None = None
 
     def decoding(self) -> dict[str, Any]:
@@ -132,6 +166,11 @@ class AnswerRequest(BaseModel):
     options: RequestOptions | None = None
     max_tokens: int | None = None
     task: str | None = TASK_TAG
+
+    @property
+    def warnings(self) -> Warnings:
+        """What the request sent under an old name."""
+        return eager_reasoning_warning(self.options, "options.")
 
     @property
     def model(self) -> str:

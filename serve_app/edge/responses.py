@@ -1,22 +1,30 @@
-"""The request path's outcomes (``outcomes``) turned into HTTP: a job and its cascade result as an
-OpenAI chat completion (or its stream of chunks) or the native answer, a model's forwarded reply, a
-refusal's error body. The only place a request's outcome becomes a response."""
+"""What the request path returns, and its HTTP reply.
+
+The outcomes are values, never HTTP: a request was answered by the cascade (``Answered``), forwarded
+to a model (``Forwarded``), or refused (``Refused``); ``mai-batch`` reads them as they are
+(batch/answerer.py). An exception the server expects becomes a refusal in one place (``settled``,
+through ``errors.request_error_of``); anything else is a bug, left to rise: a 500 with a logged
+traceback at either end. ``http_reply`` is the only place an outcome becomes a response: a job and its
+cascade result as an OpenAI chat completion (or its stream of chunks) or the native answer, a model's
+forwarded reply, a refusal's error body."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..core.contracts import TokenLogprob
+from ..core.decision import Decision
+from ..core.routes import Route
 from ..core.trace import CascadeResult
-from .errors import error_response
+from .errors import EXPECTED, RequestError, error_response, request_error_of, warning_headers
 from .jobs import Job
-from .outcomes import Forwarded, Refused, RequestOutcome
-from .protocol import POLICY_OF_MODEL
+from .protocol import POLICY_OF_MODEL, Warnings
 
 
 def usage_of(result: CascadeResult) -> dict[str, Any]:
@@ -134,8 +142,9 @@ def models_list(
 # -- HTTP replies --------------------------------------------------------------------------------
 
 
-def _route_header(result: CascadeResult) -> dict[str, str]:
-    return {"x-mai-route": result.route}
+def _headers(job: Job, result: CascadeResult) -> dict[str, str]:
+    """An answer's headers: its route, and the request's warnings (``errors.warning_headers``)."""
+    return {"x-mai-route": result.route} | warning_headers(job.warnings)
 
 
 def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
@@ -150,14 +159,14 @@ def chat_reply(job: Job, result: CascadeResult) -> JSONResponse | StreamingRespo
         return StreamingResponse(
             _sse(chat_completion_chunks(job, result)),
             media_type="text/event-stream",
-            headers=_route_header(result),
+            headers=_headers(job, result),
         )
-    return JSONResponse(chat_completion(job, result), headers=_route_header(result))
+    return JSONResponse(chat_completion(job, result), headers=_headers(job, result))
 
 
 def answer_reply(job: Job, result: CascadeResult) -> JSONResponse:
     """``/v1/mai/answer``."""
-    return JSONResponse(answer_response(job, result), headers=_route_header(result))
+    return JSONResponse(answer_response(job, result), headers=_headers(job, result))
 
 
 def http_reply(outcome: RequestOutcome, answered: Callable[[Job, CascadeResult], Response]) -> Response:
@@ -169,3 +178,53 @@ def http_reply(outcome: RequestOutcome, answered: Callable[[Job, CascadeResult],
             return StreamingResponse(outcome.events, media_type="text/event-stream", headers=outcome.headers)
         return JSONResponse(outcome.body, headers=outcome.headers)
     return answered(outcome.job, outcome.result)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The cascade (or a single-model policy) answered ``job`` as ``decision`` said."""
+
+    job: Job
+    decision: Decision
+    result: CascadeResult
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """A request passed to the model it named (or that ``mai`` chose, for ``reason``): the engine's
+    reply, either its JSON ``body`` or its ``events`` (server-sent events, streamed)."""
+
+    model_id: str
+    reason: str | None
+    body: dict[str, Any] | None = None
+    events: AsyncIterator[str] | None = None
+    warnings: Warnings = ()  # what the request sent under an old name
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = {"x-mai-route": Route.PASSTHROUGH.value}
+        if self.reason is not None:
+            headers["x-mai-route-reason"] = self.reason
+        return headers | warning_headers(self.warnings)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request the server will not run, or could not: the client's error and its status."""
+
+    error: RequestError
+
+    @property
+    def status(self) -> int:
+        return self.error.status
+
+
+RequestOutcome = Answered | Forwarded | Refused
+
+
+async def settled(path: Awaitable[Answered | Forwarded]) -> RequestOutcome:
+    """``path``'s outcome: what it returned, or the refusal of an exception the server expects."""
+    try:
+        return await path
+    except EXPECTED as exc:
+        return Refused(request_error_of(exc))

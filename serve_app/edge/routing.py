@@ -3,27 +3,26 @@
 MAI fits a request that is
 - one user turn (system or developer messages before it are allowed, no assistant or tool turns),
 - with exactly one image,
-- whose question wants a short answer: its text does not open with, or ask for, open generation
-  (describe, explain, write, list, summarize, tell, generate, compose, create, caption, translate,
-  compare, why ...),
+- whose question wants a short answer: the question reader (``core/question_parsing.py``,
+  ``asks_open_generation``) reads no sentence of it as asking for open generation,
 - and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1), in the shapes the
   cascade reads (``ChatRequest``).
 A body is judged by the schema of where it goes, once: ``ChatRequest`` for the cascade, the model's
 own (ray.serve.llm's, after ``passthrough_body``) for a model. For ``mai`` the ``mai`` object is read
 first (``MAIFields``, a 400 naming what is wrong in it); a body the cascade's schema does not read is
 then no fit, not an error: the large model's schema judges it.
-``max_tokens`` is a cap on every stage's budget, never a signal. A server setting (``mai_route``) and a
-request's ``mai.route`` force either way. A request for a configured model id goes to that model
-unchanged. ``destination`` settles that, once per chat request, before any job is built: the one
-gate (``misfit``) reads the request's user turn once (``UserTurn``), and the job builder trusts what it
-passes. A request for another cascade policy (``mai-small``, ...) that does not fit is a 4xx naming
-why, where ``mai`` would pass it through; an instruction for open generation is no error there (the
-client chose the policy). Pure functions.
+``max_tokens`` is a cap on every stage's budget, never a signal. A server setting (``mai_destination``)
+and a request's ``mai.destination`` force either way (``mai.route``, its old name, is read as it for one
+release, and said in the reply's ``Warning``: ``warnings``, read here once and carried with the request).
+A request for a configured model id goes to that model unchanged. ``destination`` settles that, once
+per chat request, before any job is built: the one gate (``misfit``) reads the request's user turn once
+(``UserTurn``), and the job builder trusts what it passes. A request for another cascade policy
+(``mai-small``, ...) that does not fit is a 4xx naming why, where ``mai`` would pass it through; an
+instruction for open generation is no error there (the client chose the policy). Pure functions.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +30,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..config import AppConfig
-from ..core.imperatives import imperative_kind
-from .errors import RequestError, describe_validation_error
-from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra, MAIFields
+from ..core.question_parsing import asks_open_generation
+from .errors import RequestError, describe_validation_error, warned
+from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra, MAIFields, Warnings
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,7 @@ class Passthrough:
     model_id: str
     payload: dict[str, Any]
     reason: str | None = None  # why ``mai`` sent it there; None when the client named the model
+    warnings: Warnings = ()  # what the request sent under an old name (the reply's ``Warning``)
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class ToCascade:
 
     request: ChatRequest
     turn: UserTurn
+    warnings: Warnings = ()  # what the request sent under an old name (the reply's ``Warning``)
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,14 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
         return Passthrough(payload["model"], unchanged)
     if payload.get("model") == "mai":
         extra = validated(MAIFields, payload).mai or MAIExtra()
-        forced = extra.route or config.mai_route
+        warnings = one_destination(extra)
+        forced = extra.destination or config.mai_destination
         if forced == "passthrough":
-            by = "the request's mai.route" if extra.route else "the server's mai_route"
-            return Passthrough(config.large.model_id, unchanged, f"{by} is passthrough")
+            by = "the request's mai.destination" if extra.destination else "the server's mai_destination"
+            return Passthrough(config.large.model_id, unchanged, f"{by} is passthrough", warnings)
         try:
-            request = validated(ChatRequest, payload)
+            with warned(warnings):
+                request = validated(ChatRequest, payload)
         except RequestError as error:
             if forced == "cascade":
                 raise
@@ -103,10 +106,34 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
             # judges the body (a 400 from it if it refuses it too).
             # Named by the field's path in the cascade's schema, never by the client's text (a header).
             reason = "a body the cascade does not read" + (f" (at {error.param})" if error.param else "")
-            return Passthrough(config.large.model_id, unchanged, reason)
+            return Passthrough(config.large.model_id, unchanged, reason, warnings)
     else:
         request = validated(ChatRequest, payload)
+        warnings = one_destination(request.mai or MAIExtra())
         forced = "cascade"
+    with warned(warnings):
+        return _to_cascade(request, forced, unchanged, warnings, config)
+
+
+def one_destination(extra: MAIExtra) -> Warnings:
+    """The ``mai`` object's warnings, once it names one destination: ``mai.route`` (the old name) and
+    ``mai.destination`` differing are a 400 naming both."""
+    if extra.route is not None and extra.destination != extra.route:
+        raise RequestError(
+            f"mai.route ({extra.route!r}) and mai.destination ({extra.destination!r}) differ: send "
+            "mai.destination alone (mai.route is its old name)",
+            param="mai.route",
+            code="invalid_request",
+        )
+    return extra.warnings
+
+
+def _to_cascade(
+    request: ChatRequest, forced: str, unchanged: dict[str, Any], warnings: Warnings, config: AppConfig
+) -> ToCascade | Passthrough:
+    """A request the cascade's schema read: to the cascade, or for ``mai`` (``forced`` auto) to the
+    large model when MAI does not fit it."""
+    model_ids = (config.small.model_id, config.large.model_id)
     if request.model not in POLICY_OF_MODEL:
         raise RequestError(
             f"unknown model {request.model!r}; choose one of {', '.join((*POLICY_OF_MODEL, *model_ids))}",
@@ -117,11 +144,11 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
     turn = user_turn(request)
     fit = misfit(request, turn, config)
     if fit is not None and forced == "auto":
-        return Passthrough(config.large.model_id, unchanged, fit.reason)
+        return Passthrough(config.large.model_id, unchanged, fit.reason, warnings)
     if fit is not None and fit.error is not None:
         raise fit.error
     assert turn is not None, "misfit answers an error for a request without a user turn"
-    return ToCascade(request, turn)
+    return ToCascade(request, turn, warnings)
 
 
 def validated(model: type[BaseModel], payload: Any) -> Any:
@@ -156,13 +183,6 @@ HONOURED = frozenset(
 )
 # Honoured only at these values (the cascade answers with one choice).
 HONOURED_VALUES: Mapping[str, Any] = {"n": 1}
-_OPEN_GENERATION = re.compile(
-    r"^\s*(?:please\s+|can you\s+|could you\s+)?(?:describe|explain|write|list|summari[sz]e|generate"
-    r"|tell(?:\s+(?:me|us))?\s+(?:about|a|an|why|how|what|more|something|anything|everything|all"
-    r"|in\s+detail|the\s+story)\b"
-    r"|compose|create|caption|translate|compare|elaborate|discuss|narrate|draft|why\b|what\s+happens)",
-    re.IGNORECASE,
-)
 
 
 def unhonoured_parameters(request: ChatRequest) -> list[str]:
@@ -172,22 +192,6 @@ def unhonoured_parameters(request: ChatRequest) -> list[str]:
         if name not in HONOURED or (name in HONOURED_VALUES and value != HONOURED_VALUES[name]):
             names.append(name)
     return sorted(names)
-
-
-def wants_open_answer(text: str) -> bool:
-    """An instruction for open generation (describe, explain, write, list ...), not a short answer.
-    An instruction whose verb asks for a closed kind is a short answer's: "Tell me whether it is
-    red." asks yes or no, "Can you tell me the number of circles?" a number (core/imperatives.py)."""
-    return any(
-        _OPEN_GENERATION.match(sentence) and not _asks_closed_kind(sentence)
-        for sentence in re.split(r"(?<=[.!?])\s+|\n+", text)
-        if sentence
-    )
-
-
-def _asks_closed_kind(sentence: str) -> bool:
-    read = imperative_kind(sentence)
-    return read is not None and read.kind != "text"
 
 
 def user_turn(request: ChatRequest) -> UserTurn | None:
@@ -261,6 +265,6 @@ def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Mi
                 code="missing_image",
             ),
         )
-    if wants_open_answer(turn.text):
+    if asks_open_generation(turn.text):
         return Misfit("an instruction for open generation", None)
     return None

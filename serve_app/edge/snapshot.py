@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import Context
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -30,7 +31,8 @@ class Snapshot(Generic[T]):
         if self._value is not None and self._clock() - self._value[0] < self.max_age_s:
             return self._value[1]
         if self._running is None:
-            self._running = asyncio.ensure_future(self._reading())
+            # Shared by every caller: in a context of its own, not the first caller's (its trace).
+            self._running = asyncio.get_running_loop().create_task(self._reading(), context=Context())
         return await asyncio.shield(self._running)
 
     async def _reading(self) -> T:

@@ -38,7 +38,7 @@ import yaml
 from deployments.gpus import DEFAULT_GPU, GPUS
 from deployments.vlm import PER_WORKER_GPUS, llm_config_kwargs, replica_env
 
-from ..config import AppConfig, ModelDeployment, check_application
+from ..config import RENAMED_SETTINGS, AppConfig, ModelDeployment, check_application
 from ..core.roles import ROLES
 from .driver_check import check_driver, driver_line
 from .generation_defaults import generation_defaults
@@ -47,6 +47,29 @@ from .inventory import manifest_groups, one_host
 from .memory import memory_check, memory_lines
 from .model_limits import _image_processor, context_budgets, prompt_bytes_left
 from .placement import NodeGroup, engine_asks, placement_problems
+
+NEXT_RELEASE = "the old name goes in the next release"
+
+
+def old_settings(args: Mapping[str, Any]) -> tuple[str, ...]:
+    """The warnings of a config's ``args`` (as written) for each setting under a name that goes in the
+    next release: logged once as the application starts (app.py), printed here."""
+    renamed = [(old, new) for old, new in RENAMED_SETTINGS.items() if old in args]
+    warnings = [f"{old} is renamed {new}; {NEXT_RELEASE}" for old, new in renamed]
+    cascade = args.get("cascade")
+    cascade = cascade if isinstance(cascade, Mapping) else {}
+    if "eager_reasoning" in cascade:
+        warnings.append(
+            "cascade.eager_reasoning is another name for a plan: set cascade.adaptive.default: eager; "
+            + NEXT_RELEASE
+        )
+    overload = cascade.get("overload")
+    relax_to = overload.get("relax_to") if isinstance(overload, Mapping) else None
+    if isinstance(relax_to, Mapping) and "eager_reasoning" in relax_to:
+        warnings.append(
+            f"cascade.overload.relax_to.eager_reasoning is renamed relax_to.eager; {NEXT_RELEASE}"
+        )
+    return tuple(warnings)
 
 
 def engine_settings(spec: ModelDeployment) -> dict[str, Any]:
@@ -151,6 +174,8 @@ def check_config(
         "inventory": None if inventory is None else [group.__dict__ for group in inventory],
         "driver": driver,
         "memory": memory,
+        # Settings under a name that goes in the next release (``old_settings``).
+        "warnings": list(old_settings(application.get("args", {}))),
     }
 
 
@@ -174,8 +199,9 @@ def with_checkpoints(config: AppConfig, checkpoints: Mapping[str, str]) -> AppCo
 
 
 def report(path: str, result: Mapping[str, Any]) -> list[str]:
-    """The lines printed for one config: per model, the engine here and on the GPU."""
-    lines = []
+    """The lines printed for one config: its old settings' warnings, then per model, the engine here
+    and on the GPU."""
+    lines = [f"{path}: warning: {warning}" for warning in result.get("warnings", ())]
     for role, model in result["models"].items():
         budget = model.get("image_budget", {})
         lines.append(

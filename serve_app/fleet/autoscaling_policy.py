@@ -10,7 +10,7 @@ deployment's own ``upscale_delay_s``, ``downscale_delay_s``, scaling factors and
       policy_function: serve_app.fleet.autoscaling_policy:coupled_policy
 
 - The small and the large model (deployments ``small:<id>`` / ``large:<id>``): the ingress replicas'
-  reported demand (serve_app/edge/load.py, Serve's custom autoscaling metrics), never fewer than the
+  reported demand (serve_app/edge/observers.py, Serve's custom autoscaling metrics), never fewer than the
   model's own queue asks for. When no ingress replica has reported a measured demand, or the app runs
   ``autoscaling.policy: per-deployment``, the queue alone decides: Ray Serve's own rule.
 - Every other deployment (the ingress, the statistics holder, the scorer): its own queue.

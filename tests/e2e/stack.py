@@ -31,9 +31,12 @@ def server():
     yield from serving("configs/mai-cpu.yaml", ("demo-small", "demo-large"), LOG)
 
 
-def serving(config: str, models: tuple[str, ...], log_path: Path) -> Iterator[subprocess.Popen]:
+def serving(
+    config: str, models: tuple[str, ...], log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
     """`serve run CONFIG` until the generator is closed, after every stack this session started before
-    is stopped; ``models`` are the folders under models/ it serves (a missing one fails here)."""
+    is stopped; ``models`` are the folders under models/ it serves (a missing one fails here); ``env``:
+    variables set for the whole stack (Ray's processes inherit them)."""
     for name in models:
         assert (ROOT / "models" / name / "model.safetensors").exists(), (
             f"models/{name} is missing: the demo models are committed, `mai-build-tiny --out models` "
@@ -47,7 +50,7 @@ def serving(config: str, models: tuple[str, ...], log_path: Path) -> Iterator[su
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        env={**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})},
         start_new_session=True,
         preexec_fn=_default_sigint,
     )

@@ -308,7 +308,8 @@ def check_api_tokens(cluster: dict[str, Any]) -> None:
         assert any((s.get("configMap") or {}).get("name") == "kube-root-ca.crt" for s in sources), sources
 
 
-# Who may do what. The names the manifests, k8s/networkpolicy.yaml and docs/deploying.md share.
+# Who may do what. The names the manifests, k8s/networkpolicy.yaml, docs/kubernetes.md and
+# docs/keys-and-security.md share.
 API_KEYS_SECRET = {"name": "mai-api-keys", "key": "api-keys"}
 RAY_TOKEN_SECRET = "mai-ray-token"
 RAY_TOKEN_KEY = "auth_token"  # the key KubeRay reads the token from (RAY_AUTH_TOKEN_SECRET_KEY)

@@ -1,9 +1,10 @@
 """A Serve deployment with LLMServer's ``chat`` interface that answers from a script.
 
 The scenario is a keyword in the question text; the reply depends on the deployment's role (small or
-large) and the prompt kind its engine request id names. It records every call, so tests can count model
-calls. A request that is not a cascade stage (a passthrough) is answered as an engine would: streamed in
-chunks when it asks for a stream, and "[engine400]" in its text makes the engine refuse it with a 400.
+large) and the prompt kind its ``ModelCall`` names (``complete(body, call)``). It records every call, so
+tests can count model calls. A request that carries no call (``chat``'s, a passthrough) is answered as
+an engine would: streamed in chunks when it asks for a stream, and "[engine400]" in its text makes the
+engine refuse it with a 400.
 A call with structured outputs gets its scripted reply when it matches the regex, else the first of a
 few short answers that does (``CONSTRAINED_REPLIES``), else the 400 an engine gives a grammar it refuses.
 """
@@ -17,8 +18,8 @@ import time
 
 from ray import serve
 
-from deployments.engine_ids import parse_engine_request_id
-from deployments.plain_chat import PlainChat
+from deployments.affinity import ModelCall
+from deployments.model_server import PlainChat
 
 # scenario -> {(role, prompt kind): reply}; a reply "!raise" raises, "!error" yields an ErrorResponse
 # (500), "!refuse" the 400 an engine gives an image its processor cannot take.
@@ -105,15 +106,21 @@ class ScriptedLLMServer(PlainChat):
         self.role = role
         self._calls: list[dict] = []
 
+    def engine_chat(self, call: ModelCall | None):
+        return lambda request: self._answer(request, call)
+
     async def chat(self, request, raw_request_info=None):
+        async for item in self._answer(request, None):
+            yield item
+
+    async def _answer(self, request, engine_call: ModelCall | None):
         ChatCompletionResponse, ErrorResponse = self._response_types
         messages = [dict(message) for message in request.messages]
-        if parse_engine_request_id(request.request_id) is None:
+        if engine_call is None:
             async for item in self._passthrough(request, messages):
                 yield item
             return
-        engine_call = parse_engine_request_id(request.request_id)
-        kind = engine_call.prompt_kind if engine_call is not None else "unknown"
+        kind = engine_call.prompt_kind
         question = _question_text(messages)
         scenario = next((name for name in SCRIPTS if f"[{name}]" in question), None)
         call = {

@@ -232,7 +232,7 @@ def test_a_process_killed_mid_job_loses_no_row_and_degrades_none(local_ray, tmp_
 
 
 def test_rows_count_against_the_key_the_job_names(local_ray, tmp_path):
-    from serve_app.fleet.key_ledger import KeyLedgerDeployment
+    from serve_app.edge.access import KeyLedgerDeployment
 
     keys = tmp_path / "keys.yaml"
     keys.write_text(f"keys:\n  - name: team-batch\n    sha256: {'ab' * 32}\n    models: [mai]\n")

@@ -235,7 +235,12 @@ def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_pat
     posts = sum(row["num_requests"] for row in stats if row["method"] == "POST")
     assert 80 <= posts < 90
     assert all(row["num_failures"] == 0 for row in rows.values())
-    assert {"route agree_short", "route transfer"} <= set(rows)
+    # Every answer is reported again under the route it took: the route rows add up to the answers.
+    # Which routes a run meets is the emulated script's draw over the ids the server makes; the
+    # paper's most common exit (agree_short, 72 % on ChartQA) is among them.
+    routes = {name: row for name, row in rows.items() if name.startswith("route ")}
+    assert sum(row["num_requests"] for row in routes.values()) == posts
+    assert "route agree_short" in routes
     # The chat-mix users' requests, each under its own name, and the passthrough route beside the cascade's.
     chat = {name for name in rows if name.startswith("chat ")}
     assert chat and "route passthrough" in rows

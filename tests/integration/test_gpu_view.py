@@ -1,6 +1,6 @@
 """The engine each GPU config gets on a GPU, built by vLLM's own config code with its CUDA platform
 describing the GPU (serve_app/engine_config/gpu_view.py), in the replica's environment, with the usage
-context ray.serve.llm's replica uses; and the fallbacks docs/deploying.md names doing what it says."""
+context ray.serve.llm's replica uses; and the fallbacks docs/troubleshooting.md names doing what it says."""
 
 from pathlib import Path
 

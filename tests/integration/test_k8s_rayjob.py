@@ -248,7 +248,7 @@ def test_the_jobs_pods_have_dev_shm_in_memory_and_the_gpu_pods_the_model_cache()
 
 
 def test_the_docs_apply_the_files_that_exist():
-    text = (ROOT / "docs" / "deploying.md").read_text()
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
     for name in ("k8s/batch-data.yaml", "k8s/rayjob.yaml", "k8s/model-cache.yaml", "k8s/networkpolicy.yaml"):
         assert f"kubectl apply -f {name}" in text and Path(ROOT / name).is_file()
 

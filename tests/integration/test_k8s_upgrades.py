@@ -1,7 +1,7 @@
 """What an upgrade of the RayService costs. Its upgradeStrategy starts no second cluster on a change to
 rayClusterConfig: a type KubeRay accepts (the CRD lists none), on the RayService and never on its
 cluster (KubeRay refuses that for a RayService's), valid against the CRD; no field KubeRay ignores; the
-commands docs/deploying.md rolls a cluster change out with are valid (NewCluster in one apply with
+commands docs/kubernetes.md rolls a cluster change out with are valid (NewCluster in one apply with
 the change, a running RayCluster's patch). And an API key rotation changes no manifest: every pod of
 the RayService reads the keys from the mounted Secret's file, which the kubelet updates, no pod of any
 manifest takes them any other way, and the docs rotate them by updating the Secret alone."""
@@ -33,7 +33,8 @@ CRD = "ray.io_rayservices.yaml"
 render = load_render()
 MANIFEST = yaml.safe_load((ROOT / "k8s" / "rayservice.yaml").read_text())
 TEMPLATE = yaml.safe_load((ROOT / "k8s" / "rayservice.template.yaml").read_text())
-DEPLOYING = (ROOT / "docs" / "deploying.md").read_text()
+# The upgrade commands (docs/kubernetes.md) and the key rotation (docs/keys-and-security.md)
+K8S_DOCS = "\n".join((ROOT / "docs" / name).read_text() for name in ("kubernetes.md", "keys-and-security.md"))
 
 
 def check_upgrades(manifest: dict[str, Any]) -> None:
@@ -93,8 +94,8 @@ def test_the_crd_check_reaches_the_upgrade_strategy(breakage):
 
 
 def _doc_patches(kind: str) -> list[tuple[str, Any]]:
-    """The (type, patch) of every ``kubectl patch <kind> ...`` command of docs/deploying.md."""
-    script = DEPLOYING.replace("\\\n", " ")
+    """The (type, patch) of every ``kubectl patch <kind> ...`` command of the docs."""
+    script = K8S_DOCS.replace("\\\n", " ")
     found = []
     for line in re.findall(rf"^kubectl patch {kind} .*$", script, re.M):
         words = shlex.split(line.split(" #")[0])
@@ -109,7 +110,7 @@ def test_the_docs_roll_a_cluster_change_out_on_a_new_cluster_in_one_apply():
     assert upgrading["spec"].pop("upgradeStrategy") == {"type": "NewCluster"}
     assert upgrading["spec"] == {k: v for k, v in MANIFEST["spec"].items() if k != "upgradeStrategy"}
     assert "NewCluster" in RAYSERVICE_UPGRADE_TYPES
-    assert "python k8s/render.py --new-cluster | kubectl apply -f -" in DEPLOYING
+    assert "python k8s/render.py --new-cluster | kubectl apply -f -" in K8S_DOCS
     assert render.main(["--new-cluster"]) == 0  # prints, writes nothing: the committed files stay
     assert render.main(["--check"]) == 0
     # a group's maxReplicas on the running RayCluster, whose spec is the RayService's cluster
@@ -119,7 +120,7 @@ def test_the_docs_roll_a_cluster_change_out_on_a_new_cluster_in_one_apply():
     group = MANIFEST["spec"]["rayClusterConfig"][groups][int(index)]
     assert (spec, field, group["groupName"]) == ("spec", "maxReplicas", "large-gpu")
     assert operation["value"] > group["maxReplicas"]
-    assert "(here large-gpu's, the second group)" in DEPLOYING
+    assert "(here large-gpu's, the second group)" in K8S_DOCS
     assert not _doc_patches("rayservice")  # no patch of the RayService's cluster: its rollout is above
 
 
@@ -143,7 +144,7 @@ def test_the_docs_rotate_keys_by_updating_the_secret_alone():
         f'kubectl create secret generic {name} --from-literal={key}="$1" --dry-run=client -o yaml |\n'
         "    kubectl apply -f -"
     )
-    assert update in DEPLOYING
+    assert update in K8S_DOCS
     # no new cluster for a rotation: no change to the pod templates, as the annotation this replaced
-    assert "mai-serve/secrets-read" not in DEPLOYING
-    assert "A rotation is an update of the Secret and nothing else" in DEPLOYING
+    assert "mai-serve/secrets-read" not in K8S_DOCS
+    assert "A rotation is an update of the Secret and nothing else" in K8S_DOCS

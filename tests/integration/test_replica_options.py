@@ -14,6 +14,7 @@ from serve_app.config import load_app_config
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {
     "mai.yaml": None,
+    "mai-2gpu.yaml": None,
     "mai-1gpu.yaml": "0.49",
     "mai-1gpu-h200.yaml": "0.49",
     "mai-cpu.yaml": None,
@@ -123,7 +124,7 @@ def test_a_hub_revision_pins_weights_and_tokenizer_and_only_a_hub_source_takes_o
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_model_deployment_serves_the_cascades_plain_call(name):
-    """The ingress calls ``complete`` (deployments/plain_chat.py) on every model; ray.serve.llm builds
+    """The ingress calls ``complete`` (deployments/model_server.py) on every model; ray.serve.llm builds
     the deployment from the class the LLMConfig names, LLMServer's options unchanged."""
     from ray.llm._internal.serve.core.server.llm_server import LLMServer
     from ray.serve.llm import LLMConfig, build_llm_deployment

@@ -781,12 +781,13 @@ def test_mai_passes_what_it_does_not_fit_to_the_large_model_and_says_why(http, c
     assert response.headers["x-mai-route-reason"] == "no image"
     assert response.json()["mai"] == {"route": "passthrough", "reason": "no image", "model": "fake-large"}
     assert [call["kind"] for call in calls("large")] == ["passthrough"] and calls("small") == []
-    forced = http.post(
-        "/v1/chat/completions", json=chat_body("Is the shape red? [agree]", mai={"route": "passthrough"})
-    )
-    assert (
-        forced.headers["x-mai-route"] == "passthrough" and "mai.route" in forced.headers["x-mai-route-reason"]
-    )
+    red = "Is the shape red? [agree]"
+    forced = http.post("/v1/chat/completions", json=chat_body(red, mai={"destination": "passthrough"}))
+    assert forced.headers["x-mai-route"] == "passthrough" and "warning" not in forced.headers
+    assert "mai.destination" in forced.headers["x-mai-route-reason"]
+    # The old name, for one release: served the same, and warned.
+    old = http.post("/v1/chat/completions", json=chat_body(red, mai={"route": "passthrough"}))
+    assert old.headers["x-mai-route"] == "passthrough" and "mai.route is renamed" in old.headers["warning"]
     cascade = http.post("/v1/chat/completions", json=chat_body("Is the shape red? [agree]", max_tokens=1024))
     assert cascade.headers["x-mai-route"] == "agree_short"
 

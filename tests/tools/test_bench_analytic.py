@@ -44,6 +44,3 @@ def test_the_transfer_prefills_the_small_models_reasoning():
     tokens = paper_profile.COMPLETION_TOKENS["mmmu"]
     reason = call_seconds("2b", PROMPT, tokens["2b"][2])
     assert seconds.transfer - reason > call_seconds("8b", PROMPT, tokens["8b"][0])
-    assert seconds.speedups()["sequential_vs_transfer"] == round(
-        seconds.transfer / seconds.cascade_sequential, 2
-    )

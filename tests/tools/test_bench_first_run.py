@@ -209,8 +209,8 @@ def test_only_scenarios_that_take_a_config_get_one_and_the_command_records_it(ca
         config_name("configs/nope.yaml")
     with pytest.raises(ValueError, match="not under"):
         config_name(str(ROOT / "pyproject.toml"))
-    with pytest.raises(ValueError, match="eager deploy their own config; only first_run"):
-        check_served("mai.yaml", None, [SCENARIOS["first_run"], SCENARIOS["eager"]])
+    with pytest.raises(ValueError, match="autoscaling deploy their own config; only first_run"):
+        check_served("mai.yaml", None, [SCENARIOS["first_run"], SCENARIOS["autoscaling"]])
     with pytest.raises(ValueError, match="--url 127.0.0.1:8000"):
         check_served(None, "127.0.0.1:8000", [SCENARIOS["first_run"]])
     check_served("mai.yaml", "http://127.0.0.1:8000", [SCENARIOS["first_run"]])
@@ -220,7 +220,7 @@ def test_only_scenarios_that_take_a_config_get_one_and_the_command_records_it(ca
         "--param sizes=256"
     )
     with pytest.raises(SystemExit):
-        main(["--only", "eager", "--config", "configs/mai-cpu.yaml"])
+        main(["--only", "autoscaling", "--config", "configs/mai-cpu.yaml"])
     assert "deploy their own config" in capsys.readouterr().err
 
 

@@ -1,10 +1,10 @@
-"""The adaptive scenarios' arithmetic (loadtest/bench/plans.py, scenarios/adaptive_real.py): the
+"""The adaptive scenarios' arithmetic (loadtest/bench/plans.py, scenarios/adaptive/real.py): the
 goal's verdict from the runs, the plan shares per kind, and how many requests a shift took to
 settle."""
 
 from loadtest.bench.load import stage1_accept
 from loadtest.bench.plans import plan_shares, settled_after
-from loadtest.bench.scenarios.adaptive_real import ADAPTIVE, FULL_RT, LARGE_REASON, SEQUENTIAL, verdict
+from loadtest.bench.scenarios.adaptive.real import ADAPTIVE, FULL_RT, LARGE_REASON, SEQUENTIAL, verdict
 
 
 def test_the_verdict_compares_medians_of_the_repetitions_with_the_goal():

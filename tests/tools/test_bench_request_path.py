@@ -60,7 +60,7 @@ def test_a_request_that_skips_the_agreement_check_makes_fewer_calls():
         "edge.protocol.ChatRequest",
         "edge.jobs.Job",
         "core.decision.Decision",
-        "edge.outcomes.Answered",
+        "edge.responses.Answered",
     ):
         assert cascade["shapes"].get(f"serve_app.{shape}", 0) >= 1, (shape, cascade["shapes"])
     assert set(large_alone["shapes"]) <= set(cascade["shapes"]) and large_alone["shapes"] != cascade["shapes"]

@@ -58,43 +58,54 @@ def test_overrides_are_typed_by_the_parameters_defaults():
 
 
 def test_an_override_no_chosen_scenario_has_is_refused_and_others_are_left_alone():
-    eager, selector = SCENARIOS["eager"], SCENARIOS["selector"]
-    with pytest.raises(ValueError, match="--param repeats: no parameter of that name in eager"):
-        parse_overrides(["repeats=3"], [eager])
+    autoscaling, affinity = SCENARIOS["autoscaling"], SCENARIOS["affinity"]
+    (policies,) = autoscaling.each({"variant": "policies"})
+    with pytest.raises(ValueError, match="--param eager_requests: no parameter of that name in autoscaling"):
+        parse_overrides(["eager_requests=3"], [autoscaling])
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
-        parse_overrides(["repeats"], [selector])
-    overrides = parse_overrides(["repeats=3", "repetitions=5"], [eager, selector])
-    assert selector.configured(overrides).repeats == 3
-    assert eager.configured(overrides).repetitions == 5
+        parse_overrides(["questions"], [affinity])
+    with pytest.raises(ValueError, match="variant=nope: affinity has emulated, cache"):
+        parse_overrides(["variant=nope"], [affinity])
+    overrides = parse_overrides(["questions=3", "repetitions=5", "variant=cache"], [affinity])
+    (cache,) = affinity.each(overrides)
+    assert cache.configured(overrides).questions == 3
+    assert policies.configured(overrides).repetitions == 5
     # The command a result records is the one that reruns it: only the overrides it took.
-    assert command_of(eager, overrides) == "python -m loadtest.bench --only eager --param repetitions=5"
-    assert command_of(selector, overrides) == "python -m loadtest.bench --only selector --param repeats=3"
+    assert command_of(policies, overrides) == (
+        "python -m loadtest.bench --only autoscaling --param variant=policies --param repetitions=5"
+    )
+    assert command_of(cache, overrides) == (
+        "python -m loadtest.bench --only affinity --param variant=cache"
+        " --param questions=3 --param repetitions=5"
+    )
+    assert [one.variant for one in affinity.each()] == ["emulated", "cache"]
 
 
 def test_the_command_line_refuses_what_it_cannot_run(capsys):
     with pytest.raises(SystemExit) as exit:
-        main(["--only", "eager,nope"])
+        main(["--only", "autoscaling,nope"])
     assert exit.value.code == 2 and "unknown scenario(s): nope" in capsys.readouterr().err
     assert main(["--list"]) == 0
     listed = capsys.readouterr().out
-    assert all(f"bench/results/{s.result}" in listed for s in SCENARIOS.values())
+    assert all(f"bench/results/{one.result}" in listed for s in SCENARIOS.values() for one in s.each())
 
 
 def test_every_scenario_is_data_with_its_own_result_file():
     results = [s.result for s in render.sections()]
     assert len(results) == len(set(results)), "two sections render the same file"
-    for name, s in SCENARIOS.items():
+    for name, family in SCENARIOS.items():
         # config None: the scenario deploys nothing (config_check reads every shipped config, stats_scale
         # simulates in process, replica_starts reads a past Ray session's logs)
-        assert (
-            s.name == name
-            and s.runnable
-            and s.config in ("mai-cpu.yaml", "mai-cpu-mixed.yaml", "mai-emulated.yaml", None)
-        )
-        parameters_record(s.parameters)  # JSON-ready
-        json.dumps(parameters_record(s.parameters))
+        for s in family.each():
+            assert (
+                s.name == name
+                and s.runnable
+                and s.config in ("mai-cpu.yaml", "mai-cpu-mixed.yaml", "mai-emulated.yaml", None)
+            )
+            assert (s.variant is None) == (s is family) and not s.variants
+            json.dumps(parameters_record(s.parameters))  # JSON-ready
     deploying_nothing = [name for name, s in SCENARIOS.items() if s.config is None]
-    expected = ["request_path", "stats_scale", "config_check", "replica_starts", "replica_starts_shipped"]
+    expected = ["request_path", "stats_scale", "config_check", "replica_starts"]
     assert deploying_nothing == expected
 
 
@@ -130,7 +141,7 @@ def test_a_run_of_every_scenario_leaves_out_those_that_read_another_runs_logs(tm
     )
     assert main(["--out", str(tmp_path)]) == 0
     names = [s.name for s in chosen]
-    assert "replica_starts" not in names and "replica_starts_shipped" not in names
+    assert "replica_starts" not in names
     assert names == [name for name, s in SCENARIOS.items() if s.in_full_run] and "stats_scale" in names
     chosen.clear()
     assert main(["--only", "replica_starts", "--out", str(tmp_path)]) == 0
@@ -138,7 +149,7 @@ def test_a_run_of_every_scenario_leaves_out_those_that_read_another_runs_logs(tm
 
 
 def test_the_writer_puts_the_flat_provenance_last_and_refuses_a_meta_without_its_command(tmp_path):
-    meta = provenance("python -m loadtest.bench --only eager", config="mai-emulated.yaml", started=0.0)
+    meta = provenance("python -m loadtest.bench --only autoscaling", config="mai-emulated.yaml", started=0.0)
     assert isinstance(meta["commit"], str) and isinstance(meta["uncommitted_changes"], bool)
     assert meta["config"] == "configs/mai-emulated.yaml" and "small" in meta["checkpoints"]
     assert meta["started"] == "1970-01-01T00:00:00Z" and meta["duration_s"] > 0

@@ -1,9 +1,9 @@
-"""The autoscaling scenarios' arithmetic (loadtest/bench/surges.py, scenarios/autoscaling.py): what
+"""The autoscaling scenarios' arithmetic (loadtest/bench/surges.py, scenarios/autoscaling/): what
 they report is computed from the timeline and the phases the way their docs say; and what
-scenarios/autoscaling_real.py deploys is a config the server accepts."""
+scenarios/autoscaling/real.py deploys is a config the server accepts."""
 
-from loadtest.bench.scenarios.autoscaling import summarize
-from loadtest.bench.scenarios.autoscaling_real import FLOORS, deployment_args
+from loadtest.bench.scenarios.autoscaling.policies import summarize
+from loadtest.bench.scenarios.autoscaling.real import FLOORS, deployment_args
 from loadtest.bench.surges import SCALING, expected_replicas, objective_s, replica_seconds, time_to_reach
 from serve_app.config import load_app_config
 

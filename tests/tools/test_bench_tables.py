@@ -8,17 +8,10 @@ from typing import Any
 import pytest
 
 from loadtest.bench.external import audit_truth_table
-from loadtest.bench.scenarios import (
-    adaptive_capacity,
-    adaptive_real,
-    adaptive_shift,
-    audit_cost,
-    audit_shed,
-    autoscaling_real,
-    overload,
-    replica_starts,
-    shipped,
-)
+from loadtest.bench.scenarios import audit, replica_starts
+from loadtest.bench.scenarios.adaptive import capacity, real, shift
+from loadtest.bench.scenarios.autoscaling import overload, shipped
+from loadtest.bench.scenarios.autoscaling import real as autoscaling_real
 
 
 def spread(median: float, low: float, high: float) -> dict[str, float]:
@@ -58,7 +51,7 @@ def test_adaptive_real_shows_accuracy_wall_time_the_verdict_and_plan_shares():
             "plan_shares": [],
         }
 
-    policies = {name: policy(90.4, 54.9) for name in adaptive_real.RUNS}
+    policies = {name: policy(90.4, 54.9) for name in real.RUNS}
     policies["mai"] = policy(98.2, 38.0) | {
         "plan_shares": [
             {"yes_no": {"small-reason": 0.95, "sequential": 0.05}},
@@ -85,7 +78,7 @@ def test_adaptive_real_shows_accuracy_wall_time_the_verdict_and_plan_shares():
             {"after": "rep 1 mai", "classes": {"yes_no": {"plan": "small-reason"}}}
         ],
     }
-    lines = adaptive_real.table(result)
+    lines = real.table(result)
     assert column(lines, "policy", "`mai`", "accuracy %") == "98.2 [97.2–99.2]"
     assert column(lines, "policy", "`mai`", "wall s") == "38.0 [36.0–47.0]"
     assert column(lines, "policy", "`mai`", "errors") == "1 of 300"
@@ -136,7 +129,7 @@ def test_adaptive_capacity_shows_both_modes_walls_and_the_shift_phases():
             "requests_per_phase": 6,
         },
     }
-    lines = adaptive_capacity.table(result)
+    lines = capacity.table(result)
     assert column(lines, "dataset", "mmmu", "wall s adaptive") == "39.8 [36.7–40.2]"
     assert column(lines, "dataset", "mmmu", "adaptive's plans") == "sequential 370, eager 14"
     assert column(lines, "dataset", "mmmu", "controller's plan per class") == "text sequential, yes_no eager"
@@ -161,7 +154,7 @@ def test_adaptive_shift_shows_when_each_phase_settled_and_the_quoted_accepts():
         "concurrency": 8,
         "class": "text",
     }
-    lines = adaptive_shift.table(result)
+    lines = shift.table(result)
     assert column(lines, "phase", "1", "settled on") == "full-transfer"
     assert column(lines, "phase", "1", "requests until settled") == "446 of 600"
     assert column(lines, "phase", "1", "stage-1 accept quoted, first → last") == "0.99 → 0.13"
@@ -194,7 +187,7 @@ def audit_result(on: str, not_run: dict[str, int]) -> dict[str, Any]:
 
 
 def test_audit_cost_shows_latency_off_and_on_with_the_ratios_and_the_audits_run():
-    lines = audit_cost.table(audit_result("0.1", {}))
+    lines = audit.cost_table(audit_result("0.1", {}))
     assert column(lines, "audits", "off (rate 0)", "p50 s") == "1.17 [1.14–1.29]"
     assert column(lines, "audits", "rate 0.1", "p99 s") == "3.51 [2.75–3.83]"
     assert column(lines, "audits", "rate 0.1", "audits run, per run") == "14, 8"
@@ -204,7 +197,7 @@ def test_audit_cost_shows_latency_off_and_on_with_the_ratios_and_the_audits_run(
 
 
 def test_audit_shed_counts_the_audits_not_run_by_reason():
-    lines = audit_shed.table(audit_result("0.5", {"not_run_shed": 596}))
+    lines = audit.shed_table(audit_result("0.5", {"not_run_shed": 596}))
     assert column(lines, "audits", "rate 0.5", "audits not run, per run") == "shed 596, 0"
     assert column(lines, "audits", "off (rate 0)", "errors") == "0 of 300"
     assert "Of the 618 audits sampled at rate 0.5, 22 ran and 596 did not." in "\n".join(lines)
@@ -400,11 +393,10 @@ def test_replica_starts_shows_seconds_per_deployment_and_the_upscale_decisions()
 
 
 def test_audit_load_reports_the_share_audited_and_the_p50_ratio_against_its_goals():
-    from loadtest.bench.scenarios import audit_load
 
     run_off = {"requests": 300, "errors": 0, "audited": 0}
     run_on = {"requests": 300, "errors": 1, "audited": 90, "not_run_shed": 10}
-    assert audit_load.audited_share(run_on) == 0.9 and audit_load.audited_share(run_off) is None
+    assert audit.audited_share(run_on) == 0.9 and audit.audited_share(run_off) is None
     metrics = ("p50_s", "p99_s", "requests_per_s")
     result = {
         "concurrency": 4,
@@ -416,10 +408,10 @@ def test_audit_load_reports_the_share_audited_and_the_p50_ratio_against_its_goal
             "ratios": {"p50_s": 1.1, "p99_s": 1.2, "requests_per_s": 0.95},
         },
         "audited_share": 0.9,
-        "goals": audit_load.GOALS,
+        "goals": audit.GOALS,
         "met": {"audited_share": True, "p50_ratio": True},
     }
-    lines = audit_load.table(result)
+    lines = audit.load_table(result)
     assert column(lines, "audits", "rate 1", "early exits audited, per run") == "90 of 100"
     assert column(lines, "audits", "off", "p50 s") == "1.00 [0.90–1.10]"
     text = "\n".join(lines)
@@ -438,7 +430,7 @@ def test_affinity_counts_follow_up_calls_on_the_replica_of_their_requests_first_
 
 
 def test_affinity_cache_reads_the_later_stages_cached_tokens_per_call():
-    from loadtest.bench.scenarios.affinity_cache import cached_shares
+    from loadtest.bench.scenarios.affinity import cached_shares
 
     def stage(name, cached, prompt=100, status="ok"):
         return {"name": name, "status": status, "cached_tokens": cached, "prompt_tokens": prompt}

@@ -25,7 +25,7 @@ from evaluation.calibration_report import cascade_yaml
 from evaluation.records import EvalRecord
 from evaluation.replay import RecordedStage, ReplayGapError, replay
 from serve_app.core.cascade import Cascade
-from serve_app.core.options import CascadeOptions
+from serve_app.core.contracts import CascadeOptions
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question

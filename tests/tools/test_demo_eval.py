@@ -17,8 +17,8 @@ from evaluation.demo_summary import (
     transfer_effect,
     write_tables,
 )
+from evaluation.rules import PAPER_RULE_AND_PLAN
 from harness.easy_vqa import question_type
-from serve_app.core.paper_rule import PAPER_RULE_AND_PLAN
 
 TRAIN = [
     ("what color is the circle?", "red"),

@@ -30,7 +30,7 @@ ELSEWHERE = {
     "decoding": "a request's sampling parameters (Parameters)",
     "audit": "Audits",
     "adaptive": "Plans",
-    "overload": "deploying.md, when the large model is overloaded",
+    "overload": "scaling.md, when the large model is overloaded",
 }
 
 

@@ -12,8 +12,8 @@ import pytest
 from serve_app.core.answers import ANSWER_KINDS
 from serve_app.core.plans import Plan
 from serve_app.core.routes import Route
-from serve_app.edge.auditor import NOT_RUN_REASONS
-from serve_app.edge.metrics import PROMETHEUS_METRICS
+from serve_app.edge.learning import NOT_RUN_REASONS
+from serve_app.edge.observers import PROMETHEUS_METRICS
 from serve_app.edge.protocol import POLICY_OF_MODEL, RequestOptions
 from tests.doc_examples import ROOT
 from tests.doc_tables import code_spans, section, table_rows

@@ -145,9 +145,9 @@ def test_the_committed_summary_keeps_ray_llms_pins_beside_the_gpu_extras_version
     )
     [vllm] = [row for row in block["beside_resolved"] if row["package"] == "vllm"]
     assert vllm["pinned"] and vllm["resolved"] == GPU_PINS["vllm"]
-    # docs/deploying.md names the pin Ray's metadata gives, and says why the image runs another vLLM
+    # docs/gpu-serving.md names the pin Ray's metadata gives, and says why the image runs another vLLM
     [pin] = [spec.version for spec in Requirement(vllm["requirement"]).specifier]
-    doc = (ROOT / "docs" / "deploying.md").read_text()
+    doc = (ROOT / "docs" / "gpu-serving.md").read_text()
     assert f"vLLM {pin}" in doc and f"vLLM {GPU_PINS['vllm']}" in doc
 
 
@@ -477,7 +477,7 @@ def test_the_driver_minimum_is_the_stacks_cuda_majors_and_the_dockerfile_and_doc
     assert gpu_runtime.check_driver_minimum({13}, stale) == [
         "k8s/Dockerfile does not say the GPU nodes need an NVIDIA driver >= 580"
     ]
-    assert "NVIDIA driver >= 580" in (ROOT / "docs" / "deploying.md").read_text()
+    assert "NVIDIA driver >= 580" in (ROOT / "docs" / "gpu-serving.md").read_text()
 
 
 def test_the_committed_resolution_says_flashinfers_kernels_are_not_on_pypi_for_its_version():

@@ -3,7 +3,7 @@ for every pin (the GPU image's for its platform); the Makefile installs pip and 
 the hashed files with --require-hashes, and the project with --no-index (nothing fetched) and without
 build isolation, keeping the hash-free lock as its constraints: nothing it installs is unpinned or
 unhashed; each check fails on an input crafted to break it. Offline: the hashes themselves are checked
-against the real files by `pip download --require-hashes` (docs/deploying.md), not here."""
+against the real files by `pip download --require-hashes` (docs/gpu-serving.md), not here."""
 
 import importlib.util
 import re
@@ -266,7 +266,7 @@ def test_the_editable_install_is_constrained_by_the_hash_free_lock():
 
 
 def test_the_docs_say_what_is_hashed_and_how_to_regenerate_it():
-    doc = (ROOT / "docs" / "deploying.md").read_text()
+    doc = (ROOT / "docs" / "gpu-serving.md").read_text()
     for text in [
         "requirements/cpu-lock-hashed.txt",
         "requirements/lmms-eval-lock-hashed.txt",

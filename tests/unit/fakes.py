@@ -7,8 +7,14 @@ import math
 from dataclasses import dataclass, field
 
 from serve_app.core.answers import answer_span
-from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError, TokenLogprob
-from serve_app.core.options import GREEDY, Decoding
+from serve_app.core.contracts import (
+    GREEDY,
+    Completion,
+    Decoding,
+    EngineCall,
+    EngineUnavailableError,
+    TokenLogprob,
+)
 from serve_app.core.prompts import TEMPLATES, TRANSFER_TEMPLATES, PromptKind
 
 # The prompt kinds, as the scripts name them.
@@ -101,3 +107,39 @@ class ScriptedVLM:
         text = self.calls[index].messages[-1]["content"][-1]["text"]
         starts = [text.find(opening) for opening in TEMPLATE_OPENINGS if opening in text]
         return text[min(starts) :]
+
+
+class StreamingHandle:
+    """A model deployment's handle as a passthrough calls it (``options(stream=True).chat.remote``):
+    its token stream is ``events``; it records the requests sent, the trace context each came with
+    (``RawRequestInfo``) and whether it was cancelled."""
+
+    def __init__(self, events):
+        self.events, self.requests, self.infos, self.cancelled = events, [], [], False
+
+    def options(self, **_):
+        return self
+
+    @property
+    def chat(self):
+        return self
+
+    def remote(self, request, *info):
+        self.requests.append(request)
+        self.infos.extend(info)
+        return self
+
+    def __aiter__(self):
+        return self
+
+    async def _stream(self):
+        for packet in self.events:
+            yield packet
+
+    def __anext__(self):
+        if not hasattr(self, "_packets"):
+            self._packets = self._stream()
+        return anext(self._packets)
+
+    def cancel(self):
+        self.cancelled = True

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from serve_app.config import AppConfig
 from serve_app.edge.api import MAIIngress, build_api
 from serve_app.edge.keys import KeyRing, unlimited
-from serve_app.edge.metrics import Metrics
+from serve_app.edge.observers import Metrics
 from serve_app.edge.parts import build_parts
 
 CONFIG = AppConfig.model_validate(

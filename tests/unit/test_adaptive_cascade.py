@@ -1,5 +1,5 @@
 """The cascade's plans over scripted models (serve_app/core/cascade.py), and the plan controller in an
-in-process ingress replica (serve_app/edge/plan_controller.py): it learns a class's plan from the
+in-process ingress replica (serve_app/edge/learning.py): it learns a class's plan from the
 requests it answers, says why in every trace, and never fails a request for its statistics."""
 
 import asyncio
@@ -8,8 +8,7 @@ import pytest
 
 from serve_app.config import load_app_config
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import Question
-from serve_app.core.options import CascadeOptions
+from serve_app.core.contracts import CascadeOptions, Question
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.fleet.stats_holder import StatsHolder
@@ -124,12 +123,12 @@ def test_a_request_may_force_a_plan_and_an_unknown_one_is_a_400_naming_it():
 
 
 @pytest.mark.parametrize(("old", "new"), [("transfer", "full-transfer"), ("small", "small-only")])
-def test_a_plans_old_name_is_a_400_naming_its_new_name(old, new):
+def test_a_policys_name_is_no_plan_a_400_naming_the_plans(old, new):
     ingress = replica(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}), config(mode="learn"))
     reply = client_of(ingress).post("/v1/chat/completions", json=chat_body(mai={"options": {"plan": old}}))
     error = reply.json()["error"]
     assert reply.status_code == 400 and error["param"] == "mai.options.plan"
-    assert f"plan {old!r} is now named {new!r}" in error["message"]
+    assert new in error["message"] and "sequential" in error["message"]
 
 
 def test_the_replicas_learn_together_and_a_holder_that_is_down_falls_back_to_the_default():

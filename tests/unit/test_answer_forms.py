@@ -10,8 +10,7 @@ from deployments.emulated_script import constrained_pieces, reply_pieces
 from serve_app.clients.failures import error_response_failure
 from serve_app.core.answer_forms import AnswerFormError, answer_form, check_choices
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import ConstraintRejectedError
-from serve_app.core.options import CascadeOptions
+from serve_app.core.contracts import CascadeOptions, ConstraintRejectedError
 from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
 

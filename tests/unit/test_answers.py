@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evaluation.scoring import anls, relaxed_match
 from serve_app.core.answers import (
     ANSWER_KINDS,
     extract_answer,
@@ -13,7 +14,6 @@ from serve_app.core.answers import (
     parse_number,
 )
 from serve_app.core.question_parsing import infer_kind, split_choices
-from serve_app.core.scoring_rules import anls, relaxed_match
 from serve_app.core.verification import agree
 
 # ---------------------------------------------------------------- extract_answer

@@ -6,8 +6,8 @@ import pytest
 
 from serve_app.config import AppConfig
 from serve_app.core.plans import Plan
+from serve_app.edge.body import parse_json
 from serve_app.edge.errors import RequestError
-from serve_app.edge.json_body import parse_json
 from serve_app.edge.routing import Passthrough
 
 from ..images import chat_body, data_url, image_bytes, png_bomb
@@ -71,7 +71,13 @@ def test_bare_base64_image_is_accepted_on_the_native_route():
             "no user message",
         ),
         ({"model": "mai-small", "messages": []}, 400, "invalid_request", "messages"),
-        ({"model": "mai", "messages": [], "mai": {"route": "cascade"}}, 400, "invalid_request", "messages"),
+        (
+            {"model": "mai", "messages": [], "mai": {"destination": "cascade"}},
+            400,
+            "invalid_request",
+            "messages",
+        ),
+        (chat_body(model="mai", mai={"destination": "sideways"}), 400, "invalid_request", "mai.destination"),
         (chat_body(model="mai", mai={"route": "sideways"}), 400, "invalid_request", "mai.route"),
         (
             {"model": "mai-large", "messages": [{"role": "user", "content": "Is it red?"}]},
@@ -153,7 +159,7 @@ def test_two_images_are_more_than_allowed():
         and "2 images" in error.message
         and "reads 1 image (limits.max_images)" in error.message
     )
-    forced = body | {"model": "mai", "mai": {"route": "cascade"}}
+    forced = body | {"model": "mai", "mai": {"destination": "cascade"}}
     assert chat_error(forced).code == "too_many_images"  # never an image dropped unsaid
     passed = chat_job(CONFIG, body | {"model": "mai"})
     assert isinstance(passed, Passthrough) and passed.reason == "2 images"
@@ -176,7 +182,7 @@ def test_a_mai_body_the_cascade_does_not_read_is_the_large_models_to_judge(chang
     assert passed.reason is not None and passed.reason.startswith("a body the cascade does not read")
     assert field in passed.reason and "mai" not in passed.payload
     assert passed.reason.isascii() and "\n" not in passed.reason  # it becomes a header
-    forced = chat_body(model="mai", mai={"route": "cascade"}) | change
+    forced = chat_body(model="mai", mai={"destination": "cascade"}) | change
     assert chat_error(forced).code == "invalid_request"  # forced to the cascade: its schema refuses
 
 
@@ -285,7 +291,7 @@ def test_confidence_options_reach_the_job():
         (chat_body(n=2), "n"),
         (chat_body(stop=["."]), "stop"),
         (chat_body(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-        (chat_body(mai={"route": "passthrough"}), "mai.route"),
+        (chat_body(mai={"destination": "passthrough"}), "the request's mai.destination"),
     ],
 )
 def test_mai_sends_what_it_does_not_fit_to_the_large_model(body, reason):
@@ -301,7 +307,7 @@ def test_mai_runs_the_cascade_where_it_fits_whatever_the_cap():
     budgets = CONFIG.cascade.max_tokens
     assert job.options.max_tokens == budgets  # 1024 caps nothing: every stage keeps its budget
     assert chat_job(CONFIG, chat_body(max_tokens=5)).options.max_tokens.simple == 5
-    forced = chat_job(CONFIG, chat_body("Describe it.", mai={"route": "cascade"}))
+    forced = chat_job(CONFIG, chat_body("Describe it.", mai={"destination": "cascade"}))
     assert not isinstance(forced, Passthrough)
 
 
@@ -402,10 +408,38 @@ def test_a_seed_no_engine_takes_is_a_400_naming_it():
 
 
 def test_the_servers_top_logprobs_need_logprobs_in_the_config_and_in_a_request():
-    with pytest.raises(ValueError, match="top_logprobs needs logprobs"):
+    with pytest.raises(ValueError, match=r"top_logprobs \(2\) needs logprobs"):
         AppConfig.model_validate(CONFIG.model_dump() | {"cascade": {"decoding": {"top_logprobs": 2}}})
     decoding = {"decoding": {"top_logprobs": 2, "logprobs": True}}
     config = AppConfig.model_validate(CONFIG.model_dump() | {"cascade": decoding})
     with pytest.raises(RequestError) as error:
         chat_job(config, chat_body("Is it red?", logprobs=False))
-    assert error.value.status == 400 and "the server's top_logprobs needs logprobs: true" in str(error.value)
+    assert error.value.status == 400 and error.value.param == "top_logprobs"
+    assert "top_logprobs (2) needs logprobs: true" in str(error.value)
+    with pytest.raises(RequestError) as error:
+        chat_job(CONFIG, chat_body("Is it red?", top_logprobs=3))
+    assert error.value.param == "top_logprobs" and "top_logprobs (3) needs logprobs: true" in str(error.value)
+
+
+@pytest.mark.parametrize("text", ["Listen, is the shape red?", "Listed here: is the shape red?"])
+def test_a_word_that_begins_like_a_generating_verb_is_no_instruction(text):
+    job = chat_job(CONFIG, chat_body(text))
+    assert not isinstance(job, Passthrough), job.reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Can you please describe the image?",
+        "Will you describe the image?",
+        "Question: Describe the image in detail.",
+        "Please summarise the chart.",
+    ],
+)
+def test_routing_reads_open_generation_as_the_question_reader_does(text):
+    # One reader: what routing sends to the large model as open generation is what the question
+    # reader reads as an instruction for open text, after the same polite forms and "Question:" label.
+    routed = chat_job(CONFIG, chat_body(text))
+    assert isinstance(routed, Passthrough) and "open generation" in routed.reason
+    forced = chat_job(CONFIG, chat_body(text, mai={"destination": "cascade"}))
+    assert not isinstance(forced, Passthrough) and forced.question.kind == "text"

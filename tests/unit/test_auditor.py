@@ -1,4 +1,4 @@
-"""Audits in the ingress (serve_app/edge/auditor.py) over scripted models, without Ray: what is audited,
+"""Audits in the ingress (serve_app/edge/learning.py) over scripted models, without Ray: what is audited,
 what an audit compares, how audits give way to served work, and the stats holder's merge and alert."""
 
 import asyncio
@@ -8,15 +8,14 @@ import pytest
 
 from serve_app.core.audit import AuditSettings, is_sampled
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import EngineCall, EngineUnavailableError, Question
+from serve_app.core.contracts import CascadeOptions, EngineCall, EngineUnavailableError, Policy, Question
 from serve_app.core.decision import class_of, decide
-from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.plan_choice import PlanChoice
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.auditor import AUDIT_PREFIX, Auditor
 from serve_app.edge.jobs import Job
-from serve_app.edge.load import InFlight
+from serve_app.edge.learning import AUDIT_PREFIX, Auditor
+from serve_app.edge.observers import InFlight
 from serve_app.fleet.stats_holder import StatsHolder
 
 from .fakes import ScriptedVLM

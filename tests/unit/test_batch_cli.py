@@ -4,7 +4,9 @@ batch row runs under the server's config without overload bending or stage timeo
 
 import contextlib
 import json
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import ray
@@ -15,7 +17,8 @@ from batch.inputs import InputFormat, LineError, RecordSettings
 from batch.outputs import openai_error_line, record_error_line
 from batch.runner import BatchJob, prepare
 from batch.settings import BatchSettings, batch_config, capacity, rows_per_actor
-from serve_app.core.options import StageTimeouts
+from batch.tally import Tally
+from serve_app.core.contracts import StageTimeouts
 
 from ..images import data_url
 
@@ -146,6 +149,11 @@ def predicted(line: int, record_id: str) -> str:
 def written(path: Path, text: str) -> str:
     path.write_text(text)
     return str(path)
+
+
+def without_job(err: str) -> str:
+    """The command's stderr with its start line's job id left out (a new one each run)."""
+    return re.sub(r"^mai-batch: job [0-9a-f]{32}: ", "mai-batch: ", err, flags=re.MULTILINE)
 
 
 def bad_key_config(tmp: Path) -> str:
@@ -324,7 +332,60 @@ def test_rows_left_to_answer_are_counted_and_only_then_ray_starts(no_ray, tmp_pa
     out.write_text(answered(2, "b") + '{"id": "batch_req_3", "cus')
     with pytest.raises(RayStarted):
         main([source, "--output", str(out), "--no-progress"])
-    assert capsys.readouterr().err == f"mai-batch: 2 rows to answer (openai, 1 done before) -> {out}\n"
+    assert (
+        without_job(capsys.readouterr().err)
+        == f"mai-batch: 2 rows to answer (openai, 1 done before) -> {out}\n"
+    )
+
+
+def test_the_start_line_and_the_summary_name_the_jobs_id_new_each_run(monkeypatch, tmp_path, capsys):
+    """An operator finds a job's rows in the tracing system by ``mai.batch.job_id``: the command says
+    the id as it starts, and the summary it prints ends with it."""
+    import batch.cli
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: None)
+    ran: list[str] = []
+
+    def run(job, prepared, on_progress=None):
+        ran.append(job.job_id)
+        return Tally().summary(1.0) | {"job_id": job.job_id}
+
+    monkeypatch.setattr(batch.cli, "run", run)
+    source = written(tmp_path / "in.jsonl", openai_text("a"))
+    for _ in range(2):
+        assert main([source, "--output", str(tmp_path / "out.jsonl"), "--no-progress"]) == 0
+        captured = capsys.readouterr()
+        assert captured.err.startswith(f"mai-batch: job {ran[-1]}: 1 rows to answer (openai)")
+        assert captured.out.splitlines()[-1] == f"job {ran[-1]} (its rows' traces: mai.batch.job_id)"
+    assert len(set(ran)) == 2 and all(re.fullmatch(r"[0-9a-f]{32}", job_id) for job_id in ran)
+
+
+def test_the_jobs_id_reaches_its_rows_and_its_summary_file(no_ray, monkeypatch, tmp_path, cpu_config):
+    """``run`` hands the job's id to the actors' rows (``RowJob.job_id``, each row's span) and writes
+    it in the summary, without Ray: no model started, no line read (Ray Data's reader would start
+    Ray), no row answered."""
+    import batch.model_tier
+    import batch.runner
+    import batch.source
+    from batch.runner import run, summary_path
+
+    handed: list = []
+
+    def answered_rows(source, actor_args, **kwargs):
+        handed.append(actor_args[2])  # (the batch config, the targets, the RowJob)
+        return SimpleNamespace(iter_batches=lambda **kwargs: iter(()), stats=lambda: None)
+
+    monkeypatch.setattr(batch.model_tier, "start", lambda apps: SimpleNamespace(ledger=None))
+    monkeypatch.setattr(batch.model_tier, "stop", lambda targets: None)
+    monkeypatch.setattr(batch.runner, "answered_rows", answered_rows)
+    monkeypatch.setattr(batch.source, "NumberedLines", lambda shards, **kwargs: None)
+    source = written(tmp_path / "in.jsonl", openai_text("a"))
+    job = BatchJob(input=source, output=tmp_path / "out.jsonl", config=cpu_config)
+    summary = run(job, prepare(job), apps={})
+    assert handed and {row_job.job_id for row_job in handed} == {job.job_id}
+    assert summary["job_id"] == job.job_id
+    assert json.loads(summary_path(job.output, InputFormat.OPENAI).read_text())["job_id"] == job.job_id
 
 
 def test_a_format_given_reads_a_first_line_of_neither_as_a_row(no_ray, tmp_path, capsys):
@@ -411,7 +472,7 @@ def test_retry_errors_takes_the_failed_rows_lines_out_and_answers_them_again(
     out.write_text("".join(lines) + answered(5, "e"))  # line 5 was no request: never asked again
     with pytest.raises(RayStarted):
         main([source, "--output", str(out), "--no-progress", *flags])
-    assert capsys.readouterr().err == f"mai-batch: {todo} -> {out}\n"
+    assert without_job(capsys.readouterr().err) == f"mai-batch: {todo} -> {out}\n"
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [
         f"batch_req_{n}" for n in kept
     ]
@@ -460,7 +521,10 @@ def test_a_folder_of_shards_is_one_input_numbered_across_its_shards(no_ray, tmp_
     out.write_text(answered(3, "b"))  # the second shard's first line, answered before
     with pytest.raises(RayStarted):
         main([str(shards), "--output", str(out), "--no-progress"])
-    assert capsys.readouterr().err == f"mai-batch: 2 rows to answer (openai, 1 done before) -> {out}\n"
+    assert (
+        without_job(capsys.readouterr().err)
+        == f"mai-batch: 2 rows to answer (openai, 1 done before) -> {out}\n"
+    )
     with pytest.raises(RayStarted):
         main([f"file://{shards}/part-*.jsonl", "--output", str(out), "--no-progress"])
     assert "2 rows to answer (openai, 1 done before)" in capsys.readouterr().err

@@ -7,13 +7,17 @@ from evaluation.replay import recorded_stages, replay
 from harness.virtual_clock import VirtualClockLoop
 from serve_app.core.cascade import Cascade, ModelUnavailableError
 from serve_app.core.contracts import (
+    CascadeOptions,
     Completion,
     ConstraintRejectedError,
+    Decoding,
     EngineCall,
     EngineUnavailableError,
+    Policy,
     Question,
+    StageTimeouts,
+    TokenBudgets,
 )
-from serve_app.core.options import CascadeOptions, Decoding, Policy, StageTimeouts, TokenBudgets
 from serve_app.core.plans import Plan
 from serve_app.core.question_parsing import read_question
 from serve_app.core.trace import RepairRecord
@@ -484,7 +488,7 @@ async def test_the_papers_rule_accepts_any_agreement_and_records_the_check():
     result = await run(small, large)
     assert result.route == "agree_short"
     [check] = result.trace.checks
-    assert (check.stage, check.answers, check.matched, check.min_confidence, check.accepted) == (
+    assert (check.check, check.answers, check.matched, check.min_confidence, check.accepted) == (
         "short",
         ("Yes", "yes"),
         True,
@@ -499,7 +503,7 @@ async def test_an_unsure_agreement_goes_on_to_reasoning():
     small.confidences, large.confidences = {S: 0.95, R: 0.9}, {S: 0.6, T: 0.9}
     result = await run(small, large, min_confidence=0.8)
     assert result.route == "transfer" and result.answer == "No"
-    assert [(c.stage, c.matched, c.accepted) for c in result.trace.checks] == [
+    assert [(c.check, c.matched, c.accepted) for c in result.trace.checks] == [
         ("short", True, False),
         ("reasoned", False, False),
     ]
@@ -510,7 +514,7 @@ async def test_an_answer_without_a_confidence_is_not_confident():
     small, large = models({S: "[[Yes]]", R: "Red.\n[[Yes]]"}, {S: "[[Yes]]", T: "[[Yes]]"})
     small.confidences, large.confidences = {S: 0.99, R: 0.99}, {}  # the large engine sends no logprobs
     result = await run(small, large, min_confidence=0.5)
-    assert [(c.stage, c.accepted) for c in result.trace.checks] == [("short", False), ("reasoned", False)]
+    assert [(c.check, c.accepted) for c in result.trace.checks] == [("short", False), ("reasoned", False)]
     assert result.route == "transfer"
 
 
@@ -527,7 +531,7 @@ async def test_a_confident_large_answer_settles_a_disagreement_only_when_asked()
     large.confidences = {S: 0.97}
     settled = await run(small, large, confident_large=0.95)
     assert settled.route == "confident_large" and settled.answer == "Yes" and small.kinds() == [S]
-    assert [(c.stage, c.accepted) for c in settled.trace.checks] == [
+    assert [(c.check, c.accepted) for c in settled.trace.checks] == [
         ("short", False),
         ("confident_large", True),
     ]
@@ -549,7 +553,7 @@ async def test_a_confident_large_answer_never_overrules_a_more_confident_valid_s
     result = await run(small, large, question=colour, confident_large=0.69)
     assert result.route == "transfer" and result.answer == "red"
     check = result.trace.checks[1]
-    assert (check.stage, check.answers, check.confidences, check.accepted) == (
+    assert (check.check, check.answers, check.confidences, check.accepted) == (
         "confident_large",
         ("brown", "red"),
         (0.83, 0.99),

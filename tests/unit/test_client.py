@@ -1,4 +1,4 @@
-"""What the client sends a model deployment and reads back: plain values (deployments/plain_chat.py),
+"""What the client sends a model deployment and reads back: plain values (deployments/model_server.py),
 made here from vLLM's own reply types as a model's replica makes them."""
 
 import asyncio
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from deployments.plain_chat import complete_plainly, reply_of
+from deployments.model_server import complete_plainly, reply_of
 from serve_app.clients.llm_server import _completion_of
 from serve_app.config import AppConfig
 from serve_app.core.contracts import EngineUnavailableError
@@ -113,18 +113,19 @@ class Reply:
 
 
 class RecordingHandle:
-    """A model deployment's handle stand-in: records each body ``complete`` gets and answers it with
-    ``reply`` (a plain reply, or an async function of the body)."""
+    """A model deployment's handle stand-in: records each body ``complete`` gets (and the call beside
+    it) and answers it with ``reply`` (a plain reply, or an async function of the body)."""
 
     def __init__(self, reply):
-        self.reply, self.requests = reply, []
+        self.reply, self.requests, self.calls = reply, [], []
 
     @property
     def complete(self):
         return self
 
-    def remote(self, body):
+    def remote(self, body, call=None):
         self.requests.append(body)
+        self.calls.append(call)
 
         async def answer():
             return await self.reply(body) if callable(self.reply) else self.reply
@@ -141,8 +142,7 @@ def engine_request(body):
 
 async def test_each_call_decodes_as_its_decoding_says():
     from serve_app.clients.llm_server import LLMServerClient
-    from serve_app.core.contracts import EngineCall
-    from serve_app.core.options import Decoding
+    from serve_app.core.contracts import Decoding, EngineCall
     from serve_app.core.prompts import PromptKind
 
     tokens = [token("Yes", -0.1, top=[{"token": "Yes", "logprob": -0.1}, {"token": "No", "logprob": -2.4}])]
@@ -152,7 +152,7 @@ async def test_each_call_decodes_as_its_decoding_says():
     await client.complete([{"role": "user", "content": "Hi"}], max_tokens=4, call=call)
     greedy = engine_request(handle.requests[-1])
     assert (greedy.temperature, greedy.top_p, greedy.seed, greedy.logprobs) == (0, 1, None, False)
-    assert greedy.request_id == handle.requests[-1]["request_id"]
+    assert greedy.request_id == handle.requests[-1]["request_id"] == str(handle.calls[-1])
     decoding = Decoding(temperature=0.7, top_p=0.9, seed=3, logprobs=True, top_logprobs=2)
     completion = await client.complete(
         [{"role": "user", "content": "Hi"}], max_tokens=4, call=call, decoding=decoding
@@ -217,7 +217,7 @@ async def test_cancelling_a_call_cancels_the_handles_response():
     handle = RecordingHandle(slow)
     replies = []
     remote = handle.remote
-    handle.remote = lambda body: replies.append(remote(body)) or replies[-1]
+    handle.remote = lambda body, call=None: replies.append(remote(body, call)) or replies[-1]
     client = LLMServerClient(handle, "m")
     call = EngineCall("r1", "short_small", PromptKind.SIMPLE)
     task = asyncio.ensure_future(client.complete([], max_tokens=4, call=call))
@@ -313,3 +313,8 @@ async def test_a_body_vllms_checks_across_fields_refuse_is_our_bug_too():
     assert "top_logprobs" in reply["invalid"]
     with pytest.raises(RuntimeError, match="refused a cascade call's body"):
         _completion_of(reply, "m", 0.1)
+
+
+def test_the_completion_names_the_replica_its_reply_names():
+    assert _completion_of({**response("[[Yes]]"), "replica": "r-7"}, "m", 0.1).replica == "r-7"
+    assert _completion_of(response("[[Yes]]"), "m", 0.1).replica is None  # a reply from outside Serve

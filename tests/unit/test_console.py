@@ -13,9 +13,10 @@ import pytest
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.console import CSP, console_files
+from serve_app.telemetry.settings import TelemetrySettings
 
 from .fakes import ScriptedVLM
-from .ingress_replica import client_of, replica
+from .ingress_replica import CONFIG, client_of, replica
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE = ROOT / "serve_app" / "console"
@@ -79,6 +80,22 @@ def test_the_settings_name_what_a_request_may_set_here(client):
     assert settings["plans"] == [plan.value for plan in Plan]
     assert "full" in settings["transfer_selectors"]
     assert settings["report_interval_s"] == 5.0
+    assert settings["trace_url"] == ""  # no telemetry.trace_url: the page shows a trace id as text
+
+
+def test_the_settings_carry_the_operators_link_to_a_trace():
+    simple = {PromptKind.SIMPLE: "[[yes]]"}
+    template = "https://tempo.example.internal/explore?trace={trace_id}"
+    config = CONFIG.model_copy(update={"telemetry": TelemetrySettings(trace_url=template)})
+    settings = client_of(replica(ScriptedVLM(simple), ScriptedVLM(simple), config)).get(
+        "/console/settings.json"
+    )
+    assert settings.json()["trace_url"] == template
+    assert settings.headers["content-security-policy"] == CSP
+    # The page builds the link from that template alone, with DOM APIs, opened apart from the console.
+    timeline = (CONSOLE / "js" / "timeline.js").read_text()
+    assert 'el("a", { href, rel: "noopener noreferrer", target: "_blank"' in timeline
+    assert "setTraceUrl(settings.trace_url)" in (CONSOLE / "js" / "main.js").read_text()
 
 
 class _Tags(HTMLParser):

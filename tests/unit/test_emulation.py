@@ -6,10 +6,11 @@ from collections import Counter
 import pytest
 
 from deployments import paper_profile
+from deployments.affinity import ModelCall
 from deployments.emulated_script import (
+    call_script,
     completion_tokens,
     estimate_prompt_tokens,
-    parse_call_id,
     per_token_s,
     reply_logprobs,
     reply_pieces,
@@ -35,20 +36,21 @@ def test_ttft_interpolates_table_3():
     assert paper_profile.ttft_ms("8b", 1000) > paper_profile.ttft_ms("2b", 1000)
 
 
-def test_call_ids():
-    assert parse_call_id("mai-abc123-reason_small-reasoning-yes_no-7") == ("abc123", "reasoning", "yes_no")
-    assert parse_call_id("mai-chartqa-12-stage2_small-stage2-number-3") == (
-        "chartqa-12",
-        "stage2",
-        "number",
-    )  # a client's x-request-id
-    assert parse_call_id("mai-abc123-short_small-chat-text-7") == (
+def test_call_scripts():
+    reasoning = ModelCall("abc123", "reason_small", "reasoning", "yes_no", 7)
+    assert call_script(reasoning, str(reasoning)) == ("abc123", "reasoning", "yes_no")
+    stage2 = ModelCall("chartqa-12", "stage2_small", "stage2", "number", 3)  # a client's x-request-id
+    assert call_script(stage2) == ("chartqa-12", "stage2", "number")
+    unknown = ModelCall("abc123", "short_small", "chat", "text", 7)
+    assert call_script(unknown, "mai-abc123-short_small-chat-text-7") == (
         "mai-abc123-short_small-chat-text-7",
         "passthrough",
         "text",
     )
-    assert parse_call_id("anything")[1] == "passthrough"
-    assert parse_call_id(None)[1] == "passthrough"
+    # A call without a ModelCall is a passthrough, whatever its request id says.
+    assert call_script(None, "mai-abc123-reason_small-reasoning-yes_no-7")[1] == "passthrough"
+    assert call_script(None, "anything") == ("anything", "passthrough", "text")
+    assert call_script(None)[1] == "passthrough"
 
 
 @pytest.mark.parametrize("dataset", paper_profile.DATASETS)

@@ -11,12 +11,11 @@ from serve_app.clients.failures import error_response_failure, input_error_code
 from serve_app.clients.llm_server import _completion_of
 from serve_app.config import AppConfig, Limits
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import EngineUnavailableError, InputRejectedError
-from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.contracts import CascadeOptions, EngineUnavailableError, InputRejectedError, Policy
 from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
+from serve_app.edge.body import parse_json
 from serve_app.edge.errors import RequestError, request_error_of
-from serve_app.edge.json_body import parse_json
 from serve_app.engine_config.model_limits import context_budgets, geometry, with_model_limits
 
 from ..images import chat_body, data_url

@@ -1,4 +1,4 @@
-"""A body's JSON (serve_app/edge/json_body.py): the nesting check is the pass-by-pass answer it
+"""A body's JSON (serve_app/edge/body.py): the nesting check is the pass-by-pass answer it
 replaced, on any brackets, in one linear pass; and text that is no Unicode (an escaped lone
 surrogate) is a 400 naming its field wherever it is, on every route and in mai-batch, never a 500."""
 
@@ -14,9 +14,9 @@ from batch.inputs import LineError, openai_request, record_request
 from batch.inputs import RecordSettings as Records
 from serve_app.config import Limits
 from serve_app.core.prompts import PromptKind
-from serve_app.edge import json_body
+from serve_app.edge import body as json_body
+from serve_app.edge.body import check_structure, nesting_depth, outside_strings, parse_json
 from serve_app.edge.errors import RequestError
-from serve_app.edge.json_body import check_structure, nesting_depth, outside_strings, parse_json
 
 from ..images import chat_body, data_url
 from .fakes import ScriptedVLM

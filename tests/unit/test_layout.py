@@ -3,6 +3,7 @@ top-level packages and between serve_app's layers, and the MAI core is framework
 the sources' syntax trees, imports inside functions included."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ MAY_IMPORT = {
     "loadtest": {"deployments", "serve_app", "harness", "evaluation", "batch"},
 }
 # serve_app's layers, top to bottom: each may import the layers below it, never one above.
-SERVE_APP_LAYERS = ("app", "edge", "fleet", "engine_config", "clients", "config", "core")
+SERVE_APP_LAYERS = ("app", "edge", "fleet", "engine_config", "clients", "config", "telemetry", "core")
 FRAMEWORKS = {"ray", "vllm", "fastapi", "starlette", "httpx", "torch", "transformers"}
 
 
@@ -176,3 +177,27 @@ def test_no_two_modules_import_each_other(package):
     graph = project_modules(package)
     internal = {module: {name for name in names if name in graph} for module, names in graph.items()}
     assert _cycle(internal) is None, f"import cycle: {' -> '.join(_cycle(internal) or [])}"
+
+
+def layout_block() -> str:
+    """The layout drawn in CONTRIBUTING.md: the text block of its "Layout" section."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    return section.split("```text", 1)[1].split("```", 1)[0]
+
+
+def test_the_layout_in_contributing_names_every_module_and_only_modules_that_exist():
+    block = layout_block()
+    named = set(re.findall(r"([A-Za-z_][\w/]*\.py)\b", block))
+    names = {Path(name).name for name in named}
+    product = [
+        path
+        for package in ("serve_app", "deployments")
+        for path in (ROOT / package).rglob("*.py")
+        if path.name != "__init__.py"
+    ]
+    unnamed = sorted(path.relative_to(ROOT).as_posix() for path in product if path.name not in names)
+    assert not unnamed, f"CONTRIBUTING.md's layout does not name {unnamed}"
+    existing = {path.name for path in ROOT.rglob("*.py") if ".venv" not in path.parts}
+    gone = sorted(name for name in names if name not in existing)
+    assert not gone, f"CONTRIBUTING.md's layout names modules that do not exist: {gone}"

@@ -142,8 +142,8 @@ def timed(call, *args, tries: int = 3):
 
 def test_a_hostile_body_costs_milliseconds_per_megabyte():
     from serve_app.config import Limits
+    from serve_app.edge.body import parse_json
     from serve_app.edge.errors import RequestError
-    from serve_app.edge.json_body import parse_json
 
     limits = Limits()
     bodies = {
@@ -169,8 +169,7 @@ def test_question_readers_are_linear_on_long_text():
 
     assert timed(parse_number, "1e999999999") < BOUND_S and parse_number("1e999999999") is None
     assert parse_number("2.5e3") == (2500.0, False) and parse_number("1e" + "9" * 5000) is None
-    from serve_app.core.question_parsing import read_question
-    from serve_app.edge.routing import wants_open_answer
+    from serve_app.core.question_parsing import asks_open_generation, read_question
 
     text_runs = [" " * 8000, "a " * 4000, "Is it red or " * 600 + "?", "(A) " * 2000, "A. x\n" * 1600]
     for text in text_runs:
@@ -178,10 +177,10 @@ def test_question_readers_are_linear_on_long_text():
         assert timed(parse_number, ".0" + text + "0") < BOUND_S
         assert timed(extract_answer, "[[" + text) < BOUND_S
     long = ("why " + " " * 1000 + ".\n") * 16_000  # passed through before the question's length check
-    assert timed(wants_open_answer, long) < 2.0
-    from serve_app.core.imperatives import imperative_kind
+    assert timed(asks_open_generation, long) < 2.0
+    from serve_app.core.instructions import imperative_kind
 
     verbs = ["can you " * 2000, "please tell me " + " " * 8000, "Tell" + " me" * 4000, "count " * 4000]
     for text in verbs:
         assert timed(imperative_kind, text) < BOUND_S
-        assert timed(wants_open_answer, "tell " + text) < BOUND_S
+        assert timed(asks_open_generation, "tell " + text) < BOUND_S

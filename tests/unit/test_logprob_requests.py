@@ -7,8 +7,7 @@ import pytest
 
 from serve_app.clients.llm_server import LLMServerClient
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import EngineCall
-from serve_app.core.options import CascadeOptions, Decoding
+from serve_app.core.contracts import CascadeOptions, Decoding, EngineCall
 from serve_app.core.question_parsing import read_question
 
 from .fakes import S2, E, R, S, ScriptedVLM, T

@@ -21,7 +21,12 @@ from serve_app.engine_config.placement import engine_asks, placement_problems
 ROOT = Path(__file__).resolve().parents[2]
 SCORER_RUN = ROOT / "experiments" / "scorer-h200" / "scorer_gpu.json"
 # Each shipped GPU config and the card its comments size it for.
-GPU_CONFIGS = {"mai.yaml": "H100", "mai-1gpu.yaml": "H100", "mai-1gpu-h200.yaml": "H200"}
+GPU_CONFIGS = {
+    "mai.yaml": "H100",
+    "mai-2gpu.yaml": "H100",
+    "mai-1gpu.yaml": "H100",
+    "mai-1gpu-h200.yaml": "H200",
+}
 SINGLE_GPU = ("mai-1gpu.yaml", "mai-1gpu-h200.yaml")
 
 
@@ -198,7 +203,7 @@ def test_mai_yaml_fits_the_inventories_its_comment_names():
 
 
 def test_the_scorer_beside_a_whole_gpu_small_model_needs_the_engine_to_leave_it_a_fraction():
-    """docs/deploying.md, "Sparse transfer on a GPU": configs/mai.yaml's small engine on 0.95 of its GPU
+    """docs/gpu-serving.md, "Sparse transfer on a GPU": configs/mai.yaml's small engine on 0.95 of its GPU
     with a fixed budget, the scorer on the 0.05 left, per card."""
     for kind, kv, share in (("H100", 56, 0.85), ("L4", 8, 0.66)):
         variant = args("mai.yaml")

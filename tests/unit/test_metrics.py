@@ -3,12 +3,12 @@
 import pytest
 
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import Question
-from serve_app.core.options import CascadeOptions
+from serve_app.core.contracts import CascadeOptions, Question
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
 from serve_app.core.trace import AgreementCheck, CascadeResult, StageRecord, Trace
-from serve_app.edge.metrics import PROMETHEUS_METRICS, measure
+from serve_app.edge.observers import MADE_ELSEWHERE, PROMETHEUS_METRICS, IngressMetrics, measure
+from serve_app.telemetry.exporter import DROPPED_DESCRIPTION, DROPPED_METRIC
 
 from .fakes import ScriptedVLM
 
@@ -107,3 +107,21 @@ def test_every_measured_metric_is_declared_with_its_tags():
     for name, tags, _ in m.counters + m.histograms:
         kind, _, keys = PROMETHEUS_METRICS[name]
         assert set(tags) == set(keys), name
+
+
+def test_the_dropped_span_counter_is_listed_but_made_by_the_tracing_exporter_alone(monkeypatch):
+    """The list names every metric (the dashboard and docs are checked against it); the ingress makes
+    all but the exporter's, whose counter of the same name in its process would clash."""
+    from ray.serve import metrics
+
+    assert PROMETHEUS_METRICS[DROPPED_METRIC] == ("counter", DROPPED_DESCRIPTION, ("reason",))
+    assert MADE_ELSEWHERE == {DROPPED_METRIC}
+    made: list[str] = []
+
+    def recording(name, **_):
+        made.append(name)
+
+    for kind in ("Counter", "Gauge", "Histogram"):
+        monkeypatch.setattr(metrics, kind, recording)
+    IngressMetrics()
+    assert sorted(made) == sorted(set(PROMETHEUS_METRICS) - MADE_ELSEWHERE)

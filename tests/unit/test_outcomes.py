@@ -9,8 +9,7 @@ import pytest
 from batch.answerer import reply_of
 from serve_app.core.contracts import EngineUnavailableError
 from serve_app.core.prompts import PromptKind
-from serve_app.edge.outcomes import Answered, Forwarded, Refused
-from serve_app.edge.responses import chat_completion
+from serve_app.edge.responses import Answered, Forwarded, Refused, chat_completion
 
 from ..images import chat_body
 from .fakes import ScriptedVLM

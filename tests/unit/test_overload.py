@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serve_app.config import load_app_config
+from serve_app.core.contracts import CascadeOptions, Policy
 from serve_app.core.decision import (
     Level,
     OverloadReading,
@@ -18,7 +19,6 @@ from serve_app.core.decision import (
     decide,
     relaxed_options,
 )
-from serve_app.core.options import CascadeOptions, Policy
 from serve_app.core.plan_choice import PlanChoice
 from serve_app.core.plans import Plan
 from serve_app.core.prompts import PromptKind
@@ -85,9 +85,7 @@ def test_levels_move_one_way_at_a_time_and_off_means_normal(readings):
 
 def test_relaxed_options_lower_thresholds_to_their_floors_never_raise_them():
     options = CascadeOptions(min_confidence=0.6, confident_large=0.9, plan=Plan.EAGER)
-    relaxed, changed = relaxed_options(
-        options, RelaxTo(min_confidence=0.3, confident_large=0.7, eager_reasoning=False)
-    )
+    relaxed, changed = relaxed_options(options, RelaxTo(min_confidence=0.3, confident_large=0.7, eager=False))
     assert (relaxed.min_confidence, relaxed.confident_large) == (0.3, 0.7)
     assert relaxed.plan is Plan.EAGER  # the plan is decided once, by decision.decide
     assert changed == {"min_confidence": (0.6, 0.3), "confident_large": (0.9, 0.7)}
@@ -99,7 +97,7 @@ def test_relaxed_options_lower_thresholds_to_their_floors_never_raise_them():
 def test_overloaded_an_eager_plan_runs_sequential_and_the_decision_says_so():
     learnt = PlanChoice(Plan.EAGER, "yes_no: eager 0.3s expected")
     server = CascadeOptions(min_confidence=0.6)
-    no_eager = RelaxTo(min_confidence=0.3, eager_reasoning=False)
+    no_eager = RelaxTo(min_confidence=0.3, eager=False)
 
     def decided(options, level, relax_to=no_eager):
         reading = None if level is None else OverloadReading(level, 12)
@@ -162,7 +160,8 @@ BASE = {"small": {"model_id": "s", "source": "org/s"}, "large": {"model_id": "l"
             {"overload": {"max_large_queue": 8, "relax_to": {"confident_large": 0.5}}},
             "relax_to.confident_large",
         ),
-        ({"overload": {"max_large_queue": 8, "relax_to": {"eager_reasoning": True}}}, "eager_reasoning"),
+        ({"overload": {"max_large_queue": 8, "relax_to": {"eager": True}}}, "relax_to.eager"),
+        ({"overload": {"max_large_queue": 8, "relax_to": {"eager_reasoning": True}}}, "relax_to.eager"),
         ({"overload": {"max_large_queue": 8, "shed": True}}, "shed"),
     ],
 )
@@ -237,7 +236,7 @@ def test_relaxed_answers_say_so_in_their_trace_and_metrics_and_restore_after_the
 
 def test_relaxed_an_eager_plan_runs_sequential_and_the_trace_says_so():
     queue, clock = [9], [0.0]
-    ingress, _ = overloaded_replica(queue, clock, relax_to={"eager_reasoning": False})
+    ingress, _ = overloaded_replica(queue, clock, relax_to={"eager": False})
     client = client_of(ingress)
 
     def ask_eager():
@@ -323,8 +322,8 @@ def test_the_stats_say_the_highest_level_of_the_replicas_the_holder_heard_from_l
 
 
 def test_only_a_cascade_request_reads_the_queue_and_the_decision_says_which_runs_the_cascade():
+    from serve_app.core.contracts import Policy
     from serve_app.core.decision import plan_to_run
-    from serve_app.core.options import Policy
 
     reads = []
 

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from serve_app.core.usage import Bill, Ledger, Quota
+from serve_app.core.admission import Bill, Ledger, Quota
 from serve_app.edge.access import passthrough_bill
 from serve_app.edge.keys import KeyRing, NamedKey, digest
 from serve_app.edge.passthrough import StreamMeter, StreamUsage, chat_request, usage_asked
 
+from .fakes import StreamingHandle as Engine
 from .ingress_replica import CONFIG, Replica
 from .ingress_replica import replica as build
 
@@ -87,39 +88,6 @@ def test_a_passthrough_bill_is_the_engines_usage_for_that_model_and_counts_again
     usage = ledger.snapshot(2.0)["k"]
     assert usage["tokens"] == {"l": 32_200} and usage["passthrough_tokens"] == {"l": 32_200}
     assert usage["passthroughs"] == 1
-
-
-class Engine:
-    """A model handle whose stream is ``events``, recording the request it was sent."""
-
-    def __init__(self, events):
-        self.events, self.requests, self.cancelled = events, [], False
-
-    def options(self, **_):
-        return self
-
-    @property
-    def chat(self):
-        return self
-
-    def remote(self, request):
-        self.requests.append(request)
-        return self
-
-    def __aiter__(self):
-        return self
-
-    async def _stream(self):
-        for packet in self.events:
-            yield packet
-
-    def __anext__(self):
-        if not hasattr(self, "_packets"):
-            self._packets = self._stream()
-        return anext(self._packets)
-
-    def cancel(self):
-        self.cancelled = True
 
 
 def keyed_replica(engine, **settings) -> tuple[Replica, str]:

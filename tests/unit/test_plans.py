@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evaluation.replay import RecordedStage, engine_seconds, replay
-from serve_app.core.options import CascadeOptions
+from serve_app.core.contracts import CascadeOptions
 from serve_app.core.plan_stats import (
     REASON_FIRST_PRIOR_WEIGHT,
     Observation,

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from serve_app.config import load_app_config
-from serve_app.core.options import Policy
+from serve_app.core.contracts import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(path.name for path in (ROOT / "configs").glob("*.yaml"))

@@ -1,5 +1,5 @@
 """Reading a client's question: its answer-format instruction, its options, and the reply in the format
-it asked for (core/question_parsing.py, core/format_instructions.py)."""
+it asked for (core/question_parsing.py, core/instructions.py)."""
 
 import asyncio
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.core.format_instructions import FORMS, Reply, reply_in_format, trailing_instruction
+from serve_app.core.instructions import FORMS, ReplyForm, reply_in_format, trailing_instruction
 from serve_app.core.question_parsing import QuestionFormatError, parse_question, read_question, split_choices
 
 from ..images import chat_body
@@ -37,7 +37,7 @@ def test_an_instruction_is_recognised_in_any_case_spacing_and_full_stop(text):
 @pytest.mark.parametrize(
     "text",
     [
-        "Reply in French: what colour is the shape?",  # an instruction of no known form
+        "ReplyForm in French: what colour is the shape?",  # an instruction of no known form
         "What colour is the shape? Think hard and answer in one word.",
         # the phrase is not a sentence of its own
         "What does the sign say after Answer the question using a single word or phrase",
@@ -75,7 +75,7 @@ def test_the_options_label_question_label_and_instruction_all_go():
         "choice",
     )
     assert parsed.choices_from_text == ("circle", "square")
-    assert parsed.instruction is not None and parsed.instruction.reply is Reply.LETTER
+    assert parsed.instruction is not None and parsed.instruction.reply is ReplyForm.LETTER
 
 
 def test_an_instruction_between_question_and_options():
@@ -227,8 +227,7 @@ def test_an_option_line_with_a_long_run_of_spaces_is_read_whole():
 
 def test_a_reply_nothing_could_be_read_from_is_never_formatted():
     from serve_app.core.cascade import Cascade
-    from serve_app.core.contracts import Question
-    from serve_app.core.options import CascadeOptions
+    from serve_app.core.contracts import CascadeOptions, Question
     from serve_app.core.prompts import PromptKind
 
     from .fakes import ScriptedVLM

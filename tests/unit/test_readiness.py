@@ -1,5 +1,5 @@
 """Readiness: the pure reply of a check (``edge.readiness``), the gate that checks the deployments and
-holds early requests (``edge.readiness_gate``, over scripted probes), and both behind the ingress's
+holds early requests (``edge.readiness``, over scripted probes), and both behind the ingress's
 routes in process."""
 
 import asyncio
@@ -12,16 +12,17 @@ from pydantic import ValidationError
 
 from serve_app.config import AppConfig
 from serve_app.core.prompts import PromptKind
-from serve_app.edge import readiness_gate
+from serve_app.edge import readiness as readiness_module
 from serve_app.edge.readiness import (
     Check,
     NotReadyError,
+    ReadinessGate,
+    handle_probe,
     is_fresh,
     not_ready_reason,
     readiness_reply,
     retry_after_s,
 )
-from serve_app.edge.readiness_gate import ReadinessGate, handle_probe
 
 from ..images import chat_body
 from .fakes import ScriptedVLM
@@ -112,9 +113,9 @@ class Deployment:
 @pytest.fixture
 def quick(monkeypatch):
     """Checks that give up after 0.1 s and ask again after 0.02 s."""
-    monkeypatch.setattr(readiness_gate, "PROBE_TIMEOUT_S", 0.1)
-    monkeypatch.setattr(readiness_gate, "MIN_PROBE_S", 0.05)
-    monkeypatch.setattr(readiness_gate, "RECHECK_S", 0.02)
+    monkeypatch.setattr(readiness_module, "PROBE_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(readiness_module, "MIN_PROBE_S", 0.05)
+    monkeypatch.setattr(readiness_module, "RECHECK_S", 0.02)
 
 
 async def test_a_request_waits_the_bound_then_is_told_what_is_loading(quick):

@@ -13,8 +13,7 @@ import yaml
 from deployments.vlm import engine_kwargs
 from serve_app.clients.llm_server import LLMServerClient
 from serve_app.config import load_app_config
-from serve_app.core.contracts import EngineCall
-from serve_app.core.options import GREEDY, Decoding
+from serve_app.core.contracts import GREEDY, Decoding, EngineCall
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.passthrough import chat_request
 

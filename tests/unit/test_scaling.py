@@ -1,5 +1,5 @@
 """Coupled autoscaling: the arithmetic (serve_app/core/scaling.py), what an ingress replica measures
-(serve_app/edge/load.py), and the application-level policy Ray Serve calls
+(serve_app/edge/observers.py), and the application-level policy Ray Serve calls
 (serve_app/fleet/autoscaling_policy.py) on synthetic contexts: a surge, a drain, a missing input."""
 
 import math
@@ -22,7 +22,7 @@ from serve_app.core.scaling import (
     little_replicas,
 )
 from serve_app.core.trace import StageRecord, Trace
-from serve_app.edge.load import DemandMeter
+from serve_app.edge.observers import DemandMeter
 from serve_app.fleet.autoscaling_policy import coupled_policy, role_of
 
 

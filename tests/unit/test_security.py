@@ -8,9 +8,9 @@ import time
 import pytest
 
 from serve_app.config import AppConfig, Limits
+from serve_app.edge.body import BodyReads, read_body
 from serve_app.edge.errors import RequestError
 from serve_app.edge.remote_images import RemoteImagePolicy, address_is_public, fetch_image, host_allowed
-from serve_app.edge.security import BodyReads, read_body
 
 from ..images import chat_body, data_url, image_bytes
 from .build import answer_job, chat_job

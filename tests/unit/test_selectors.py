@@ -9,11 +9,9 @@ from hypothesis import strategies as st
 
 from deployments.attention import runs, select_by_mass
 from serve_app.core.cascade import Cascade
-from serve_app.core.contracts import EngineUnavailableError, Selection
-from serve_app.core.options import CascadeOptions
+from serve_app.core.contracts import GAP, CascadeOptions, EngineUnavailableError, Selection, budget_select
 from serve_app.core.prompts import PromptKind
 from serve_app.core.question_parsing import read_question
-from serve_app.core.transfer_selectors import GAP, budget_select
 
 from ..images import data_url
 from .fakes import ScriptedVLM

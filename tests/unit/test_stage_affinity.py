@@ -6,19 +6,19 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deployments.affinity import call_key, preferred, rendezvous
+from deployments.affinity import ModelCall, call_key, preferred, rendezvous
 
 _numbers = itertools.count()
 
 
-def engine_id(request: str, stage: str = "short_small") -> str:
-    return f"mai-{request}-{stage}-simple-yes_no-{next(_numbers)}"
+def model_call(request: str, stage: str = "short_small") -> ModelCall:
+    return ModelCall(request, stage, "simple", "yes_no", next(_numbers))
 
 
 def test_a_calls_key_is_its_request_and_an_audits_is_the_audited_requests():
-    assert call_key(engine_id("r-1")) == "r-1"
-    assert call_key(engine_id("audit-r-1", "transfer_large")) == "r-1"
-    assert call_key("chatcmpl-123") is None and call_key(None) is None  # a passthrough: no key
+    assert call_key(model_call("r-1")) == "r-1"
+    assert call_key(model_call("audit-r-1", "transfer_large")) == "r-1"
+    assert call_key(None) is None  # a passthrough carries no call: no key
 
 
 @given(

@@ -27,7 +27,7 @@ from serve_app.core.plans import Plan
 from serve_app.core.roles import ROLES
 from serve_app.core.routes import COMPLETED, EARLY_EXITS
 from serve_app.core.trace import STATS_TOKEN_FIELDS, Tokens
-from serve_app.edge.plan_controller import PlanController
+from serve_app.edge.learning import PlanController
 from serve_app.edge.stats_reporter import StatsReporter
 from serve_app.fleet.stats_holder import StatsHolder, stats_body
 

@@ -7,9 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.core.capacity import Capacity
-from serve_app.core.fair_share import FairShare
-from serve_app.core.usage import Bill, Ledger, Quota, Window
+from serve_app.core.admission import Bill, Capacity, FairShare, Ledger, Quota, Window
 from serve_app.edge.access import Access
 from serve_app.edge.errors import RequestError
 from serve_app.edge.keys import Caller, KeyRing, NamedKey

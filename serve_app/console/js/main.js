@@ -5,6 +5,7 @@ import { ApiError, call, onUnauthorized, setApiKey } from "./api.js";
 import { hook } from "./dom.js";
 import { startLive } from "./live.js";
 import { setOptions, setTargets, startPlayground } from "./playground.js";
+import { setTraceUrl } from "./timeline.js";
 
 const RETRY_S = 5;
 let retry = null; // the one pending retry of `connect`
@@ -27,7 +28,8 @@ function checkedSettings(settings) {
     settings &&
     Array.isArray(settings.plans) &&
     Array.isArray(settings.transfer_selectors) &&
-    typeof settings.report_interval_s === "number";
+    typeof settings.report_interval_s === "number" &&
+    typeof settings.trace_url === "string";
   if (!fine) throw new ApiError("The server's console settings are not what this page expects: is this MAI Serve?", 0, null);
   return settings;
 }
@@ -40,6 +42,7 @@ async function connect() {
     const { data } = await call("v1/models");
     if (!data || !Array.isArray(data.data)) throw new ApiError("The server's /v1/models reply is not a model list.", 0, null);
     setOptions(settings);
+    setTraceUrl(settings.trace_url);
     setTargets(data.data);
     hook("key-form").hidden = true;
     say(`Connected: ${data.data.length} policies and models.`);

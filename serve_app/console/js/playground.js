@@ -3,7 +3,7 @@
 
 import { call } from "./api.js";
 import { count, el, hook, seconds } from "./dom.js";
-import { renderTrace, renderUntraced } from "./timeline.js";
+import { renderTrace, renderTraceId, renderUntraced } from "./timeline.js";
 
 let image = null; // { dataUrl, name }
 let targets = new Map(); // the policy select's value -> { policy } or { model }
@@ -116,6 +116,7 @@ async function askPolicy(policy, question, options) {
   showAnswer({ question, answer: data.answer, route: data.route, plan: planText(trace), latency: seconds(trace.latency_s), note: notes(trace) });
   tokensTable(trace.tokens);
   renderTrace(hook("timeline"), trace);
+  renderTraceId(hook("trace-ref"), trace.trace_id);
 }
 
 async function askModel(model, question) {
@@ -139,6 +140,7 @@ async function askModel(model, question) {
   });
   tokensTable(usage ? { [model]: { prompt_tokens: usage.prompt_tokens, cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? 0, completion_tokens: usage.completion_tokens } } : {});
   renderUntraced(hook("timeline"), { model, seconds: took, usage });
+  renderTraceId(hook("trace-ref"), null);
 }
 
 async function ask(event) {

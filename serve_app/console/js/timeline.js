@@ -78,7 +78,7 @@ const CHECK_SIDES = {
 };
 
 function verdictOf(check) {
-  if (check.stage === "confident_large") {
+  if (check.check === "confident_large") {
     if (check.accepted) return `the large answer is confident enough (≥ ${check.min_confidence}): accepted`;
     return `not settled by the large answer alone (threshold ${check.min_confidence})`;
   }
@@ -88,7 +88,7 @@ function verdictOf(check) {
 }
 
 function checkRow(check, at, total) {
-  const sides = CHECK_SIDES[check.stage] ?? check.answers.map((_, i) => `answer ${i + 1}`);
+  const sides = CHECK_SIDES[check.check] ?? check.answers.map((_, i) => `answer ${i + 1}`);
   const pair = check.answers
     .map((answer, i) => `${sides[i]} ${answerText(answer, check.confidences[i])}${check.valid?.[i] === false ? " (not valid for the question)" : ""}`)
     .join(" vs ");
@@ -99,11 +99,11 @@ function checkRow(check, at, total) {
   label.style.left = `${(100 * at) / total}%`;
   return el(
     "div",
-    { class: "row check", "data-mai": "check", "data-check": check.stage },
+    { class: "row check", "data-mai": "check", "data-check": check.check },
     el(
       "div",
       { class: "row-name" },
-      el("strong", {}, `check: ${check.stage}`),
+      el("strong", {}, `check: ${check.check}`),
       el("span", { class: "muted" }, pair),
       el("span", { class: `verdict ${outcome}` }, verdictOf(check)),
     ),
@@ -131,7 +131,7 @@ export function renderTrace(container, trace) {
   const total = Math.max(trace.latency_s ?? 0, ...stages.map(end), 1e-3);
   const rows = stages.map((stage) => ({ node: stageRow(stage, total, trace.transfer), name: stage.name }));
   for (const check of trace.checks ?? []) {
-    const compared = CHECKED[check.stage] ?? [];
+    const compared = CHECKED[check.check] ?? [];
     let after = -1;
     let at = 0;
     rows.forEach((row, i) => {
@@ -139,11 +139,54 @@ export function renderTrace(container, trace) {
     });
     while (after >= 0 && after + 1 < rows.length && rows[after + 1].name.startsWith("check:")) after += 1;
     for (const stage of stages) if (compared.includes(stage.name)) at = Math.max(at, end(stage));
-    const row = { node: checkRow(check, at, total), name: `check:${check.stage}` };
+    const row = { node: checkRow(check, at, total), name: `check:${check.check}` };
     if (after < 0) rows.push(row);
     else rows.splice(after + 1, 0, row);
   }
   container.replaceChildren(...rows.map((row) => row.node), axis(total));
+}
+
+// A trace id as the server writes it (serve_app/telemetry/spans.py: 32 lowercase hex digits).
+const TRACE_ID = /^[0-9a-f]{32}$/;
+// Where the operator's tracing system shows a trace: the server's `telemetry.trace_url`
+// (`/console/settings.json`), with `{trace_id}` in it; empty when it has none.
+let traceUrl = "";
+
+/** The server's link to a trace (`trace_url` of `/console/settings.json`, checked by the server: an
+ * absolute URL holding `{trace_id}`), or "" for none. */
+export function setTraceUrl(template) {
+  traceUrl = typeof template === "string" && template.includes("{trace_id}") ? template : "";
+}
+
+/** The link to `traceId` from the server's template, or null when the template is missing or does not
+ * make an absolute URL with a host (a `javascript:` or `data:` address has none). */
+function traceLink(traceId) {
+  if (!traceUrl) return null;
+  const href = traceUrl.replaceAll("{trace_id}", traceId);
+  try {
+    return new URL(href).host ? href : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Under the timeline, the request's trace id in the operator's tracing system (`trace.trace_id`, set
+ * when the server traces and sampled the request): a link that opens the trace in a new tab when the
+ * server has a `telemetry.trace_url`, else text to copy into its search; nothing, and `container`
+ * hidden, when there is none. */
+export function renderTraceId(container, traceId) {
+  const shown = typeof traceId === "string" && TRACE_ID.test(traceId);
+  const href = shown ? traceLink(traceId) : null;
+  const id = () => el("code", { class: "trace-id", "data-mai": "trace-id", title: href ? "open this request's trace in the server's tracing system (a new tab)" : "this request's trace in the server's tracing system" }, traceId);
+  container.replaceChildren(
+    ...(shown
+      ? [
+          el("span", { class: "muted" }, "Trace id "),
+          href ? el("a", { href, rel: "noopener noreferrer", target: "_blank", "data-mai": "trace-link" }, id()) : id(),
+        ]
+      : []),
+  );
+  container.hidden = !shown;
 }
 
 /** One bar for a reply that carries no trace (a passthrough), timed by the page itself. */

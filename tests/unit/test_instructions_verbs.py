@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.core.imperatives import imperative_kind
+from serve_app.core.instructions import imperative_kind
 from serve_app.core.question_parsing import read_kind, read_question
 
 pytestmark = pytest.mark.unit
