@@ -1,5 +1,5 @@
 """What a request body's JSON costs the ingress before any model runs: the pre-check of
-``serve_app/edge/json_body.py`` (nesting depth, keys, values, numbers, read off the bytes before the
+``serve_app/edge/body.py`` (nesting depth, keys, values, numbers, read off the bytes before the
 parser; ``parse_json`` with the parser left out) and the whole ``parse_json``, beside ``json.loads`` of
 the same body, on the bodies that cost the check most, at 1, 4 and 16 MiB (16 MiB is
 ``limits.max_body_bytes``). With ``--before``, the module as it was at that commit is loaded beside
@@ -28,11 +28,12 @@ from harness.paths import ROOT
 from loadtest.bench.schedule import rotated
 from loadtest.bench.summary import spread
 from serve_app.config import Limits
-from serve_app.edge import json_body
+from serve_app.edge import body as json_body
 from serve_app.edge.errors import RequestError
 
 MIB = 1024 * 1024
-MODULE = "serve_app/edge/json_body.py"
+MODULE = "serve_app/edge/body.py"
+FORMER_MODULE = "serve_app/edge/json_body.py"
 DEPTH = Limits().max_json_depth
 
 
@@ -88,11 +89,14 @@ def bodies(size: int) -> dict[str, tuple[str, bytes]]:
 
 
 def module_at(commit: str) -> types.ModuleType:
-    """``serve_app/edge/json_body.py`` as it was at ``commit``, loaded beside today's (its imports,
+    """``serve_app/edge/body.py`` as it was at ``commit``, loaded beside today's (its imports,
     ``Limits`` and ``RequestError``, resolve to today's package)."""
-    source = subprocess.run(
-        ["git", "show", f"{commit}:{MODULE}"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+    shown = subprocess.run(["git", "show", f"{commit}:{MODULE}"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:  # before the body's checks were one module, its JSON had its own
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:{FORMER_MODULE}"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+    source = shown.stdout
     name = f"serve_app.edge._json_body_at_{commit[:12]}"
     module = types.ModuleType(name)
     module.__package__ = "serve_app.edge"

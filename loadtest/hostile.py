@@ -33,8 +33,8 @@ import httpx
 
 from loadtest.hostile_cases import (
     IMAGE_PATH,
-    Outcome,
-    Target,
+    HostileOutcome,
+    HostileTarget,
     answer_cases,
     listener,
     request_cases,
@@ -49,7 +49,7 @@ QUESTION = "What is the color of the shape?"
 # ---------------------------------------------------------------- normal requests beside them
 
 
-def normal_latencies(client: httpx.Client, target: Target, count: int) -> list[float]:
+def normal_latencies(client: httpx.Client, target: HostileTarget, count: int) -> list[float]:
     seconds = []
     for _ in range(count):
         started = time.monotonic()
@@ -71,7 +71,7 @@ def summary(values: list[float]) -> dict[str, Any]:
 # ---------------------------------------------------------------- the server's own state
 
 
-def cascade_body(target: Target, question: str = "Is the shape red?", **mai: Any) -> dict[str, Any]:
+def cascade_body(target: HostileTarget, question: str = "Is the shape red?", **mai: Any) -> dict[str, Any]:
     content = [
         {"type": "image_url", "image_url": {"url": target.image}},
         {"type": "text", "text": question},
@@ -83,7 +83,7 @@ def cascade_body(target: Target, question: str = "Is the shape red?", **mai: Any
     }
 
 
-def tag_flood(client: httpx.Client, target: Target, tags: int) -> dict[str, Any]:
+def tag_flood(client: httpx.Client, target: HostileTarget, tags: int) -> dict[str, Any]:
     """``tags`` requests, each with a task tag of its own: how many classes the server made of them."""
     run_tag = secrets.token_hex(3)  # tags no earlier run sent
     before = set(client.get("/v1/mai/stats").json()["classes"])
@@ -113,7 +113,7 @@ def sampled_id(seed: int = 0, rate: float = 0.05) -> str:
     raise RuntimeError("no id found")
 
 
-def reused_id_flood(client: httpx.Client, target: Target, requests: int) -> dict[str, Any]:
+def reused_id_flood(client: httpx.Client, target: HostileTarget, requests: int) -> dict[str, Any]:
     """``requests`` requests with one request id chosen to be sampled: how many the server sampled
     for audit (audited, or shed or refused for want of room)."""
 
@@ -165,13 +165,15 @@ def run(
         httpx.Client(base_url=base_url, timeout=bound_s * 12, headers=headers) as client,
     ):
         models = [model["id"] for model in client.get("/v1/models").json()["data"] if "policy" not in model]
-        target = Target(base_url, image, models[-1], url)
+        target = HostileTarget(base_url, image, models[-1], url)
         cases = request_cases(target, body_size, max_body_bytes)
         outcomes = [send(client, *case, bound_s) for case in cases]
         outcomes += [send(client, *case, bound_s, path="/v1/mai/answer") for case in answer_cases(target)]
         outcomes += [
-            Outcome("GET /docs", "no internals", client.get("/docs").status_code, 0.0, (404,), bound_s),
-            Outcome(
+            HostileOutcome(
+                "GET /docs", "no internals", client.get("/docs").status_code, 0.0, (404,), bound_s
+            ),
+            HostileOutcome(
                 "GET /openapi.json",
                 "no internals",
                 client.get("/openapi.json").status_code,
@@ -192,7 +194,9 @@ def run(
             outcomes += [future.result() for future in hostile]
         for status, seconds in slow_results:
             expected, limit = ((408, 429), body_timeout_s + 10)
-            outcomes.append(Outcome("body a byte at a time", "slow bodies", status, seconds, expected, limit))
+            outcomes.append(
+                HostileOutcome("body a byte at a time", "slow bodies", status, seconds, expected, limit)
+            )
         tag_result = tag_flood(client, target, tags)
         audit_result = reused_id_flood(client, target, reused)
     return {

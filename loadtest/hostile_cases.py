@@ -23,7 +23,7 @@ SLOW_ADDRESS = "127.0.0.2"  # the slow senders' source address: not the normal c
 
 
 @dataclass
-class Outcome:
+class HostileOutcome:
     """One hostile request: what came back and when."""
 
     case: str
@@ -40,7 +40,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Target:
+class HostileTarget:
     base_url: str
     image: str  # a data URL
     model_id: str  # a configured model id (passthrough)
@@ -101,7 +101,7 @@ def unencodable(payload: Any) -> bytes:
     return json.dumps(payload).encode()
 
 
-def user_turn(target: Target, question: str) -> dict[str, Any]:
+def user_turn(target: HostileTarget, question: str) -> dict[str, Any]:
     content = [
         {"type": "image_url", "image_url": {"url": target.image}},
         {"type": "text", "text": question},
@@ -109,13 +109,13 @@ def user_turn(target: Target, question: str) -> dict[str, Any]:
     return {"role": "user", "content": content}
 
 
-def model_body(target: Target, part: Any = None, **fields: Any) -> dict[str, Any]:
+def model_body(target: HostileTarget, part: Any = None, **fields: Any) -> dict[str, Any]:
     content = ([part] if part is not None else []) + [{"type": "text", "text": "What is it?"}]
     return {"model": target.model_id, "messages": [{"role": "user", "content": content}], **fields}
 
 
 def request_cases(
-    target: Target, body_size: int, max_body_bytes: int = 16 * 1024 * 1024
+    target: HostileTarget, body_size: int, max_body_bytes: int = 16 * 1024 * 1024
 ) -> list[tuple[str, str, Any, tuple[int, ...]]]:
     """(case, item, body, expected statuses) of the JSON requests for /v1/chat/completions;
     ``max_body_bytes``: the server's ``limits.max_body_bytes``, the size of the largest bodies sent."""
@@ -189,7 +189,7 @@ def request_cases(
     return cases
 
 
-def every_path_pays(target: Target) -> list[tuple[str, str, Any, tuple[int, ...]]]:
+def every_path_pays(target: HostileTarget) -> list[tuple[str, str, Any, tuple[int, ...]]]:
     """Requests for a model id that would make its engine work past what a request may ask: decode
     past the bound of all its choices, compile a grammar past ``limits.grammar``, or read a lone
     surrogate out of a tool call's JSON arguments."""
@@ -236,7 +236,7 @@ def every_path_pays(target: Target) -> list[tuple[str, str, Any, tuple[int, ...]
     ]
 
 
-def answer_cases(target: Target) -> list[tuple[str, str, Any, tuple[int, ...]]]:
+def answer_cases(target: HostileTarget) -> list[tuple[str, str, Any, tuple[int, ...]]]:
     """(case, item, body, expected statuses) of the requests for /v1/mai/answer."""
     question = {"image": target.image, "question": "Is the shape red\udbff?"}
     return [("lone surrogate in an answer's question", "unencodable text", unencodable(question), (400,))]
@@ -250,7 +250,7 @@ def send(
     expected: tuple[int, ...],
     bound_s: float,
     path: str = "/v1/chat/completions",
-) -> Outcome:
+) -> HostileOutcome:
     started = time.monotonic()
     try:
         if isinstance(body, bytes):
@@ -261,7 +261,7 @@ def send(
         code = _code(response)
     except httpx.TimeoutException:
         status, code = 0, None
-    return Outcome(case, item, status, time.monotonic() - started, expected, bound_s, code)
+    return HostileOutcome(case, item, status, time.monotonic() - started, expected, bound_s, code)
 
 
 def _code(response: httpx.Response) -> str | None:

@@ -1,9 +1,7 @@
 """The emulated tier's inputs multiplied out, with no Serve and no run: what the paper's own tables
-(TTFT, decode speed, completion tokens, route shares) imply for one request at a time.
-
-A Serve run on the emulated engines measures what these figures leave out (queueing, continuous
-batching under concurrency, the orchestration's own cost, a parallel stage 1); the figures here are
-what the same inputs give by arithmetic alone. Route shares are inputs (Table 10), never results.
+(TTFT, decode speed, completion tokens, route shares) imply for one request at a time, and so what
+share of a request each model is busy with it (the autoscaling scenarios' expected replicas).
+Route shares are inputs (Table 10), never results.
 """
 
 from __future__ import annotations
@@ -25,14 +23,6 @@ class PolicySeconds:
     cascade_parallel: float  # stage 1's two calls at once, as the Serve app runs them
     transfer: float  # Full RT: small reasoning, then the large model reads it
     large_reason: float
-
-    def speedups(self) -> dict[str, float]:
-        return {
-            "sequential_vs_transfer": round(self.transfer / self.cascade_sequential, 2),
-            "parallel_vs_transfer": round(self.transfer / self.cascade_parallel, 2),
-            "sequential_vs_large_reason": round(self.large_reason / self.cascade_sequential, 2),
-            "parallel_vs_large_reason": round(self.large_reason / self.cascade_parallel, 2),
-        }
 
 
 def call_seconds(model: str, prompt_tokens: float, completion_tokens: float) -> float:
@@ -77,10 +67,6 @@ def policy_seconds(dataset: str) -> PolicySeconds:
         transfer=call.reason_small + call.transfer_large,
         large_reason=call.reason_large,
     )
-
-
-def analytic_speedups() -> dict[str, dict[str, float]]:
-    return {dataset: policy_seconds(dataset).speedups() for dataset in paper_profile.DATASETS}
 
 
 def ongoing_share(dataset: str) -> dict[str, dict[str, float]]:

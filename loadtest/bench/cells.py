@@ -12,11 +12,6 @@ def cell(spread: dict[str, float], digits: int | None = None) -> str:
     return f"{spread['median']:.{digits}f} [{spread['min']:.{digits}f}–{spread['max']:.{digits}f}]"
 
 
-def times(spread: dict[str, float]) -> str:
-    """A median multiple in bold with its range: **1.23×** [1.20–1.30]."""
-    return f"**{spread['median']:.2f}×** [{spread['min']:.2f}–{spread['max']:.2f}]"
-
-
 def percent_cell(spread: dict[str, float]) -> str:
     return f"{spread['median'] * 100:.1f}% [{spread['min'] * 100:.1f}–{spread['max'] * 100:.1f}]"
 

@@ -15,14 +15,16 @@ from .scenarios import SCENARIOS
 
 
 def listing() -> str:
-    """One line per scenario: its name, the config it deploys, the file it writes, its parameters."""
+    """One line per scenario (per variant of a family): its name, the config it deploys, the file it
+    writes, its parameters."""
     rows = []
-    for scenario in SCENARIOS.values():
+    for scenario in (one for family in SCENARIOS.values() for one in family.each()):
         parameters = ", ".join(f"{key}={value}" for key, value in vars(scenario.parameters).items())
         served = "; takes --config and --url" if scenario.takes_config else ""
         served += "" if scenario.in_full_run else "; runs only when named in --only"
+        picked = f" (--param variant={scenario.variant})" if scenario.variant else ""
         rows.append(
-            f"{scenario.name:18} {scenario.config or '':18} bench/results/{scenario.result}\n"
+            f"{scenario.name:18} {scenario.config or '':18} bench/results/{scenario.result}{picked}\n"
             f"{'':18} {scenario.title}; parameters: {parameters or 'none'}{served}"
         )
     return "\n".join(rows)

@@ -14,11 +14,17 @@ from starlette.requests import Request
 
 from serve_app.config import AppConfig
 from serve_app.core.contracts import Completion, EngineCall, EngineUnavailableError
-from serve_app.core.options import GREEDY, Decoding
 from serve_app.core.prompts import PromptKind
 from serve_app.edge.keys import KeyRing
-from serve_app.edge.metrics import IngressMetrics, Metrics
 from serve_app.edge.parts import build_parts
+
+# Where a checkout before the request path's consolidation keeps what it has under other names.
+try:
+    from serve_app.core.contracts import GREEDY, Decoding
+    from serve_app.edge.observers import IngressMetrics, Metrics
+except ImportError:
+    from serve_app.core.options import GREEDY, Decoding  # type: ignore[import-not-found,no-redef]
+    from serve_app.edge.metrics import IngressMetrics, Metrics  # type: ignore[import-not-found,no-redef]
 
 # The server's defaults, over two models named as the emulated configs name them.
 DEFAULT_CONFIG = {

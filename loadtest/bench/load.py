@@ -1,18 +1,17 @@
 """What scenarios send and how: request bodies, the emulated app's arguments, a closed-loop run of
-the HTTP driver with a progress line, the warm-up before anything is timed, the server's statistics."""
+the HTTP driver, the warm-up before anything is timed, the server's statistics."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from harness.driver import Outcome, closed_loop, drive
+from harness.driver import ClientReply, closed_loop, drive
 from harness.local_server import config_args
 
 # One replica per model, never scaled: the capacity model's default.
@@ -61,7 +60,7 @@ def bodies(records: Sequence[Mapping[str, Any]], n: int, **extra: Any) -> list[d
 
 def run_load(
     url: str, path: str, payloads: list[dict], concurrency: int, **kwargs: Any
-) -> tuple[list[Outcome], float]:
+) -> tuple[list[ClientReply], float]:
     """Every payload POSTed once by ``concurrency`` closed-loop clients: outcomes and wall time."""
     return asyncio.run(drive(url, path, payloads, concurrency=concurrency, **kwargs))
 
@@ -75,20 +74,6 @@ def after(seconds: float) -> Callable[[], bool]:
     """A stop condition for the driver: true once ``seconds`` have passed."""
     deadline = time.monotonic() + seconds
     return lambda: time.monotonic() > deadline
-
-
-def progress(label: str, total: int) -> Callable[[], None]:
-    """A tick per finished request that redraws ``label: done/total`` on stderr."""
-    done = [0]
-
-    def tick() -> None:
-        done[0] += 1
-        if done[0] % max(1, total // 20) == 0 or done[0] == total:
-            print(f"\r  {label}: {done[0]}/{total}", end="", file=sys.stderr, flush=True)
-            if done[0] == total:
-                print(file=sys.stderr)
-
-    return tick
 
 
 def stats(url: str) -> dict[str, Any]:

@@ -8,10 +8,12 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from serve_app.core.plans import RENAMED, Plan
+from serve_app.core.plans import Plan
 
 from .summary import quantiles
 
+# What results written before plans were named apart from the policies call a plan.
+OLD_PLAN_NAMES = {"transfer": Plan.FULL_TRANSFER.value}
 # How the controller learns in the capacity and shift runs.
 ADAPTIVE_LEARN = {"mode": "learn", "min_samples": 50, "window": 500, "explore": 0.05}
 # The plans these runs learn among, each as one letter of ``plans_in_order``.
@@ -23,7 +25,7 @@ PLAN_LEGEND = ", ".join(f"{letter} {plan}" for plan, letter in PLAN_LETTERS.item
 def named_now(plan: str | None) -> str | None:
     """A plan as it is named now: results written before plans were named apart from the policies
     say ``transfer`` for ``full-transfer`` (their letters, ``PLAN_LETTERS``, are the same)."""
-    return RENAMED[plan].value if plan in RENAMED else plan
+    return OLD_PLAN_NAMES.get(plan, plan) if plan is not None else None
 
 
 def plans_of(stats: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,8 +28,12 @@ def command_of(
     """The command that reruns ``scenario`` as it ran: its name, the config and server it was given
     and the overrides it took."""
     served = (f" --config configs/{config}" if config else "") + (f" --url {url}" if url else "")
-    taken = [f" --param {key}={value}" for key, value in overrides.items() if scenario.accepts(key)]
-    return f"python -m loadtest.bench --only {scenario.name}" + served + "".join(taken)
+    taken = [
+        f" --param {key}={value}"
+        for key, value in overrides.items()
+        if scenario.accepts(key) and key != "variant"
+    ]
+    return scenario.rerun() + served + "".join(taken)
 
 
 def parameters_record(parameters: Any) -> dict[str, Any]:
@@ -57,7 +61,9 @@ def run_scenarios(
     ``config`` (a file under configs/) replaces the config of the scenarios that take one; the local
     Ray then has the machine's CPUs (and GPUs), not the two the shipped benchmarks are sized for.
     ``url``: a server already serving that config, measured as it is; no local Ray is started."""
-    configured = [(scenario, scenario.configured(overrides)) for scenario in scenarios]
+    configured = [
+        (one, one.configured(overrides)) for scenario in scenarios for one in scenario.each(overrides)
+    ]
     apart = [pair for pair in configured if not pair[0].needs_ray]
     on_ray = [pair for pair in configured if pair[0].needs_ray]
     run = Run(overrides, results, len(configured), config, url)

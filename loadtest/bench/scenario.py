@@ -59,6 +59,12 @@ class Scenario:
     # Whether a run of every scenario (no ``--only``) includes it; one that reads what another run
     # left (a Ray session's logs) runs only when named.
     in_full_run: bool = True
+    # A variant of a family (one scenario whose ``variant`` parameter picks what it runs, each variant
+    # its own run, file and table), named by ``--param variant=<it>``.
+    variant: str | None = None
+    # A family: its variants (``variant`` set on each), every one of them run unless ``variant`` picks
+    # some; its own title, result and table are its first variant's.
+    variants: tuple[Scenario, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -70,18 +76,63 @@ class Scenario:
 
     def rerun(self) -> str:
         """The command that (re)makes this scenario's result."""
-        return self.command or f"python -m loadtest.bench --only {self.name}"
+        picked = f" --param variant={self.variant}" if self.variant else ""
+        return self.command or f"python -m loadtest.bench --only {self.name}{picked}"
 
     def accepts(self, key: str) -> bool:
+        if self.variants:
+            return key == "variant" or any(one.accepts(key) for one in self.variants)
         return key in {field.name for field in dataclasses.fields(self.parameters)}
 
+    def each(self, overrides: Mapping[str, str] = {}) -> tuple[Scenario, ...]:
+        """What runs of it: itself, or the variants of a family that ``variant`` (comma-separated) picks."""
+        if not self.variants:
+            return (self,)
+        if "variant" not in overrides:
+            return self.variants
+        names = [name.strip() for name in overrides["variant"].split(",")]
+        known = {str(one.variant): one for one in self.variants}
+        if unknown := [name for name in names if name not in known]:
+            raise ValueError(f"--param variant={','.join(unknown)}: {self.name} has {', '.join(known)}")
+        return tuple(known[name] for name in names)
+
     def configured(self, overrides: Mapping[str, str]) -> Any:
-        """The parameters with the ``overrides`` this scenario has, each parsed as its default's type."""
+        """The parameters with the ``overrides`` this scenario has, each parsed as its default's type
+        (a family: its variants' own, checked)."""
+        if self.variants:
+            return [one.configured(overrides) for one in self.each(overrides)]
         changes = {}
         for key, text in overrides.items():
             if self.accepts(key):
                 changes[key] = parse_like(getattr(self.parameters, key), key, text)
         return dataclasses.replace(self.parameters, **changes)
+
+
+def family(name: str, *variants: Scenario) -> Scenario:
+    """One scenario of ``variants`` (each a scenario of its own, named by its ``variant``)."""
+    named = tuple(dataclasses.replace(one, name=name) for one in variants)
+    return dataclasses.replace(named[0], variant=None, variants=named)
+
+
+def module_family(name: str, *variants: tuple[Any, str, str, str]) -> Scenario:
+    """A ``family`` whose variants are modules (``run``, ``table``, ``Parameters``), each given with its
+    title, result file and config; a variant is named by its module."""
+    return family(
+        name,
+        *(
+            Scenario(
+                name=name,
+                variant=module.__name__.rpartition(".")[2],
+                title=title,
+                result=result,
+                config=config,
+                run=module.run,
+                table=module.table,
+                parameters=module.Parameters(),
+            )
+            for module, title, result, config in variants
+        ),
+    )
 
 
 def parse_like(default: Any, key: str, text: str) -> Any:

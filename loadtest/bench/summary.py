@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from harness.driver import Outcome, percentile
+from harness.driver import ClientReply, percentile
 from serve_app.core.roles import ROLES
 
 
@@ -44,7 +44,7 @@ def shares(values: Iterable[Any]) -> dict[str, float]:
     return {key: round(count / total, 4) for key, count in sorted(counts.items())}
 
 
-def summarize(outcomes: Sequence[Outcome], wall_s: float) -> dict[str, Any]:
+def summarize(outcomes: Sequence[ClientReply], wall_s: float) -> dict[str, Any]:
     """One run of the HTTP driver: requests, errors, throughput, p50/p99, route shares, tokens."""
     ok = [outcome for outcome in outcomes if outcome.status == 200]
     latencies = [outcome.latency_s for outcome in ok]

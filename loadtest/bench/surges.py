@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from harness.driver import Outcome
+from harness.driver import ClientReply
 from harness.local_server import replica_counts
 from serve_app.core.scaling import little_replicas
 
@@ -115,7 +115,7 @@ def cool_down(sampler: Sampler, limit_s: float = 60) -> None:
 
 
 def phase_summary(phase: dict[str, Any], objective: float) -> dict[str, Any]:
-    outcomes: list[Outcome] = phase["outcomes"]
+    outcomes: list[ClientReply] = phase["outcomes"]
     ok = [o for o in outcomes if o.status == 200]
     latencies = [o.latency_s for o in ok]
     return {

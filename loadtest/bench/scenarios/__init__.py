@@ -1,41 +1,26 @@
-"""Every scenario of `python -m loadtest.bench`, in the order bench/RESULTS.md shows them. Adding one: a
-module here with its ``Parameters``, ``run``, ``table`` and ``SCENARIO``, listed below."""
+"""Every scenario of `python -m loadtest.bench`, in the order bench/RESULTS.md shows them (but for the
+sections render.PLACED moves). Adding one: a module here with its ``Parameters``, ``run``, ``table`` and
+``SCENARIO``, listed below; a family (one scenario, a ``variant`` parameter) is its variants' scenarios
+under ``scenario.family``."""
 
 from __future__ import annotations
 
 from . import (
-    adaptive_capacity,
-    adaptive_real,
-    adaptive_shift,
+    adaptive,
     affinity,
-    affinity_cache,
-    audit_cost,
-    audit_load,
-    audit_shed,
+    audit,
     autoscaling,
-    autoscaling_real,
     batch,
     batch_sources,
-    batch_start,
-    batch_stream,
     config_check,
-    eager,
     first_run,
-    logprob_stages,
-    logprobs,
     mixed_pair,
-    overhead,
-    overload,
-    paper,
-    passthrough,
     prefix_cache,
     real,
     replica_starts,
-    replica_starts_shipped,
     request_path,
-    selector,
-    shipped,
     stats_scale,
+    tracing,
 )
 
 SCENARIOS = {
@@ -43,35 +28,18 @@ SCENARIOS = {
     for module in (
         first_run,
         real,
-        paper,
-        overhead,
         request_path,
-        eager,
-        autoscaling,
-        selector,
-        logprobs,
-        logprob_stages,
-        passthrough,
+        tracing,
         prefix_cache,
         mixed_pair,
         affinity,
-        affinity_cache,
-        adaptive_real,
-        adaptive_shift,
-        adaptive_capacity,
-        audit_cost,
-        audit_shed,
-        audit_load,
+        adaptive,
+        audit,
         stats_scale,
-        overload,
-        shipped,
-        autoscaling_real,
+        autoscaling,
         batch,
-        batch_stream,
-        batch_start,
         batch_sources,
         config_check,
         replica_starts,
-        replica_starts_shipped,
     )
 }

@@ -2,11 +2,11 @@
 read from a Ray session's Serve controller logs (a session folder such as /tmp/ray/session_latest,
 the default: the last session Ray started on this machine).
 
-    python -m loadtest.bench --only replica_starts --param session=/tmp/ray/session_<...>
+    python -m loadtest.bench --only replica_starts --param variant=policies --param session=<session>
 
-It reads what another run left, so it needs no Ray and runs only when named: after the coupled bench
-(``--only autoscaling``) here, after the shipped config's burst (``--only shipped``) as
-``replica_starts_shipped`` (``scenarios/replica_starts_shipped.py``), each into its own file.
+It reads what another run left, so it needs no Ray and runs only when named; its variant names the run
+whose session it reads, each into its own file: ``policies`` after ``--only autoscaling --param
+variant=policies``, ``shipped`` after ``--only autoscaling --param variant=shipped``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cells import cell
-from ..scenario import Bench, Scenario
+from ..scenario import Bench, Scenario, family
 from ..summary import spread
 
 
@@ -136,13 +136,23 @@ def table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-SCENARIO = Scenario(
-    name="replica_starts",
-    title="How long Serve took to start a replica (the coupled bench's session)",
-    result="autoscaling/replica-starts.json",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-    needs_ray=False,
-    in_full_run=False,
+SCENARIO = family(
+    "replica_starts",
+    *(
+        Scenario(
+            name="replica_starts",
+            variant=variant,
+            title=f"How long Serve took to start a replica (the {session}'s session)",
+            result=result,
+            run=run,
+            table=table,
+            parameters=Parameters(),
+            needs_ray=False,
+            in_full_run=False,
+        )
+        for variant, session, result in (
+            ("policies", "coupled bench", "autoscaling/replica-starts.json"),
+            ("shipped", "shipped config", "autoscaling/replica-starts-shipped.json"),
+        )
+    ),
 )

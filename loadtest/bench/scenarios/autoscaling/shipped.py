@@ -1,4 +1,6 @@
-"""shipped: configs/mai-emulated.yaml as shipped (the coupled policy) with the bench's target and
+"""autoscaling --param variant=shipped.
+
+On configs/mai-emulated.yaml as shipped (the coupled policy) with the bench's target and
 delay: a burst of 64 cascade users, and when the large model reaches the replicas Little's law expects."""
 
 from __future__ import annotations
@@ -8,8 +10,8 @@ from typing import Any
 
 from harness.local_server import config_args, deploy
 
-from ..scenario import Bench, Scenario
-from ..surges import (
+from ...scenario import Bench
+from ...surges import (
     Sampler,
     cool_down,
     drive_phases,
@@ -93,14 +95,3 @@ def table(result: dict[str, Any]) -> list[str]:
             f"{burst['goodput_per_s']} | {seconds['small']:g} / {seconds['large']:g} |"
         )
     return lines
-
-
-SCENARIO = Scenario(
-    name="shipped",
-    title="The emulated config as shipped under a burst",
-    result="autoscaling/shipped.json",
-    config="mai-emulated.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-)

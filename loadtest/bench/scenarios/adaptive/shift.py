@@ -1,4 +1,6 @@
-"""adaptive_shift: one class whose traffic shifts on the real CPU stack: colour and shape questions, then
+"""adaptive --param variant=shift.
+
+One class whose traffic shifts on the real CPU stack: colour and shape questions, then
 yes/no questions sent as open text (the same class, where the demo pair's short answers agree by
 luck), then colour and shape again, 600 each at concurrency 8: the plan of every request in order and
 how many requests each shift took."""
@@ -13,9 +15,9 @@ from typing import Any
 
 from harness.local_server import config_args, deploy
 
-from ..load import answer_body, ask_plans
-from ..plans import PLAN_LEGEND, PLAN_LETTERS, completed_plans, named_now, plans_in_order, settled_after
-from ..scenario import Bench, Scenario
+from ...load import answer_body, ask_plans
+from ...plans import PLAN_LEGEND, PLAN_LETTERS, completed_plans, named_now, plans_in_order, settled_after
+from ...scenario import Bench
 
 
 @dataclass(frozen=True)
@@ -110,14 +112,3 @@ def table(result: dict[str, Any]) -> list[str]:
         "not explore ran the plan the phase settled on (0: from its first).",
     ]
     return lines
-
-
-SCENARIO = Scenario(
-    name="adaptive_shift",
-    title="Plans when a class's traffic shifts (real stack)",
-    result="adaptive/shift-real.json",
-    config="mai-cpu.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-)

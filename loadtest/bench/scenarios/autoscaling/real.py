@@ -1,4 +1,6 @@
-"""autoscaling_real: configs/mai-cpu.yaml under the coupled policy with the overload relaxation on and
+"""autoscaling --param variant=real.
+
+On configs/mai-cpu.yaml, under the coupled policy with the overload relaxation on and
 audits at rate 1.0, concurrency past what two cores hold: the share of relaxed answers and their
 accuracy against the others' (easy-vqa's gold answers), and the replicas after the load."""
 
@@ -12,11 +14,11 @@ from typing import Any
 from evaluation.scoring import score
 from harness.local_server import config_args, deploy
 
-from ..cells import percent, shares_text
-from ..load import ANSWER, bodies, run_load, stats
-from ..scenario import Bench, Scenario
-from ..summary import shares
-from ..surges import Sampler
+from ...cells import percent, shares_text
+from ...load import ANSWER, bodies, run_load, stats
+from ...scenario import Bench
+from ...summary import shares
+from ...surges import Sampler
 
 REAL_OVERLOAD = {
     "max_large_queue": 2,
@@ -43,7 +45,7 @@ def deployment_args(relax: bool) -> dict[str, Any]:
             for name, floor in FLOORS.items()
             if (threshold := getattr(configured, name)) is not None
         }
-        args["cascade"]["overload"] = REAL_OVERLOAD | {"relax_to": relax_to | {"eager_reasoning": False}}
+        args["cascade"]["overload"] = REAL_OVERLOAD | {"relax_to": relax_to | {"eager": False}}
     return args
 
 
@@ -206,14 +208,3 @@ def table(result: dict[str, Any]) -> list[str]:
             for cls, route, counts in relaxed
         ]
     return lines
-
-
-SCENARIO = Scenario(
-    name="autoscaling_real",
-    title="Overload on the real stack: relaxed answers' accuracy",
-    result="autoscaling/real-stack.json",
-    config="mai-cpu.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-)

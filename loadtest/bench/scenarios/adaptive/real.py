@@ -1,4 +1,6 @@
-"""adaptive_real: plans per question class on the real CPU stack (configs/mai-cpu.yaml as served):
+"""adaptive --param variant=real.
+
+Plans per question class on the real CPU stack (configs/mai-cpu.yaml as served):
 seeded easy-vqa *test* questions at concurrency 8, after an unscored warm-up of other test questions
 through ``mai``: adaptive ``mai``, ``mai`` forced to the paper's ``sequential`` plan, Full RT
 (``mai-transfer``) and large-reason, each repetition running all four in an order rotated from the
@@ -22,11 +24,11 @@ from harness.local_server import config_args, deploy
 from harness.paths import RESULTS
 from harness.results import shown
 
-from ..cells import cell, shares_text
-from ..load import stats
-from ..plans import plan_shares, plans_of
-from ..scenario import Bench, Scenario
-from ..summary import median
+from ...cells import cell, shares_text
+from ...load import stats
+from ...plans import plan_shares, plans_of
+from ...scenario import Bench
+from ...summary import median
 
 PREDICTIONS = RESULTS / "adaptive" / "real-stack-predictions.jsonl"
 CONCURRENCY = 8
@@ -88,9 +90,9 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     from evaluation.records import load_records
     from harness.datasets import dataset_file, easy_vqa_records
 
-    from ..real_stack import aggregate, measure, run_once
-    from ..schedule import run_order
-    from ..summary import spread
+    from ...real_stack import aggregate, measure, run_once
+    from ...schedule import run_order
+    from ...summary import spread
 
     data = dataset_file(
         f"easy-vqa-test-{questions + WARM_UP}.jsonl", lambda: easy_vqa_records("test", questions + WARM_UP)
@@ -202,14 +204,3 @@ def table(result: dict[str, Any]) -> list[str]:
             f"{shares_text(medians, 1)} |"
         )
     return lines
-
-
-SCENARIO = Scenario(
-    name="adaptive_real",
-    title="Plans per question class on the real stack",
-    result="adaptive/real-stack.json",
-    config="mai-cpu.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-)

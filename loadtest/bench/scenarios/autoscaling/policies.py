@@ -1,4 +1,6 @@
-"""autoscaling: per-deployment queue autoscaling against the coupled policy on the emulated engines (a
+"""autoscaling --param variant=policies.
+
+Per-deployment queue autoscaling against the coupled policy on the emulated engines (a
 capacity model: latency, never accuracy): the ChartQA and MMMU profiles, a ramp (8 → 32 → 64 → 8
 users) and a step burst (8 → 64 → 8), each policy in its own deployment, the two in a rotated order per
 repetition. Per run: when the large model first runs the replicas Little's law expects at 64 users
@@ -13,11 +15,11 @@ from typing import Any
 
 from harness.local_server import deploy
 
-from ..cells import median_range
-from ..scenario import Bench, Scenario
-from ..schedule import rotated
-from ..summary import spread
-from ..surges import (
+from ...cells import median_range
+from ...scenario import Bench
+from ...schedule import rotated
+from ...summary import spread
+from ...surges import (
     OBJECTIVE_FACTOR,
     POLICIES,
     PROFILES,
@@ -138,14 +140,3 @@ def table(result: dict[str, Any]) -> list[str]:
                 f"{ratio:g}× the replica-seconds"
             )
     return [*lines, "", *[f"- {goal}" for goal in goals]]
-
-
-SCENARIO = Scenario(
-    name="autoscaling",
-    title="Autoscaling: per deployment and coupled",
-    result="autoscaling.json",
-    config="mai-emulated.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-)

@@ -1,4 +1,6 @@
-"""overload: replicas fixed at one per model, 96 cascade users (past what one replica holds), the
+"""autoscaling --param variant=overload.
+
+Replicas fixed at one per model, 96 cascade users (past what one replica holds), the
 cascade's overload relaxation off and on, interleaved: p99, goodput (answers within the objective per
 second), the share of relaxed answers (emulated engines: latency, never accuracy)."""
 
@@ -10,12 +12,12 @@ from typing import Any
 
 from harness.local_server import deploy
 
-from ..cells import cell, percent, percent_cell
-from ..load import ANSWER, after, bodies, emulated_args, run_load
-from ..scenario import Bench, Scenario
-from ..schedule import rotated
-from ..summary import quantiles, shares, spread
-from ..surges import objective_s
+from ...cells import cell, percent, percent_cell
+from ...load import ANSWER, after, bodies, emulated_args, run_load
+from ...scenario import Bench
+from ...schedule import rotated
+from ...summary import quantiles, shares, spread
+from ...surges import objective_s
 
 FIXED = {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 32}
 OVERLOAD_USERS = 96
@@ -149,14 +151,3 @@ def table(result: dict[str, Any]) -> list[str]:
             f"{run['p99_s']} | {run['goodput_per_s']} | {percent(run['relaxed_share'])} | {levels} |"
         )
     return lines
-
-
-SCENARIO = Scenario(
-    name="overload",
-    title="Overload: relaxation off and on",
-    result="autoscaling/overload.json",
-    config="mai-emulated.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-)

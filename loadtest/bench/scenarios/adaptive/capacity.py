@@ -1,4 +1,6 @@
-"""adaptive_capacity: plans per question class on the emulated tier (a capacity model, the paper's
+"""adaptive --param variant=capacity.
+
+Plans per question class on the emulated tier (a capacity model, the paper's
 profiles): on each of the six datasets, adaptive ``mai`` against ``mai`` forced to ``sequential``,
 interleaved and repeated, the same request ids (the same scripted routes) for both, after a warm-up.
 Then one stream, POPE, then MMMU, then POPE, on one deployment whose emulated engines switch profile
@@ -16,8 +18,8 @@ from typing import Any
 from deployments.paper_profile import DATASETS
 from harness.local_server import deploy, deployment_handle
 
-from ..cells import cell
-from ..load import (
+from ...cells import cell
+from ...load import (
     EMULATED_LARGE,
     EMULATED_SMALL,
     PAPER_TIME_SCALE,
@@ -26,7 +28,7 @@ from ..load import (
     emulated_args,
     stats,
 )
-from ..plans import (
+from ...plans import (
     ADAPTIVE_LEARN,
     PLAN_LEGEND,
     PLAN_LETTERS,
@@ -37,9 +39,9 @@ from ..plans import (
     run_summary,
     settled_after,
 )
-from ..scenario import Bench, Scenario
-from ..schedule import run_order
-from ..summary import median, spread
+from ...scenario import Bench
+from ...schedule import run_order
+from ...summary import median, spread
 
 CAPACITY_CONCURRENCY = 32
 CAPACITY_REQUESTS = 192
@@ -204,14 +206,3 @@ def table(result: dict[str, Any]) -> list[str]:
             "did not explore ran the plan the phase settled on (0: from its first).",
         ]
     return lines
-
-
-SCENARIO = Scenario(
-    name="adaptive_capacity",
-    title="Plans per question class on the capacity model",
-    result="adaptive/capacity.json",
-    config="mai-emulated.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
-)
