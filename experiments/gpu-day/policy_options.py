@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from serve_app.config import load_app_config
-from serve_app.core.options import CascadeOptions, Policy
+from serve_app.core.contracts import CascadeOptions, Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 

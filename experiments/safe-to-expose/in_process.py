@@ -22,7 +22,7 @@ import time
 
 def parse_json_function():
     try:
-        from serve_app.edge.json_body import parse_json
+        from serve_app.edge.body import parse_json
     except ImportError:  # before: in jobs.py
         from serve_app.edge.jobs import parse_json
     return parse_json

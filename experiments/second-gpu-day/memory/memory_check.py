@@ -2,8 +2,9 @@
 
 For each config (and the variants the docs describe: the attention scorer uncommented, an oversized KV
 budget) on one host of H100, H200 and L4 GPUs with the GPUs its comments name (8 for configs/mai.yaml,
-1 for the single-GPU configs): whether the placement check (serve_app/engine_config/placement.py,
-which holds the memory check) passes, what it says, and, where the code has it, what each card holds
+2 for configs/mai-2gpu.yaml, 1 for the single-GPU configs): whether the placement check
+(serve_app/engine_config/placement.py, which holds the memory check) passes, what it says, and, where
+the code has it, what each card holds
 (serve_app/engine_config/memory.py). With ``--code DIR`` the project's modules are imported from DIR
 first: a tree of an earlier commit (``git archive <commit> | tar -x -C DIR``) gives that commit's rule,
 on the configs of this checkout. No GPU, no Ray, no vLLM: the configs' validation and the checks.
@@ -25,7 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
 CARDS = ("H100", "H200", "L4")
-GPUS_NAMED = {"mai.yaml": 8, "mai-1gpu.yaml": 1, "mai-1gpu-h200.yaml": 1}
+GPUS_NAMED = {"mai.yaml": 8, "mai-2gpu.yaml": 2, "mai-1gpu.yaml": 1, "mai-1gpu-h200.yaml": 1}
 GiB = 1 << 30
 
 
