@@ -351,11 +351,14 @@ def check_hashed(constraints: Path) -> list[str]:
 
 def pip_command(requirements: list[str], python: str, report: Path) -> list[str]:
     # --isolated: this machine's pip configuration (extra indexes, find-links, constraints) stays out;
-    # the answer is PyPI's metadata for the image's platform, whoever runs it.
+    # the answer is PyPI's metadata for the image's platform, whoever runs it. Where an index serves
+    # no metadata file (PEP 658), pip downloads the wheel to read it: --no-cache-dir keeps those
+    # gigabytes off the disk, and --resume-retries lets a cut download go on where it stopped.
     platforms = [option for platform in PLATFORMS for option in ("--platform", platform)]
     return [
         sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--quiet",
-        "--dry-run", "--ignore-installed", "--only-binary=:all:", "--index-url", INDEX,
+        "--dry-run", "--ignore-installed", "--only-binary=:all:", "--no-cache-dir", "--resume-retries", "20",
+        "--index-url", INDEX,
         "--python-version", python, *platforms, "--report", str(report), *requirements,
     ]  # fmt: skip
 

@@ -59,13 +59,12 @@ class Readiness(Strict):
 class Limits(Strict):
     """What a request may carry. Beyond these the request gets a 4xx and no model is called."""
 
-    max_images: int = Field(
-        1,
-        ge=1,
-        le=1,
-        description="images of a cascade request: its policies read one; a request with more is passed "
-        "through under mai (max_passthrough_images)",
-    )
+    # Images of a cascade request, its conversation's included (every stage reads them all): at most
+    # what both engines take (limit_mm_per_prompt); a request with more passes through under mai.
+    max_images: int = Field(1, ge=1, le=64)
+    # User and assistant turns a cascade request may carry before its question (every stage reads
+    # them); a longer conversation passes through under mai. 0: one turn only.
+    max_context_turns: int = Field(16, ge=0, le=256)
     max_passthrough_images: int | None = Field(
         None,
         ge=1,
@@ -94,9 +93,8 @@ class Limits(Strict):
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413"
     )
-    # A body must have arrived whole this long after its request (else 408), and one ingress replica
-    # reads at most this many bodies at once of one API key, or of one client address without a
-    # key (else 429).
+    # A body must have arrived whole this long after its request (else 408); a replica reads at most
+    # this many bodies at once of one API key, or of one client address without a key (else 429).
     body_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     max_body_reads_per_client: int = Field(32, ge=1)
     # The JSON body: how deep arrays and objects may nest, how many keys and values (array elements
@@ -233,12 +231,10 @@ class AppConfig(Strict):
     classes: ClassSettings = ClassSettings()
     telemetry: TelemetrySettings = TelemetrySettings()  # what the spans may carry (docs/observability.md)
     request_timeout_s: float = Field(300.0, gt=0)
-    # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged;
-    # serve_app/edge/routing.py says what fits), or always one of them. A request's `mai.destination`
-    # overrides it (``RENAMED_SETTINGS``: its old name).
+    # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged:
+    # serve_app/edge/routing.py), or always one. A request's `mai.destination` overrides it.
     mai_destination: Destination = "auto"
-    # Ask the engines for the generated tokens' logprobs: every answer's confidence (the trace's
-    # ``confidence``), which ``cascade.min_confidence`` and ``cascade.confident_large`` need.
+    # The generated tokens' logprobs: each answer's confidence (cascade.min_confidence, confident_large).
     answer_logprobs: bool = True
 
     @model_validator(mode="before")
@@ -262,8 +258,13 @@ class AppConfig(Strict):
     @model_validator(mode="after")
     def _passthrough_images_the_engines_take(self) -> AppConfig:
         """Passthrough's image limit is the engines' (``limit_mm_per_prompt``): more would pass the
-        ingress and fail at the engine."""
+        ingress and fail at the engine. The cascade's must fit both engines: every stage carries them."""
         engines = min(images_per_prompt(model) for model in (self.small, self.large))
+        if self.limits.max_images > engines:
+            raise ValueError(
+                f"limits.max_images {self.limits.max_images} exceeds the {engines} image(s) a prompt may "
+                "carry to both engines (engine_kwargs.limit_mm_per_prompt.image): raise that, or lower this"
+            )
         configured = self.limits.max_passthrough_images
         if configured is None:
             limits = self.limits.model_copy(update={"max_passthrough_images": engines})

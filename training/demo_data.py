@@ -211,7 +211,7 @@ def make_example(
         seen = reading(facts, qa.question, rng, mix)
         return transfer_example(image_url, question, qa.answer, reasoning_text(seen, qa.question), rng)
     messages = build_messages(
-        image_url,
+        () if image_url is None else (image_url,),
         question,
         (),
         kind,
@@ -229,7 +229,7 @@ def transfer_example(
     """A Reasoning transfer example: a smaller model's reasoning (``reference``, right or wrong) in
     either transfer form; the target is the true ``answer``, whatever the reference says."""
     messages = build_messages(
-        image_url,
+        () if image_url is None else (image_url,),
         question,
         (),
         prompt_answer_kind(question),

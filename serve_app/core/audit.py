@@ -16,10 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from .audit_alerts import alert_evidence
-from .contracts import Policy
+from .audit_settings import AuditSettings
 from .draws import uniform
 from .intervals import exact_lower_bound, wilson_interval
 from .routes import EARLY_EXITS, Route
@@ -34,50 +32,6 @@ SINGLE_PLAN_NOTE = (
     "agreement with the reference, which may be the weaker answerer here, so an alert is reported and "
     "the plan is not switched: recalibrate to change it"
 )
-
-
-class AuditSettings(BaseModel):
-    """``cascade.audit`` in the server config."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="share of early exits audited")
-    reference: Policy = Field(Policy.TRANSFER, description="the policy an audited answer is compared with")
-    max_disagreement: float = Field(0.05, gt=0, le=1, allow_inf_nan=False)
-    window: int = Field(1000, ge=1, description="the last audits per class the rate is read over")
-    max_large_queue: int = Field(
-        8, ge=0, description="no audit starts while the large model has more calls in flight"
-    )
-    max_small_queue: int = Field(
-        8, ge=0, description="no audit starts while the small model has more calls in flight"
-    )
-    priority: int = Field(
-        0,
-        ge=0,
-        le=1_000_000,
-        description="the engine priority of audits' model calls: served calls run at 0 and vLLM runs "
-        "lower values first, so above 0 audits wait behind served calls (needs scheduling_policy: "
-        "priority in both vLLM engines' engine_kwargs); 0 runs them as served calls",
-    )
-    alert_min_samples: int = Field(
-        30,
-        ge=1,
-        description="audits a class's window needs before its disagreement rate alone raises an alert "
-        "(with fewer, only a 95 % lower bound over max_disagreement does)",
-    )
-    max_in_flight: int = Field(
-        16,
-        ge=0,
-        description="audits this replica runs at once; a sampled answer past it is not audited (full)",
-    )
-    seed: int | None = Field(
-        None,
-        description="None: which answers are audited is drawn under a secret each replica makes at start, "
-        "so no client can choose or predict it; an integer: a seeded hash of the request id, "
-        "reproducible (tests, benchmarks), and chosen by a client that picks its ids",
-    )
-    report_interval_s: float = Field(
-        5.0, gt=0, description="how often each ingress replica reports its statistics to the holder"
-    )
 
 
 def is_sampled(draw_id: str, settings: AuditSettings, secret: bytes = b"") -> bool:
@@ -131,6 +85,7 @@ class _Statistics:
     served_tokens: int
     audit_tokens: int
     not_run: Counter
+    destinations: Counter  # requests per destination, and "<destination>:<reason>" per reason
 
     def _window(self, cls: str) -> tuple[int, int]:
         """The audits in ``cls``'s window, and how many of them disagreed."""
@@ -168,10 +123,28 @@ class _Statistics:
             },
         }
 
+    def destinations_body(self) -> dict[str, Any]:
+        """``destinations`` in the ``GET /v1/mai/stats`` body: per destination (``cascade``,
+        ``passthrough``), its requests, their share of all counted, and each reason's count (a request
+        passed through for two parameters counts under each)."""
+        total = sum(count for name, count in self.destinations.items() if ":" not in name)
+        body: dict[str, Any] = {}
+        for name in ("cascade", "passthrough"):
+            requests = self.destinations.get(name, 0)
+            reasons = {
+                key.partition(":")[2]: count
+                for key, count in sorted(self.destinations.items())
+                if key.startswith(f"{name}:")
+            }
+            share = round(requests / total, 4) if total else None
+            body[name] = {"requests": requests, "share": share, "reasons": reasons}
+        return body
+
     def snapshot(self, settings: AuditSettings) -> dict[str, Any]:
         """The ``GET /v1/mai/stats`` body."""
         share = self.audit_tokens / self.served_tokens if self.served_tokens else 0.0
         return {
+            "destinations": self.destinations_body(),
             "classes": {cls: self.class_body(cls, settings) for cls in sorted(self.classes)},
             "audit": {
                 "rate": settings.rate,
@@ -207,6 +180,12 @@ class AuditBook(_Statistics):
         self.served_tokens = 0
         self.audit_tokens = 0
         self.not_run: Counter = Counter()  # reason -> audits sampled but not run to the end
+        self.destinations: Counter = Counter()
+
+    def record_destination(self, destination: str, reasons: tuple[str, ...]) -> None:
+        """A request went to ``destination`` (``cascade`` or ``passthrough``) for ``reasons``."""
+        self.destinations[destination] += 1
+        self.destinations.update(f"{destination}:{reason}" for reason in reasons)
 
     def record_request(
         self,
@@ -255,6 +234,7 @@ class AuditBook(_Statistics):
             "served_tokens": self.served_tokens,
             "audit_tokens": self.audit_tokens,
             "not_run": dict(self.not_run),
+            "destinations": dict(self.destinations),
         }
 
     @classmethod
@@ -281,6 +261,7 @@ class AuditBook(_Statistics):
             book.served_tokens += state["served_tokens"]
             book.audit_tokens += state["audit_tokens"]
             book.not_run.update(state["not_run"])
+            book.destinations.update(state.get("destinations", {}))
         for name, outcomes in recent.items():
             book.classes[name].recent.extend(sorted(outcomes, key=lambda item: item[0]))
         return book
@@ -335,6 +316,7 @@ class MergedAudits(_Statistics):
         self.served_tokens = 0
         self.audit_tokens = 0
         self.not_run: Counter = Counter()
+        self.destinations: Counter = Counter()
 
     def _class(self, cls: str) -> _MergedAuditClass:
         if cls not in self.classes:
@@ -363,11 +345,12 @@ class MergedAudits(_Statistics):
                     del entry.by_route[route]
 
     def count_totals(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:
-        """A replica's ``served_tokens``, ``audit_tokens`` and ``not_run`` went from ``old`` to ``new``."""
+        """A replica's totals went from ``old`` to ``new`` (an older release's has no ``destinations``)."""
         old = old or {}
         self.served_tokens += new["served_tokens"] - old.get("served_tokens", 0)
         self.audit_tokens += new["audit_tokens"] - old.get("audit_tokens", 0)
         _move(self.not_run, new["not_run"], old.get("not_run", {}))
+        _move(self.destinations, new.get("destinations", {}), old.get("destinations", {}))
 
     def add_audit(self, cls: str, key: Key, disagreed: bool, route: str) -> None:
         """One audit of a replica's window, at ``key`` ``(at, rank, seq)``."""

@@ -17,9 +17,8 @@ Read ``_Run._cascade`` top to bottom: it is the paper's algorithm (§4, Figure 2
 Whatever the route, the answer served is valid for its kind when any stage gave a valid one
 (``_terminal``, the paper's rule completed): when the route's own is not, the first valid answer in
 ``FALLBACK_ORDER`` is served (route ``fallback``). When none is, the stage that would have answered
-is asked once more for the answer alone, in its form (``StageCalls.repair``: the engine's structured outputs
-make it valid by construction); so a reply is always of its kind, and a reasoning's raw text is
-never served.
+is asked once more for the answer alone, in its form (``StageCalls.repair``: structured outputs make it
+valid by construction); so a reply is always of its kind, and a reasoning's raw text is never served.
 
 That order is the ``sequential`` plan. A request may run another plan (``plans.py``, ``options.plan``):
 ``eager`` starts step 3 with step 1 and cancels it when step 1 settles the question (the same
@@ -28,15 +27,15 @@ model's reasoning together, then steps 3-4 (``_reason_first``); ``full-transfer`
 RT (``_full_transfer``); ``small-only``, ``large-only`` and ``small-reason-only`` let one model answer
 alone, where a calibrated table found that pays (``_one_model_plan``).
 
-A model that fails or times out (the clients' declared ``EngineError`` family, or a stage's timeout)
-degrades the route, or fails the request with ``ModelUnavailableError`` when the answer depends on
-it; a model that refuses the request's content (``InputRejectedError``: its processor, its context
-length) fails the whole request as the client's error, whichever stage met it. Any other exception
-is a bug: it is never taken for a failed model, and fails the request.
+A model that fails or times out (``EngineError``, or a stage's timeout) degrades the route, or fails
+the request with ``ModelUnavailableError`` when the answer depends on it; a model that refuses the
+request's content (``InputRejectedError``: its processor, its context length) fails the whole request
+as the client's error, whichever stage met it. Any other exception is a bug: it is never taken for a
+failed model, and fails the request.
 
 The question arrives bare (``question_parsing``): a client's answer-format instruction was taken out of
 its text, each stage adds the paper's own (Appendix C), and the reply follows the client's
-(``instructions.reply_in_format``).
+(``instructions.reply_in_format``). Every stage reads a follow-up's conversation (``Question.context``).
 
 Only text crosses between the models. No Ray, vLLM or FastAPI here: the clients are anything with an
 async ``complete(messages, *, max_tokens, call, decoding) -> Completion`` (``contracts.VLMClient``);
@@ -154,6 +153,8 @@ class _Run:
             overload=decision.overload if decision is not None else None,
             kind=question.kind,
             kind_basis=question.kind_basis,
+            context_turns=len(question.context),
+            images=question.image_count,
             format_instruction=question.instruction,
             choices_from_text=list(question.choices_from_text),
             options_named=list(question.choices) if question.options_named else [],

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from .answers import ANSWER_KINDS
 from .instructions import Instruction
 from .plans import PlanName
-from .prompts import PromptKind, TransferForm
+from .prompts import PromptKind, TransferForm, Turn
 
 
 class Policy(StrEnum):
@@ -143,7 +143,7 @@ class Question:
     ``question_parsing.read_question``, the one place its answer kind is decided."""
 
     question: str
-    image_url: str | None = None
+    images: tuple[str, ...] = ()  # the question's own images (data URLs), in the order sent
     choices: tuple[str, ...] = ()
     kind: str = field(kw_only=True)  # one of answers.ANSWER_KINDS
     # What decided the kind (question_parsing.answer_kind): request, options, instruction, either_or,
@@ -157,13 +157,27 @@ class Question:
     # The choices are the options an either/or question names ("Is it red or blue?", question_parsing.py):
     # the stages get the question as asked with the short-answer prompt, the reply is the option's text.
     options_named: bool = False
+    context: tuple[Turn, ...] = ()  # the conversation before the question, oldest first
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "images", tuple(self.images))
+        object.__setattr__(self, "context", tuple(self.context))
         object.__setattr__(self, "choices", tuple(self.choices))
         object.__setattr__(self, "system", tuple(self.system))
         object.__setattr__(self, "choices_from_text", tuple(self.choices_from_text))
         if self.kind not in ANSWER_KINDS:
             raise ValueError(f"answer kind must be one of {', '.join(ANSWER_KINDS)}, got {self.kind!r}")
+
+    @property
+    def image_url(self) -> str | None:
+        """The first image of the request, the conversation's included (the one a scorer reads)."""
+        earlier = [image for turn in self.context for image in turn.images]
+        return next(iter((*earlier, *self.images)), None)
+
+    @property
+    def image_count(self) -> int:
+        """The images the request carries, the conversation's included."""
+        return len(self.images) + sum(len(turn.images) for turn in self.context)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,20 @@ text itself, whatever the model's family.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Turn:
+    """An earlier turn of a conversation, as the client sent it: every stage's prompt carries it before
+    the question, in the model family's chat layout (``build_messages``). A user turn may carry
+    images (where they first appeared); an assistant turn is text."""
+
+    role: Literal["user", "assistant"]
+    text: str
+    images: tuple[str, ...] = ()
 
 
 class PromptKind(StrEnum):
@@ -137,7 +150,7 @@ def instruction(
 
 
 def build_messages(
-    image_url: str | None,
+    images: Sequence[str],
     question: str,
     choices: Sequence[str],
     kind: str,
@@ -147,17 +160,33 @@ def build_messages(
     transfer_form: TransferForm | None = None,
     system: Sequence[str] = (),
     layout: PromptLayout = PromptLayout.SEPARATE_LINE,
+    context: Sequence[Turn] = (),
 ) -> list[dict]:
-    """One OpenAI chat message: the image, then one text part of the question (+ options) and the
-    instruction joined as ``layout`` says, after the client's ``system`` messages, if any."""
-    content: list[dict] = []
-    if image_url is not None:
-        content.append({"type": "image_url", "image_url": {"url": image_url}})
+    """The OpenAI chat messages of one stage: the client's ``system`` messages, the conversation before
+    the question (``context``: each turn as sent, a user turn's images before its text), then the
+    question's message: its ``images``, then one text part of the question (+ options) and the
+    instruction joined as ``layout`` says. Everything before that last text part is the same in every
+    stage of a request, and in the next turn of its conversation up to the question's own text."""
+    if isinstance(images, str):
+        raise TypeError("images is a sequence of image URLs, not one URL")
     text = LAYOUT_SEPARATORS[layout].join(
         (
             question_text(question, choices),
             instruction(prompt_kind, kind, reasoning=reasoning, transfer_form=transfer_form),
         )
     )
-    content.append({"type": "text", "text": text})
-    return [{"role": "system", "content": text} for text in system] + [{"role": "user", "content": content}]
+    return [
+        *({"role": "system", "content": text} for text in system),
+        *(_message(turn.role, turn.images, turn.text) for turn in context),
+        _message("user", images, text),
+    ]
+
+
+def _message(role: str, images: Sequence[str], text: str) -> dict:
+    """One chat message in the multimodal layout Qwen-VL's and Gemma 3's templates read: images, then text."""
+    if role == "assistant":
+        return {"role": role, "content": text}
+    content: list[dict] = [{"type": "image_url", "image_url": {"url": url}} for url in images]
+    if text or not content:
+        content.append({"type": "text", "text": text})
+    return {"role": role, "content": content}

@@ -81,15 +81,15 @@ def parse_question(text: str, choices: Sequence[str] | None = None) -> ParsedQue
 
 
 def read_question(
-    text: str, choices: Sequence[str] | None = None, kind: str | None = None, image_url: str | None = None
+    text: str, choices: Sequence[str] | None = None, kind: str | None = None, images: Sequence[str] = ()
 ) -> Question:
-    """The cascade's question for a client's ``text`` (``parse_question``), with its image, its
+    """The cascade's question for a client's ``text`` (``parse_question``), with its images, its
     answer kind (``kind`` when the request gives one, else ``answer_kind``) and its options."""
     parsed = parse_question(text, choices)
     kind, question_choices, named, basis = answer_kind(parsed.text, parsed.choices, kind, parsed.instruction)
     return Question(
         question=parsed.text,
-        image_url=image_url,
+        images=tuple(images),
         choices=question_choices,
         kind=kind,
         kind_basis=basis,

@@ -233,7 +233,7 @@ class StageCalls:
         form, its whole completion ``[[<answer>]]`` (else the request's, ``self.form``)."""
         named = self.question.options_named  # the question names its options: asked as it is
         messages = build_messages(
-            self.question.image_url,
+            self.question.images,
             self.question.question,
             () if named else self.question.choices,
             "text" if named else self.kind,
@@ -242,6 +242,7 @@ class StageCalls:
             transfer_form=self.options.transfer_form,
             system=self.question.system,
             layout=self.layouts.get(model, PromptLayout.SEPARATE_LINE),
+            context=self.question.context,
         )
         stage = StageRecord(name=name, model=model, prompt_kind=prompt_kind.value)
         constrained = form or self.form

@@ -185,6 +185,10 @@ class Trace:
     policy: str
     kind: str
     kind_basis: str = "request"  # what decided the kind (contracts.Question.kind_basis)
+    # The conversation's turns before the question (every stage read them) and the images of the
+    # request, the conversation's included.
+    context_turns: int = 0
+    images: int = 0
     # What was read from the client's text: its answer-format instruction (None: none recognised, the
     # question went to the models as sent) and the options written in it ([] when none).
     format_instruction: Instruction | None = None

@@ -1,10 +1,9 @@
 """MAIIngress: the ingress deployment that runs the cascade over the two model deployments.
 
-The replica holds the request path: a request's key and admission (``access``), its route
+The replica holds the request path: a request's key and admission (``access``), its destination
 (``routing``), its job (``jobs``), its decision and the cascade, or its forwarding to a model
-(``passthrough``). The path returns values (``outcomes``: answered, forwarded, refused); the HTTP API
-(``api``, built when a replica starts: ``__serve_build_asgi_app__``) renders them, and ``mai-batch``
-reads them as they are.
+(``passthrough``). The path returns values (answered, forwarded, refused); the HTTP API (``api``, built
+when a replica starts) renders them, and ``mai-batch`` reads them as they are.
 """
 
 # No ``from __future__ import annotations`` here: the replica gets this class by value (cloudpickle),
@@ -47,7 +46,7 @@ from .passthrough_body import checked_body
 from .readiness import ReadinessGate, handle_probe, keys_probe
 from .remote_images import fetch_image
 from .responses import Answered, Forwarded, Refused, RequestOutcome, settled
-from .routing import Passthrough, destination
+from .routing import Passthrough, destination, destination_reasons
 from .snapshot import Snapshot
 from .stats_reporter import StatsReporter
 
@@ -236,6 +235,7 @@ class IngressReplica:
 
     async def _chat(self, payload: Any, request_id: str, grant: Grant) -> Answered | Forwarded:
         routed = destination(payload, self.config)
+        self.auditor.routed(*destination_reasons(routed))
         with warned(routed.warnings):  # the request's warnings reach its error reply too
             if isinstance(routed, Passthrough):
                 # The model the client named: ``mai`` when it sent there what MAI does not fit.

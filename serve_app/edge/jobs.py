@@ -30,7 +30,7 @@ from .protocol import (
     Warnings,
 )
 from .remote_images import RemoteImagePolicy, check_remote_url
-from .routing import ToCascade, validated
+from .routing import TURN_MARKUP_BYTES, ToCascade, validated
 
 
 @dataclass(frozen=True)
@@ -97,10 +97,20 @@ def _options(
     return options
 
 
+def _checked_image(config: AppConfig, image_url: str, param: str) -> str:
+    """One image as the models get it: a checked data URL, or an allowed remote URL (downloaded by
+    ``_with_images`` once every check has passed)."""
+    limits = config.limits
+    if is_remote(image_url.strip()) and limits.allow_remote_images:
+        check_remote_url(image_url.strip(), remote_image_policy(config), param=param)
+        return image_url.strip()
+    return check_image_under(limits, image_url, param=param)
+
+
 def _question(
     config: AppConfig,
     text: str,
-    image_url: str,
+    images: list[str],
     choices: list[str] | None,
     kind: str | None,
     image_param: str,
@@ -118,16 +128,11 @@ def _question(
             param=question_param,
             code="question_too_long",
         )
-    limits = config.limits
-    if is_remote(image_url.strip()) and limits.allow_remote_images:
-        check_remote_url(image_url.strip(), remote_image_policy(config), param=image_param)
-        image_data_url = image_url.strip()  # downloaded by ``_with_image`` once every check has passed
-    else:
-        image_data_url = check_image_under(limits, image_url, param=image_param)
+    checked = [_checked_image(config, image, image_param) for image in images]
     if choices is not None and any(not choice.strip() for choice in choices):
         raise RequestError("choices must not be empty strings", param=choices_param, code="invalid_choices")
     try:
-        question = read_question(text, choices, kind, image_data_url)
+        question = read_question(text, choices, kind, checked)
     except QuestionFormatError as exc:
         param = choices_param if exc.code == "conflicting_choices" else question_param
         raise RequestError(str(exc), param=param, code=exc.code) from None
@@ -153,23 +158,31 @@ def check_answer_form(question: Question, options: CascadeOptions, param: str) -
         ) from None
 
 
-async def _with_image(question: Question, fetch_image: ImageFetcher, param: str) -> Question:
-    """``question`` with its allowed remote image downloaded and checked, as a data URL."""
-    url = question.image_url
-    if url is None or not is_remote(url):
+async def _with_images(question: Question, fetch_image: ImageFetcher, param: str) -> Question:
+    """``question`` with its allowed remote images (the conversation's too) downloaded and checked, as
+    data URLs, one after the other."""
+
+    async def fetched(images: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple([await fetch_image(url, param) if is_remote(url) else url for url in images])
+
+    if not any(
+        is_remote(url) for url in (*question.images, *(u for t in question.context for u in t.images))
+    ):
         return question
-    return dataclasses.replace(question, image_url=await fetch_image(url, param))
+    context = [dataclasses.replace(turn, images=await fetched(turn.images)) for turn in question.context]
+    return dataclasses.replace(question, images=await fetched(question.images), context=tuple(context))
 
 
-def check_prompt_size(config: AppConfig, texts: list[str], param: str) -> None:
-    """The question and system messages must fit the engines' context after the largest stage's
-    needs (``limits.max_prompt_bytes``, learnt from the models: serve_app/engine_config/model_limits.py)."""
+def check_prompt_size(config: AppConfig, texts: list[str], param: str, turns: int = 0) -> None:
+    """The question, system messages and earlier ``turns`` must fit the engines' context after the
+    largest stage's needs (``limits.max_prompt_bytes``, learnt from the models:
+    serve_app/engine_config/model_limits.py)."""
     limit = config.limits.max_prompt_bytes
-    size = sum(len(text.encode()) for text in texts)
+    size = sum(len(text.encode()) for text in texts) + TURN_MARKUP_BYTES * turns
     if limit is not None and size > limit:
         raise RequestError(
-            f"the question and system messages are {size} bytes; with the stages' token budgets and the "
-            f"image, at most {limit} fit the models' context length",
+            f"the question, system messages and earlier turns are {size} bytes; with the stages' token "
+            f"budgets and the images, at most {limit} fit the models' context length",
             param=param,
             code="context_length_exceeded",
         )
@@ -209,8 +222,6 @@ async def job_from_chat(
     user turn and found it fits (``routing.misfit``)."""
     request, turn = routed.request, routed.turn
     extra = request.mai or MAIExtra()
-    image = turn.images[0].image_url
-    assert image is not None, "routing.misfit lets no turn without an image through"
     max_tokens = (
         request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     )
@@ -218,22 +229,27 @@ async def job_from_chat(
     question = _question(
         config,
         turn.text,
-        image.url,
+        [part.image_url.url for part in turn.images if part.image_url is not None],
         extra.choices,
         extra.answer_type,
         image_param="messages",
         question_param="messages",
         choices_param="mai.choices",
     )
-    question = dataclasses.replace(question, system=turn.system)
-    check_prompt_size(config, [question.question, *turn.system], "messages")
+    context = tuple(
+        dataclasses.replace(t, images=tuple(_checked_image(config, url, "messages") for url in t.images))
+        for t in turn.context
+    )
+    question = dataclasses.replace(question, system=turn.system, context=context)
+    texts = [question.question, *turn.system, *(t.text for t in context)]
+    check_prompt_size(config, texts, "messages", turns=len(context))
     options = _options(
         config, POLICY_OF_MODEL[request.model], extra.options, max_tokens, param, request.decoding()
     )
     check_answer_form(question, options, "mai.choices")
     include_usage = bool((request.stream_options or {}).get("include_usage"))
     return Job(
-        await _with_image(question, fetch_image, "messages"),
+        await _with_images(question, fetch_image, "messages"),
         options,
         request.model,
         stream=request.stream,
@@ -255,7 +271,7 @@ async def job_from_answer(
     question = _question(
         config,
         request.question,
-        request.image,
+        [request.image],
         request.choices,
         request.answer_type,
         image_param="image",
@@ -265,7 +281,7 @@ async def job_from_answer(
     check_prompt_size(config, [question.question], "question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     check_answer_form(question, options, "choices")
-    question = await _with_image(question, fetch_image, "image")
+    question = await _with_images(question, fetch_image, "image")
     return Job(
         question, options, request.model, request_id=request_id, task=request.task, warnings=request.warnings
     )

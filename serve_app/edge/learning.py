@@ -123,6 +123,12 @@ class Auditor:
         a configured seed, the seeded draw of ``request_id``."""
         return is_sampled(self.draws.draw_id(request_id), self.settings, self.draws.secret)
 
+    def routed(self, destination: str, reasons: tuple[str, ...]) -> None:
+        """A request went to ``destination`` for ``reasons``: counted in the stats and in Prometheus."""
+        self.book.record_destination(destination, reasons)
+        if self.metrics is not None:
+            self.metrics.record_destination(destination, reasons)
+
     def served(
         self,
         job: Job,

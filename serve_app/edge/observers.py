@@ -54,6 +54,13 @@ LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.
 # each ``ray_<name>`` (``_total`` for a counter). The ingress makes them all but ``MADE_ELSEWHERE``.
 PROMETHEUS_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "mai_requests": ("counter", "Answered requests by policy and cascade route", ("policy", "route")),
+    "mai_destinations": (
+        "counter",
+        "Requests by destination (cascade, passthrough) and reason: the cascade's one_image, follow_up "
+        "and images, and why the rest passed through (a request with two unhonoured parameters counts "
+        "under each)",
+        ("destination", "reason"),
+    ),
     "mai_request_latency_s": (
         "histogram",
         "Seconds from a request's arrival to its answer, by policy and route",
@@ -181,6 +188,7 @@ class Metrics(Protocol):
 
     def record(self, policy: str, result: CascadeResult) -> None: ...
     def record_passthrough(self, model_id: str, latency_s: float) -> None: ...
+    def record_destination(self, destination: str, reasons: tuple[str, ...]) -> None: ...
     def record_audit(self, cls: str, route: str, disagreed: bool) -> None: ...
     def record_audit_not_run(self, reason: str) -> None: ...
     def record_plan(self, cls: str, plan: str) -> None: ...
@@ -227,6 +235,11 @@ class IngressMetrics(Metrics):
         tags = {"policy": model_id, "route": Route.PASSTHROUGH.value}
         self._metrics["mai_requests"].inc(1, tags=tags)
         self._metrics["mai_request_latency_s"].observe(latency_s, tags=tags)
+
+    def record_destination(self, destination: str, reasons: tuple[str, ...]) -> None:
+        """A request went to ``destination`` for ``reasons`` (``routing.destination_reasons``)."""
+        for reason in reasons:
+            self._metrics["mai_destinations"].inc(1, tags={"destination": destination, "reason": reason})
 
     def record_audit(self, cls: str, route: str, disagreed: bool) -> None:
         self._metrics["mai_audits"].inc(1, tags={"class": cls, "route": route})

@@ -1,8 +1,13 @@
 """Where a chat request for ``mai`` goes: the cascade when MAI fits it, else the large model unchanged.
 
 MAI fits a request that is
-- one user turn (system or developer messages before it are allowed, no assistant or tool turns),
-- with exactly one image,
+- a conversation whose last turn is the user's question: system or developer messages (text only),
+  then user and assistant turns alternating, from a user turn to the question's; no tool turns, no
+  image in an assistant turn, at most ``limits.max_context_turns`` turns before the question and,
+  with them, at most ``limits.max_prompt_bytes`` of text (every stage reads the earlier turns as
+  context: ``core/prompts.py``),
+- with one to ``limits.max_images`` images in all, in the user turns (a follow-up question may have
+  none of its own),
 - whose question wants a short answer: the question reader (``core/question_parsing.py``,
   ``asks_open_generation``) reads no sentence of it as asking for open generation,
 - and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1), in the shapes the
@@ -30,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..config import AppConfig
+from ..core.prompts import Turn
 from ..core.question_parsing import asks_open_generation
 from .errors import RequestError, describe_validation_error, warned
 from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra, MAIFields, Warnings
@@ -43,27 +49,40 @@ class Passthrough:
     payload: dict[str, Any]
     reason: str | None = None  # why ``mai`` sent it there; None when the client named the model
     warnings: Warnings = ()  # what the request sent under an old name (the reply's ``Warning``)
+    # ``reason`` as the counts name it (``Misfit.causes``); () when the client named the model.
+    causes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class UserTurn:
-    """The one user turn a cascade request asks, read once: the system and developer messages' text
-    before it, its text parts and its images."""
+    """The user turn a cascade request asks, read once: the system and developer messages' text, the
+    conversation before the turn (``context``: its images as the client sent them, unchecked), the
+    turn's text parts and its images."""
 
     system: tuple[str, ...]
     texts: tuple[str, ...]
     images: tuple[ContentPart, ...]
+    context: tuple[Turn, ...] = ()
 
     @property
     def text(self) -> str:
         """The turn's text parts, one a line: the question as the cascade reads it."""
         return "\n".join(self.texts)
 
+    @property
+    def image_count(self) -> int:
+        return len(self.images) + sum(len(turn.images) for turn in self.context)
+
+    @property
+    def shape(self) -> str:
+        """What the cascade serves, as the counts name it: a follow-up, several images, or one image."""
+        return "follow_up" if self.context else "images" if self.image_count > 1 else "one_image"
+
 
 @dataclass(frozen=True)
 class ToCascade:
-    """The request runs a cascade policy: build its job from the validated ``request`` and its one
-    user turn."""
+    """The request runs a cascade policy: build its job from the validated ``request`` and its user
+    turn."""
 
     request: ChatRequest
     turn: UserTurn
@@ -73,10 +92,13 @@ class ToCascade:
 @dataclass(frozen=True)
 class Misfit:
     """Why MAI does not fit a request: ``reason``, which ``mai`` passes it through for, and ``error``,
-    what a request for another cascade policy gets (None: it runs all the same)."""
+    what a request for another cascade policy gets (None: it runs all the same). ``causes``: the
+    reason as ``/v1/mai/stats`` and Prometheus count it, from a fixed set of names
+    (``unhonoured:<parameter>`` once per parameter)."""
 
     reason: str
     error: RequestError | None
+    causes: tuple[str, ...] = ()
 
 
 def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
@@ -95,7 +117,9 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
         forced = extra.destination or config.mai_destination
         if forced == "passthrough":
             by = "the request's mai.destination" if extra.destination else "the server's mai_destination"
-            return Passthrough(config.large.model_id, unchanged, f"{by} is passthrough", warnings)
+            return Passthrough(
+                config.large.model_id, unchanged, f"{by} is passthrough", warnings, ("forced",)
+            )
         try:
             with warned(warnings):
                 request = validated(ChatRequest, payload)
@@ -106,13 +130,22 @@ def destination(payload: Any, config: AppConfig) -> ToCascade | Passthrough:
             # judges the body (a 400 from it if it refuses it too).
             # Named by the field's path in the cascade's schema, never by the client's text (a header).
             reason = "a body the cascade does not read" + (f" (at {error.param})" if error.param else "")
-            return Passthrough(config.large.model_id, unchanged, reason, warnings)
+            return Passthrough(config.large.model_id, unchanged, reason, warnings, ("unread_body",))
     else:
         request = validated(ChatRequest, payload)
         warnings = one_destination(request.mai or MAIExtra())
         forced = "cascade"
     with warned(warnings):
         return _to_cascade(request, forced, unchanged, warnings, config)
+
+
+def destination_reasons(routed: ToCascade | Passthrough) -> tuple[str, tuple[str, ...]]:
+    """Where a routed request went and why, as ``/v1/mai/stats`` and Prometheus count it: the cascade
+    by what it serves (``UserTurn.shape``), a passthrough by its causes (``named_model`` when the
+    client named the model)."""
+    if isinstance(routed, ToCascade):
+        return "cascade", (routed.turn.shape,)
+    return "passthrough", routed.causes or ("named_model",)
 
 
 def one_destination(extra: MAIExtra) -> Warnings:
@@ -144,7 +177,7 @@ def _to_cascade(
     turn = user_turn(request)
     fit = misfit(request, turn, config)
     if fit is not None and forced == "auto":
-        return Passthrough(config.large.model_id, unchanged, fit.reason, warnings)
+        return Passthrough(config.large.model_id, unchanged, fit.reason, warnings, fit.causes)
     if fit is not None and fit.error is not None:
         raise fit.error
     assert turn is not None, "misfit answers an error for a request without a user turn"
@@ -194,23 +227,121 @@ def unhonoured_parameters(request: ChatRequest) -> list[str]:
     return sorted(names)
 
 
+SYSTEM_ROLES = ("system", "developer")
+# Every chat parameter named in OpenAI's and vLLM's chat APIs: an unhonoured one is counted by its name,
+# any other name as ``unhonoured:other`` (a client's field names never become a metric's label values).
+KNOWN_PARAMETERS = HONOURED | frozenset(
+    {
+        "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "metadata",
+        "modalities", "parallel_tool_calls", "prediction", "presence_penalty", "reasoning_effort",
+        "response_format", "service_tier", "stop", "store", "tool_choice", "tools", "web_search_options",
+        "top_k", "min_p", "min_tokens", "repetition_penalty", "structured_outputs", "guided_json",
+        "guided_regex", "guided_choice", "guided_grammar", "chat_template", "chat_template_kwargs",
+        "priority", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+        "include_stop_str_in_output", "add_generation_prompt", "continue_final_message",
+        "echo", "best_of", "use_beam_search", "length_penalty", "stop_token_ids", "bad_words",
+        "truncate_prompt_tokens", "prompt_logprobs", "allowed_token_ids", "mm_processor_kwargs",
+        "documents", "request_id", "kv_transfer_params", "vllm_xargs", "cache_salt",
+        "return_tokens_as_token_ids", "return_token_ids",
+    }
+)  # fmt: skip
+# Bytes of chat markup counted for each earlier turn (its role header and end marker), beside its text.
+TURN_MARKUP_BYTES = 16
+
+
 def user_turn(request: ChatRequest) -> UserTurn | None:
-    """The request's user turn, read once (the last user message; None when there is none)."""
-    users = [message for message in request.messages if message.role == "user"]
-    if not users:
+    """The request's last user turn, read once, with the conversation before it (None when there is
+    no user turn). Images are the parts the client sent, unchecked (``jobs`` checks each)."""
+    last = max((i for i, message in enumerate(request.messages) if message.role == "user"), default=None)
+    if last is None:
         return None
-    system = tuple(_text_of(m.content) for m in request.messages if m.role in ("system", "developer"))
-    content = users[-1].content
-    parts = [ContentPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
+    system = tuple(_text_of(m.content) for m in request.messages if m.role in SYSTEM_ROLES)
+    context = tuple(
+        Turn(message.role, _text_of(message.content), tuple(_urls(_parts_of(message.content))))
+        for message in request.messages[:last]
+        if message.role in ("user", "assistant")
+    )
+    parts = _parts_of(request.messages[last].content)
     texts = tuple(part.text for part in parts if part.type == "text" and part.text)
     images = tuple(part for part in parts if part.type == "image_url")
-    return UserTurn(system, texts, images)
+    return UserTurn(system, texts, images, context)
+
+
+def _parts_of(content: str | list[ContentPart] | None) -> list[ContentPart]:
+    return [ContentPart(type="text", text=content)] if isinstance(content, str) else list(content or [])
+
+
+def _urls(parts: list[ContentPart]) -> list[str]:
+    return [
+        part.image_url.url if part.image_url is not None else "" for part in parts if part.type == "image_url"
+    ]
 
 
 def _text_of(content: str | list[ContentPart] | None) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(part.text for part in content or [] if part.type == "text" and part.text)
+
+
+def _refusal(reason: str, cause: str, message: str, code: str, param: str = "messages") -> Misfit:
+    return Misfit(reason, RequestError(message, param=param, code=code), (cause,))
+
+
+def conversation_misfit(request: ChatRequest, turn: UserTurn, config: AppConfig) -> Misfit | None:
+    """Why the conversation around ``turn`` does not fit the cascade: its shape (alternating user and
+    assistant turns, from a user turn to the question's, no tool turns), an image where the rule
+    allows none (a system or assistant message), or more context than the limits allow."""
+    model, large, limits = request.model, config.large.model_id, config.limits
+    elsewhere = f"send it to a model itself (model {large!r})"
+    turns = [message for message in request.messages if message.role not in SYSTEM_ROLES]
+    if any(message.role == "tool" or (message.model_extra or {}).get("tool_calls") for message in turns):
+        return _refusal(
+            "a conversation with tool calls", "tool_calls",
+            f"the cascade policy {model!r} reads user and assistant turns, not tool calls: {elsewhere}",
+            "unsupported_conversation",
+        )  # fmt: skip
+    expected = ["user" if i % 2 == 0 else "assistant" for i in range(len(turns))]
+    if [message.role for message in turns] != expected or expected[-1] != "user":
+        return _refusal(
+            "a conversation whose turns do not alternate", "turn_order",
+            "the messages after the system messages must alternate user and assistant turns, from a "
+            f"user turn to the question's (got {', '.join(m.role for m in turns)})",
+            "invalid_conversation",
+        )  # fmt: skip
+    for role, rule in (("system", SYSTEM_ROLES), ("assistant", ("assistant",))):
+        if any(
+            part.type == "image_url"
+            for m in request.messages
+            if m.role in rule
+            for part in _parts_of(m.content)
+        ):
+            return _refusal(
+                f"an image in a {role} message", f"image_in_{role}",
+                f"an image part in a {role} message: images go in user turns", "misplaced_image",
+            )  # fmt: skip
+    if len(turn.context) > limits.max_context_turns:
+        return _refusal(
+            f"{len(turn.context)} turns before the question", "context_turns",
+            f"the conversation has {len(turn.context)} turns before the question; the cascade policy "
+            f"{model!r} reads at most {limits.max_context_turns} (limits.max_context_turns): {elsewhere}",
+            "context_too_long",
+        )  # fmt: skip
+    size = sum(len(text.encode()) for text in (*turn.system, *(t.text for t in turn.context), turn.text))
+    size += TURN_MARKUP_BYTES * len(turn.context)
+    if turn.context and limits.max_prompt_bytes is not None and size > limits.max_prompt_bytes:
+        return _refusal(
+            "a conversation over limits.max_prompt_bytes", "context_bytes",
+            f"the conversation is {size} bytes of text; with the stages' token budgets and the images, at "
+            f"most {limits.max_prompt_bytes} fit the models' context length (limits.max_prompt_bytes): "
+            f"{elsewhere}",
+            "context_length_exceeded",
+        )  # fmt: skip
+    return None
+
+
+def unhonoured_causes(names: list[str]) -> tuple[str, ...]:
+    """``unhonoured:<name>`` per parameter, a name outside ``KNOWN_PARAMETERS`` counted as ``other``."""
+    return tuple(sorted({f"unhonoured:{name if name in KNOWN_PARAMETERS else 'other'}" for name in names}))
 
 
 def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Misfit | None:
@@ -228,43 +359,33 @@ def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Mi
                 param=unhonoured[0],
                 code="unsupported_parameter",
             ),
+            unhonoured_causes(unhonoured),
         )
     if turn is None:
-        return Misfit(
-            "no single user turn",
-            RequestError(
-                "the messages contain no user message", param="messages", code="missing_user_message"
-            ),
+        return _refusal(
+            "no user turn", "no_user_turn", "the messages contain no user message", "missing_user_message"
         )
-    turns = [message.role for message in request.messages if message.role not in ("system", "developer")]
-    if len(turns) > 1:
-        return Misfit(
-            "a conversation of several turns",
-            RequestError(
-                f"the cascade policy {request.model!r} answers one user turn, not a conversation of "
-                f"{len(turns)} turns; send it to a model itself (model {large!r})",
-                param="messages",
-                code="unsupported_conversation",
-            ),
-        )
-    images, reads = len(turn.images), config.limits.max_images
-    if images > reads:  # every cascade policy asks about one image; `mai` passes more through
-        too_many = RequestError(
-            f"the message has {images} images; the cascade policy {request.model!r} reads {reads} image"
-            f"{'s' if reads > 1 else ''} (limits.max_images): send it to a model itself (model {large!r})",
-            param="messages",
-            code="too_many_images",
-        )
-        return Misfit(f"{images} images", too_many)
-    if images == 0 or turn.images[0].image_url is None:
-        return Misfit(
-            "no image",
-            RequestError(
-                "the user message has no image; add an image_url content part with a data URL",
-                param="messages",
-                code="missing_image",
-            ),
-        )
+    conversation = conversation_misfit(request, turn, config)
+    if conversation is not None:
+        return conversation
+    images, reads = turn.image_count, config.limits.max_images
+    if images > reads:  # `mai` passes more through, as the large model alone takes them
+        return _refusal(
+            f"{images} images", "images",
+            f"the request has {images} images; the cascade policy {request.model!r} reads at most {reads} "
+            f"(limits.max_images): send it to a model itself (model {large!r})",
+            "too_many_images",
+        )  # fmt: skip
+    if (
+        images == 0
+        or not all(url for t in turn.context for url in t.images)
+        or any(part.image_url is None for part in turn.images)
+    ):
+        return _refusal(
+            "no image", "no_image",
+            "the user message has no image; add an image_url content part with a data URL",
+            "missing_image",
+        )  # fmt: skip
     if asks_open_generation(turn.text):
-        return Misfit("an instruction for open generation", None)
+        return Misfit("an instruction for open generation", None, ("open_generation",))
     return None

@@ -82,6 +82,7 @@ class StatsReporter:
                 "served_tokens": book.served_tokens,
                 "audit_tokens": book.audit_tokens,
                 "not_run": dict(book.not_run),
+                "destinations": dict(book.destinations),
             },
         }
 

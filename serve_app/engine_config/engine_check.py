@@ -206,8 +206,9 @@ def report(path: str, result: Mapping[str, Any]) -> list[str]:
         budget = model.get("image_budget", {})
         lines.append(
             f"{path} {role} {model['model_id']}: ok ({model.get('executor')} executor, context "
-            f"{model.get('max_model_len')}, image <= {budget.get('max_image_tokens')} tokens, "
-            f"{budget.get('left_for_the_question')} left for the question)"
+            f"{model.get('max_model_len')}, {budget.get('images', 1)} image(s) <= "
+            f"{budget.get('max_image_tokens')} tokens each, {budget.get('left_for_the_question')} left for "
+            "the question)"
         )
         if model.get("revision") == "unpinned":
             lines.append(

@@ -9,7 +9,8 @@ refuses it first with a 400 that says why (instead of an engine error in some st
   ``mm_processor_kwargs``). An image over the budget is resized by the processor, not refused.
 - Prompts: each engine's context length (``max_model_len`` in ``engine_kwargs``) less the largest
   stage's needs: the transfer prompt holds a whole reasoning (its budget) and wants its own answer
-  budget, plus the image's tokens at the budget's bound and ``TEMPLATE_TOKENS`` for the instructions.
+  budget, plus ``limits.max_images`` images' tokens at the budget's bound and ``TEMPLATE_TOKENS`` for the
+  instructions.
   What is left bounds the question and system messages, counted in UTF-8 bytes: a byte-level BPE never
   makes more tokens than bytes, so the bound is safe whatever the tokenizer (it refuses some prompts
   that would fit, never admits one that would not). A context that leaves too little is refused at
@@ -49,16 +50,19 @@ class ContextBudget:
     image: ImageBudget
     stage_tokens: int
     template_tokens: int = TEMPLATE_TOKENS
+    images: int = 1  # the images a cascade request may carry (limits.max_images), each at the bound
 
     @property
     def question_tokens(self) -> int:
-        return self.context_tokens - self.image.max_tokens - self.stage_tokens - self.template_tokens
+        images = self.image.max_tokens * self.images
+        return self.context_tokens - images - self.stage_tokens - self.template_tokens
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id,
             "context_tokens": self.context_tokens,
             **self.image.as_dict(),
+            "images": self.images,
             "largest_stage_tokens": self.stage_tokens,
             "template_tokens": self.template_tokens,
             "left_for_the_question": self.question_tokens,
@@ -170,7 +174,8 @@ def context_budgets(config: AppConfig, processors: list[Any | None]) -> list[Con
         if model.engine != "vllm" or length is None or processor is None:
             return None
         image = image_budget(processor, _mm_kwargs(model), _model_config(model))
-        found.append(ContextBudget(model.model_id, int(length), image, stage_tokens))
+        images = config.limits.max_images
+        found.append(ContextBudget(model.model_id, int(length), image, stage_tokens, images=images))
     return found
 
 
@@ -184,10 +189,10 @@ def prompt_bytes_left(budgets: list[ContextBudget] | None) -> int | None:
         if budget.question_tokens < MIN_PROMPT_BYTES:
             raise ContextTooSmallError(
                 f"{budget.model_id}: max_model_len {budget.context_tokens} leaves {budget.question_tokens} "
-                f"tokens for the question after an image of up to {budget.image.max_tokens} tokens "
-                f"(max_pixels {budget.image.max_pixels}), the largest stage's {budget.stage_tokens} "
-                f"(cascade.max_tokens) and {budget.template_tokens} for the templates; at least "
-                f"{MIN_PROMPT_BYTES} are needed: raise max_model_len, lower "
-                "engine_kwargs.mm_processor_kwargs.max_pixels, or lower cascade.max_tokens"
+                f"tokens for the question after {budget.images} image(s) (limits.max_images) of up to "
+                f"{budget.image.max_tokens} tokens (max_pixels {budget.image.max_pixels}), the largest "
+                f"stage's {budget.stage_tokens} (cascade.max_tokens) and {budget.template_tokens} for the "
+                f"templates; at least {MIN_PROMPT_BYTES} are needed: raise max_model_len, lower "
+                "engine_kwargs.mm_processor_kwargs.max_pixels, limits.max_images or cascade.max_tokens"
             )
     return min(budget.question_tokens for budget in budgets)

@@ -79,7 +79,7 @@ def test_each_stage_prompt_is_its_own_familys_template_and_layout(answered):
             continue
         stages = {stage["name"]: stage for stage in trace["stages"]}
         messages = build_messages(
-            record["image"], record["question"], (), trace["kind"], PromptKind.SIMPLE
+            [record["image"]], record["question"], (), trace["kind"], PromptKind.SIMPLE
         )  # the default layout, separate_line, as the config leaves it for the large model
         ids = processor_prompt_ids(str(GEMMA), messages)
         assert ids.count(image_token) == GEMMA_IMAGE_TOKENS

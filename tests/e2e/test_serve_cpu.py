@@ -580,6 +580,53 @@ def test_cancelled_model_calls_never_stall_the_engines_and_plans_are_learnt(serv
     assert stats["adaptive"]["mode"] == "learn"
 
 
+def test_a_follow_up_and_two_images_run_the_cascade_on_the_real_stack(server):
+    """A follow-up reads its conversation in every stage (the next ask of it finds the shared prefix in
+    both engines' caches), a question about two images reads both, and /v1/mai/stats counts each by
+    where it went and why."""
+
+    def destinations() -> dict:
+        time.sleep(1.1)  # the stats are a snapshot at most a second old
+        return httpx.get(f"{BASE}/v1/mai/stats", timeout=30).json()["destinations"]
+
+    before = destinations()
+    red, blue = data_url(color=(200, 30, 30)), data_url(color=(30, 30, 200))
+    asked = [{"type": "image_url", "image_url": {"url": red}}, {"type": "text", "text": "What color is it?"}]
+    conversation = [
+        {"role": "user", "content": asked},
+        {"role": "assistant", "content": "red"},
+        {"role": "user", "content": "Is the shape a circle?"},
+    ]
+    two = [
+        {"type": "image_url", "image_url": {"url": red}},
+        {"type": "image_url", "image_url": {"url": blue}},
+        {"type": "text", "text": "Do the two shapes have the same color?"},
+    ]
+    sequential = {"mai": {"options": {"plan": "sequential"}}}
+    replies = [
+        httpx.post(
+            f"{BASE}/v1/chat/completions", json={"model": "mai", "messages": m} | sequential, timeout=120
+        )
+        for m in (conversation, conversation, [{"role": "user", "content": two}])
+    ]
+    for reply in replies:
+        assert reply.status_code == 200, reply.text
+        assert reply.headers["x-mai-route"] in ANSWERED
+        trace = reply.json()["mai"]["trace"]
+        assert trace["answer_valid"] and trace["kind"] == "yes_no"
+        assert all(stage["status"] == "ok" for stage in trace["stages"])
+    first, again, pair = (reply.json()["mai"]["trace"] for reply in replies)
+    assert (first["context_turns"], first["images"]) == (2, 1)
+    assert (pair["context_turns"], pair["images"]) == (0, 2)
+    assert pair["stages"][0]["prompt_tokens"] > first["stages"][0]["prompt_tokens"]  # two images' tokens
+    for model in ("small", "large"):  # the conversation's prefix, cached from the first ask
+        assert again["tokens"][model]["cached_tokens"] > 0, again["tokens"]
+    after = destinations()
+    reasons = after["cascade"]["reasons"]
+    assert reasons.get("follow_up", 0) - before["cascade"]["reasons"].get("follow_up", 0) == 2
+    assert reasons.get("images", 0) - before["cascade"]["reasons"].get("images", 0) == 1
+
+
 def test_shuts_down_cleanly_on_sigint(server):
     server.send_signal(signal.SIGINT)
     assert server.wait(timeout=90) == 0

@@ -257,7 +257,7 @@ def test_phrased_questions_get_the_servers_prompts(question, kind):
     qa = QA(0, question, "x")
     example = make_example("data:,", qa, BLUE_CIRCLE, PromptKind.SIMPLE, random.Random(0), MIX)
     assert example.messages == build_messages(
-        "data:,", question, (), kind, PromptKind.SIMPLE, layout=DEMO_LAYOUT
+        ["data:,"], question, (), kind, PromptKind.SIMPLE, layout=DEMO_LAYOUT
     )
     assert example.messages[0]["content"][-1]["text"].endswith(TEMPLATES[(PromptKind.SIMPLE, "short")])
 

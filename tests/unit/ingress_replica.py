@@ -29,6 +29,7 @@ class RecordedMetrics(Metrics):
         self.plans: list[tuple[str, str]] = []
         self.overload: list[tuple[str, str]] = []
         self.overload_levels: list[int] = []
+        self.destinations: list[tuple[str, str]] = []
 
     def record_error(self, status: int, code: str) -> None:
         self.errors.append((status, code))
@@ -42,6 +43,9 @@ class RecordedMetrics(Metrics):
 
     def record_passthrough(self, model_id: str, latency_s: float) -> None:
         pass
+
+    def record_destination(self, destination: str, reasons: tuple[str, ...]) -> None:
+        self.destinations.extend((destination, reason) for reason in reasons)
 
     def record_plan(self, cls: str, plan: str) -> None:
         self.plans.append((cls, plan))

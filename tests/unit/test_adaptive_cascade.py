@@ -18,7 +18,7 @@ from .fakes import ScriptedVLM
 from .ingress_replica import client_of, holder_handle, replica
 
 S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
-QUESTION = Question("Is there a dog?", image_url="data:,", kind="yes_no")
+QUESTION = Question("Is there a dog?", images=("data:,",), kind="yes_no")
 
 
 async def run(plan, small_replies, large_replies, **delays):

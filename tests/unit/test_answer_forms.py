@@ -66,7 +66,7 @@ def test_open_text_is_free_and_options_a_grammar_cannot_tell_apart_are_named():
     assert matches(form, S, "[[a+b]]") and matches(form, S, "[[(c)]]") and not matches(form, S, "[[aab]]")
 
 
-YES_NO = read_question("Is the shape red?", image_url="data:image/png;base64,AAAA")
+YES_NO = read_question("Is the shape red?", images=("data:image/png;base64,AAAA",))
 
 
 async def test_every_stage_asks_its_engine_for_the_form_and_the_trace_says_which():
@@ -79,7 +79,7 @@ async def test_every_stage_asks_its_engine_for_the_form_and_the_trace_says_which
     assert all(stage.constraint == answer_form("yes_no").pattern for stage in result.trace.stages)
     free = await Cascade(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"})).run(YES_NO)
     assert all(stage.constraint is None for stage in free.trace.stages)  # off by default
-    text = read_question("What is the color of the shape?", image_url="data:image/png;base64,AAAA")
+    text = read_question("What is the color of the shape?", images=("data:image/png;base64,AAAA",))
     small, large = ScriptedVLM({S: "[[red]]"}), ScriptedVLM({S: "[[red]]"})
     await Cascade(small, large).run(text, CascadeOptions(structured_answers=True))
     assert [call.engine_call.constraint for call in small.calls + large.calls] == [None, None]

@@ -157,7 +157,7 @@ def test_two_images_are_more_than_allowed():
     assert (
         error.code == "too_many_images"
         and "2 images" in error.message
-        and "reads 1 image (limits.max_images)" in error.message
+        and "reads at most 1 (limits.max_images)" in error.message
     )
     forced = body | {"model": "mai", "mai": {"destination": "cascade"}}
     assert chat_error(forced).code == "too_many_images"  # never an image dropped unsaid
@@ -186,9 +186,14 @@ def test_a_mai_body_the_cascade_does_not_read_is_the_large_models_to_judge(chang
     assert chat_error(forced).code == "invalid_request"  # forced to the cascade: its schema refuses
 
 
-def test_a_cascade_request_of_several_images_cannot_be_configured():
-    with pytest.raises(ValueError, match="max_images"):
+def test_more_cascade_images_than_the_engines_take_cannot_be_configured():
+    with pytest.raises(ValueError, match=r"limits.max_images 2 exceeds the 1 image\(s\)"):
         AppConfig.model_validate(CONFIG.model_dump() | {"limits": {"max_images": 2}})
+    two = {"engine_kwargs": {"limit_mm_per_prompt": {"image": 2}}}
+    config = CONFIG.model_dump()
+    config["small"] |= two
+    config["large"] |= two
+    assert AppConfig.model_validate(config | {"limits": {"max_images": 2}}).limits.max_images == 2
 
 
 def test_corrupt_png_is_rejected():
@@ -285,7 +290,7 @@ def test_confidence_options_reach_the_job():
     ("body", "reason"),
     [
         ({"model": "mai", "messages": [{"role": "user", "content": "Is it red?"}]}, "no image"),
-        (chat_body(model="mai") | {"messages": chat_body()["messages"] * 2}, "several turns"),
+        (chat_body(model="mai") | {"messages": chat_body()["messages"] * 2}, "do not alternate"),
         (chat_body("Describe this image in detail."), "open generation"),
         (chat_body("Is it red? Explain why."), "open generation"),
         (chat_body(n=2), "n"),
@@ -379,14 +384,15 @@ def test_other_cascade_policies_refuse_what_they_cannot_honour(extra):
     assert "model 'l'" in error.message
 
 
-def test_cascade_policies_refuse_a_conversation_and_read_every_system_message():
+def test_cascade_policies_read_a_follow_up_and_every_system_message():
     conversation = chat_body(model="mai-large")
     conversation["messages"] += [
         {"role": "assistant", "content": "yes"},
         {"role": "user", "content": "Sure?"},
     ]
-    error = chat_error(conversation)
-    assert (error.status, error.code, error.param) == (400, "unsupported_conversation", "messages")
+    job = chat_job(CONFIG, conversation)
+    assert [turn.role for turn in job.question.context] == ["user", "assistant"]
+    assert job.question.question == "Sure?" and job.question.images == ()
     body = chat_body(model="mai-large")
     body["messages"][:0] = [
         {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},

@@ -21,7 +21,7 @@ from serve_app.fleet.stats_holder import StatsHolder
 from .fakes import ScriptedVLM
 
 S, R, T = PromptKind.SIMPLE, PromptKind.REASONING, PromptKind.TRANSFER
-QUESTION = Question("Is there a dog?", image_url="data:,", kind="yes_no")
+QUESTION = Question("Is there a dog?", images=("data:,",), kind="yes_no")
 
 
 class Counted:

@@ -25,8 +25,8 @@ from serve_app.core.trace import RepairRecord
 from .fakes import S2, E, R, S, ScriptedVLM, T
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
-YES_NO = read_question("Is there a fan in the picture?", image_url=IMAGE)
-CHOICE = read_question("What is the size of real GDP?", image_url=IMAGE, choices=("500", "450", "400", "600"))
+YES_NO = read_question("Is there a fan in the picture?", images=(IMAGE,))
+CHOICE = read_question("What is the size of real GDP?", images=(IMAGE,), choices=("500", "450", "400", "600"))
 
 
 def models(small: dict, large: dict, small_delays=None, large_delays=None):
@@ -87,7 +87,7 @@ async def test_transfer_form_can_be_overridden():
 
 async def test_paper_example_2_inline_transfers_but_two_stage_agrees():
     """B.6 Example 2: the small model reasons correctly but answers "[[0]]" to a yes/no question."""
-    question = read_question("The image shows a python code. Is the output of the code '1'?", image_url=IMAGE)
+    question = read_question("The image shows a python code. Is the output of the code '1'?", images=(IMAGE,))
     reasoning = "find returns 0, so the output is not '1' but 0.\n[[0]]"
     replies_small = {S: "[[Yes]]", R: reasoning, S2: "No"}
 
@@ -107,7 +107,7 @@ async def test_paper_example_2_inline_transfers_but_two_stage_agrees():
 async def test_paper_example_3_reference_transfer():
     """B.6 Example 3: 8B-S and 2B-R both say yes; 8B reading 2B-R under the reference prompt says No."""
     question = read_question(
-        "I feel very cold. Is the tool in the picture suitable for use?", image_url=IMAGE
+        "I feel very cold. Is the tool in the picture suitable for use?", images=(IMAGE,)
     )
     reasoning = "1. Identify the Object: a table fan.\n5. Conclusion: it is suitable.\n\n[[yes]]"
     small, large = models({R: reasoning}, {T: "No"})
@@ -156,7 +156,7 @@ async def test_reason_baseline_inline_reads_the_reasoning():
 async def test_full_transfer_policy_always_transfers():
     small, large = models({R: "it is red [[red]]"}, {T: "red"})
     result = await run(
-        small, large, question=Question("What colour is it?", image_url=IMAGE, kind="text"), policy="transfer"
+        small, large, question=Question("What colour is it?", images=(IMAGE,), kind="text"), policy="transfer"
     )
     assert result.route == "transfer"
     assert small.kinds() == [R] and large.kinds() == [T]  # open text: the reference form (InfoVQA)
@@ -546,7 +546,7 @@ async def test_a_confident_large_answer_settles_a_disagreement_only_when_asked()
 
 async def test_a_confident_large_answer_never_overrules_a_more_confident_valid_small_one():
     """The README's first request: the small model said red at 0.99, the large brown at 0.83."""
-    colour = read_question("What is the color of the shape?", image_url=IMAGE)
+    colour = read_question("What is the color of the shape?", images=(IMAGE,))
     replies = ({S: "[[red]]", R: "The shape is red.\n[[red]]"}, {S: "[[brown]]", T: "[[red]]"})
     small, large = models(*replies)
     small.confidences, large.confidences = {S: 0.99}, {S: 0.83}
@@ -605,7 +605,7 @@ async def test_with_no_valid_answer_anywhere_the_last_stage_is_asked_for_its_for
 
 
 async def test_a_reasoning_with_no_answer_is_asked_its_stage_2_question_in_its_form():
-    question = read_question("How many shapes are there?", image_url=IMAGE)
+    question = read_question("How many shapes are there?", images=(IMAGE,))
     reasoning = "I count the shapes one by one, and there are"
     small, large = models({R: reasoning}, {})
     small.constrained[S2] = "[[1]]"
@@ -629,7 +629,7 @@ async def test_a_repair_answered_out_of_its_form_leaves_the_answer_as_it_was():
 
 
 async def test_an_open_answer_cut_off_in_its_brackets_is_repaired():
-    sign = read_question("What is written on the sign?", image_url=IMAGE)
+    sign = read_question("What is written on the sign?", images=(IMAGE,))
     cut = "[[Speed limit"
     small, large = models({S: cut, R: cut}, {S: cut, T: cut})
     for model in (small, large):
@@ -640,7 +640,7 @@ async def test_an_open_answer_cut_off_in_its_brackets_is_repaired():
 
 async def test_no_repair_where_none_can_be_asked_and_none_for_an_open_answer_of_none():
     # Options no grammar can tell apart: the answer is served as it was, unrepaired.
-    twins = read_question("Which is it?", image_url=IMAGE, choices=("cat", "Cat"))
+    twins = read_question("Which is it?", images=(IMAGE,), choices=("cat", "Cat"))
     small, large = models({S: "[[dog]]", R: "[[dog]]"}, {S: "[[dog]]", T: "[[dog]]"})
     result = await run(small, large, question=twins)
     assert result.trace.repair is None and not result.trace.answer_valid
@@ -651,7 +651,7 @@ async def test_no_repair_where_none_can_be_asked_and_none_for_an_open_answer_of_
     assert result.trace.stages[-1].constraint_refused and result.trace.repair is None
     assert (result.route, result.answer) == ("transfer", "triangle")
     # "None" is an open answer: served, not repaired.
-    sign = read_question("What is written on the sign?", image_url=IMAGE)
+    sign = read_question("What is written on the sign?", images=(IMAGE,))
     small, large = models({S: "[[none]]", R: "[[none]]"}, {S: "[[None]]", T: "[[None]]"})
     result = await run(small, large, question=sign)
     assert result.trace.repair is None and result.answer == "None"
@@ -681,7 +681,7 @@ async def test_single_model_baselines_serve_what_their_model_said_with_its_valid
 
 
 async def test_an_either_or_question_is_a_choice_asked_as_it_is_and_answered_with_the_option():
-    question = read_question("Is the shape red or blue?", image_url=IMAGE)
+    question = read_question("Is the shape red or blue?", images=(IMAGE,))
     assert (question.kind, question.choices, question.options_named) == ("choice", ("red", "blue"), True)
     small, large = models({S: "[[Red]]"}, {S: "[[red.]]"})
     result = await run(small, large, question=question)
@@ -696,7 +696,7 @@ async def test_an_either_or_question_is_a_choice_asked_as_it_is_and_answered_wit
 
 
 async def test_the_request_choices_win_over_the_options_an_either_or_question_names():
-    question = read_question("Is the shape red or blue?", image_url=IMAGE, choices=("green", "yellow"))
+    question = read_question("Is the shape red or blue?", images=(IMAGE,), choices=("green", "yellow"))
     assert question.choices == ("green", "yellow") and not question.options_named
     small, large = models({S: "[[A]]"}, {S: "[[A]]"})
     result = await run(small, large, question=question)
@@ -705,8 +705,8 @@ async def test_the_request_choices_win_over_the_options_an_either_or_question_na
 
 
 def test_an_either_or_question_with_or_not_stays_yes_no():
-    assert read_question("Is the shape red or not?", image_url=IMAGE).kind == "yes_no"
-    assert read_question("Is the shape red or blue?", image_url=IMAGE, kind="yes_no").choices == ()
+    assert read_question("Is the shape red or not?", images=(IMAGE,)).kind == "yes_no"
+    assert read_question("Is the shape red or blue?", images=(IMAGE,), kind="yes_no").choices == ()
 
 
 def test_confidence_options_validate():

@@ -106,7 +106,11 @@ def test_the_limits_are_learnt_from_the_served_models_processor_and_context():
 
     image_tokens = max(IMAGE_PIXELS // (spec.model.patch_size * 2) ** 2 for spec in SPECS.values())
     assert image_tokens == 64
-    assert limits.max_prompt_bytes == 4096 - (budgets.reasoning + budgets.transfer) - image_tokens - 512
+    images = limits.max_images  # the config's: each at the image budget's bound
+    assert images == 2
+    assert (
+        limits.max_prompt_bytes == 4096 - (budgets.reasoning + budgets.transfer) - images * image_tokens - 512
+    )
     kept = config.model_copy(update={"limits": limits.model_copy(update={"max_image_aspect_ratio": 50.0})})
     assert with_model_limits(kept).limits.max_image_aspect_ratio == 50.0  # a configured limit is kept
     # No max_model_len, no processor: nothing to derive the check from.
@@ -178,7 +182,7 @@ async def test_a_refused_input_fails_the_request_whichever_stage_met_it(small, l
     small_model, large_model = ScriptedVLM(small), ScriptedVLM(large)
     with pytest.raises(InputRejectedError) as error:
         await Cascade(small_model, large_model).run(
-            read_question("Is it red?", image_url="data:,"), CascadeOptions()
+            read_question("Is it red?", images=("data:,",)), CascadeOptions()
         )
     rejected = error.value
     [refusal] = [v for v in (*small.values(), *large.values()) if isinstance(v, InputRejectedError)]
@@ -194,7 +198,7 @@ async def test_a_refusal_in_stage_one_cancels_the_other_models_call():
     started = asyncio.get_running_loop().time()
     with pytest.raises(InputRejectedError):
         await Cascade(small, large).run(
-            read_question("Is it red?", image_url="data:,"), CascadeOptions(policy=Policy.CASCADE)
+            read_question("Is it red?", images=("data:,",)), CascadeOptions(policy=Policy.CASCADE)
         )
     assert asyncio.get_running_loop().time() - started < 1 and small.cancelled() == [S]
 

@@ -12,7 +12,7 @@ from serve_app.core.question_parsing import read_question
 
 from .fakes import S2, E, R, S, ScriptedVLM, T
 
-QUESTION = read_question("Is there a fan in the picture?", image_url="data:image/png;base64,iVBORw0KGgo=")
+QUESTION = read_question("Is there a fan in the picture?", images=("data:image/png;base64,iVBORw0KGgo=",))
 REASONING = "Let me look. There is none.\n[[No]]"
 
 

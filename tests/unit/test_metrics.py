@@ -78,7 +78,7 @@ def test_a_transfer_counts_its_route_stages_tokens_and_both_disagreements():
 async def test_verifications_counted_are_those_the_plan_ran(plan, small_short, verifications):
     small = ScriptedVLM({PromptKind.SIMPLE: small_short, PromptKind.REASONING: "A dog. [[yes]]"})
     large = ScriptedVLM({PromptKind.SIMPLE: "[[yes]]", PromptKind.TRANSFER: "[[yes]]"})
-    question = Question("Is there a dog?", image_url="data:,", kind="yes_no")
+    question = Question("Is there a dog?", images=("data:,",), kind="yes_no")
     answered = await Cascade(small, large).run(question, CascadeOptions(plan=plan))
     m = measure("cascade", answered)
     assert [(t["stage"], t["agreed"]) for t, _ in counters(m, "mai_verifications")] == verifications

@@ -82,7 +82,7 @@ def test_stage2_and_transfer_need_the_reasoning():
 
 
 def test_messages_are_image_then_question_then_instruction_on_a_line_of_its_own():
-    [message] = build_messages(IMAGE, "Which one?", ["cat", "dog"], "choice", PromptKind.SIMPLE)
+    [message] = build_messages([IMAGE], "Which one?", ["cat", "dog"], "choice", PromptKind.SIMPLE)
     assert message["role"] == "user"
     image, text = message["content"]
     assert image == {"type": "image_url", "image_url": {"url": IMAGE}}
@@ -91,7 +91,7 @@ def test_messages_are_image_then_question_then_instruction_on_a_line_of_its_own(
 
 def test_a_model_trained_on_the_joined_layout_reads_question_and_instruction_back_to_back():
     [message] = build_messages(
-        IMAGE, "Is it red?", [], "yes_no", PromptKind.SIMPLE, layout=PromptLayout.JOINED
+        [IMAGE], "Is it red?", [], "yes_no", PromptKind.SIMPLE, layout=PromptLayout.JOINED
     )
     assert message["content"][1]["text"] == "Is it red?" + TEMPLATES[(PromptKind.SIMPLE, "short")]
 
@@ -102,7 +102,7 @@ def test_all_stages_of_a_request_share_the_image_and_question_prefix(layout):
     for prompt_kind in PromptKind:
         reasoning = "some reasoning" if prompt_kind in (PromptKind.STAGE2, PromptKind.TRANSFER) else None
         [message] = build_messages(
-            IMAGE, "Is it red?", [], "yes_no", prompt_kind, reasoning=reasoning, layout=layout
+            [IMAGE], "Is it red?", [], "yes_no", prompt_kind, reasoning=reasoning, layout=layout
         )
         assert message["content"][0] == {"type": "image_url", "image_url": {"url": IMAGE}}
         texts.append(message["content"][1]["text"])
@@ -140,9 +140,9 @@ def test_the_text_each_model_reads_after_its_chat_template(model):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     question, simple = "What is the color of the shape?", TEMPLATES[(PromptKind.SIMPLE, "short")]
-    paper = build_messages(IMAGE, question, [], "text", PromptKind.SIMPLE)
+    paper = build_messages([IMAGE], question, [], "text", PromptKind.SIMPLE)
     assert f"<|vision_end|>{question}\n{simple}<|im_end|>" in rendered(paper)
-    joined = build_messages(IMAGE, question, [], "text", PromptKind.SIMPLE, layout=PromptLayout.JOINED)
+    joined = build_messages([IMAGE], question, [], "text", PromptKind.SIMPLE, layout=PromptLayout.JOINED)
     two_parts = [
         {
             "role": "user",

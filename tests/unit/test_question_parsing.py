@@ -233,7 +233,7 @@ def test_a_reply_nothing_could_be_read_from_is_never_formatted():
     from .fakes import ScriptedVLM
 
     unread = "Not sure, the image is too dark to tell whether there is a dog or a cat in it"
-    question = Question("Is there a dog?", image_url="data:,", kind="yes_no", instruction=SHORT)
+    question = Question("Is there a dog?", images=("data:,",), kind="yes_no", instruction=SHORT)
     small, large = ScriptedVLM({}), ScriptedVLM({PromptKind.SIMPLE: unread})
     result = asyncio.run(Cascade(small, large).run(question, CascadeOptions(policy="large")))
     assert result.answer == unread and not result.trace.answer_parsed

@@ -80,7 +80,7 @@ async def test_the_trace_records_tokens_before_and_after_selection():
     )
     cascade = Cascade(small, large, selectors={"budget": _budget})
     result = await cascade.run(
-        read_question("Is it red?", image_url="data:,"), CascadeOptions(transfer_selector="budget")
+        read_question("Is it red?", images=("data:,",)), CascadeOptions(transfer_selector="budget")
     )
     transfer = result.trace.to_dict()["transfer"]
     assert (
@@ -104,7 +104,7 @@ async def test_a_failing_selector_sends_the_full_reasoning_and_says_so():
         {PromptKind.SIMPLE: "[[Yes]]", PromptKind.TRANSFER: "[[No]]", PromptKind.STAGE2: "No"}
     )
     result = await Cascade(small, large, selectors={"attention": broken}).run(
-        read_question("Is it red?", image_url="data:,"), CascadeOptions(transfer_selector="attention")
+        read_question("Is it red?", images=("data:,",)), CascadeOptions(transfer_selector="attention")
     )
     assert result.route == "transfer"
     transfer = result.trace.transfer

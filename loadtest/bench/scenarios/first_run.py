@@ -128,7 +128,7 @@ async def measure(
         image = None if side is None else synthetic_png(side, next(images))
         carries = kind in (PromptKind.STAGE2, PromptKind.TRANSFER)
         messages = build_messages(
-            image,
+            [] if image is None else [image],
             p.question,
             (),
             ANSWER_KIND,

@@ -68,7 +68,7 @@ def stage_prompt_tokens(
     from serve_app.core.prompts import PromptKind, PromptLayout, build_messages
 
     messages = build_messages(
-        record["image"], record["question"], (), kind, PromptKind(prompt_kind), layout=PromptLayout(layout)
+        [record["image"]], record["question"], (), kind, PromptKind(prompt_kind), layout=PromptLayout(layout)
     )
     return len(processor_prompt_ids(model_folder, messages))
 

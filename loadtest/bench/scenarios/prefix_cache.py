@@ -93,7 +93,7 @@ def shared_prefix_tokens(model_folder: str, question: str) -> dict[str, int]:
     layout = PromptLayout(load_app_config(config_args("mai-cpu.yaml")).small.prompt_layout)
 
     def ids(kind: PromptKind, **extra: Any) -> list[int]:
-        messages = build_messages("data:,", question, (), "yes_no", kind, layout=layout, **extra)
+        messages = build_messages(["data:,"], question, (), "yes_no", kind, layout=layout, **extra)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return tokenizer(text.replace("<|image_pad|>", "<|image_pad|>" * 16), add_special_tokens=False)[
             "input_ids"
