@@ -2,7 +2,8 @@
 configs/mai-cpu.yaml: Ray Serve, vLLM-CPU, the demo models): it loads nothing from outside and logs no
 error, asks the README's question about its image and shows the answer, one timeline bar per stage and
 the route, lists the class in its live view, shows a question's markup as text, shows the API's own
-4xx messages, and says so when the server cannot be reached.
+4xx messages, says so when the server cannot be reached, follows up on an answer with the
+conversation before the question, and sends two images with one question.
 
 Needs Debian's `chromium` and `chromium-driver` (`apt-get install -y chromium chromium-driver`;
 `.ci/run` installs them when missing): without them these tests fail, naming what to install."""
@@ -51,12 +52,15 @@ def finished(driver) -> int:
     return int(hooked(driver, "ask-form")[0].get_attribute("data-done") or 0)
 
 
-def ask(driver, question, image: Path | None = None, selector="", plan=""):
-    """Fill the playground and ask (``plan``: a plan forced, "" the server's choice); the answer's
-    text, or None when the page shows an error."""
+def ask(driver, question, image: Path | None = None, selector="", plan="", added: Path | None = None):
+    """Fill the playground and ask (``plan``: a plan forced, "" the server's choice; ``added``: a
+    second image, through "Add image"); the answer's text, or None when the page shows an error."""
     if image is not None:
         hooked(driver, "image")[0].send_keys(str(image))
         wait_for(driver, lambda: image.name in (text(driver, "image-name") or ""), what="the image")
+    if added is not None:
+        hooked(driver, "image-2")[0].send_keys(str(added))
+        wait_for(driver, lambda: added.name in (text(driver, "image-2-name") or ""), what="the added image")
     for name, value in (("question", question), ("selector", selector)):
         field = hooked(driver, name)[0]
         if not field.is_enabled():  # the selector, for a policy that reads none
@@ -71,6 +75,7 @@ def ask(driver, question, image: Path | None = None, selector="", plan=""):
     else:  # a policy that runs no plan
         assert not plan, "plan is disabled for this policy"
     done = finished(driver)
+    wait_for(driver, lambda: hooked(driver, "ask")[0].is_enabled(), what="the images read")
     hooked(driver, "ask")[0].click()
     wait_for(driver, lambda: finished(driver) > done, timeout=ANSWER_S, what="the answer")
     return None if hooked(driver, "error")[0].is_displayed() else text(driver, "answer")
@@ -198,3 +203,70 @@ def test_a_server_out_of_reach_is_said_never_a_blank_page(browser):
     wait_for(
         browser, lambda: "Updated" in (text(browser, "live-status") or ""), timeout=20, what="the live view"
     )
+
+
+# A conversation and a second image, through the page's hooks: "follow-up" (keeps the last question
+# and its answer as turns), "conversation" (the turns so far, shown above the question box; hidden
+# when empty), "turn" (one per turn, "data-role" user or assistant), "turn-image" (a turn's image
+# thumbnail), "new-conversation" (forgets the turns), "image-2" (the "Add image" file input),
+# "image-2-name", "image-2-chosen" (shown while an image is added), "image-2-clear" (removes it),
+# "context-turns" and "trace-images" (the trace's context_turns and images, beside the answer).
+TRIANGLE = ROOT / "serve_app" / "console" / "examples" / "triangle.png"
+
+
+def follow_up(driver):
+    """Keep the last question and its answer as the turns the next question is sent after."""
+    turns = len(hooked(driver, "turn"))
+    hooked(driver, "follow-up")[0].click()
+    wait_for(driver, lambda: len(hooked(driver, "turn")) == turns + 2, what="the conversation")
+
+
+def start_afresh(driver):
+    """No conversation and no added image, for the tests after (the page is shared)."""
+    for name in ("new-conversation", "image-2-clear"):
+        button = hooked(driver, name)[0]
+        if button.is_displayed() and button.is_enabled():
+            button.click()
+
+
+def test_a_follow_up_is_asked_after_the_conversation_before_it(browser):
+    try:
+        first = ask(browser, README_QUESTION, SHAPE)
+        assert first, text(browser, "error")
+        follow_up(browser)
+        turns = hooked(browser, "turn")
+        assert [turn.get_attribute("data-role") for turn in turns] == ["user", "assistant"]
+        assert README_QUESTION in turns[0].text and first in turns[1].text
+        assert len(turns[0].find_elements("css selector", '[data-mai="turn-image"]')) == 1
+        assert hooked(browser, "turn-image")[0].get_attribute("aria-label") == SHAPE.name
+
+        assert ask(browser, "Is the shape brown?"), text(browser, "error")  # no image of its own
+        assert text(browser, "context-turns") == "2"
+        assert text(browser, "trace-images") == "1"
+        trace = json.loads(text_of_reply(browser))["mai"]["trace"]
+        assert (trace["context_turns"], trace["images"]) == (2, 1)
+    finally:
+        start_afresh(browser)
+    assert not hooked(browser, "conversation")[0].is_displayed()
+    assert hooked(browser, "turn") == []
+
+
+def test_two_images_go_with_one_question_and_a_third_is_refused(browser):
+    try:
+        answer = ask(browser, "How many shapes are there?", SHAPE, added=TRIANGLE)
+        assert answer, text(browser, "error")
+        assert text(browser, "trace-images") == "2"
+        assert text(browser, "context-turns") == "0"
+        trace = json.loads(text_of_reply(browser))["mai"]["trace"]
+        assert trace["images"] == 2
+
+        # configs/mai-cpu.yaml reads two images in a conversation: a third is the API's 400
+        follow_up(browser)
+        assert not hooked(browser, "image-2-chosen")[0].is_displayed()  # a follow-up starts with none
+        assert ask(browser, README_QUESTION, SHAPE) is None
+        error = text(browser, "error")
+        assert error.startswith("400 (too_many_images)"), error
+        assert "limits.max_images" in error and "2 turns of the conversation" in error
+    finally:
+        start_afresh(browser)
+    assert not hooked(browser, "conversation")[0].is_displayed()

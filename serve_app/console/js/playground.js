@@ -1,12 +1,28 @@
-// The playground: an image (a file, a drop, or one of the packaged examples), a question, a policy or
-// a model, the options a request may set; the reply's answer, route, plan, tokens and timeline.
+// The playground: one or two images (a file, a drop, or one of the packaged examples), a question, a
+// policy or a model, the options a request may set; the reply's answer, route, plan, tokens and
+// timeline. A conversation: "Follow up" keeps the question and its answer as turns that the next
+// question is sent after; "New conversation" forgets them.
 
 import { call } from "./api.js";
 import { count, el, hook, seconds } from "./dom.js";
 import { renderTrace, renderTraceId, renderUntraced } from "./timeline.js";
 
-let image = null; // { dataUrl, name }
-let targets = new Map(); // the policy select's value -> { policy } or { model }
+// The images a question may carry here: the drop box's, and the one "Add image" adds. The server's
+// `limits.max_images` bounds a whole conversation's, and its 400 says so.
+const SLOTS = [
+  { input: "image", preview: "preview", name: "image-name", chosen: null },
+  { input: "image-2", preview: "preview-2", name: "image-2-name", chosen: "image-2-chosen" },
+];
+const images = [null, null]; // per slot: { dataUrl, name, blob }
+const picking = [0, 0]; // per slot, the latest image picked: an earlier one still loading is dropped
+const loading = new Set(); // the slots whose image is being read (Ask waits)
+let asking = false;
+let targets = new Map(); // the policy select's value -> { policy, id } or { model }
+
+// The conversation the next question is sent after: { role: "user", text, images } and
+// { role: "assistant", text } (the answer as received), alternating from a user turn.
+let conversation = [];
+let last = null; // the latest answered question, { question, images, answer }, until Follow up keeps it
 
 function readAsDataUrl(blob) {
   return new Promise((resolve, reject) => {
@@ -19,8 +35,7 @@ function readAsDataUrl(blob) {
 
 /** Draw `blob` into the preview canvas; a file the browser cannot read as an image is still sent,
  * so that the server says what is wrong with it. */
-async function preview(blob) {
-  const canvas = hook("preview");
+async function preview(canvas, blob) {
   const context = canvas.getContext("2d");
   context.clearRect(0, 0, canvas.width, canvas.height);
   try {
@@ -33,6 +48,10 @@ async function preview(blob) {
     return true;
   } catch {
     context.fillStyle = "#6b7280";
+    if (canvas.width < 100) {
+      context.fillRect(0, 0, canvas.width, canvas.height);
+      return false;
+    }
     context.font = "13px sans-serif";
     context.fillText("no preview:", 10, 70);
     context.fillText("not an image this", 10, 88);
@@ -41,24 +60,47 @@ async function preview(blob) {
   }
 }
 
-let picking = 0; // the latest image picked: an earlier one still loading is dropped
+function settleAsk() {
+  hook("ask").disabled = asking || loading.size > 0;
+  hook("new-conversation").disabled = asking;
+}
 
-/** Take `blob` as the image to send (Ask waits until it is read). */
-export async function useImage(blob, name) {
-  const pick = ++picking;
-  hook("ask").disabled = true;
+/** Take `blob` as the image of `slot` (0: the drop box, 1: "Add image"); Ask waits until it is read. */
+export async function useImage(blob, name, slot = 0) {
+  const pick = ++picking[slot];
+  const { preview: canvas, name: label, chosen } = SLOTS[slot];
+  loading.add(slot);
+  settleAsk();
   try {
     const dataUrl = await readAsDataUrl(blob);
-    if (pick !== picking) return;
-    const readable = await preview(blob);
-    if (pick !== picking) return;
-    image = { dataUrl, name };
-    hook("image-name").textContent = `${name} · ${count(blob.size)} bytes${readable ? "" : " · not readable as an image here"}`;
+    if (pick !== picking[slot]) return;
+    const readable = await preview(hook(canvas), blob);
+    if (pick !== picking[slot]) return;
+    images[slot] = { dataUrl, name, blob };
+    hook(label).textContent = `${name} · ${count(blob.size)} bytes${readable ? "" : " · not readable as an image here"}`;
+    if (chosen) hook(chosen).hidden = false;
   } catch (error) {
-    if (pick === picking) showError(`The image could not be read: ${error.message}`);
+    if (pick === picking[slot]) showError(`The image could not be read: ${error.message}`);
   } finally {
-    if (pick === picking) hook("ask").disabled = false;
+    if (pick === picking[slot]) {
+      loading.delete(slot);
+      settleAsk();
+    }
   }
+}
+
+/** Empty `slot`: no image, its preview blank, its file input cleared (the same file may be chosen
+ * again); `said` is what the drop box says instead. */
+function clearImage(slot, said) {
+  picking[slot] += 1;
+  loading.delete(slot);
+  images[slot] = null;
+  const { input, preview: canvas, name, chosen } = SLOTS[slot];
+  hook(canvas).getContext("2d").clearRect(0, 0, hook(canvas).width, hook(canvas).height);
+  hook(input).value = "";
+  hook(name).textContent = said ?? SLOTS[slot].empty;
+  if (chosen) hook(chosen).hidden = true;
+  settleAsk();
 }
 
 function showError(message) {
@@ -70,6 +112,64 @@ function showError(message) {
 function clearResult() {
   hook("error").hidden = true;
   hook("result").hidden = true;
+}
+
+/** The conversation above the question box: each turn's text (as text) and a thumbnail per image. */
+function renderConversation() {
+  const items = conversation.map((turn) => {
+    const item = el("li", { class: `turn turn-${turn.role}`, "data-mai": "turn", "data-role": turn.role }, el("span", { class: "turn-role" }, turn.role === "user" ? "Asked" : "Answer"));
+    for (const image of turn.images ?? []) {
+      const thumb = el("canvas", { class: "thumb", width: 32, height: 32, role: "img", "aria-label": image.name, title: image.name, "data-mai": "turn-image" });
+      preview(thumb, image.blob);
+      item.append(thumb);
+    }
+    item.append(el("span", { class: "turn-text" }, turn.role === "assistant" && turn.text === "" ? "(no answer read)" : turn.text));
+    return item;
+  });
+  hook("turns").replaceChildren(...items);
+  hook("conversation").hidden = conversation.length === 0;
+}
+
+/** Keep the latest question and its answer as the conversation's next two turns: the next question
+ * is sent after them, with no image of its own unless one is chosen. */
+function followUp() {
+  if (!last) return;
+  conversation.push({ role: "user", text: last.question, images: last.images }, { role: "assistant", text: last.answer });
+  last = null;
+  hook("follow-up").disabled = true;
+  renderConversation();
+  clearImage(0, "No image of its own: a follow-up is sent after the conversation's images. Drop or choose one to add it.");
+  clearImage(1);
+  hook("question").value = "";
+  hook("question").focus();
+}
+
+function newConversation() {
+  conversation = [];
+  last = null;
+  hook("follow-up").disabled = true;
+  renderConversation();
+  if (!images[0] && !loading.has(0)) hook(SLOTS[0].name).textContent = SLOTS[0].empty;
+}
+
+/** A user turn's content: its images, in order, then its text. */
+function userContent(text, turnImages) {
+  return [...turnImages.map((image) => ({ type: "image_url", image_url: { url: image.dataUrl } })), { type: "text", text }];
+}
+
+/** The chat messages of `question` with `turnImages`, after the turns of `context`. */
+function messagesOf(context, question, turnImages) {
+  const earlier = context.map((turn) => (turn.role === "user" ? { role: "user", content: userContent(turn.text, turn.images) } : { role: "assistant", content: turn.text }));
+  return [...earlier, { role: "user", content: userContent(question, turnImages) }];
+}
+
+/** The trace's `context_turns` and `images` beside the answer, when the trace has them. */
+function showShape(trace) {
+  for (const [name, value] of [["context-turns", trace?.context_turns], ["trace-images", trace?.images]]) {
+    const shown = typeof value === "number";
+    hook(name).textContent = shown ? String(value) : "";
+    hook(name).parentElement.hidden = !shown;
+  }
 }
 
 function tokensTable(tokens) {
@@ -107,54 +207,80 @@ function notes(trace) {
   return said.join(" · ");
 }
 
-async function askPolicy(policy, question, options) {
-  const body = { image: image ? image.dataUrl : "", question, policy };
-  if (Object.keys(options).length) body.options = options;
-  const { data } = await call("v1/mai/answer", { method: "POST", body });
-  const trace = data.trace;
+/** A policy's reply: the answer, its trace and the rest, shown; the answer as received. */
+function showPolicyReply(data, question, { answer, route, trace }) {
   hook("reply").textContent = JSON.stringify(data, null, 2);
-  showAnswer({ question, answer: data.answer, route: data.route, plan: planText(trace), latency: seconds(trace.latency_s), note: notes(trace) });
+  showAnswer({ question, answer, route, plan: planText(trace), latency: seconds(trace.latency_s), note: notes(trace) });
+  showShape(trace);
   tokensTable(trace.tokens);
   renderTrace(hook("timeline"), trace);
   renderTraceId(hook("trace-ref"), trace.trace_id);
+  return answer;
 }
 
-async function askModel(model, question) {
-  const content = [{ type: "text", text: question }];
-  if (image) content.unshift({ type: "image_url", image_url: { url: image.dataUrl } });
+/** Ask a policy: one image and no conversation through `/v1/mai/answer`; a follow-up or two images
+ * as a chat request for the policy's model name, which for `mai` asks the cascade itself
+ * (`mai.destination`), so that a conversation it does not take is refused with the API's message. */
+async function askPolicy(target, question, options, context, turnImages) {
+  if (!context.length && turnImages.length <= 1) {
+    const body = { image: turnImages.length ? turnImages[0].dataUrl : "", question, policy: target.policy };
+    if (Object.keys(options).length) body.options = options;
+    const { data } = await call("v1/mai/answer", { method: "POST", body });
+    return showPolicyReply(data, question, { answer: data.answer, route: data.route, trace: data.trace });
+  }
+  const mai = {};
+  if (Object.keys(options).length) mai.options = options;
+  if (target.id === "mai") mai.destination = "cascade";
+  const body = { model: target.id, messages: messagesOf(context, question, turnImages) };
+  if (Object.keys(mai).length) body.mai = mai;
+  const { data } = await call("v1/chat/completions", { method: "POST", body });
+  if (!data.mai || !data.mai.trace) throw new Error(`The server answered ${target.id} without its trace (no mai object in the reply): is this MAI Serve?`);
+  const answer = data.choices?.[0]?.message?.content ?? data.mai.answer ?? "";
+  return showPolicyReply(data, question, { answer, route: data.mai.route, trace: data.mai.trace });
+}
+
+async function askModel(model, question, context, turnImages) {
   const started = performance.now();
   const { data, headers } = await call("v1/chat/completions", {
     method: "POST",
-    body: { model, messages: [{ role: "user", content }] },
+    body: { model, messages: messagesOf(context, question, turnImages) },
   });
   const took = (performance.now() - started) / 1000;
   hook("reply").textContent = JSON.stringify(data, null, 2);
   const usage = data.usage ?? null;
+  const answer = data.choices?.[0]?.message?.content ?? "";
+  const sent = context.length ? ` The question was sent after the ${context.length} turns of the conversation.` : "";
   showAnswer({
     question,
-    answer: data.choices?.[0]?.message?.content ?? "",
+    answer,
     route: headers.get("x-mai-route") ?? "passthrough",
     plan: "none: the request went to the model unchanged",
     latency: `${seconds(took)} (timed by this page)`,
-    note: `${model} answered directly: no cascade ran, so there is no trace.`,
+    note: `${model} answered directly: no cascade ran, so there is no trace.${sent}`,
   });
+  showShape(null);
   tokensTable(usage ? { [model]: { prompt_tokens: usage.prompt_tokens, cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? 0, completion_tokens: usage.completion_tokens } } : {});
   renderUntraced(hook("timeline"), { model, seconds: took, usage });
   renderTraceId(hook("trace-ref"), null);
+  return answer;
 }
 
 async function ask(event) {
   event.preventDefault();
   clearResult();
-  const button = hook("ask");
   const waiting = hook("waiting");
   const target = targets.get(hook("policy").value);
   const question = hook("question").value;
+  const context = conversation.slice();
+  const turnImages = images.filter(Boolean);
   const options = {};
   if (hook("plan").value && !hook("plan").disabled) options.plan = hook("plan").value;
   const selector = hook("selector").value.trim();
   if (selector && !hook("selector").disabled) options.transfer_selector = selector;
-  button.disabled = true;
+  asking = true;
+  last = null;
+  hook("follow-up").disabled = true;
+  settleAsk();
   const started = performance.now();
   const timer = setInterval(() => {
     const elapsed = (performance.now() - started) / 1000;
@@ -162,14 +288,17 @@ async function ask(event) {
   }, 1000);
   try {
     if (!target) throw new Error("no policy or model to ask: the server's /v1/models list did not load");
-    if (target.model) await askModel(target.model, question);
-    else await askPolicy(target.policy, question, options);
+    const answer = target.model ? await askModel(target.model, question, context, turnImages) : await askPolicy(target, question, options, context, turnImages);
+    last = { question, images: turnImages, answer };
+    hook("follow-up").disabled = false;
   } catch (error) {
-    showError(error.message);
+    const sent = context.length ? `\nThis question was sent after the ${context.length} turns of the conversation above, their images included; "New conversation" starts afresh.` : "";
+    showError(`${error.message}${sent}`);
   } finally {
     clearInterval(timer);
     waiting.textContent = "";
-    button.disabled = false;
+    asking = false;
+    settleAsk();
     const form = hook("ask-form");
     form.dataset.done = String(Number(form.dataset.done ?? 0) + 1); // requests finished: for tests
   }
@@ -183,7 +312,7 @@ export function setTargets(models) {
   for (const entry of models) {
     const value = entry.id;
     if (entry.policy) {
-      targets.set(value, { policy: entry.policy });
+      targets.set(value, { policy: entry.policy, id: entry.id });
       options.push(el("option", { value }, entry.id === "mai" ? "mai (the cascade)" : `${entry.id} (baseline: ${entry.policy})`));
     } else {
       targets.set(value, { model: entry.id });
@@ -256,10 +385,16 @@ export function startPlayground() {
   // A file dropped anywhere else must not make the browser leave the page (and forget the key).
   for (const type of ["dragover", "drop"]) document.addEventListener(type, (event) => event.preventDefault());
   hook("policy").addEventListener("change", fitOptions);
-  const input = hook("image");
-  input.addEventListener("change", () => {
-    if (input.files.length) useImage(input.files[0], input.files[0].name);
+  SLOTS.forEach((slot, i) => {
+    slot.empty = hook(slot.name).textContent;
+    const input = hook(slot.input);
+    input.addEventListener("change", () => {
+      if (input.files.length) useImage(input.files[0], input.files[0].name, i);
+    });
   });
+  hook("image-2-clear").addEventListener("click", () => clearImage(1));
+  hook("follow-up").addEventListener("click", followUp);
+  hook("new-conversation").addEventListener("click", newConversation);
   const drop = hook("drop");
   drop.addEventListener("dragover", (event) => {
     event.preventDefault();
@@ -269,8 +404,8 @@ export function startPlayground() {
   drop.addEventListener("drop", (event) => {
     event.preventDefault();
     drop.classList.remove("over");
-    const file = event.dataTransfer.files[0];
-    if (file) useImage(file, file.name);
+    // Two files dropped at once: the first in the box, the second as the added image.
+    [...event.dataTransfer.files].slice(0, SLOTS.length).forEach((file, i) => useImage(file, file.name, i));
   });
   hook("ask-form").addEventListener("submit", ask);
   loadExamples();
