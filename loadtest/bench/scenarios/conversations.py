@@ -125,7 +125,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
                         "kind": record["kind"],
                         "arm": arm,
                         "question": record["question"],
-                        "answer": record["answer"],
+                        "truth": record["answer"],
                     }
                     | reply
                 )
