@@ -11,7 +11,8 @@ Two formats, one line each:
 
       {"id": "q1", "image": "images/1.png", "question": "...", "answer": "...", "metric": "exact"}
 
-  turned into the chat request ``mai-eval run`` sends for the record under one policy
+  (``images`` and ``turns`` optional: more images, the conversation before the question), turned into
+  the chat request ``mai-eval run`` sends for the record under one policy
   (``evaluation.requests.chat_body``), so a row means what the same request means online.
 
 A line that cannot be a request (not JSON, another endpoint, no ``custom_id``, a duplicate, an invalid
@@ -19,8 +20,8 @@ record, an unreadable image) becomes a ``LineError``: the 400 the server would a
 So does a line past a limit, naming it: longer than ``max_line_bytes`` (never read whole, batch/lines.py),
 JSON past the server's ``limits`` on nesting, keys, values, digits (``parse_json``, the server's own check,
 made before the parser runs), text that is no Unicode (an escaped lone surrogate: ``invalid_text``, naming
-the field), an image path out of the image root, no regular file, or larger than
-``limits.max_image_bytes`` (batch/images.py).
+the field), an image path (``image``, ``images[i]``, ``turns[i].images[j]``, named so) out of the image
+root, no regular file, or larger than ``limits.max_image_bytes`` (batch/images.py).
 Everything past the line's shape (an unknown model, a bad image, an unsupported parameter) is the
 server's own check, made when the row runs (``IngressReplica.chat``).
 """
@@ -35,7 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evaluation.records import EvalRecord
+from evaluation.records import EvalRecord, image_fields
 from evaluation.requests import chat_body, request_id
 from serve_app.config import Limits
 from serve_app.edge.body import parse_json
@@ -171,9 +172,10 @@ def openai_request(text: str, line: int, limits: Limits | None = None) -> Reques
 def record_request(
     text: str, line: int, base: Path, settings: RecordSettings, limits: Limits | None = None
 ) -> Request | LineError:
-    """A mai-eval record: the request ``mai-eval run`` sends for it under ``settings.policy``, its
-    image read from ``base`` (the dataset's folder) when it is a path, and only from under
-    ``settings.image_root`` (default ``base``), of at most ``limits.max_image_bytes``."""
+    """A mai-eval record: the request ``mai-eval run`` sends for it under ``settings.policy``, each of
+    its images (``image``, ``images``, the turns') read from ``base`` (the dataset's folder) when it is
+    a path, and only from under ``settings.image_root`` (default ``base``), of at most
+    ``limits.max_image_bytes``; the first refused is the error, naming its field."""
     limits = limits or Limits()
     value = _json_object(text, line, limits)
     if isinstance(value, LineError):
@@ -184,12 +186,15 @@ def record_request(
         message, param = describe_validation_error(exc)
         return LineError(f"line {line}: {message}", param=param)
     root = Path(settings.image_root) if settings.image_root is not None else base
-    try:
-        image = image_data_url(record.image, base, root, limits.max_image_bytes)
-    except ImageRefused as exc:
-        return LineError(f"line {line}: {exc.message}", param="image", code=exc.code)
+    images: dict[str, str] = {}
+    for field, image in image_fields(record):
+        try:
+            images[field] = image_data_url(image, base, root, limits.max_image_bytes)
+        except ImageRefused as exc:
+            where = "" if field == "image" else f"{field}: "
+            return LineError(f"line {line}: {where}{exc.message}", param=field, code=exc.code)
     body = chat_body(
-        record, image, settings.policy, max_tokens=settings.max_tokens, options=dict(settings.options)
+        record, images, settings.policy, max_tokens=settings.max_tokens, options=dict(settings.options)
     )
     return Request(
         row_id=record.id,

@@ -5,6 +5,15 @@
      "metric": "relaxed"}
 
 ``image`` is a data URL or a path (relative paths are read from the dataset file's folder);
+two optional fields make the question a follow-up with several images:
+
+    "images": ["images/17b.png", ...],  # more images of the question's own turn, after ``image``
+    "turns": [{"role": "user", "text": "...", "images": ["images/16.png"]},
+              {"role": "assistant", "text": "..."}, ...]  # the conversation before the question
+
+``turns`` alternate from a user turn to an assistant turn (the question is the next user turn); only
+user turns carry images (paths or data URLs, like ``image``). Bounded: at most ``MAX_TURNS`` turns,
+``MAX_TURN_IMAGES`` images a turn (the question's ``image`` included) and ``MAX_RECORD_IMAGES`` in all.
 ``answer_type`` (choice, yes_no, number, text) is sent to the server so the cascade verifies with the
 right matcher, and inferred from the question when absent; ``metric`` is one of ``scoring.SCORING_METRICS``.
 """
@@ -13,11 +22,21 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from harness.jsonl import write_jsonl
 from serve_app.core.answers import AnswerKind
@@ -31,6 +50,42 @@ class DatasetError(ValueError):
     """A dataset file that cannot be used, with the line at fault."""
 
 
+MAX_TURNS = 16  # turns before the question (the server's default limits.max_context_turns)
+MAX_TURN_IMAGES = 8  # images of one turn, the question's ``image`` and ``images`` together
+MAX_RECORD_IMAGES = 16  # images of a record in all
+
+
+class RecordTurn(BaseModel):
+    """A turn of the conversation before a record's question: a user turn (its images, then its text)
+    or an assistant turn (text only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["user", "assistant"]
+    text: str = ""
+    images: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, max_length=MAX_TURN_IMAGES
+    )
+
+    @field_validator("images")
+    @classmethod
+    def _images_in_user_turns(cls, images: list[str], info: ValidationInfo) -> list[str]:
+        if images and info.data.get("role") == "assistant":
+            raise ValueError("an assistant turn carries no images: images go in user turns")
+        return images
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> RecordTurn:
+        if not self.text and not self.images:
+            raise ValueError(f"a {self.role} turn needs text" + (" or images" if self.role == "user" else ""))
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The turn as a record writes it: no empty ``text`` or ``images``."""
+        return {key: value for key, value in handler(self).items() if value or key == "role"}
+
+
 class EvalRecord(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -41,6 +96,8 @@ class EvalRecord(BaseModel):
     answer: str | list[str]
     answer_type: AnswerKind | None = None
     metric: Literal[SCORING_METRICS]  # type: ignore[valid-type]
+    images: list[Annotated[str, Field(min_length=1)]] | None = Field(None, max_length=MAX_TURN_IMAGES - 1)
+    turns: list[RecordTurn] | None = Field(None, max_length=MAX_TURNS)
 
     @field_validator("id", mode="before")
     @classmethod
@@ -59,6 +116,26 @@ class EvalRecord(BaseModel):
             ]
         return value
 
+    @field_validator("turns")
+    @classmethod
+    def _turns_alternate(cls, turns: list[RecordTurn] | None) -> list[RecordTurn] | None:
+        roles = [turn.role for turn in turns or ()]
+        if roles != ["user" if i % 2 == 0 else "assistant" for i in range(len(roles))] or len(roles) % 2:
+            raise ValueError(
+                "turns must alternate user and assistant, from a user turn to an assistant turn (the "
+                f"question is the next user turn); got {', '.join(roles) or 'none'}"
+            )
+        return turns
+
+    @model_validator(mode="after")
+    def _images_in_all(self) -> EvalRecord:
+        count = sum(1 for _ in image_fields(self))
+        if count > MAX_RECORD_IMAGES:
+            raise ValueError(
+                f"the record has {count} images (image, images, turns' images); at most {MAX_RECORD_IMAGES}"
+            )
+        return self
+
     @model_validator(mode="after")
     def _choices_for_option_metric(self) -> EvalRecord:
         if self.answer_type == "choice" and not self.choices and not _lists_choices(self.question):
@@ -68,6 +145,18 @@ class EvalRecord(BaseModel):
         if isinstance(self.answer, list) and not self.answer:
             raise ValueError("answer is an empty list")
         return self
+
+
+def image_fields(record: EvalRecord) -> Iterator[tuple[str, str]]:
+    """Every image a record names, as (its field, its path or data URL), in the order its request
+    carries them: the turns' (``turns[0].images[0]``, ...), then the question's (``image``,
+    ``images[0]``, ...)."""
+    for number, turn in enumerate(record.turns or ()):
+        for index, image in enumerate(turn.images):
+            yield f"turns[{number}].images[{index}]", image
+    yield "image", record.image
+    for index, image in enumerate(record.images or ()):
+        yield f"images[{index}]", image
 
 
 def _lists_choices(question: str) -> bool:
@@ -118,6 +207,12 @@ def image_data_url(image: str, base: Path) -> str:
     if kind is None:
         raise DatasetError(f"image {image!r} is not PNG, JPEG, GIF or WebP")
     return f"data:image/{kind.lower()};base64," + base64.b64encode(data).decode("ascii")
+
+
+def image_data_urls(record: EvalRecord, base: Path) -> dict[str, str]:
+    """Every image of a record as a data URL, by its field (``image_fields``): what ``chat_body``
+    sends."""
+    return {field: image_data_url(image, base) for field, image in image_fields(record)}
 
 
 def write_records(records: Iterable[dict], path: Path) -> int:

@@ -11,7 +11,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from harness.driver import closed_loop
 from serve_app.edge.protocol import POLICY_OF_MODEL
 
 from .predictions import PredictionStore, prediction_of
-from .records import EvalRecord, image_data_url
+from .records import EvalRecord, image_data_urls
 from .requests import chat_body, request_id
 
 POLICIES: tuple[str, ...] = tuple(POLICY_OF_MODEL)  # every policy the server offers, as OpenAI model names
@@ -78,9 +78,14 @@ class DriveSettings:
 
 
 async def ask(
-    http: httpx.AsyncClient, record: EvalRecord, image_url: str, run: RunSpec, settings: DriveSettings
+    http: httpx.AsyncClient,
+    record: EvalRecord,
+    image_url: str | Mapping[str, str],
+    run: RunSpec,
+    settings: DriveSettings,
 ) -> dict[str, Any]:
-    """One record under one run as a chat request, retried on 503, dropped connections and a request
+    """One record under one run as a chat request (``image_url``: its images' data URLs, as
+    ``chat_body`` reads them), retried on 503, dropped connections and a request
     lost with a dead ingress replica (``is_lost_in_flight``); the prediction row (``prediction_of``)."""
     policy = run.name
     body = chat_body(
@@ -155,7 +160,7 @@ async def run_policy(
     answered = 0
 
     async def send(http: httpx.AsyncClient, index: int, record: EvalRecord) -> dict[str, Any]:
-        return await ask(http, record, image_data_url(record.image, dataset_dir), run, settings)
+        return await ask(http, record, image_data_urls(record, dataset_dir), run, settings)
 
     def keep(row: dict[str, Any]) -> None:
         nonlocal answered

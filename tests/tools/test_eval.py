@@ -14,7 +14,15 @@ from PIL import Image
 from evaluation.cli import build_parser, main
 from evaluation.converters import lmms_eval_records, read_parquet_rows
 from evaluation.predictions import PredictionStore, prediction_of
-from evaluation.records import DatasetError, EvalRecord, image_data_url, load_records
+from evaluation.records import (
+    DatasetError,
+    EvalRecord,
+    image_data_url,
+    image_data_urls,
+    image_fields,
+    load_records,
+    write_records,
+)
 from evaluation.report import add_speedups, markdown, summarize_policy, write_report
 from evaluation.requests import chat_body, request_id
 from evaluation.run import RunSpec
@@ -191,6 +199,205 @@ def test_chat_body_carries_choices_kind_and_max_tokens():
     assert body["mai"] == {"choices": ["x", "y"], "answer_type": "choice"}
     assert [part["type"] for part in body["messages"][0]["content"]] == ["image_url", "text"]
     assert "mai" not in chat_body(EvalRecord.model_validate(rec("3", "relaxed")), "data:,", "mai")
+
+
+def test_a_record_of_one_image_and_one_question_builds_the_same_body_as_before():
+    """A record without ``images`` or ``turns``: byte for byte the body it always had."""
+    record = EvalRecord.model_validate(rec("B", "option", choices=["x", "y"], answer_type="choice"))
+    body = chat_body(record, "data:image/png;base64,AAAA", "mai", 16, "attention", {"plan": "eager"})
+    expected = {
+        "model": "mai",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    {"type": "text", "text": "Q?"},
+                ],
+            }
+        ],
+        "mai": {
+            "options": {"plan": "eager", "transfer_selector": "attention"},
+            "choices": ["x", "y"],
+            "answer_type": "choice",
+        },
+        "max_tokens": 16,
+    }
+    assert json.dumps(body) == json.dumps(expected)
+    plain = EvalRecord.model_validate(rec("3", "relaxed"))
+    by_field = chat_body(plain, {"image": "data:,a"}, "mai")
+    assert json.dumps(by_field) == json.dumps(chat_body(plain, "data:,a", "mai"))
+
+
+CONVERSATION = {
+    "images": ["b.png", "data:image/png;base64,CCCC"],
+    "turns": [
+        {"role": "user", "text": "What is in the first chart?", "images": ["t0.png"]},
+        {"role": "assistant", "text": "Sales by month."},
+        {"role": "user", "images": ["data:image/png;base64,DDDD"]},
+        {"role": "assistant", "text": "A second chart."},
+    ],
+}
+
+
+def test_a_conversation_record_is_its_turns_then_the_questions_images_and_text():
+    record = EvalRecord.model_validate(rec("3", "relaxed", **CONVERSATION))
+    assert [field for field, _ in image_fields(record)] == [
+        "turns[0].images[0]",
+        "turns[2].images[0]",
+        "image",
+        "images[0]",
+        "images[1]",
+    ]
+    urls = {"turns[0].images[0]": "data:,t0", "image": "data:,x", "images[0]": "data:,b"}
+    body = chat_body(record, urls, "mai", max_tokens=8)  # data URLs not given are the record's own
+    assert body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:,t0"}},
+                {"type": "text", "text": "What is in the first chart?"},
+            ],
+        },
+        {"role": "assistant", "content": "Sales by month."},
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,DDDD"}}],
+        },
+        {"role": "assistant", "content": "A second chart."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:,x"}},
+                {"type": "image_url", "image_url": {"url": "data:,b"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,CCCC"}},
+                {"type": "text", "text": "Q?"},
+            ],
+        },
+    ]
+    assert body["max_tokens"] == 8 and "mai" not in body
+    with pytest.raises(ValueError, match=r"turns\[0\]\.images\[0\] \('t0.png'\)"):
+        chat_body(record, "data:,x", "mai")  # a path is never sent as it is
+
+
+def test_every_image_of_a_record_is_read_from_the_datasets_folder(tmp_path):
+    for name, color in (("x.png", (1, 2, 3)), ("b.png", (4, 5, 6)), ("t0.png", (7, 8, 9))):
+        (tmp_path / name).write_bytes(png(color))
+    record = EvalRecord.model_validate(rec("3", "relaxed", **CONVERSATION))
+    urls = image_data_urls(record, tmp_path)
+    assert urls["image"] == image_data_url("x.png", tmp_path) != urls["images[0]"]
+    assert urls["turns[0].images[0]"] == image_data_url("t0.png", tmp_path)
+    assert urls["images[1]"] == "data:image/png;base64,CCCC"
+    assert set(urls) == {field for field, _ in image_fields(record)}
+    (tmp_path / "t0.png").unlink()
+    with pytest.raises(DatasetError, match="'t0.png'"):
+        image_data_urls(record, tmp_path)
+
+
+def test_written_records_keep_their_images_and_turns(tmp_path):
+    path = tmp_path / "out.jsonl"
+    assert write_records([rec("3", "relaxed", **CONVERSATION), rec("4", "relaxed") | {"id": "s"}], path) == 2
+    first, second = load_records(path)
+    assert first == EvalRecord.model_validate(rec("3", "relaxed", **CONVERSATION))
+    assert (
+        first.images == CONVERSATION["images"] and [t.text for t in first.turns or ()][1] == "Sales by month."
+    )
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert written[0]["turns"] == CONVERSATION["turns"] and written[0]["images"] == CONVERSATION["images"]
+    assert written[1] == rec("4", "relaxed") | {"id": "s"}  # a plain record stays plain
+    assert second.turns is None and second.images is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {
+                "turns": [
+                    {"role": "user", "text": "Hi"},
+                    {"role": "assistant", "text": "See", "images": ["a.png"]},
+                ]
+            },
+            "turns.1.images: .*an assistant turn carries no images",
+        ),
+        ({"turns": [{"role": "user", "text": "Hi"}]}, "turns: .*alternate .*got user$"),
+        (
+            {"turns": [{"role": "assistant", "text": "Hi"}, {"role": "user", "text": "Q"}]},
+            "got assistant, user",
+        ),
+        ({"turns": [{"role": "user", "text": "Hi"}] * 2}, "got user, user"),
+        ({"turns": [{"role": "system", "text": "Be brief"}]}, "turns.0.role"),
+        (
+            {"turns": [{"role": "user", "content": "Hi"}, {"role": "assistant", "text": "Yo"}]},
+            "turns.0.content",
+        ),
+        (
+            {"turns": [{"role": "user"}, {"role": "assistant", "text": "Yo"}]},
+            "turns.0: .*needs text or images",
+        ),
+        ({"turns": [{"role": "user", "text": "Hi"}, {"role": "assistant"}]}, "turns.1: .*needs text"),
+        (
+            {"turns": [{"role": "user", "text": "a"}, {"role": "assistant", "text": "b"}] * 9},
+            "turns: .*at most 16",
+        ),
+        (
+            {"turns": [{"role": "user", "images": ["a.png"] * 9}, {"role": "assistant", "text": "b"}]},
+            "at most 8",
+        ),
+        ({"images": ["a.png"] * 8}, "images: .*at most 7"),
+        ({"images": [""]}, "images.0"),
+        (
+            {
+                "images": ["a.png"] * 7,
+                "turns": [{"role": "user", "images": ["a.png"] * 8}, {"role": "assistant", "text": "b"}] * 2,
+            },
+            "the record has 24 images .*at most 16",
+        ),
+    ],
+)
+def test_a_bad_conversation_record_names_its_field(tmp_path, fields, message):
+    path = write_lines(tmp_path / "set.jsonl", [rec("a", "exact") | fields])
+    with pytest.raises(DatasetError, match=message):
+        load_records(path)
+
+
+@pytest.mark.parametrize("doc", ["docs/evaluation.md", "docs/batch.md"])
+def test_the_docs_record_lines_with_images_or_turns_are_records(doc):
+    text = (Path(__file__).resolve().parents[2] / doc).read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```json\n")[1:]]
+    lines = [json.loads(line) for block in blocks for line in block.splitlines() if '"question"' in line]
+    shown = [line for line in lines if "images" in line or "turns" in line]
+    assert shown
+    for line in shown:
+        record = EvalRecord.model_validate(line)
+        assert chat_body(record, {field: "data:," for field, _ in image_fields(record)}, "mai")
+
+
+def test_a_run_sends_every_image_of_a_record(tmp_path, monkeypatch):
+    import asyncio
+
+    import evaluation.run
+    from evaluation.run import DriveSettings, run_policy
+
+    for name in ("x.png", "b.png", "t0.png"):
+        (tmp_path / name).write_bytes(png())
+    dataset = write_lines(tmp_path / "set.jsonl", [rec("3", "relaxed", **CONVERSATION)])
+    records = load_records(dataset)
+    http, calls = _answering([(200, ANSWER)])
+
+    async def one_by_one(base_url, items, send, *, on_result, **_):
+        async with http:
+            for index, item in enumerate(items):
+                on_result(await send(http, index, item))
+
+    monkeypatch.setattr(evaluation.run, "closed_loop", one_by_one)
+    store = PredictionStore(tmp_path / "out", dataset, records)
+    store.open(fresh=True)
+    asyncio.run(run_policy("http://mai", records, tmp_path, RunSpec.parse("mai"), store, DriveSettings()))
+    (call,) = calls
+    sent = json.loads(call.content)
+    assert sent == chat_body(records[0], image_data_urls(records[0], tmp_path), "mai")
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user", "assistant", "user"]
 
 
 def test_request_ids_are_header_safe_and_bounded():

@@ -207,6 +207,90 @@ def test_a_record_whose_file_is_no_image_is_an_image_error(tmp_path):
     assert error.code == "invalid_image" and "notes.png" in error.message and "PNG" in error.message
 
 
+def conversation_line(**fields) -> dict:
+    turns = [
+        {"role": "user", "text": "What is in the chart?", "images": ["images/0.png"]},
+        {"role": "assistant", "text": "Sales by month."},
+    ]
+    return record_line(images=["images/2.png", data_url("JPEG")], turns=turns) | fields
+
+
+def test_every_image_of_a_conversation_record_is_read_as_its_image_is(tmp_path):
+    (tmp_path / "images").mkdir()
+    pngs = {name: image_bytes("PNG", color=(10 * n, 200, 30)) for n, name in enumerate(("0", "1", "2"))}
+    for name, data in pngs.items():
+        (tmp_path / "images" / f"{name}.png").write_bytes(data)
+    fields = conversation_line()
+    request = record_request(json.dumps(fields), 3, tmp_path, RecordSettings(max_tokens=8))
+    assert isinstance(request, Request) and request.record == EvalRecord.model_validate(fields)
+    url = {name: "data:image/png;base64," + base64.b64encode(data).decode() for name, data in pngs.items()}
+    urls = {"turns[0].images[0]": url["0"], "image": url["1"], "images[0]": url["2"]}
+    assert request.body == chat_body(request.record, urls, "mai", max_tokens=8)
+    question = request.body["messages"][-1]["content"]
+    assert [p["image_url"]["url"] for p in question if p["type"] == "image_url"] == [
+        url["1"],
+        url["2"],
+        fields["images"][1],
+    ]
+    assert request.body["messages"][0]["content"][0]["image_url"]["url"] == url["0"]
+    assert request.record.turns and request.record.images == fields["images"]  # kept for the output
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"images": ["images/2.png", "images/gone.png"]}, "images[1]"),
+        (
+            {"turns": [{"role": "user", "images": ["images/gone.png"]}, {"role": "assistant", "text": "A"}]},
+            "turns[0].images[0]",
+        ),
+        (
+            {
+                "turns": [
+                    {"role": "user", "text": "first", "images": [data_url()]},
+                    {"role": "assistant", "text": "A"},
+                    {"role": "user", "text": "then", "images": ["images/0.png", "images/gone.png"]},
+                    {"role": "assistant", "text": "B"},
+                ]
+            },
+            "turns[2].images[1]",
+        ),
+    ],
+)
+def test_an_unreadable_image_of_a_conversation_record_is_an_error_naming_its_field(tmp_path, fields, param):
+    (tmp_path / "images").mkdir()
+    for name in ("0", "1", "2"):
+        (tmp_path / "images" / f"{name}.png").write_bytes(image_bytes("PNG"))
+    error = record_request(json.dumps(conversation_line(**fields)), 5, tmp_path, RecordSettings())
+    assert isinstance(error, LineError) and error.code == "invalid_image" and error.param == param
+    assert error.message.startswith(f"line 5: {param}: image 'images/gone.png'")
+
+
+def test_a_conversation_image_out_of_the_root_is_refused_like_the_records_image(tmp_path):
+    (tmp_path / "data" / "images").mkdir(parents=True)
+    (tmp_path / "data" / "images" / "1.png").write_bytes(image_bytes("PNG"))
+    (tmp_path / "secret.png").write_bytes(image_bytes("PNG"))
+    fields = record_line(
+        turns=[{"role": "user", "images": ["../secret.png"]}, {"role": "assistant", "text": "A"}]
+    )
+    error = record_request(json.dumps(fields), 1, tmp_path / "data", RecordSettings())
+    assert isinstance(error, LineError) and error.code == "image_outside_root"
+    assert error.param == "turns[0].images[0]" and "(--image-root)" in error.message
+    assert isinstance(
+        record_request(json.dumps(fields), 1, tmp_path / "data", RecordSettings(image_root=str(tmp_path))),
+        Request,
+    )
+
+
+def test_a_record_with_an_image_in_an_assistant_turn_is_an_error_naming_the_field(tmp_path):
+    turns = [{"role": "user", "text": "Q"}, {"role": "assistant", "text": "A", "images": [data_url()]}]
+    error = record_request(
+        json.dumps(record_line(image=data_url(), turns=turns)), 7, tmp_path, RecordSettings()
+    )
+    assert isinstance(error, LineError) and error.param == "turns.1.images"
+    assert error.message.startswith("line 7: turns.1.images:") and "assistant turn" in error.message
+
+
 def test_a_record_line_that_is_not_json_is_a_json_error(tmp_path):
     error = record_request('{"id": "r1", ', 6, tmp_path, RecordSettings())
     assert isinstance(error, LineError) and error.code == "invalid_json" and "line 6" in error.message
