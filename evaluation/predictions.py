@@ -40,6 +40,8 @@ def prediction_of(
             "plan": trace.get("plan"),
             "kind": trace.get("kind"),
             "kind_basis": trace.get("kind_basis"),
+            "context_turns": trace.get("context_turns"),
+            "images": trace.get("images"),
             "stages": [
                 {
                     key: stage.get(key)

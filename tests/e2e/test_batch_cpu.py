@@ -98,3 +98,49 @@ def test_an_openai_batch_file_gets_chat_completions_with_their_traces(server, tm
     assert out["small-model"]["response"]["body"]["model"] == "demo-small"
     assert out["unknown"]["response"]["status_code"] in (400, 404)
     assert "gpt-9" in out["unknown"]["response"]["body"]["error"]["message"]
+
+
+def test_conversation_and_two_image_rows_run_the_cascade_in_both_formats(server, tmp_path):
+    """A record with earlier turns or a second image, and an OpenAI batch line holding a conversation:
+    each row runs the cascade with every turn and image, as the server's trace says."""
+    from harness.datasets import easy_vqa_records
+
+    first, second = easy_vqa_records("validation", limit=2)
+    follow_up = dict(
+        first,
+        id="follow-up",
+        turns=[
+            {"role": "user", "text": "What shape is in the image?", "images": [first["image"]]},
+            {"role": "assistant", "text": "circle"},
+        ],
+        image=second["image"],  # the question's turn carries one image of its own
+    )
+    pair = dict(first, id="pair", images=[second["image"]])
+    data, out = tmp_path / "data.jsonl", tmp_path / "out"
+    data.write_text("".join(json.dumps(record) + "\n" for record in (follow_up, pair)))
+    run = mai_batch(str(data), "--output", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {
+        row["id"]: row
+        for row in map(json.loads, (out / "predictions" / "mai.jsonl").read_text().splitlines())
+    }
+    assert rows["follow-up"]["status"] == 200 and rows["pair"]["status"] == 200, rows
+    assert all(row["route"] and row["stages"] for row in rows.values())
+    assert (rows["follow-up"]["context_turns"], rows["follow-up"]["images"]) == (2, 2)
+    assert (rows["pair"]["context_turns"], rows["pair"]["images"]) == (0, 2)
+
+    asked = [{"type": "image_url", "image_url": {"url": first["image"]}}, {"type": "text", "text": "Color?"}]
+    messages = [
+        {"role": "user", "content": asked},
+        {"role": "assistant", "content": "red"},
+        {"role": "user", "content": [{"type": "text", "text": "Is it a circle?"}]},
+    ]
+    body = {"model": "mai", "messages": messages}
+    line = {"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    source, output = tmp_path / "requests.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps(line) + "\n")
+    run = mai_batch(str(source), "--output", str(output))
+    assert run.returncode == 0, run.stderr[-3000:]
+    [row] = map(json.loads, output.read_text().splitlines())
+    trace = row["response"]["body"]["mai"]["trace"]
+    assert row["response"]["status_code"] == 200 and (trace["context_turns"], trace["images"]) == (2, 1)
