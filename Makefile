@@ -82,7 +82,7 @@ console-screenshot: install
 # the CPU stack (refreshing it: docs/evaluation.md, then `python requirements/hash_lock.py`). Its three
 # sdists build with the hashed setuptools (--no-build-isolation), not with build tools fetched unhashed.
 LMMS_VENV := .venv-lmms
-LMMS_PIP  := $(LMMS_VENV)/bin/python -m pip --quiet --disable-pip-version-check
+LMMS_PIP  := $(LMMS_VENV)/bin/python -m pip --quiet --disable-pip-version-check --no-cache-dir
 
 lmms-eval: $(LMMS_VENV)/.installed
 
