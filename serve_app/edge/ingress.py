@@ -235,7 +235,6 @@ class IngressReplica:
 
     async def _chat(self, payload: Any, request_id: str, grant: Grant) -> Answered | Forwarded:
         routed = destination(payload, self.config)
-        self.auditor.routed(*destination_reasons(routed))
         with warned(routed.warnings):  # the request's warnings reach its error reply too
             if isinstance(routed, Passthrough):
                 # The model the client named: ``mai`` when it sent there what MAI does not fit.
@@ -243,6 +242,7 @@ class IngressReplica:
                 return await self._passthrough(routed, grant)
             grant.use(routed.request.model)  # before any image is fetched or checked
             job = await job_from_chat(self.config, routed, request_id, self._fetch_image)
+            self.auditor.routed(*destination_reasons(routed))  # counted once its job is built
             return await self._answer(job, grant)
 
     async def _payload(self, request: Request, caller: Caller) -> Any:
@@ -352,13 +352,13 @@ class IngressReplica:
         self.plans.update(view)
 
     async def _passthrough(self, decision: Passthrough, grant: Grant) -> Forwarded:
-        """The request to the model it names, unchanged, after the same image checks as the cascade's.
-        ``decision.reason``: why ``mai`` sent it there (in the reply's ``mai`` object and
-        ``x-mai-route-reason``)."""
+        """The request to the model it names, unchanged, after the cascade's image checks; ``decision.
+        reason``: why ``mai`` sent it there (in the reply's ``mai`` object and ``x-mai-route-reason``)."""
         started = time.monotonic()
         self.demand.arrived()
         model_id, reason = decision.model_id, decision.reason
         payload = await checked_body(decision.payload, self.config.limits, self._fetch_image)
+        self.auditor.routed(*destination_reasons(decision))
         await self.readiness.wait(self.config.readiness.wait_s)
         await types_ready()
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, model_validator
@@ -127,9 +128,51 @@ class MAIFields(BaseModel):
     mai: MAIExtra | None = None
 
 
+# The chat request fields a cascade policy honours (docs/api.md, "Parameters").
+HONOURED = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "stream",
+        "stream_options",
+        "mai",
+        "user",
+        "n",
+        "temperature",
+        "top_p",
+        "seed",
+        "logprobs",
+        "top_logprobs",
+    }
+)
+# Honoured only at these values (the cascade answers with one choice).
+HONOURED_VALUES: Mapping[str, Any] = {"n": 1}
+
+
+# Every chat parameter named in OpenAI's and vLLM's chat APIs: an unhonoured one is counted by its name,
+# any other name as ``unhonoured:other`` (a client's field names never become a metric's label values).
+KNOWN_PARAMETERS = HONOURED | frozenset(
+    {
+        "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "metadata",
+        "modalities", "parallel_tool_calls", "prediction", "presence_penalty", "reasoning_effort",
+        "response_format", "service_tier", "stop", "store", "tool_choice", "tools", "web_search_options",
+        "top_k", "min_p", "min_tokens", "repetition_penalty", "structured_outputs", "guided_json",
+        "guided_regex", "guided_choice", "guided_grammar", "chat_template", "chat_template_kwargs",
+        "priority", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+        "include_stop_str_in_output", "add_generation_prompt", "continue_final_message",
+        "echo", "best_of", "use_beam_search", "length_penalty", "stop_token_ids", "bad_words",
+        "truncate_prompt_tokens", "prompt_logprobs", "allowed_token_ids", "mm_processor_kwargs",
+        "documents", "request_id", "kv_transfer_params", "vllm_xargs", "cache_salt",
+        "return_tokens_as_token_ids", "return_token_ids",
+    }
+)  # fmt: skip
+
+
 class ChatRequest(BaseModel):
     """The OpenAI chat request fields MAI reads. Other fields are the model's (a request for a model id
-    passes to it unchanged); a cascade policy refuses those it does not honour (``routing.HONOURED``)."""
+    passes to it unchanged); a cascade policy refuses those it does not honour (``HONOURED``)."""
 
     model_config = ConfigDict(extra="allow")
     model: str = Field(

@@ -12,23 +12,18 @@ MAI fits a request that is
   ``asks_open_generation``) reads no sentence of it as asking for open generation,
 - and carries only parameters the cascade honours (``HONOURED``; ``n`` only at 1), in the shapes the
   cascade reads (``ChatRequest``).
-A body is judged by the schema of where it goes, once: ``ChatRequest`` for the cascade, the model's
-own (ray.serve.llm's, after ``passthrough_body``) for a model. For ``mai`` the ``mai`` object is read
-first (``MAIFields``, a 400 naming what is wrong in it); a body the cascade's schema does not read is
-then no fit, not an error: the large model's schema judges it.
-``max_tokens`` is a cap on every stage's budget, never a signal. A server setting (``mai_destination``)
-and a request's ``mai.destination`` force either way (``mai.route``, its old name, is read as it for one
-release, and said in the reply's ``Warning``: ``warnings``, read here once and carried with the request).
-A request for a configured model id goes to that model unchanged. ``destination`` settles that, once
-per chat request, before any job is built: the one gate (``misfit``) reads the request's user turn once
-(``UserTurn``), and the job builder trusts what it passes. A request for another cascade policy
-(``mai-small``, ...) that does not fit is a 4xx naming why, where ``mai`` would pass it through; an
-instruction for open generation is no error there (the client chose the policy). Pure functions.
+A body is judged by the schema of where it goes, once (``ChatRequest`` for the cascade, the model's
+own for a model); for ``mai`` a body the cascade's schema does not read is no fit, not an error.
+``max_tokens`` caps every stage's budget. ``mai_destination`` and a request's ``mai.destination`` force
+either way (``mai.route``, its old name, is read for one release, with a ``Warning``). A configured
+model id goes to that model unchanged. ``destination`` settles it once per chat request, before any
+job is built: ``misfit`` reads the user turn once (``UserTurn``) and the job builder trusts it. Another
+cascade policy (``mai-small``, ...) answers a 4xx naming why where ``mai`` would pass the request
+through; open generation is no error there (the client chose the policy). Pure functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +33,17 @@ from ..config import AppConfig
 from ..core.prompts import Turn
 from ..core.question_parsing import asks_open_generation
 from .errors import RequestError, describe_validation_error, warned
-from .protocol import POLICY_OF_MODEL, ChatRequest, ContentPart, MAIExtra, MAIFields, Warnings
+from .protocol import (
+    HONOURED,
+    HONOURED_VALUES,
+    KNOWN_PARAMETERS,
+    POLICY_OF_MODEL,
+    ChatRequest,
+    ContentPart,
+    MAIExtra,
+    MAIFields,
+    Warnings,
+)
 
 
 @dataclass(frozen=True)
@@ -195,29 +200,6 @@ def validated(model: type[BaseModel], payload: Any) -> Any:
         raise RequestError(message, param=param, code="invalid_request") from None
 
 
-# The chat request fields a cascade policy honours (docs/api.md, "Parameters").
-HONOURED = frozenset(
-    {
-        "model",
-        "messages",
-        "max_tokens",
-        "max_completion_tokens",
-        "stream",
-        "stream_options",
-        "mai",
-        "user",
-        "n",
-        "temperature",
-        "top_p",
-        "seed",
-        "logprobs",
-        "top_logprobs",
-    }
-)
-# Honoured only at these values (the cascade answers with one choice).
-HONOURED_VALUES: Mapping[str, Any] = {"n": 1}
-
-
 def unhonoured_parameters(request: ChatRequest) -> list[str]:
     """The request's parameters a cascade policy would not honour, by name."""
     names = []
@@ -228,23 +210,6 @@ def unhonoured_parameters(request: ChatRequest) -> list[str]:
 
 
 SYSTEM_ROLES = ("system", "developer")
-# Every chat parameter named in OpenAI's and vLLM's chat APIs: an unhonoured one is counted by its name,
-# any other name as ``unhonoured:other`` (a client's field names never become a metric's label values).
-KNOWN_PARAMETERS = HONOURED | frozenset(
-    {
-        "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "metadata",
-        "modalities", "parallel_tool_calls", "prediction", "presence_penalty", "reasoning_effort",
-        "response_format", "service_tier", "stop", "store", "tool_choice", "tools", "web_search_options",
-        "top_k", "min_p", "min_tokens", "repetition_penalty", "structured_outputs", "guided_json",
-        "guided_regex", "guided_choice", "guided_grammar", "chat_template", "chat_template_kwargs",
-        "priority", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-        "include_stop_str_in_output", "add_generation_prompt", "continue_final_message",
-        "echo", "best_of", "use_beam_search", "length_penalty", "stop_token_ids", "bad_words",
-        "truncate_prompt_tokens", "prompt_logprobs", "allowed_token_ids", "mm_processor_kwargs",
-        "documents", "request_id", "kv_transfer_params", "vllm_xargs", "cache_salt",
-        "return_tokens_as_token_ids", "return_token_ids",
-    }
-)  # fmt: skip
 # Bytes of chat markup counted for each earlier turn (its role header and end marker), beside its text.
 TURN_MARKUP_BYTES = 16
 
@@ -272,15 +237,11 @@ def _parts_of(content: str | list[ContentPart] | None) -> list[ContentPart]:
 
 
 def _urls(parts: list[ContentPart]) -> list[str]:
-    return [
-        part.image_url.url if part.image_url is not None else "" for part in parts if part.type == "image_url"
-    ]
+    return [p.image_url.url if p.image_url is not None else "" for p in parts if p.type == "image_url"]
 
 
 def _text_of(content: str | list[ContentPart] | None) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.text for part in content or [] if part.type == "text" and part.text)
+    return "\n".join(part.text for part in _parts_of(content) if part.type == "text" and part.text)
 
 
 def _refusal(reason: str, cause: str, message: str, code: str, param: str = "messages") -> Misfit:
@@ -294,7 +255,7 @@ def conversation_misfit(request: ChatRequest, turn: UserTurn, config: AppConfig)
     model, large, limits = request.model, config.large.model_id, config.limits
     elsewhere = f"send it to a model itself (model {large!r})"
     turns = [message for message in request.messages if message.role not in SYSTEM_ROLES]
-    if any(message.role == "tool" or (message.model_extra or {}).get("tool_calls") for message in turns):
+    if any(message.role == "tool" or _calls_tools(message) for message in turns):
         return _refusal(
             "a conversation with tool calls", "tool_calls",
             f"the cascade policy {model!r} reads user and assistant turns, not tool calls: {elsewhere}",
@@ -305,7 +266,7 @@ def conversation_misfit(request: ChatRequest, turn: UserTurn, config: AppConfig)
         return _refusal(
             "a conversation whose turns do not alternate", "turn_order",
             "the messages after the system messages must alternate user and assistant turns, from a "
-            f"user turn to the question's (got {', '.join(m.role for m in turns)})",
+            f"user turn to the question's (got {_roles(turns)})",
             "invalid_conversation",
         )  # fmt: skip
     for role, rule in (("system", SYSTEM_ROLES), ("assistant", ("assistant",))):
@@ -315,9 +276,10 @@ def conversation_misfit(request: ChatRequest, turn: UserTurn, config: AppConfig)
             if m.role in rule
             for part in _parts_of(m.content)
         ):
+            article = "an" if role == "assistant" else "a"
             return _refusal(
-                f"an image in a {role} message", f"image_in_{role}",
-                f"an image part in a {role} message: images go in user turns", "misplaced_image",
+                f"an image in {article} {role} message", f"image_in_{role}",
+                f"an image part in {article} {role} message: images go in user turns", "misplaced_image",
             )  # fmt: skip
     if len(turn.context) > limits.max_context_turns:
         return _refusal(
@@ -325,6 +287,14 @@ def conversation_misfit(request: ChatRequest, turn: UserTurn, config: AppConfig)
             f"the conversation has {len(turn.context)} turns before the question; the cascade policy "
             f"{model!r} reads at most {limits.max_context_turns} (limits.max_context_turns): {elsewhere}",
             "context_too_long",
+        )  # fmt: skip
+    longest = max((len(t.text) for t in turn.context), default=0)
+    if longest > limits.max_question_chars:
+        return _refusal(
+            "an earlier turn over limits.max_question_chars", "context_chars",
+            f"a turn before the question has {longest} characters, over the limit of "
+            f"{limits.max_question_chars} (limits.max_question_chars): {elsewhere}",
+            "question_too_long",
         )  # fmt: skip
     size = sum(len(text.encode()) for text in (*turn.system, *(t.text for t in turn.context), turn.text))
     size += TURN_MARKUP_BYTES * len(turn.context)
@@ -335,6 +305,39 @@ def conversation_misfit(request: ChatRequest, turn: UserTurn, config: AppConfig)
             f"most {limits.max_prompt_bytes} fit the models' context length (limits.max_prompt_bytes): "
             f"{elsewhere}",
             "context_length_exceeded",
+        )  # fmt: skip
+    return None
+
+
+def _calls_tools(message: Any) -> bool:
+    """Whether a message calls or answers tools (OpenAI's ``tool_calls``, ``tool_call_id`` or the older
+    ``function_call``): anything there but null or an empty list."""
+    extra = message.model_extra or {}
+    return any(extra.get(key) not in (None, []) for key in ("tool_calls", "function_call", "tool_call_id"))
+
+
+def _roles(turns: list[Any], shown: int = 10) -> str:
+    """The turns' roles for an error message, the first ``shown`` of them (a body may hold thousands)."""
+    roles = ", ".join(message.role for message in turns[:shown])
+    return roles + (f", ... ({len(turns)} in all)" if len(turns) > shown else "")
+
+
+def question_misfit(turn: UserTurn, config: AppConfig) -> Misfit | None:
+    """Why the question of a follow-up or of several images is not one the cascade reads: no text, or
+    text over ``limits.max_question_chars`` (``mai`` passes such a request to the large model, as it
+    did before the cascade read them; a single image's question keeps its 400 from the job)."""
+    limit, text = config.limits.max_question_chars, turn.text.strip()
+    if turn.shape == "one_image":
+        return None
+    if not text:
+        return _refusal(
+            "a turn with no question", "no_question",
+            "the last user turn has no question; send the question as text", "missing_question",
+        )  # fmt: skip
+    if len(text) > limit:
+        return _refusal(
+            "a question over limits.max_question_chars", "question_chars",
+            f"the question has {len(text)} characters, over the limit of {limit}", "question_too_long",
         )  # fmt: skip
     return None
 
@@ -376,16 +379,22 @@ def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Mi
             f"(limits.max_images): send it to a model itself (model {large!r})",
             "too_many_images",
         )  # fmt: skip
-    if (
-        images == 0
-        or not all(url for t in turn.context for url in t.images)
-        or any(part.image_url is None for part in turn.images)
-    ):
+    if images == 0:
         return _refusal(
             "no image", "no_image",
             "the user message has no image; add an image_url content part with a data URL",
             "missing_image",
         )  # fmt: skip
+    if not all(url for t in turn.context for url in t.images) or any(
+        p.image_url is None for p in turn.images
+    ):
+        return _refusal(
+            "an image part with no url", "no_image",
+            "an image_url content part has no url; give each image a data URL", "missing_image",
+        )  # fmt: skip
+    question = question_misfit(turn, config)
+    if question is not None:
+        return question
     if asks_open_generation(turn.text):
         return Misfit("an instruction for open generation", None, ("open_generation",))
     return None

@@ -255,3 +255,55 @@ def test_destination_counts_merge_across_replicas_and_an_older_replica_reports_n
         | {"destinations": {"cascade": 1, "cascade:follow_up": 1}},
     )
     assert holder.destinations_body()["cascade"]["requests"] == 2
+
+
+@pytest.mark.parametrize(
+    ("question", "code", "cause"),
+    [
+        ([image()], "missing_question", "no_question"),  # a follow-up that is only an image
+        ("", "missing_question", "no_question"),
+        ("What? " * 2000, "question_too_long", "question_chars"),
+    ],
+    ids=["image only", "empty", "too long"],
+)
+def test_a_follow_up_the_cascade_cannot_read_passes_through_under_mai_as_before(question, code, cause):
+    loose = AppConfig.model_validate(CONFIG.model_dump() | {"limits": {"max_images": 2}})  # no byte bound
+    body = follow_up(model="mai-large")
+    body["messages"][-1]["content"] = question
+    assert refused(loose, body).code == code
+    passed = chat_job(loose, body | {"model": "mai"})
+    assert isinstance(passed, Passthrough) and passed.causes == (cause,)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"function_call": {"name": "f", "arguments": "{}"}, "content": None},
+        {"tool_calls": {}},  # not a list, but there
+        {"tool_calls": ""},
+        {"tool_call_id": "1"},
+    ],
+)
+def test_every_spelling_of_a_tool_call_is_a_tool_turn(fields):
+    body = follow_up(model="mai-large")
+    body["messages"][2].update(fields)
+    assert refused(CONFIG, body).code == "unsupported_conversation"
+    assert chat_job(CONFIG, follow_up() | {"messages": body["messages"]}).causes == ("tool_calls",)
+
+
+def test_an_earlier_turn_is_bounded_like_the_question_whatever_the_prompt_budget():
+    config = AppConfig.model_validate(
+        CONFIG.model_dump() | {"limits": {"max_images": 2, "max_prompt_bytes": None}}
+    )
+    body = follow_up(model="mai-large")
+    body["messages"][2]["content"] = "x" * (config.limits.max_question_chars + 1)
+    error = refused(config, body)
+    assert error.code == "question_too_long" and "a turn before the question" in error.message
+    assert chat_job(config, body | {"model": "mai"}).causes == ("context_chars",)
+
+
+def test_an_error_names_at_most_ten_roles():
+    body = follow_up(model="mai-large")
+    body["messages"][1:1] = [{"role": "user", "content": "Hi"}] * 5000
+    message = refused(CONFIG, body).message
+    assert "(5003 in all)" in message and len(message) < 400
