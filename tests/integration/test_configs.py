@@ -45,7 +45,8 @@ def test_config_builds_llm_configs(name):
         assert router["request_router_class"] == "deployments.stage_router:StageAffinityRouter"
         assert 1 <= router["request_router_kwargs"]["max_queue"] <= deployment["max_ongoing_requests"]
         assert llm.engine_kwargs["enable_prefix_caching"] is True
-        assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": 1, "video": 0}
+        # As many images as a cascade request may carry (limits.max_images), no video.
+        assert llm.engine_kwargs["limit_mm_per_prompt"] == {"image": config.limits.max_images, "video": 0}
         assert llm.engine_kwargs["max_model_len"] >= config.cascade.max_tokens.reasoning + 1024
         # The engines fetch nothing: every image reaches them as a data URL.
         assert llm.engine_kwargs["allowed_media_domains"] == [NO_MEDIA_DOMAIN]
@@ -223,7 +224,8 @@ def test_every_shipped_config_becomes_the_engine_vllm_would_build(name, executor
     for role in ("small", "large"):
         model = result["models"][role]
         assert model["executor"] == executor  # GPUs: vLLM's Ray executor, as ray.serve.llm always runs it
-        assert model["limit_mm_per_prompt"] == {"image": 1, "video": 0}
+        images = 2 if name == "mai-cpu.yaml" else 1  # the CPU default reads two images a request
+        assert model["limit_mm_per_prompt"] == {"image": images, "video": 0}
         if gpu_share is not None:
             assert [bundle["GPU"] for bundle in model["bundles"]] == [gpu_share]
             fractional = gpu_share < 1
@@ -232,7 +234,7 @@ def test_every_shipped_config_becomes_the_engine_vllm_would_build(name, executor
         budget = model["image_budget"]
         assert budget["max_image_tokens"] + budget["largest_stage_tokens"] < model["max_model_len"]
     assert result["max_prompt_bytes"] >= 1000
-    assert result["max_passthrough_images"] == 1
+    assert result["max_passthrough_images"] == images  # the engines' count
 
 
 @pytest.mark.parametrize(
