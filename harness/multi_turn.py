@@ -71,16 +71,13 @@ def follow_up(
     other = "shape" if first_kind == "colour" else "colour"
     kind = rng.choice((f"{other}_yes_no", other))
     form = _form(FOLLOW_UPS[kind], rng, held_out)
+    asked = None
     if kind.endswith("_yes_no"):
         truth = rng.random() < 0.5
         actual = facts.shape if other == "shape" else facts.colour
         pool = SHAPES if other == "shape" else COLOURS
         asked = actual if truth else rng.choice([value for value in pool if value != actual])
-        question = form.format(shape=asked, colour=asked)
-        answer, metric = ("yes" if truth else "no"), "yes_no"
-    else:
-        question = form
-        answer, metric = (facts.shape if other == "shape" else facts.colour), "exact"
+    question = form.format(shape=asked, colour=asked) if asked else form
     return {
         "kind": f"follow_up/{kind}",
         "form": form,
@@ -90,9 +87,29 @@ def follow_up(
         ],
         "images": [],
         "question": question,
-        "answer": answer,
-        "metric": metric,
+        "asked": asked,
+        "answer": follow_up_answer(kind, asked, facts),
+        "metric": "yes_no" if asked else "exact",
     }
+
+
+def follow_up_answer(kind: str, asked: str | None, facts: ImageFacts) -> str:
+    """The answer to a follow-up of ``kind`` (a ``FOLLOW_UPS`` key) asking about ``asked`` (the colour or
+    shape a yes/no follow-up names, else None) about an image showing ``facts``."""
+    attribute = facts.shape if kind.startswith("shape") else facts.colour
+    if asked is None:
+        return attribute
+    return "yes" if asked == attribute else "no"
+
+
+def pair_answer(kind: str, asked: str | None, first: ImageFacts, second: ImageFacts) -> str:
+    """The answer to a two-image question of ``kind`` (a ``PAIR_QUESTIONS`` key) naming ``asked`` (its
+    colour or shape; None for ``same_colour``) about images showing ``first`` and ``second``."""
+    if kind == "same_colour":
+        return "yes" if first.colour == second.colour else "no"
+    if kind == "count_colour":
+        return str((first.colour == asked) + (second.colour == asked))
+    return "yes" if first.shape == asked == second.shape else "no"
 
 
 def image_pair(
@@ -102,24 +119,21 @@ def image_pair(
     a, b = facts[first], facts[second]
     kind = rng.choice(tuple(PAIR_QUESTIONS))
     form = _form(PAIR_QUESTIONS[kind], rng, held_out)
-    if kind == "same_colour":
-        question, answer, metric = form, ("yes" if a.colour == b.colour else "no"), "yes_no"
-    elif kind == "count_colour":
-        colour = rng.choice([a.colour, b.colour, rng.choice(COLOURS)])
-        question = form.format(colour=colour)
-        answer, metric = str((a.colour == colour) + (b.colour == colour)), "exact"
-    else:
-        shape = rng.choice([a.shape, b.shape, rng.choice(SHAPES)])
-        question = form.format(shape=shape)
-        answer, metric = ("yes" if a.shape == shape == b.shape else "no"), "yes_no"
+    asked = None
+    if kind == "count_colour":
+        asked = rng.choice([a.colour, b.colour, rng.choice(COLOURS)])
+    elif kind == "both_shape":
+        asked = rng.choice([a.shape, b.shape, rng.choice(SHAPES)])
+    question = form.format(colour=asked, shape=asked) if asked else form
     return {
         "kind": f"images/{kind}",
         "form": form,
         "turns": [],
         "images": [first, second],
         "question": question,
-        "answer": answer,
-        "metric": metric,
+        "asked": asked,
+        "answer": pair_answer(kind, asked, a, b),
+        "metric": "exact" if kind == "count_colour" else "yes_no",
     }
 
 

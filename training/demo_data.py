@@ -60,7 +60,7 @@ class Example:
     target: str
 
 
-_CORNERS = {"circle": "no corners", "rectangle": "four corners", "triangle": "three corners"}
+CORNERS = {"circle": "no corners", "rectangle": "four corners", "triangle": "three corners"}
 
 
 def prompt_answer_kind(question: str) -> str:
@@ -78,7 +78,7 @@ def rationale(facts: ImageFacts, question: str) -> str:
         "I look at the image.",
         "I see one shape.",
         f"Its color is {facts.colour}.",
-        f"It has {_CORNERS[facts.shape]}, so it is a {facts.shape}.",
+        f"It has {CORNERS[facts.shape]}, so it is a {facts.shape}.",
     ]
     asked_colour, asked_shape = mentioned(question, COLOURS), mentioned(question, SHAPES)
     named = either_or_of(question)

@@ -65,6 +65,39 @@ def test_training_layout_matches_the_processor(setup):
 
 
 @pytest.mark.slow  # trains or builds models with torch
+def test_conversation_batches_hold_every_image_in_prompt_order(setup):
+    from PIL import Image
+
+    from harness.multi_turn import follow_up, image_pair
+    from training.demo.corpus import batch_of
+    from training.demo_conversations import conversation_example
+
+    tokenizer, processor, corpus, paths = setup
+    collator = Collator(tokenizer, image_tokens=int(corpus.grid.prod()) // 4)
+    rng = random.Random(0)
+    pair = image_pair(corpus.facts, 1, 2, rng, held_out=False)
+    example = conversation_example(pair, corpus.facts, PromptKind.REASONING, rng, PromptMix(0, 1, 0, 0))
+    prompt_ids, _ = collator.ids(example)
+    text = processor.apply_chat_template(example.messages, tokenize=False, add_generation_prompt=True)
+    images = []
+    for image_id in (1, 2):
+        with Image.open(paths[image_id]) as image:
+            images.append(image.convert("RGB"))
+    reference = processor(text=[text], images=images, return_tensors="pt")
+    assert prompt_ids == reference["input_ids"][0].tolist()
+    assert prompt_ids.count(collator.image_pad) == 2 * 64
+    # a one-image question, a follow-up about image 3 and the pair: four images, in that order
+    items = [QA(0, "what color is the shape?", "x"), follow_up(corpus.facts[3], 3, rng, held_out=False), pair]
+    batch = batch_of(corpus, items, [PromptKind.SIMPLE] * 3, collator, rng, PromptMix(1, 0, 0, 0))
+    assert batch["image_grid_thw"].shape[0] == 4
+    patches = corpus.pixels[0].shape[0]
+    for index, image_id in enumerate((0, 3, 1, 2)):
+        rows = batch["pixel_values"][index * patches : (index + 1) * patches]
+        assert (rows == corpus.pixels[image_id]).all()
+    assert batch["mm_token_type_ids"].sum(-1).tolist() == [64, 64, 128]
+
+
+@pytest.mark.slow  # trains or builds models with torch
 def test_a_short_run_lowers_the_loss_and_writes_a_checkpoint_that_answers(setup, tmp_path, monkeypatch):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor

@@ -21,7 +21,12 @@ from harness.phrasings import TRAINING, PhrasedQuestions
 from serve_app.core.prompts import PromptKind
 from training.demo.progress import progress_bar
 from training.demo.recipes import DemoSpec
+from training.demo_conversations import IMAGE, conversation_example, draw_record, record_images
 from training.demo_data import Example, PromptMix, make_example
+
+# What a training batch asks: an easy-vqa question about one image, or a ``harness.multi_turn`` record
+# (a follow-up, or a question about two images).
+Item = QA | dict
 
 
 @dataclass
@@ -104,9 +109,30 @@ class Collator:
         }
 
 
+def example_of(
+    corpus: Corpus, item: Item, kind: PromptKind, rng: random.Random, mix: PromptMix, *, variants: bool
+) -> tuple[Example, list[int]]:
+    """One training example of ``kind`` for ``item``, and the ids of its images in prompt order."""
+    if isinstance(item, QA):
+        facts = corpus.facts.get(item.image_id)
+        # Without known facts there is no rationale to teach: such images give Simple examples only.
+        kind = kind if facts else PromptKind.SIMPLE
+        return make_example(IMAGE, item, facts, kind, rng, mix, variant=variants), [item.image_id]
+    return conversation_example(item, corpus.facts, kind, rng, mix), record_images(item)
+
+
+def with_pixels(corpus: Corpus, batch: dict, images: list[int]) -> dict:
+    """``batch`` with the pixels of ``images`` (every example's, in prompt order) and their grids."""
+    import torch
+
+    batch["pixel_values"] = torch.cat([corpus.pixels[image] for image in images])
+    batch["image_grid_thw"] = corpus.grid.repeat(len(images), 1)
+    return batch
+
+
 def batch_of(
     corpus: Corpus,
-    qas: list[QA],
+    items: list[Item],
     kinds: list[PromptKind],
     collator: Collator,
     rng: random.Random,
@@ -114,21 +140,15 @@ def batch_of(
     *,
     variants: bool = False,
 ) -> dict:
-    import torch
-
-    examples = []
-    for qa, kind in zip(qas, kinds, strict=True):
-        facts = corpus.facts.get(qa.image_id)
-        # Without known facts there is no rationale to teach: such images give Simple examples only.
-        kind = kind if facts else PromptKind.SIMPLE
-        examples.append(make_example("image", qa, facts, kind, rng, mix, variant=variants))
-    batch = collator(examples)
-    batch["pixel_values"] = torch.cat([corpus.pixels[qa.image_id] for qa in qas])
-    batch["image_grid_thw"] = corpus.grid.repeat(len(qas), 1)
-    return batch
+    examples, images = [], []
+    for item, kind in zip(items, kinds, strict=True):
+        example, shown = example_of(corpus, item, kind, rng, mix, variants=variants)
+        examples.append(example)
+        images += shown
+    return with_pixels(corpus, collator(examples), images)
 
 
-def question_drawer(corpus: Corpus, spec: DemoSpec, rng: random.Random) -> Callable[[], list[QA]]:
+def question_drawer(corpus: Corpus, spec: DemoSpec, rng: random.Random) -> Callable[[], list[Item]]:
     """A function drawing the questions of one training batch, ``spec.batch_size`` of them."""
     # Questions are drawn type by type (spec.type_weights). Yes/no questions are generated balanced
     # (balanced_yes_no: as many yes as no for each question form and what it names): easy-vqa's own
@@ -142,14 +162,18 @@ def question_drawer(corpus: Corpus, spec: DemoSpec, rng: random.Random) -> Calla
     draw = [name for name, times in spec.type_weights for _ in range(times)]
     # People's phrasings, a share of the questions: the training templates only, never a held-out one.
     phrased = PhrasedQuestions(corpus.facts, train_images, TRAINING) if spec.phrased_share else None
+    # Follow-ups and two-image questions, a share of the questions (harness.multi_turn's training forms).
+    known = sorted(train_images & set(corpus.facts))
 
-    def question() -> QA:
+    def question() -> Item:
+        if spec.conversation_share and rng.random() < spec.conversation_share:
+            return draw_record(corpus.facts, known, rng)
         if phrased is not None and rng.random() < spec.phrased_share:
             return phrased.draw(rng)
         kind = rng.choice(draw)
         return train_yes_no.draw(rng) if kind == "yes/no" else rng.choice(by_type[kind])
 
-    def batch_questions() -> list[QA]:
+    def batch_questions() -> list[Item]:
         return [question() for _ in range(spec.batch_size)]
 
     return batch_questions

@@ -19,6 +19,10 @@ IMAGE_PIXELS = 128 * 128
 # form's fifth) to 720 times (a count one), while easy-vqa's own phrasings keep three quarters of the
 # questions. A first setting, not yet measured.
 PHRASED_SHARE = 0.25
+# The share of questions that are follow-ups or two-image questions (docs/demo-models.md,
+# "Conversations"): in the small model's 1,800 image steps each follow-up form is asked about 1,100
+# times and each two-image form about 1,400 times, in their training phrasings. A first setting.
+CONVERSATION_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,9 @@ class DemoSpec:
     # a held-out one: a form, one of its templates, an image, the named values balanced); the rest as
     # type_weights draws them. 0: easy-vqa's own phrasings only.
     phrased_share: float = 0.0
+    # The share of each batch's questions that are follow-ups or questions about two images
+    # (harness.multi_turn's training forms, half and half; training/demo_conversations.py). 0: none.
+    conversation_share: float = 0.0
     # The first steps are Simple only: a one-token target whose only source is the image teaches the
     # vision tower to look before long, mostly predictable reasoning targets dilute that signal.
     simple_warmup_steps: int = 0
@@ -73,8 +80,11 @@ class DemoSpec:
             raise ValueError(
                 f"type_weights names color, shape and yes/no, each at least once: {self.type_weights}"
             )
-        if not 0 <= self.phrased_share < 1:
-            raise ValueError(f"phrased_share must be at least 0 and below 1, got {self.phrased_share}")
+        for name in ("phrased_share", "conversation_share"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 0 and below 1, got {getattr(self, name)}")
+        if self.phrased_share + self.conversation_share >= 1:
+            raise ValueError("phrased_share and conversation_share leave no question in easy-vqa's phrasings")
         for name in (
             "simple_warmup_steps",
             "vision_pretrain_steps",
@@ -102,6 +112,7 @@ DEMO_SMALL = DemoSpec(
     seed=11,
     type_weights=(("color", 1), ("shape", 1), ("yes/no", 2)),
     phrased_share=PHRASED_SHARE,
+    conversation_share=CONVERSATION_SHARE,
     simple_warmup_steps=300,
     vision_pretrain_steps=1000,
     comparison_drill_steps=600,
@@ -118,6 +129,7 @@ DEMO_LARGE = DemoSpec(
     mix=PromptMix(simple=0.4, reasoning=0.1, stage2=0.0, transfer=0.5),
     seed=13,
     phrased_share=PHRASED_SHARE,
+    conversation_share=CONVERSATION_SHARE,
     transfer_steps=150,
     simple_warmup_steps=200,
     vision_pretrain_steps=1500,

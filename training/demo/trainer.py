@@ -122,11 +122,15 @@ def train(
         "validation_transfer": results.transfer,
         "validation_phrased_simple_accuracy": results.phrased,
         "validation_phrased_questions": len(validation.phrased),
+        "validation_conversation_simple_accuracy": results.conversations,
+        "validation_conversation_questions": len(validation.conversations),
         # The prompt layout the model learnt: configs/mai-cpu.yaml must declare it (prompt_layout).
         "prompt_layout": DEMO_LAYOUT.value,
         "data": "easy-vqa train split (validation: the committed held-out images); yes/no generated "
         f"balanced; a share of {spec.phrased_share} of the questions in people's phrasings "
-        "(harness.phrasings, training templates only)",
+        "(harness.phrasings, training templates only); a share of "
+        f"{spec.conversation_share} follow-ups and two-image questions (harness.multi_turn, training "
+        "forms only)",
     }
     (target / "mai-demo.json").write_text(json.dumps(report, indent=2) + "\n")
     accuracy = results.simple

@@ -15,10 +15,13 @@ from harness.easy_vqa import (
     display_question,
     question_type,
 )
+from harness.multi_turn import HELD_OUT
+from harness.multi_turn import draw as draw_conversations
 from harness.phrasings import TEMPLATES, PhrasedQA, PhrasedQuestions
 from serve_app.core.prompts import PromptKind
-from training.demo.corpus import Collator, Corpus, drill_batch
+from training.demo.corpus import Collator, Corpus, drill_batch, with_pixels
 from training.demo.recipes import DemoSpec
+from training.demo_conversations import conversation_example, record_images
 from training.demo_data import (
     Example,
     PromptMix,
@@ -39,6 +42,9 @@ REASONING_CHECKED = 200
 TRANSFER_CHECKED = 200
 # Questions in people's phrasings, every template (held-out ones included), on the validation images.
 PHRASED_CHECKED = 400
+# Follow-ups and as many two-image questions on the validation images, in training forms and as many
+# in held-out forms.
+CONVERSATIONS_CHECKED = 100
 
 
 def greedy_matches(
@@ -46,11 +52,13 @@ def greedy_matches(
 ) -> list[bool]:
     """For each example (about the image of the ``qas`` at its index), whether greedy decoding would
     write its target: under teacher forcing, every target token is the argmax."""
+    return greedy_writes(model, with_pixels(corpus, collator(examples), [qa.image_id for qa in qas]))
+
+
+def greedy_writes(model, batch: dict) -> list[bool]:
+    """For each row of ``batch``, whether greedy decoding would write its labels."""
     import torch
 
-    batch = collator(examples)
-    batch["pixel_values"] = torch.cat([corpus.pixels[qa.image_id] for qa in qas])
-    batch["image_grid_thw"] = corpus.grid.repeat(len(qas), 1)
     labels = batch.pop("labels")
     with torch.no_grad():
         predicted = model(**batch).logits[:, :-1].argmax(-1)
@@ -103,6 +111,31 @@ def phrased_accuracy(
         part: {form: round(sum(values) / len(values), 3) for form, values in sorted(by_form.items())}
         for part, by_form in right.items()
         if by_form
+    }
+
+
+def conversation_accuracy(
+    model, corpus: Corpus, collator: Collator, records: list[dict], batch_size: int = 32
+) -> dict[str, dict[str, float]]:
+    """Greedy accuracy of the Simple prompt on follow-ups and two-image questions (``harness.multi_turn``
+    records), by kind and over all, for the training forms ("seen") and the held-out ones apart."""
+    right: dict[str, dict[str, list[bool]]] = {"seen": defaultdict(list), "held out": defaultdict(list)}
+    rng, mix = random.Random(0), PromptMix(1, 0, 0, 0)
+    model.eval()
+    for start in range(0, len(records), batch_size):
+        chunk = records[start : start + batch_size]
+        examples = [conversation_example(r, corpus.facts, PromptKind.SIMPLE, rng, mix) for r in chunk]
+        images = [image for record in chunk for image in record_images(record)]
+        batch = with_pixels(corpus, collator(examples), images)
+        for record, correct in zip(chunk, greedy_writes(model, batch), strict=True):
+            group = right["held out" if record["form"] in HELD_OUT else "seen"]
+            group[record["kind"]].append(correct)
+            group["all"].append(correct)
+    model.train()
+    return {
+        part: {kind: round(sum(values) / len(values), 3) for kind, values in sorted(by_kind.items())}
+        for part, by_kind in right.items()
+        if by_kind
     }
 
 
@@ -221,12 +254,15 @@ def checked_verdict_accuracy(model, tokenizer) -> float:
 @dataclass(frozen=True)
 class ValidationQuestions:
     """The held-out questions a model's training reports on: up to 400 of easy-vqa's own (``sample``),
-    400 generated balanced yes/no (``balanced_yes_no``) and PHRASED_CHECKED in people's phrasings
-    (``phrased``, every template), all about the validation images."""
+    400 generated balanced yes/no (``balanced_yes_no``), PHRASED_CHECKED in people's phrasings
+    (``phrased``, every template) and follow-ups and two-image questions (``conversations``,
+    CONVERSATIONS_CHECKED of each in training forms and as many in held-out ones), all about the
+    validation images."""
 
     sample: list[QA]
     balanced_yes_no: list[QA]
     phrased: list[PhrasedQA]
+    conversations: list[dict]
 
     @classmethod
     def of(cls, corpus: Corpus) -> ValidationQuestions:
@@ -235,10 +271,19 @@ class ValidationQuestions:
         balanced_rng = random.Random(1)
         yes_no = BalancedYesNo(corpus.facts, images)
         phrased_rng, phrasings = random.Random(2), PhrasedQuestions(corpus.facts, images, TEMPLATES)
+        conversations = [
+            record
+            for held_out, seed in ((False, 3), (True, 4))
+            for records in draw_conversations(
+                corpus.facts, images, min(CONVERSATIONS_CHECKED, len(images)), seed, held_out=held_out
+            ).values()
+            for record in records
+        ]
         return cls(
             sample,
             [yes_no.draw(balanced_rng) for _ in range(400)],
             [phrasings.draw(phrased_rng) for _ in range(PHRASED_CHECKED)],
+            conversations,
         )
 
 
@@ -250,6 +295,7 @@ class ValidationResults:
     reasoning: dict | None  # Reasoning accuracy on balanced yes/no, if the model learnt Reasoning
     transfer: dict[str, dict[str, float]] | None  # transfer_accuracy, if the model learnt transfer
     phrased: dict[str, dict[str, float]]  # phrased_accuracy: Simple, by form, seen and held-out templates
+    conversations: dict[str, dict[str, float]]  # conversation_accuracy: Simple, by kind, seen and held out
 
 
 def validate(
@@ -290,4 +336,5 @@ def validate(
         else None
     )
     phrased = phrased_accuracy(model, corpus, collator, questions.phrased)
-    return ValidationResults(accuracy, reasoning, transfer, phrased)
+    conversations = conversation_accuracy(model, corpus, collator, questions.conversations)
+    return ValidationResults(accuracy, reasoning, transfer, phrased, conversations)
