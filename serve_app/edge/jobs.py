@@ -30,7 +30,7 @@ from .protocol import (
     Warnings,
 )
 from .remote_images import RemoteImagePolicy, check_remote_url
-from .routing import TURN_MARKUP_BYTES, ToCascade, validated
+from .routing import ToCascade, prompt_size_problem, question_problem, validated
 
 
 @dataclass(frozen=True)
@@ -117,17 +117,10 @@ def _question(
     question_param: str,
     choices_param: str,
 ) -> Question:
+    problem = question_problem(text, config.limits.max_question_chars, question_param)
+    if problem is not None:
+        raise problem
     text = text.strip()
-    if not text:
-        raise RequestError(
-            "the question is empty; send the question as text", param=question_param, code="missing_question"
-        )
-    if len(text) > config.limits.max_question_chars:
-        raise RequestError(
-            f"the question has {len(text)} characters, over the limit of {config.limits.max_question_chars}",
-            param=question_param,
-            code="question_too_long",
-        )
     checked = [_checked_image(config, image, image_param) for image in images]
     if choices is not None and any(not choice.strip() for choice in choices):
         raise RequestError("choices must not be empty strings", param=choices_param, code="invalid_choices")
@@ -173,19 +166,11 @@ async def _with_images(question: Question, fetch_image: ImageFetcher, param: str
     return dataclasses.replace(question, images=await fetched(question.images), context=tuple(context))
 
 
-def check_prompt_size(config: AppConfig, texts: list[str], param: str, turns: int = 0) -> None:
-    """The question, system messages and earlier ``turns`` must fit the engines' context after the
-    largest stage's needs (``limits.max_prompt_bytes``, learnt from the models:
-    serve_app/engine_config/model_limits.py)."""
-    limit = config.limits.max_prompt_bytes
-    size = sum(len(text.encode()) for text in texts) + TURN_MARKUP_BYTES * turns
-    if limit is not None and size > limit:
-        raise RequestError(
-            f"the question, system messages and earlier turns are {size} bytes; with the stages' token "
-            f"budgets and the images, at most {limit} fit the models' context length",
-            param=param,
-            code="context_length_exceeded",
-        )
+def check_prompt_size(config: AppConfig, size: int, param: str) -> None:
+    """``size`` bytes of client text must fit the engines' context after the largest stage's needs."""
+    problem = prompt_size_problem(size, config.limits.max_prompt_bytes, param)
+    if problem is not None:
+        raise problem
 
 
 def remote_image_policy(config: AppConfig) -> RemoteImagePolicy:
@@ -241,8 +226,7 @@ async def job_from_chat(
         for t in turn.context
     )
     question = dataclasses.replace(question, system=turn.system, context=context)
-    texts = [question.question, *turn.system, *(t.text for t in context)]
-    check_prompt_size(config, texts, "messages", turns=len(context))
+    check_prompt_size(config, turn.prompt_bytes, "messages")
     options = _options(
         config, POLICY_OF_MODEL[request.model], extra.options, max_tokens, param, request.decoding()
     )
@@ -278,7 +262,7 @@ async def job_from_answer(
         question_param="question",
         choices_param="choices",
     )
-    check_prompt_size(config, [question.question], "question")
+    check_prompt_size(config, len(question.question.encode()), "question")
     options = _options(config, request.policy, request.options, request.max_tokens, "max_tokens")
     check_answer_form(question, options, "choices")
     question = await _with_images(question, fetch_image, "image")

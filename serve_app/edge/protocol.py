@@ -237,3 +237,17 @@ def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
         return node
 
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
+
+
+def unhonoured_parameters(request: ChatRequest) -> list[str]:
+    """The request's parameters a cascade policy would not honour, by name."""
+    names = []
+    for name, value in request.model_dump(exclude_unset=True, exclude_none=True).items():
+        if name not in HONOURED or (name in HONOURED_VALUES and value != HONOURED_VALUES[name]):
+            names.append(name)
+    return sorted(names)
+
+
+def unhonoured_causes(names: list[str]) -> tuple[str, ...]:
+    """``unhonoured:<name>`` per parameter, a name outside ``KNOWN_PARAMETERS`` counted as ``other``."""
+    return tuple(sorted({f"unhonoured:{name if name in KNOWN_PARAMETERS else 'other'}" for name in names}))

@@ -25,6 +25,7 @@ through; open generation is no error there (the client chose the policy). Pure f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -34,15 +35,14 @@ from ..core.prompts import Turn
 from ..core.question_parsing import asks_open_generation
 from .errors import RequestError, describe_validation_error, warned
 from .protocol import (
-    HONOURED,
-    HONOURED_VALUES,
-    KNOWN_PARAMETERS,
     POLICY_OF_MODEL,
     ChatRequest,
     ContentPart,
     MAIExtra,
     MAIFields,
     Warnings,
+    unhonoured_causes,
+    unhonoured_parameters,
 )
 
 
@@ -78,6 +78,13 @@ class UserTurn:
     def image_count(self) -> int:
         return len(self.images) + sum(len(turn.images) for turn in self.context)
 
+    @cached_property
+    def prompt_bytes(self) -> int:
+        """The bytes of text every stage's prompt carries from the client: system messages, earlier
+        turns (each with TURN_MARKUP_BYTES of chat markup) and the question, counted once."""
+        texts = (*self.system, *(turn.text for turn in self.context), self.text.strip())
+        return sum(len(text.encode()) for text in texts) + TURN_MARKUP_BYTES * len(self.context)
+
     @property
     def shape(self) -> str:
         """What the cascade serves, as the counts name it: a follow-up, several images, or one image."""
@@ -86,8 +93,7 @@ class UserTurn:
 
 @dataclass(frozen=True)
 class ToCascade:
-    """The request runs a cascade policy: build its job from the validated ``request`` and its user
-    turn."""
+    """The request runs a cascade policy: its job is built from the validated ``request`` and ``turn``."""
 
     request: ChatRequest
     turn: UserTurn
@@ -200,15 +206,6 @@ def validated(model: type[BaseModel], payload: Any) -> Any:
         raise RequestError(message, param=param, code="invalid_request") from None
 
 
-def unhonoured_parameters(request: ChatRequest) -> list[str]:
-    """The request's parameters a cascade policy would not honour, by name."""
-    names = []
-    for name, value in request.model_dump(exclude_unset=True, exclude_none=True).items():
-        if name not in HONOURED or (name in HONOURED_VALUES and value != HONOURED_VALUES[name]):
-            names.append(name)
-    return sorted(names)
-
-
 SYSTEM_ROLES = ("system", "developer")
 # Bytes of chat markup counted for each earlier turn (its role header and end marker), beside its text.
 TURN_MARKUP_BYTES = 16
@@ -296,17 +293,23 @@ def conversation_misfit(request: ChatRequest, turn: UserTurn, config: AppConfig)
             f"{limits.max_question_chars} (limits.max_question_chars): {elsewhere}",
             "question_too_long",
         )  # fmt: skip
-    size = sum(len(text.encode()) for text in (*turn.system, *(t.text for t in turn.context), turn.text))
-    size += TURN_MARKUP_BYTES * len(turn.context)
-    if turn.context and limits.max_prompt_bytes is not None and size > limits.max_prompt_bytes:
-        return _refusal(
-            "a conversation over limits.max_prompt_bytes", "context_bytes",
-            f"the conversation is {size} bytes of text; with the stages' token budgets and the images, at "
-            f"most {limits.max_prompt_bytes} fit the models' context length (limits.max_prompt_bytes): "
-            f"{elsewhere}",
-            "context_length_exceeded",
-        )  # fmt: skip
+    problem = prompt_size_problem(turn.prompt_bytes, limits.max_prompt_bytes, "messages")
+    if turn.context and problem is not None:
+        return Misfit("a conversation over limits.max_prompt_bytes", problem, ("context_bytes",))
     return None
+
+
+def prompt_size_problem(size: int, limit: int | None, param: str) -> RequestError | None:
+    """What is wrong with ``size`` bytes of client text under ``limit`` (``limits.max_prompt_bytes``)."""
+    if limit is None or size <= limit:
+        return None
+    return RequestError(
+        f"the question, system messages and earlier turns are {size} bytes; with the stages' token "
+        f"budgets and the images, at most {limit} fit the models' context length "
+        "(limits.max_prompt_bytes): send it to a model itself, or shorten it",
+        param=param,
+        code="context_length_exceeded",
+    )
 
 
 def _calls_tools(message: Any) -> bool:
@@ -323,28 +326,25 @@ def _roles(turns: list[Any], shown: int = 10) -> str:
 
 
 def question_misfit(turn: UserTurn, config: AppConfig) -> Misfit | None:
-    """Why the question of a follow-up or of several images is not one the cascade reads: no text, or
-    text over ``limits.max_question_chars`` (``mai`` passes such a request to the large model, as it
-    did before the cascade read them; a single image's question keeps its 400 from the job)."""
-    limit, text = config.limits.max_question_chars, turn.text.strip()
-    if turn.shape == "one_image":
+    """Why a follow-up's or several images' question is not one the cascade reads (``mai`` passes it
+    through, as before the cascade read them; a single image's question keeps its 400 from the job)."""
+    problem = question_problem(turn.text, config.limits.max_question_chars, "messages")
+    if turn.shape == "one_image" or problem is None:
         return None
+    if problem.code == "missing_question":
+        return Misfit("a turn with no question", problem, ("no_question",))
+    return Misfit("a question over limits.max_question_chars", problem, ("question_chars",))
+
+
+def question_problem(text: str, limit: int, param: str) -> RequestError | None:
+    """What is wrong with a question's ``text``, stripped: none, or over ``limit`` characters."""
+    text, empty = text.strip(), "the question is empty; send the question as text"
     if not text:
-        return _refusal(
-            "a turn with no question", "no_question",
-            "the last user turn has no question; send the question as text", "missing_question",
-        )  # fmt: skip
+        return RequestError(empty, param=param, code="missing_question")
     if len(text) > limit:
-        return _refusal(
-            "a question over limits.max_question_chars", "question_chars",
-            f"the question has {len(text)} characters, over the limit of {limit}", "question_too_long",
-        )  # fmt: skip
+        over = f"the question has {len(text)} characters, over the limit of {limit}"
+        return RequestError(over, param=param, code="question_too_long")
     return None
-
-
-def unhonoured_causes(names: list[str]) -> tuple[str, ...]:
-    """``unhonoured:<name>`` per parameter, a name outside ``KNOWN_PARAMETERS`` counted as ``other``."""
-    return tuple(sorted({f"unhonoured:{name if name in KNOWN_PARAMETERS else 'other'}" for name in names}))
 
 
 def misfit(request: ChatRequest, turn: UserTurn | None, config: AppConfig) -> Misfit | None:

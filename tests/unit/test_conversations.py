@@ -4,6 +4,7 @@ refused (cascade policies) or passed through (``mai``), and how each request is 
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
@@ -307,3 +308,32 @@ def test_an_error_names_at_most_ten_roles():
     body["messages"][1:1] = [{"role": "user", "content": "Hi"}] * 5000
     message = refused(CONFIG, body).message
     assert "(5003 in all)" in message and len(message) < 400
+
+
+@pytest.mark.parametrize("question", ["   ", "Is it red? " * 800], ids=["empty", "too long"])
+def test_a_follow_ups_question_and_a_single_images_are_judged_by_one_rule(question):
+    loose = AppConfig.model_validate(CONFIG.model_dump() | {"limits": {"max_images": 2}})  # no byte bound
+    follow = follow_up(model="mai-large", question=question)
+    single = {"model": "mai-large", "messages": [{"role": "user", "content": [image(), text(question)]}]}
+    errors = [refused(loose, body) for body in (follow, single)]
+    assert len({(error.code, error.message) for error in errors}) == 1
+
+
+def test_the_conversations_bytes_are_counted_once_for_routing_and_the_job(monkeypatch):
+    from serve_app.edge import routing
+
+    counted = []
+    original = routing.UserTurn.prompt_bytes.func
+
+    def counting(turn):
+        counted.append(turn)
+        return original(turn)
+
+    monkeypatch.setattr(routing.UserTurn, "prompt_bytes", functools.cached_property(counting))
+    routing.UserTurn.prompt_bytes.__set_name__(routing.UserTurn, "prompt_bytes")
+    chat_job(CONFIG, follow_up(model="mai-large"))
+    assert len(counted) == 1
+    body = follow_up(model="mai-large")
+    body["messages"][2]["content"] = "red " * 600  # under max_question_chars, over max_prompt_bytes
+    error = refused(CONFIG, body)
+    assert error.code == "context_length_exceeded" and "limits.max_prompt_bytes" in error.message
