@@ -297,11 +297,19 @@ _NEGATION = frozenset({"not", "no", "neither", "none"})
 _MAX_OPTION_WORDS = 4
 
 
+# A word that joins a follow-up to what came before ("And is it red?", "So, which shape is it?"): the
+# sentence is read after it ("OK then, ..." after both). At most two words, anchored: linear.
+_LINKING_WORD = re.compile(
+    r"^(?:(?:and|so|but|then|also|now|well|okay|ok)(?:,\s*|\s+)){1,2}(?=\w)", re.IGNORECASE
+)
+
+
 def asked_sentence(text: str) -> str:
-    """The sentence a question asks: the last ending in "?" (trailing instructions do not count)."""
+    """The sentence a question asks: the last ending in "?" (trailing instructions do not count),
+    without a linking word opening it ("And is it red?" asks "is it red?")."""
     sentences = [part.strip() for part in _SENTENCE_BREAK.split(text.strip()) if part.strip()]
     questions = [sentence for sentence in sentences if sentence.endswith("?")]
-    return (questions or sentences or [""])[-1]
+    return _LINKING_WORD.sub("", (questions or sentences or [""])[-1], count=1)
 
 
 def either_or_choices(question: str) -> tuple[str, ...]:

@@ -53,6 +53,14 @@ FORMS = [
     ("List a number of objects in the picture.", "text", "imperative:list"),
     ("Write a total of three sentences about the image.", "text", "imperative:write"),
     ("Sum up what is happening in the picture.", "text", "default"),
+    # a follow-up's linking word opens the sentence, and the sentence after it is read
+    ("And is that shape a circle?", "yes_no", "auxiliary_verb"),
+    ("So, is the shape red?", "yes_no", "auxiliary_verb"),
+    ("OK then count the shapes.", "number", "imperative:count"),
+    ("And how many are red?", "number", "number_cue"),
+    ("And which shape is it?", "text", "default"),
+    ("Andrew is it red?", "text", "default"),  # a name, not the word "and"
+    ("So?", "text", "default"),  # nothing after it
 ]
 
 
