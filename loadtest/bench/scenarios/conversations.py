@@ -1,9 +1,12 @@
-"""conversations: follow-up turns and two-image questions on the CPU stack (configs/mai-cpu.yaml).
+"""conversations: follow-up turns and two-image questions on the CPU stack (configs/mai-cpu.yaml), one
+scenario with two variants (``--param variant=validation|test``).
 
-Validation images only (easy-vqa train images the demo models never saw), questions in the held-out
-phrasings of ``harness.multi_turn``. Three arms per question, their order rotated question by
-question: ``mai`` (the cascade, which now takes them), ``mai-transfer`` (Full RT) and ``demo-large``
-(the large model alone, unchanged: what ``mai`` did with these requests before, a passthrough).
+``validation``: the validation images (easy-vqa train images the demo models never saw); ``test``:
+easy-vqa's test images, run once per released pair. Questions in the held-out phrasings of
+``harness.multi_turn`` (the demo models learnt the others). Three arms per question, their order
+rotated question by question: ``mai`` (the cascade, which now takes them), ``mai-transfer`` (Full
+RT) and ``demo-large`` (the large model alone, unchanged: what ``mai`` did with these requests
+before, a passthrough).
 Per arm and kind: accuracy with its 95 % Wilson interval, the request's wall time (median, p90) and
 the engines' tokens. The cached prefix share of a follow-up is measured first, on conversations of
 their own: the first turn is asked (one image, one question), then its follow-up, whose stages find
@@ -18,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..scenario import Bench, Scenario
+from ..scenario import Bench, Scenario, family
 
 ARMS = ("mai", "mai-transfer", "demo-large")
 
@@ -28,18 +31,28 @@ class Parameters:
     questions: int = 40  # per kind (follow-ups, two-image questions)
     cached: int = 20  # conversations asked turn by turn for the cached share
     seed: int = 0
+    split: str = "validation"  # or "test": easy-vqa's test images
 
 
-def _images() -> tuple[dict[int, Any], dict[int, str]]:
-    """What each validation image shows, and its data URL."""
+def _images(split: str) -> tuple[dict[int, Any], dict[int, str]]:
+    """What each image of ``split`` shows (those whose answers pin it down), and its data URL."""
     import base64
     from pathlib import Path
 
-    from harness.easy_vqa import facts_by_image, held_out_images, load_questions
+    import easy_vqa
 
-    qas, paths = load_questions()
-    held_out = held_out_images()
-    facts = {image: fact for image, fact in facts_by_image(qas).items() if image in held_out}
+    from harness.easy_vqa import QA, facts_by_image, held_out_images, load_questions
+
+    if split == "test":
+        questions, answers, ids = easy_vqa.get_test_questions()
+        qas = [QA(i, q, a) for q, a, i in zip(questions, answers, ids, strict=True)]
+        paths, keep = easy_vqa.get_test_image_paths(), None
+    elif split == "validation":
+        qas, paths = load_questions()
+        keep = held_out_images()
+    else:
+        raise ValueError(f"split must be validation or test, got {split!r}")
+    facts = {image: fact for image, fact in facts_by_image(qas).items() if keep is None or image in keep}
     urls = {
         image: "data:image/png;base64," + base64.b64encode(Path(paths[image]).read_bytes()).decode()
         for image in facts
@@ -100,7 +113,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     from harness.local_server import config_args, deploy
     from harness.multi_turn import chat_messages, draw
 
-    facts, urls = _images()
+    facts, urls = _images(parameters.split)
     if not bench.served:
         deploy(config_args("mai-cpu.yaml"))
     drawn = draw(facts, sorted(facts), parameters.questions, parameters.seed)
@@ -151,17 +164,20 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
             "follow_up_cached_share_max": round(max(shares), 3),
         },
         "predictions": predictions,
+        "split": parameters.split,
         "note": "configs/mai-cpu.yaml (demo pair, 1 replica per model), one request at a time, arms' order "
-        "rotated per question; validation images, held-out phrasings (harness/multi_turn.py); demo-large "
-        "is the large model alone with the request unchanged, what mai did with these requests before "
-        "the cascade read them; the demo models were not trained on conversations or on two images",
+        f"rotated per question; {parameters.split} images, held-out phrasings (harness/multi_turn.py); "
+        "demo-large is the large model alone with the request unchanged, what mai did with these "
+        "requests before the cascade read them; the demo pair learnt follow-ups and two-image questions "
+        "in the other phrasings (training/demo_conversations.py)",
     }
 
 
 def table(result: dict[str, Any]) -> list[str]:
     cached = result["cached_prefix"]
     lines = [
-        "Follow-up and two-image questions on the CPU stack (validation images, held-out phrasings), one "
+        f"Follow-up and two-image questions on the CPU stack ({result.get('split', 'validation')} images, "
+        "held-out phrasings), one "
         "request at a time: accuracy with its 95 % interval, wall time per request, engine tokens per "
         f"request. A follow-up's stages found a median {cached['follow_up_cached_share_median'] * 100:.0f} % "
         f"of their prompt tokens in the engines' caches after its first turn ({cached['conversations']} "
@@ -181,12 +197,26 @@ def table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-SCENARIO = Scenario(
-    name="conversations",
-    title="Follow-ups and two images through the cascade",
-    result="conversations.json",
-    config="mai-cpu.yaml",
-    run=run,
-    table=table,
-    parameters=Parameters(),
+SCENARIO = family(
+    "conversations",
+    Scenario(
+        name="conversations",
+        variant="validation",
+        title="Follow-ups and two images through the cascade",
+        result="conversations.json",
+        config="mai-cpu.yaml",
+        run=run,
+        table=table,
+        parameters=Parameters(),
+    ),
+    Scenario(
+        name="conversations",
+        variant="test",
+        title="Follow-ups and two images through the cascade: the test split, once",
+        result="conversations-test.json",
+        config="mai-cpu.yaml",
+        run=run,
+        table=table,
+        parameters=Parameters(split="test"),
+    ),
 )
