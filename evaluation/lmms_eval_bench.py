@@ -1,12 +1,14 @@
-"""lmms-eval, unmodified, against the server: easy-vqa test questions asked the way its tasks ask.
+"""lmms-eval, unmodified, against the server: easy-vqa questions asked the way its tasks ask.
 
-Three tasks, each with lmms-eval's own prompt builders and only the dataset swapped for easy-vqa's test
-split (a seeded sample):
+Five tasks, each with lmms-eval's own prompt builders and only the dataset swapped for a seeded sample of
+easy-vqa's test split (validation images for the two-image task):
 - ``easyvqa_pope``: lmms-eval's POPE task (its YAML and utils) on yes/no questions, and
   ``easyvqa_pope_bare``: the same with its post_prompt set to "" (the bare question);
 - ``easyvqa_mmbench``: shape questions in MMBench's form (options as "A. ..." lines, MMBench's
   instruction), scored as the exact letter, and ``easyvqa_shape``: the same questions in short-answer
-  form with POPE's instruction, scored as the exact shape.
+  form with POPE's instruction, scored as the exact shape;
+- ``easyvqa_pairs``: lmms-eval's LLaVA-Interleave Bench in-domain task on two-image questions about
+  validation images (evaluation/lmms_eval_pairs.py), scored by its own exact match.
 
 Every policy runs every task, interleaved; the result (accuracy, 95 % interval, the replies; ``meta``: the
 command's provenance record) goes to ``bench/results/lmms-eval/easy-vqa.json`` and the per-question
@@ -14,7 +16,8 @@ replies to ``predictions.jsonl`` beside it.
 Needs lmms-eval's environment (``make lmms-eval``). Without ``--url`` it serves configs/mai-cpu.yaml
 here (the one server stack on this machine).
 
-    python -m evaluation.lmms_eval_bench [--url http://127.0.0.1:8000] [--pope 500] [--shapes 300]
+    python -m evaluation.lmms_eval_bench [--url http://127.0.0.1:8000] [--pope 500] [--shapes 300] \
+        [--pairs 200]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from evaluation import lmms_eval_pairs as pairs_task
 from harness.jsonl import write_jsonl
 from harness.paths import DATASETS, RESULTS, ROOT
 from harness.provenance import git_commit, provenance
@@ -48,21 +52,25 @@ TASKS_DIR = DATASETS / "lmms-eval"
 UTILS = Path(__file__).resolve().parent / "lmms_eval_tasks" / "utils.py"
 POLICIES = ("mai", "mai-large", "mai-transfer")
 SHAPES = ("circle", "rectangle", "triangle")
-TASKS = ("easyvqa_pope", "easyvqa_pope_bare", "easyvqa_mmbench", "easyvqa_shape")
+TASKS = ("easyvqa_pope", "easyvqa_pope_bare", "easyvqa_mmbench", "easyvqa_shape", pairs_task.TASK)
 # The reply in the task's own format: lmms-eval's POPE compares the lower-cased reply to "yes"/"no",
-# the MMBench form wants the letter alone, the shape form the shape.
+# the MMBench form wants the letter alone, the shape form the shape, the two-image task the answer.
 IN_FORMAT = {
     "easyvqa_pope": lambda reply: reply.lower().strip() in ("yes", "no"),
     "easyvqa_pope_bare": lambda reply: reply.lower().strip() in ("yes", "no"),
     "easyvqa_mmbench": lambda reply: reply.strip() in ("A", "B", "C"),
     "easyvqa_shape": lambda reply: reply.lower().strip().rstrip(".") in SHAPES,
+    pairs_task.TASK: pairs_task.in_format,
 }
 METRIC = {
     "easyvqa_pope": "pope_accuracy",
     "easyvqa_pope_bare": "pope_accuracy",
     "easyvqa_mmbench": "exact_letter",
     "easyvqa_shape": "exact_match",
+    pairs_task.TASK: pairs_task.METRIC,
 }
+SPLIT = "easy-vqa test (seed 0); pairs: validation images (seed 0)"  # where the questions come from
+Documents = Sequence[Mapping[str, str]]  # a task's documents, in order
 
 
 # ---------------------------------------------------------------- the datasets
@@ -138,6 +146,11 @@ def pope_yaml(task: str, parquet: Path, *, bare: bool) -> str:
     return text
 
 
+def pairs_yaml(task: str, parquet: Path) -> str:
+    """lmms-eval's LLaVA-Interleave in-domain YAML on ``parquet``, named ``task`` (lmms_eval_pairs.py)."""
+    return pairs_task.task_yaml(lmms_task_file(pairs_task.SOURCE), task, _data(parquet))
+
+
 def own_task_yaml(
     task: str,
     parquet: Path,
@@ -203,11 +216,11 @@ def shape_yaml(task: str, parquet: Path) -> str:
     )
 
 
-def write_tasks(folder: Path, pope: Sequence[Mapping[str, str]], shapes: Sequence[Mapping[str, str]]) -> None:
-    """The four tasks' YAML files, their utils.py and their parquet files in ``folder``."""
+def write_tasks(folder: Path, pope: Documents, shapes: Documents, pairs: Documents) -> None:
+    """The five tasks' YAML files, their utils.py and their parquet files in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     parquets = {}
-    for name, rows in (("pope", pope), ("shapes", shapes)):
+    for name, rows in (("pope", pope), ("shapes", shapes), ("pairs", pairs)):
         jsonl = folder / f"{name}.jsonl"
         write_jsonl(rows, jsonl)
         parquets[name] = folder / f"{name}.parquet"
@@ -219,6 +232,7 @@ def write_tasks(folder: Path, pope: Sequence[Mapping[str, str]], shapes: Sequenc
         "easyvqa_pope_bare": pope_yaml("easyvqa_pope_bare", parquets["pope"], bare=True),
         "easyvqa_mmbench": mmbench_yaml("easyvqa_mmbench", parquets["shapes"]),
         "easyvqa_shape": shape_yaml("easyvqa_shape", parquets["shapes"]),
+        pairs_task.TASK: pairs_yaml(pairs_task.TASK, parquets["pairs"]),
     }
     for task, text in files.items():
         (folder / f"{task}.yaml").write_text(text)
@@ -236,22 +250,9 @@ def lmms_eval_command(
         f"model_version={policy},base_url={url}/v1,api_key=none,num_concurrent={concurrency},timeout=300"
     )
     return [
-        str(python),
-        "-m",
-        "lmms_eval",
-        "--model",
-        "openai",
-        "--force_simple",
-        "--model_args",
-        model_args,
-        "--tasks",
-        task,
-        "--include_path",
-        str(include_path),
-        "--output_path",
-        str(out),
-        "--log_samples",
-    ]
+        str(python), "-m", "lmms_eval", "--model", "openai", "--force_simple", "--model_args", model_args,
+        "--tasks", task, "--include_path", str(include_path), "--output_path", str(out), "--log_samples",
+    ]  # fmt: skip
 
 
 # lmms-eval offline: the task's data is local, and its OpenAI backend wants a key.
@@ -306,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="a running server (default: serve configs/mai-cpu.yaml here)")
     parser.add_argument("--pope", type=int, default=500, help="yes/no questions (default 500)")
     parser.add_argument("--shapes", type=int, default=300, help="shape questions (default 300)")
+    parser.add_argument("--pairs", type=int, default=200, help="two-image questions (default 200)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--out", type=Path, default=OUT)
@@ -321,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("lmms-eval is not installed: run `make lmms-eval` first")
     policies = args.policies.split(",")
     pope, shapes = pope_records(args.pope), shape_records(args.shapes)
-    write_tasks(TASKS_DIR, pope, shapes)
-    documents = {task: shapes if "pope" not in task else pope for task in TASKS}
+    pairs = pairs_task.pair_records(args.pairs)
+    write_tasks(TASKS_DIR, pope, shapes, pairs)
+    documents = {task: shapes if "pope" not in task else pope for task in TASKS} | {pairs_task.TASK: pairs}
     raw = DATASETS / "lmms-eval-runs"  # lmms-eval's own output: its samples, not committed
     if args.out.resolve() != OUT:
         raw = raw / args.out.resolve().relative_to(OUT)
@@ -344,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             COMMAND
             + (f" --pope {args.pope}" if args.pope != 500 else "")
             + (f" --shapes {args.shapes}" if args.shapes != 300 else "")
+            + (f" --pairs {args.pairs}" if args.pairs != 200 else "")
         )
         if args.rescore:  # the runs' own provenance, and the command and commit that scored them again
             meta = json.loads((args.out / "easy-vqa.json").read_text())["meta"]
@@ -359,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                 lmms_eval="0.7.3",
                 lmms_eval_args="--model openai --force_simple --model_args model_version=<policy>,"
                 f"num_concurrent={args.concurrency}",
-                questions={"pope": args.pope, "shapes": args.shapes, "split": "easy-vqa test (seed 0)"},
+                questions={"pope": args.pope, "shapes": args.shapes, "pairs": args.pairs, "split": SPLIT},
             )
         result = {"tasks": summaries, "differences": differences(summaries)}
         write_result(args.out / "easy-vqa.json", result, meta)

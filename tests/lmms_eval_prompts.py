@@ -1,5 +1,6 @@
-"""How lmms-eval 0.7.3 builds the question text of POPE, ChartQA, InfoVQA, MMBench, MMMU and
-RealWorldQA, vendored verbatim by tests/lmms_eval_vendor.py: do not edit, regenerate.
+"""How lmms-eval 0.7.3 builds the question text of POPE, ChartQA, InfoVQA, MMBench, MMMU,
+RealWorldQA and LLaVA-Interleave Bench (in-domain), vendored verbatim by tests/lmms_eval_vendor.py: do
+not edit, regenerate.
 
 The functions are copied as they are in lmms-eval; ``config`` and ``mmbench_evaluator`` are the module
 globals they read, built from the tasks' own YAML files as lmms-eval builds them.
@@ -37,6 +38,12 @@ MMMU_TEMPLATE_YAML = {'generation_kwargs': {'max_new_tokens': 128}, 'metadata': 
 
 # lmms_eval/tasks/realworldqa/realworldqa.yaml
 REALWORLDQA_YAML = {'dataset_path': 'lmms-lab-encoder/RealWorldQA', 'dataset_kwargs': {'token': True}, 'task': 'realworldqa', 'tag': ['public_eval_qwen3_5_family'], 'test_split': 'test', 'output_type': 'generate_until', 'doc_to_target': 'answer', 'generation_kwargs': {'max_new_tokens': 16, 'temperature': 0, 'top_p': 1.0, 'num_beams': 1, 'do_sample': False}, 'metric_list': [{'metric': 'exact_match', 'aggregation': 'mean', 'higher_is_better': True}], 'lmms_eval_specific_kwargs': {'default': {'pre_prompt': '', 'post_prompt': ''}, 'gpt4v': {'pre_prompt': '', 'post_prompt': ''}, 'xcomposer2_4khd': {'pre_prompt': '[UNUSED_TOKEN_146]user\nQuestion: ', 'post_prompt': '[UNUSED_TOKEN_145]\n[UNUSED_TOKEN_146]assistant\nThe answer is'}}, 'metadata': [{'version': 0.0}]}
+
+# lmms_eval/tasks/llava_interleave_bench/in_domain.yaml
+INTERLEAVE_IN_DOMAIN_YAML = {'dataset_path': 'lmms-lab-encoder/LLaVA-NeXT-Interleave-Bench', 'dataset_name': 'in_domain', 'dataset_kwargs': {'token': True}, 'task': 'llava_interleave_bench_in_domain', 'test_split': 'test', 'doc_to_target': 'answer', 'metric_list': [{'metric': 'overall_score', 'higher_is_better': True}], 'generation_kwargs': {'max_new_tokens': 16, 'temperature': 0, 'do_sample': False, 'image_aspect_ratio': 'pad'}, 'lmms_eval_specific_kwargs': {'default': {'oe_post_prompt': '', 'mcq_post_prompt': ''}}}
+
+# lmms_eval/tasks/llava_interleave_bench/in_domain.yaml, its text
+INTERLEAVE_IN_DOMAIN_TEXT = 'dataset_path: lmms-lab-encoder/LLaVA-NeXT-Interleave-Bench\ndataset_name: in_domain\ndataset_kwargs:\n  token: True\ntask: "llava_interleave_bench_in_domain"\ntest_split: test\ndoc_to_target: "answer"\ndoc_to_visual: !function utils.doc_to_visual\ndoc_to_text: !function utils.doc_to_text\nprocess_results: !function utils.interleave_process_results\n\nmetric_list:\n  - metric: overall_score\n    aggregation: !function utils.overall_score\n    higher_is_better: true\n\ngeneration_kwargs:\n  max_new_tokens: 16\n  temperature: 0\n  do_sample: False\n  image_aspect_ratio: "pad" # for multi-image, we treat each image as original aspect ratio without anyres strategy.\n\nlmms_eval_specific_kwargs:\n  default:\n    oe_post_prompt: ""\n    mcq_post_prompt: ""\n'
 
 # lmms_eval/tasks/realworldqa/utils.py
 REPLACE_PROMPT = "Please answer directly with only the letter of the correct option and nothing else."
@@ -183,3 +190,27 @@ def realworldqa_doc_to_text(doc, lmms_eval_specific_kwargs=None):
         question = question.replace(REPLACE_PROMPT, "")
         post_prompt = lmms_eval_specific_kwargs["post_prompt"]
     return f"{pre_prompt}{question}{post_prompt}"
+
+# lmms_eval/tasks/llava_interleave_bench/utils.py
+def doc_to_text(doc, lmms_eval_specific_kwargs=None):
+    if lmms_eval_specific_kwargs is None:
+        lmms_eval_specific_kwargs = {}
+
+    oe_post_prompt = ""
+    if "oe_post_prompt" in lmms_eval_specific_kwargs:
+        oe_post_prompt = lmms_eval_specific_kwargs["oe_post_prompt"]
+
+    mcq_post_prompt = ""
+    if "mcq_post_prompt" in lmms_eval_specific_kwargs:
+        mcq_post_prompt = lmms_eval_specific_kwargs["mcq_post_prompt"]
+
+    user_prompt = doc["question"]
+
+    if mcq_post_prompt != "" and doc["question_type"] == "multi-choice":
+        user_prompt = user_prompt.split("Your answer is:")[0].split("\n")[0].strip()
+        user_prompt = f"{user_prompt}\n{mcq_post_prompt}"
+
+    if oe_post_prompt != "" and doc["question_type"] == "open-ended":
+        user_prompt = f"{user_prompt}\n{oe_post_prompt}"
+
+    return user_prompt

@@ -1,6 +1,8 @@
 """Vendors, verbatim, how lmms-eval builds the question text of the six tasks of the paper's datasets
-(POPE, ChartQA, InfoVQA, MMBench, MMMU, RealWorldQA): their ``doc_to_text`` functions, the helpers
-those call, and the prompt settings of the tasks' YAML files.
+(POPE, ChartQA, InfoVQA, MMBench, MMMU, RealWorldQA) and of the two-image task lmms_eval_bench runs
+(LLaVA-Interleave Bench's in-domain task, evaluation/lmms_eval_pairs.py): their ``doc_to_text``
+functions, the helpers those call, and the prompt settings of the tasks' YAML files (the two-image
+task's YAML file also as its text, which evaluation/lmms_eval_pairs.py rewrites).
 
 ``python -m tests.lmms_eval_vendor PATH`` prints the module ``tests/lmms_eval_prompts.py`` from an
 lmms-eval wheel or an unpacked package (the folder holding ``lmms_eval/``). The unit tests feed the
@@ -36,6 +38,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
         "mmmu_doc_to_text_qwen3vl",
     ),
     "realworldqa/utils.py": ("realworldqa_doc_to_text",),
+    "llava_interleave_bench/utils.py": ("doc_to_text",),
 }
 CONSTANTS: dict[str, tuple[str, ...]] = {"realworldqa/utils.py": ("REPLACE_PROMPT",)}
 METHOD = ("mmbench/mmbench_evals.py", "MMBench_Evaluator", "create_options_prompt")
@@ -50,10 +53,14 @@ YAMLS: dict[str, str] = {
     "MMMU_VAL_YAML": "mmmu/mmmu_val.yaml",
     "MMMU_TEMPLATE_YAML": "mmmu/_default_template_yaml",
     "REALWORLDQA_YAML": "realworldqa/realworldqa.yaml",
+    "INTERLEAVE_IN_DOMAIN_YAML": "llava_interleave_bench/in_domain.yaml",
 }
+# name in the vendored module -> a YAML file kept as its text, as it is in lmms-eval.
+TEXTS: dict[str, str] = {"INTERLEAVE_IN_DOMAIN_TEXT": "llava_interleave_bench/in_domain.yaml"}
 
-HEADER = '''"""How lmms-eval {version} builds the question text of POPE, ChartQA, InfoVQA, MMBench, MMMU and
-RealWorldQA, vendored verbatim by tests/lmms_eval_vendor.py: do not edit, regenerate.
+HEADER = '''"""How lmms-eval {version} builds the question text of POPE, ChartQA, InfoVQA, MMBench, MMMU,
+RealWorldQA and LLaVA-Interleave Bench (in-domain), vendored verbatim by tests/lmms_eval_vendor.py: do
+not edit, regenerate.
 
 The functions are copied as they are in lmms-eval; ``config`` and ``mmbench_evaluator`` are the module
 globals they read, built from the tasks' own YAML files as lmms-eval builds them.
@@ -73,7 +80,7 @@ VERSION = {version!r}
 def read_sources(path: Path) -> dict[str, str]:
     """The files this module reads, from an lmms-eval wheel or an unpacked package, by their path
     under ``lmms_eval/tasks/``."""
-    wanted = {*FUNCTIONS, *CONSTANTS, METHOD[0], *YAMLS.values()}
+    wanted = {*FUNCTIONS, *CONSTANTS, METHOD[0], *YAMLS.values(), *TEXTS.values()}
     if path.is_file():
         with zipfile.ZipFile(path) as wheel:
             return {name: wheel.read(TASKS + name).decode() for name in wanted}
@@ -103,6 +110,8 @@ def vendored_module(sources: dict[str, str]) -> str:
     parts = [HEADER.format(version=VERSION)]
     for name, file in YAMLS.items():
         parts.append(f"# {TASKS}{file}\n{name} = {_yaml(sources[file])!r}\n")
+    for name, file in TEXTS.items():
+        parts.append(f"# {TASKS}{file}, its text\n{name} = {sources[file]!r}\n")
     for file, names in CONSTANTS.items():
         definitions = _definitions(sources[file])
         parts += [f"# {TASKS}{file}\n{_segment(sources[file], definitions[name])}\n" for name in names]

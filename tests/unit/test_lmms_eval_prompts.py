@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.multi_turn import PAIR_QUESTIONS
 from serve_app.core.cascade import Cascade
 from serve_app.core.prompts import CHOICE, SHORT, TEMPLATES, PromptKind
 from serve_app.core.question_parsing import parse_question, read_question
@@ -149,6 +150,18 @@ def test_realworldqa_multiple_choice():
 def test_realworldqa_open():
     text = lmms.realworldqa_doc_to_text({"question": REALWORLDQA_OPEN}, kwargs(lmms.REALWORLDQA_YAML))
     assert read(text) == ("How many cars are in the image?", (), "number", "single_word_or_number")
+
+
+@pytest.mark.parametrize(
+    "question",
+    [form.format(colour="red", shape="circle") for forms in PAIR_QUESTIONS.values() for form in forms],
+)
+def test_llava_interleave_in_domain_sends_a_two_image_question_as_it_is(question):
+    """evaluation/lmms_eval_pairs.py's documents are multi-choice; the task's post-prompts are empty."""
+    doc = {"question": question, "question_type": "multi-choice", "answer": "yes"}
+    text = lmms.doc_to_text(doc, kwargs(lmms.INTERLEAVE_IN_DOMAIN_YAML))
+    kind = "number" if question.lower().startswith(("how many", "in these")) else "yes_no"
+    assert read(text) == (question, (), kind, None)
 
 
 # ---------------------------------------------------------------- through the edge and the cascade
