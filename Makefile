@@ -4,7 +4,7 @@
 #                     (the console's browser tests need Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver)
 #   make test-unit    the product's unit tests alone (pytest -m unit), under a minute
 #   make test-tools   the tools' tests (mai-eval, benches, training, docs) but those that train (-m slow)
-#   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa side by side, about 40 min
+#   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa side by side, about 50 min
 #   make eval-demo    every policy of the demo models on easy-vqa's test split: bench/results/demo-eval/demo.md
 #   make calibrate-demo  the verification thresholds on easy-vqa's validation split: bench/results/demo-calibration
 #   make lmms-eval    lmms-eval 0.7.3 in its own environment (.venv-lmms), to run the field's harness against a server
