@@ -1,9 +1,9 @@
 """conversations: follow-up turns and two-image questions on the CPU stack (configs/mai-cpu.yaml), one
-scenario with two variants (``--param variant=validation|test``).
+scenario with three variants (``--param variant=validation|test|learnt``).
 
 ``validation``: the validation images (easy-vqa train images the demo models never saw); ``test``:
-easy-vqa's test images, run once per released pair. Questions in the held-out phrasings of
-``harness.multi_turn`` (the demo models learnt the others). Three arms per question, their order
+easy-vqa's test images, run once per released pair: questions in the held-out phrasings of
+``harness.multi_turn``; ``learnt``: the validation images in the phrasings the demo models learnt. Three arms per question, their order
 rotated question by question: ``mai`` (the cascade, which now takes them), ``mai-transfer`` (Full
 RT) and ``demo-large`` (the large model alone, unchanged: what ``mai`` did with these requests
 before, a passthrough).
@@ -32,6 +32,7 @@ class Parameters:
     cached: int = 20  # conversations asked turn by turn for the cached share
     seed: int = 0
     split: str = "validation"  # or "test": easy-vqa's test images
+    held_out: bool = True  # the phrasings the demo models never learnt; False: those they learnt
 
 
 def _images(split: str) -> tuple[dict[int, Any], dict[int, str]]:
@@ -116,7 +117,7 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     facts, urls = _images(parameters.split)
     if not bench.served:
         deploy(config_args("mai-cpu.yaml"))
-    drawn = draw(facts, sorted(facts), parameters.questions, parameters.seed)
+    drawn = draw(facts, sorted(facts), parameters.questions, parameters.seed, held_out=parameters.held_out)
     cached_set = draw(facts, sorted(facts), parameters.cached, parameters.seed + 1)["follow_up"]
     predictions: list[dict[str, Any]] = []
     with httpx.Client(base_url=bench.url, timeout=300) as http:
@@ -165,8 +166,10 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
         },
         "predictions": predictions,
         "split": parameters.split,
+        "phrasings": "held out" if parameters.held_out else "learnt",
         "note": "configs/mai-cpu.yaml (demo pair, 1 replica per model), one request at a time, arms' order "
-        f"rotated per question; {parameters.split} images, held-out phrasings (harness/multi_turn.py); "
+        f"rotated per question; {parameters.split} images, "
+        f"{'held-out' if parameters.held_out else 'learnt'} phrasings (harness/multi_turn.py); "
         "demo-large is the large model alone with the request unchanged, what mai did with these "
         "requests before the cascade read them; the demo pair learnt follow-ups and two-image questions "
         "in the other phrasings (training/demo_conversations.py)",
@@ -177,7 +180,7 @@ def table(result: dict[str, Any]) -> list[str]:
     cached = result["cached_prefix"]
     lines = [
         f"Follow-up and two-image questions on the CPU stack ({result.get('split', 'validation')} images, "
-        "held-out phrasings), one "
+        f"{result.get('phrasings', 'held out')} phrasings), one "
         "request at a time: accuracy with its 95 % interval, wall time per request, engine tokens per "
         f"request. A follow-up's stages found a median {cached['follow_up_cached_share_median'] * 100:.0f} % "
         f"of their prompt tokens in the engines' caches after its first turn ({cached['conversations']} "
@@ -218,5 +221,15 @@ SCENARIO = family(
         run=run,
         table=table,
         parameters=Parameters(split="test"),
+    ),
+    Scenario(
+        name="conversations",
+        variant="learnt",
+        title="Follow-ups and two images through the cascade: the phrasings the demo pair learnt",
+        result="conversations-learnt.json",
+        config="mai-cpu.yaml",
+        run=run,
+        table=table,
+        parameters=Parameters(held_out=False),
     ),
 )
