@@ -3,10 +3,10 @@ scenario with three variants (``--param variant=validation|test|learnt``).
 
 ``validation``: the validation images (easy-vqa train images the demo models never saw); ``test``:
 easy-vqa's test images, run once per released pair: questions in the held-out phrasings of
-``harness.multi_turn``; ``learnt``: the validation images in the phrasings the demo models learnt. Three arms per question, their order
-rotated question by question: ``mai`` (the cascade, which now takes them), ``mai-transfer`` (Full
-RT) and ``demo-large`` (the large model alone, unchanged: what ``mai`` did with these requests
-before, a passthrough).
+``harness.multi_turn``; ``learnt``: the validation images in the phrasings the demo models learnt.
+Three arms per question, their order rotated question by question: ``mai`` (the cascade, which now
+takes them), ``mai-transfer`` (Full RT) and ``demo-large`` (the large model alone, unchanged: what
+``mai`` did with these requests before, a passthrough).
 Per arm and kind: accuracy with its 95 % Wilson interval, the request's wall time (median, p90) and
 the engines' tokens. The cached prefix share of a follow-up is measured first, on conversations of
 their own: the first turn is asked (one image, one question), then its follow-up, whose stages find
