@@ -54,8 +54,8 @@ def traced_server(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFacto
 
 
 def ask(question: str) -> httpx.Response:
-    """A ``mai`` chat request down the paper's cascade (plan ``sequential``), with a client's
-    ``traceparent`` the server is not configured to trust."""
+    """A ``mai`` chat request down the paper's cascade (plan ``sequential``, every stage-1 agreement
+    escalated), with a client's ``traceparent`` the server is not configured to trust."""
     return httpx.post(
         f"{BASE}/v1/chat/completions",
         timeout=120,
@@ -71,16 +71,19 @@ def ask(question: str) -> httpx.Response:
                     ],
                 }
             ],
-            "mai": {"options": {"plan": "sequential"}},
+            # Every agreement of the short answers is escalated (no answer is that sure) and no large
+            # answer ends the cascade on its confidence: the trained demo pair's short answers agree
+            # on almost every question.
+            "mai": {"options": {"plan": "sequential", "min_confidence": 1.0, "confident_large": 1.0}},
         },
     )
 
 
 @pytest.fixture(scope="module")
 def escalated(traced_server, receiver: OtlpReceiver) -> tuple[dict, list[ReceivedSpan]]:
-    """The first of up to 40 requests the cascade escalated (route ``transfer``: the demo models'
-    short answers are at chance, so about one in four), and every span of its trace once its four
-    engine requests' spans have arrived."""
+    """The first of up to 40 requests the cascade escalated to reasoning transfer (route ``transfer``:
+    the small model's reasoning differs from the large model's short answer, about half of them), and
+    every span of its trace once its four engine requests' spans have arrived."""
     for attempt in range(40):
         response = ask(QUESTIONS[attempt % len(QUESTIONS)])
         assert response.status_code == 200, response.text
