@@ -22,9 +22,8 @@ from __future__ import annotations
 import base64
 import re
 from pathlib import Path
-from typing import Any
 
-from harness.easy_vqa import facts_by_image, held_out_images, load_questions
+from harness.easy_vqa import validation_facts
 from harness.multi_turn import draw
 
 TASK = "easyvqa_pairs"
@@ -38,14 +37,6 @@ _DATASET = re.compile(r"dataset_path: .*\ndataset_name: in_domain\ndataset_kwarg
 _NAME = 'task: "llava_interleave_bench_in_domain"'
 
 
-def validation_images() -> tuple[dict[int, Any], dict[int, str]]:
-    """What each validation image shows (its ``ImageFacts``), and its file."""
-    qas, paths = load_questions()
-    held_out = held_out_images()
-    facts = {image: fact for image, fact in facts_by_image(qas).items() if image in held_out}
-    return facts, {image: paths[image] for image in facts}
-
-
 def _data_url(path: str) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
 
@@ -54,7 +45,7 @@ def pair_records(count: int, seed: int = 0, *, held_out: bool = True) -> list[di
     """``count`` seeded two-image questions (``harness.multi_turn.draw``) as the benchmark's documents,
     the images as data URLs in ``image_0`` and ``image_1`` (lmms_eval_parquet.py makes them images);
     ``kind`` (``images/same_colour``, ...) is kept beside them, for breakdowns."""
-    facts, paths = validation_images()
+    facts, paths = validation_facts()
     return [
         {
             "sample_id": record["id"],

@@ -215,3 +215,11 @@ def load_questions() -> tuple[list[QA], list[str]]:
     return [
         QA(i, q, a) for q, a, i in zip(questions, answers, image_ids, strict=True)
     ], easy_vqa.get_train_image_paths()
+
+
+def validation_facts() -> tuple[dict[int, ImageFacts], list[str]]:
+    """What each validation image (``held_out_images``) shows, where its answers pin it down, and the
+    train images' paths (indexed by image id)."""
+    qas, paths = load_questions()
+    held_out = held_out_images()
+    return {image: fact for image, fact in facts_by_image(qas).items() if image in held_out}, paths

@@ -42,18 +42,16 @@ def _images(split: str) -> tuple[dict[int, Any], dict[int, str]]:
 
     import easy_vqa
 
-    from harness.easy_vqa import QA, facts_by_image, held_out_images, load_questions
+    from harness.easy_vqa import QA, facts_by_image, validation_facts
 
     if split == "test":
         questions, answers, ids = easy_vqa.get_test_questions()
         qas = [QA(i, q, a) for q, a, i in zip(questions, answers, ids, strict=True)]
-        paths, keep = easy_vqa.get_test_image_paths(), None
+        facts, paths = facts_by_image(qas), easy_vqa.get_test_image_paths()
     elif split == "validation":
-        qas, paths = load_questions()
-        keep = held_out_images()
+        facts, paths = validation_facts()
     else:
         raise ValueError(f"split must be validation or test, got {split!r}")
-    facts = {image: fact for image, fact in facts_by_image(qas).items() if keep is None or image in keep}
     urls = {
         image: "data:image/png;base64," + base64.b64encode(Path(paths[image]).read_bytes()).decode()
         for image in facts
