@@ -246,6 +246,7 @@ class Bill:
     escalated: bool = False
     error: bool = False  # the server failed it (a 5xx)
     rejected: bool = False  # let in, then refused for what it sent (a 4xx: its body, its model)
+    reused: bool = False  # answered by the answer cache or an identical run in flight: no tokens
 
 
 @dataclass
@@ -256,6 +257,7 @@ class KeyUsage:
     early_exits: int = 0
     escalations: int = 0
     passthroughs: int = 0
+    reused: int = 0  # answers from the answer cache or an identical request's run: billed no tokens
     tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per model id, all paths
     passthrough_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # of those
 
@@ -267,6 +269,7 @@ class KeyUsage:
             "early_exits": self.early_exits,
             "escalations": self.escalations,
             "passthroughs": self.passthroughs,
+            "reused": self.reused,
             "tokens": dict(sorted(self.tokens.items())),
             "passthrough_tokens": dict(sorted(self.passthrough_tokens.items())),
         }
@@ -336,6 +339,7 @@ class Ledger:
             if bill.passthrough:
                 usage.passthrough_tokens[model] += count
         usage.passthroughs += bill.passthrough
+        usage.reused += bill.reused
         usage.errors += bill.error
         usage.early_exits += bill.early_exit
         usage.escalations += bill.escalated

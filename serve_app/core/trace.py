@@ -180,6 +180,20 @@ class OverloadRecord:
     relaxed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CacheRecord:
+    """What the answer cache did for the request (serve_app/cache/reuse.py): ``miss`` (it ran, and its
+    answer was kept when ``stored``), ``hit`` (a kept answer, ``age_s`` old), ``coalesced`` (it shared
+    the run of an identical request in flight, ``coalesced_with``), or ``bypass`` (``reason``: the
+    request's mode, a sampled answer, a store that is down)."""
+
+    status: str
+    age_s: float | None = None
+    coalesced_with: str | None = None
+    stored: bool = False
+    reason: str | None = None
+
+
 @dataclass
 class Trace:
     policy: str
@@ -216,6 +230,9 @@ class Trace:
     overload: OverloadRecord | None = None
     # The request's trace in the operator's tracing system (32 hex digits), when it was sampled.
     trace_id: str | None = None
+    # What the answer cache did (None: the cache is off). A hit's or a coalesced request's trace is the
+    # run's that made the answer, with this record its own.
+    cache: CacheRecord | None = None
 
     def tokens(self) -> Tokens:
         """Per model: prompt tokens, of them cached (as far as the engine reported), completion tokens.

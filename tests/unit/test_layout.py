@@ -20,7 +20,17 @@ MAY_IMPORT = {
     "loadtest": {"deployments", "serve_app", "harness", "evaluation", "batch"},
 }
 # serve_app's layers, top to bottom: each may import the layers below it, never one above.
-SERVE_APP_LAYERS = ("app", "edge", "fleet", "engine_config", "clients", "config", "telemetry", "core")
+SERVE_APP_LAYERS = (
+    "app",
+    "edge",
+    "fleet",
+    "engine_config",
+    "clients",
+    "config",
+    "cache",
+    "telemetry",
+    "core",
+)
 FRAMEWORKS = {"ray", "vllm", "fastapi", "starlette", "httpx", "torch", "transformers"}
 
 
