@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from deployments.memory import scorer_need_of, shared_gpu_problems
 from deployments.settings import Autoscaling, ModelDeployment, ScorerSettings, Strict, local_folder
 from deployments.vlm import images_per_prompt
 
+from .cache.settings import CacheSettings
 from .core.audit import AuditSettings
 from .core.contracts import REASON_BASELINES, CascadeOptions, UnknownSelectorError, check_transfer_selector
 from .core.decision import ClassSettings, OverloadSettings, check_floors
@@ -35,12 +36,11 @@ class IngressDeployment(Strict):
     max_ongoing_requests: int = Field(256, ge=1)
     max_queued_requests: int = Field(1024, ge=1)
     num_cpus: float = Field(0.0, ge=0)
-    # The requests one ingress replica runs at once before API keys share it by weight
-    # (serve_app/core/admission.py). Unset (null): learned from its answers' latency
-    # (serve_app/core/admission.py), at most the models' capacity over the ingress's min_replicas.
+    # The requests one ingress replica runs at once before API keys share it by weight. Unset (null):
+    # learned from its answers' latency, at most the models' capacity over the ingress's min_replicas.
     capacity: int | None = Field(None, ge=1)
     # A request past its key's share while other keys have work waits its turn this long (seconds)
-    # before a 429 fair_share (serve_app/core/admission.py); 0: refused at once.
+    # before a 429 fair_share; 0: refused at once (both: serve_app/core/admission.py).
     share_wait_s: float = Field(10.0, ge=0, le=600, allow_inf_nan=False)
     # Seconds a retiring replica (a scale-down, a config edit, an upgrade) has to finish its requests before
     # Serve stops it. Unset: derived by the application from its timeouts (serve_app/core/lifecycle.py);
@@ -117,9 +117,7 @@ class Limits(Strict):
     @model_validator(mode="after")
     def _remote_needs_hosts(self) -> Limits:
         if self.allow_remote_images and not self.remote_image_hosts:
-            raise ValueError(
-                "allow_remote_images needs remote_image_hosts: the hosts images may be fetched from"
-            )
+            raise ValueError("allow_remote_images needs remote_image_hosts: the hosts images come from")
         return self
 
 
@@ -218,6 +216,7 @@ RENAMED_SETTINGS: Mapping[str, str] = {"mai_route": "mai_destination"}
 
 
 class AppConfig(Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)  # cache.url's password
     small: ModelDeployment
     large: ModelDeployment
     cascade: CascadeConfig = CascadeConfig()
@@ -230,6 +229,7 @@ class AppConfig(Strict):
     # Which clients' task tags (``mai.task``) make question classes of their own (serve_app/core/decision.py).
     classes: ClassSettings = ClassSettings()
     telemetry: TelemetrySettings = TelemetrySettings()  # what the spans may carry (docs/observability.md)
+    cache: CacheSettings = CacheSettings()  # answers reused and shared (docs/cache.md)
     request_timeout_s: float = Field(300.0, gt=0)
     # Where `mai` sends a request: auto (the cascade when MAI fits it, else the large model unchanged:
     # serve_app/edge/routing.py), or always one. A request's `mai.destination` overrides it.

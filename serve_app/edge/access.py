@@ -63,6 +63,12 @@ def cascade_bill(result: CascadeResult, model_ids: Mapping[str, str]) -> Bill:
     )
 
 
+def reused_bill(result: CascadeResult) -> Bill:
+    """What a request answered by the answer cache, or by an identical request's run, used: no tokens;
+    its key counts it as a request and as ``reused`` (the run's own request paid for the run)."""
+    return Bill(route=result.route, reused=True)
+
+
 def passthrough_bill(model_id: str, usage: Mapping[str, Any] | None) -> Bill:
     """What a request forwarded to ``model_id`` used: the engine's usage (prompt and completion
     tokens, every choice's); nothing when the engine gave none (it failed before its first token)."""

@@ -83,6 +83,9 @@ def build_api(ingress: IngressReplica, security: Security) -> FastAPI:
     async def stats(request: Request) -> dict[str, Any]:
         return await ingress.stats_over_http(request)
 
+    async def purge(request: Request) -> dict[str, Any]:
+        return await ingress.purge_over_http(request)
+
     api.add_api_route("/healthz", healthz, methods=["GET"])
     api.add_api_route("/readyz", readyz, methods=["GET"])
     api.add_api_route("/v1/models", models, methods=["GET"])
@@ -91,6 +94,7 @@ def build_api(ingress: IngressReplica, security: Security) -> FastAPI:
         "/v1/mai/answer", mai_answer, methods=["POST"], openapi_extra=openapi_body(AnswerRequest)
     )
     api.add_api_route("/v1/mai/stats", stats, methods=["GET"])
+    api.add_api_route("/v1/mai/cache/purge", purge, methods=["POST"])
     settings = console_settings(
         ingress.cascade.selectors,
         ingress.config.cascade.audit.report_interval_s,

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..cache.reuse import JoinTimeout
 from ..core.cascade import ModelUnavailableError
 from ..core.contracts import EngineError, InputRejectedError, UnknownSelectorError
 
@@ -104,6 +105,8 @@ def request_error_of(exc: Exception) -> RequestError:
         return RequestError(f"{where}{exc}", param="messages", code=exc.code, status=exc.status)
     if isinstance(exc, ModelUnavailableError | EngineError):
         return unavailable(str(exc))
+    if isinstance(exc, JoinTimeout):
+        return RequestError(str(exc), code="timeout", status=504)
     if isinstance(exc, UnknownSelectorError):
         return RequestError(str(exc), param="options.transfer_selector", code="invalid_options")
     if isinstance(exc, StarletteHTTPException):
@@ -112,7 +115,14 @@ def request_error_of(exc: Exception) -> RequestError:
     raise TypeError(f"no client error for {type(exc).__name__}")
 
 
-EXPECTED = (RequestError, InputRejectedError, ModelUnavailableError, EngineError, UnknownSelectorError)
+EXPECTED = (
+    RequestError,
+    InputRejectedError,
+    ModelUnavailableError,
+    EngineError,
+    UnknownSelectorError,
+    JoinTimeout,
+)
 
 
 def warning_headers(warnings: tuple[str, ...]) -> dict[str, str]:

@@ -20,24 +20,31 @@ from typing import Any
 
 from fastapi import Request
 
-from ..clients.failures import transport_errors
+from ..cache.keys import CacheMode, requested_mode
 from ..clients.llm_server import LLMServerClient
 from ..clients.scorer import attention_scorer
 from ..config import AppConfig
 from ..core.admission import Bill, Capacity
 from ..core.contracts import attention_selector, budget_selector
-from ..core.decision import Decision, Observer, decide, fleet_overload
+from ..core.decision import Decision, Observer, decide
 from ..core.lifecycle import STREAM_BACKSTOP_S
 from ..core.roles import LARGE, SMALL
 from ..core.trace import CascadeResult
-from ..fleet.stats_holder import stats_body
 from ..telemetry import spans
-from .access import Access, Grant, cascade_bill, passthrough_bill
+from .access import Access, Grant, cascade_bill, passthrough_bill, reused_bill
 from .body import BodyReads, parse_json, read_body
-from .errors import RequestError, noted, unavailable, warned
+from .errors import RequestError, noted, warned
 from .held_stream import HeldStream
 from .images import check_image_bytes_under
-from .jobs import Job, answer_request, job_from_answer, job_from_chat, remote_image_policy, request_id_of
+from .jobs import (
+    Job,
+    answer_request,
+    job_from_answer,
+    job_from_chat,
+    passthrough_cache_mode,
+    remote_image_policy,
+    request_id_of,
+)
 from .keys import ANONYMOUS_CALLER, Caller, KeyRing
 from .observers import IngressMetrics, RequestMetrics
 from .parts import IngressParts, build_parts
@@ -48,6 +55,7 @@ from .remote_images import fetch_image
 from .responses import Answered, Forwarded, Refused, RequestOutcome, settled
 from .routing import Passthrough, destination, destination_reasons
 from .snapshot import Snapshot
+from .stats_api import ReplicaStats
 from .stats_reporter import StatsReporter
 
 logger = logging.getLogger("ray.serve")
@@ -61,7 +69,7 @@ def request_id_header(request: Request) -> str | None:
     return request.headers.get("x-request-id") or _get_serve_request_context().request_id or None
 
 
-class IngressReplica:
+class IngressReplica(ReplicaStats):
     """One ingress replica: its parts over the model deployments' handles, and the request path. Serve
     deploys it as ``MAIIngress`` (below), with its FastAPI app; a batch actor holds one as it is
     (batch/answerer.py) and calls ``chat``."""
@@ -147,6 +155,7 @@ class IngressReplica:
         self.cascade, self.small_calls, self.large_calls = parts.cascade, parts.small_calls, parts.large_calls
         self.metrics, self.auditor, self.plans = parts.metrics, parts.auditor, parts.plans
         self.overload, self.demand, self.classes = parts.overload, parts.demand, parts.classes
+        self.answers = parts.answers
         # Told once when a request has answered (serve_app/core/decision.py).
         self.observers: tuple[Observer, ...] = (
             self.demand,
@@ -158,7 +167,10 @@ class IngressReplica:
         # name there.
         self.stats_holder, self.replica = stats, name or uuid.uuid4().hex
         # What it reports there.
-        self.stats_reporter = StatsReporter(self.auditor.book, self.plans.book, self.overload.level_label)
+        cache_events = None if self.answers is None else self.answers.events
+        self.stats_reporter = StatsReporter(
+            self.auditor.book, self.plans.book, self.overload.level_label, cache_events
+        )
         self._reporter: asyncio.Task | None = None
         # What GET /v1/mai/stats reads of the holder and the ledger: at most once a second.
         self.fleet_stats = Snapshot(self._holder_stats)
@@ -198,7 +210,8 @@ class IngressReplica:
         request_id = request_id_of(request_id_header(request))
 
         async def chat(grant: Grant) -> Answered | Forwarded:
-            return await self._chat(await self._payload(request, caller), request_id, grant)
+            payload = await self._payload(request, caller)
+            return await self._chat(payload, request_id, grant, request.headers.get("cache-control"))
 
         return await self._admitted(caller, chat)
 
@@ -231,19 +244,21 @@ class IngressReplica:
             with warned(answer.warnings):
                 grant.use(answer.model)  # before any image is fetched or checked
                 job = await job_from_answer(self.config, answer, request_id, self._fetch_image)
-                return await self._answer(job, grant)
+                return await self._answer(job, grant, request.headers.get("cache-control"))
 
-    async def _chat(self, payload: Any, request_id: str, grant: Grant) -> Answered | Forwarded:
+    async def _chat(
+        self, payload: Any, request_id: str, grant: Grant, cache_control: str | None = None
+    ) -> Answered | Forwarded:
         routed = destination(payload, self.config)
         with warned(routed.warnings):  # the request's warnings reach its error reply too
             if isinstance(routed, Passthrough):
                 # The model the client named: ``mai`` when it sent there what MAI does not fit.
                 grant.use(routed.model_id if routed.reason is None else "mai")
-                return await self._passthrough(routed, grant)
+                return await self._passthrough(routed, grant, passthrough_cache_mode(payload))
             grant.use(routed.request.model)  # before any image is fetched or checked
             job = await job_from_chat(self.config, routed, request_id, self._fetch_image)
             self.auditor.routed(*destination_reasons(routed))  # counted once its job is built
-            return await self._answer(job, grant)
+            return await self._answer(job, grant, cache_control)
 
     async def _payload(self, request: Request, caller: Caller) -> Any:
         """The request's JSON, once its size passes. Bodies being read at once are bounded per key,
@@ -257,60 +272,47 @@ class IngressReplica:
             )
         return parse_json(body, self.config.limits)
 
-    async def stats_over_http(self, request: Request) -> dict[str, Any]:
-        """``GET /v1/mai/stats``: admitted like any request (the key's quotas and share), billed no
-        tokens, and answered from snapshots at most a second old (``snapshot.Snapshot``)."""
-        caller = self.access.identify(request.headers)
-        async with self.access.admitted(caller) as grant:
-            body = await self.stats(caller)
-            grant.bill = Bill()
-            return body
-
-    async def stats(self, caller: Caller) -> dict[str, Any]:
-        """The audit statistics of every replica, merged (docs/api.md, "Audits"); for an admin key, every
-        key's usage too."""
-        usage = {"usage": await self.key_usage.get()} if caller.key.admin else {}
-        cascade = self.config.cascade
-        if self.stats_holder is None:  # this replica alone: its own overload level
-            overload = fleet_overload(cascade.overload.enabled, [self.overload.level_label()])
-            return usage | stats_body(
-                self.auditor.book,
-                self.plans.book,
-                cascade.audit,
-                cascade.adaptive,
-                overload=overload,
-                classes=self.config.classes,
-            )
-        return usage | await self.fleet_stats.get()
-
-    async def _holder_stats(self) -> dict[str, Any]:
-        """This replica's latest report, then the holder's merged statistics."""
-        try:
-            await self._report()
-            return await self.stats_holder.snapshot.remote()
-        except transport_errors() as exc:  # the holder is being replaced; the replicas report again
-            self.plans.holder_failed(type(exc).__name__)
-            raise unavailable(
-                f"the statistics holder is restarting ({type(exc).__name__})", code="stats_unavailable"
-            ) from None
-
-    async def _answer(self, job: Job, grant: Grant) -> Answered:
-        await self.readiness.wait(self.config.readiness.wait_s)
-        self._start_reporting()
-        self.demand.arrived()
+    async def _answer(self, job: Job, grant: Grant, cache_control: str | None = None) -> Answered:
+        """``job``'s answer: the answer cache's (serve_app/cache/reuse.py), or its own run's. A reused
+        answer bills no tokens and is nothing the server learns from (``reused_bill``)."""
         telemetry = self.config.telemetry
         started = spans.request_attributes(job.question, job.request_id, grant.caller.name, telemetry)
         with spans.span("mai.request", started, settings=telemetry) as opened:
-            decision = self._decide(job)
-            result = await self._run(job, decision, grant.priority)
-            grant.bill, grant.latency_s = cascade_bill(result, self.model_ids), result.trace.latency_s
-            spans.describe_request(opened, decision, result, grant.bill, telemetry)
-            for observer in self.observers:
-                observer.answered(decision, result)
-            # The answer is final: its audit, after it (a trace of its own), can neither delay nor change it.
-            shed, contended = self.overload.sheds_audits(), self.access.fair.contended()
-            self.auditor.served(job, decision, result, overloaded=shed, contended=contended)
-        return Answered(job, decision, result)
+            ran: list[Decision] = []  # this request's own run's decision; none when its answer is reused
+
+            def run() -> Awaitable[CascadeResult]:
+                return self._observed_run(job, grant, opened, ran)
+
+            if self.answers is None:
+                result = await run()
+            else:
+                caller = grant.caller
+                key = self.answers.key(job.question, job.options, job.task, caller.name, caller.key.sha256)
+                mode = requested_mode(job.cache, cache_control)
+                result = await self.answers.answer(
+                    key, mode, job.request_id, run, self.config.request_timeout_s
+                )
+            if not ran:
+                grant.bill = reused_bill(result)
+            spans.describe_cache(opened, result.trace, telemetry)
+        return Answered(job, ran[0] if ran else None, result)
+
+    async def _observed_run(self, job: Job, grant: Grant, opened: Any, ran: list[Decision]) -> CascadeResult:
+        """The decision and the cascade, then what the server learns of them: observers and audit."""
+        await self.readiness.wait(self.config.readiness.wait_s)
+        self._start_reporting()
+        self.demand.arrived()
+        decision = self._decide(job)
+        ran.append(decision)
+        result = await self._run(job, decision, grant.priority)
+        grant.bill, grant.latency_s = cascade_bill(result, self.model_ids), result.trace.latency_s
+        spans.describe_request(opened, decision, result, grant.bill, self.config.telemetry)
+        for observer in self.observers:
+            observer.answered(decision, result)
+        # The answer is final: its audit, after it (a trace of its own), can neither delay nor change it.
+        shed, contended = self.overload.sheds_audits(), self.access.fair.contended()
+        self.auditor.served(job, decision, result, overloaded=shed, contended=contended)
+        return result
 
     def _decide(self, job: Job) -> Decision:
         """Everything decided for ``job`` before it runs, once (serve_app/core/decision.py): its class,
@@ -331,31 +333,13 @@ class IngressReplica:
             loop = asyncio.get_running_loop()  # the replica's task, in no request's context (its trace)
             self._reporter = loop.create_task(self._report_every_interval(), context=contextvars.Context())
 
-    async def _report_every_interval(self) -> None:
-        interval = self.config.cascade.audit.report_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._report()
-            except transport_errors() as exc:  # the holder restarting: it asks the next report for everything
-                self.plans.holder_failed(type(exc).__name__)
-                logger.warning("MAI audit statistics not reported; retrying in %s s", interval, exc_info=True)
-            except Exception:  # a bug: logged with its traceback; the loop, and serving, go on
-                logger.exception("MAI audit statistics report failed")
-
-    async def _report(self) -> None:
-        """Report what changed since the holder's last acknowledgement (edge/stats_reporter.py) and
-        take its estimates and bounds."""
-        view = await self.stats_reporter.exchange(
-            lambda report: self.stats_holder.report.remote(self.replica, report)
-        )
-        self.plans.update(view)
-
-    async def _passthrough(self, decision: Passthrough, grant: Grant) -> Forwarded:
+    async def _passthrough(
+        self, decision: Passthrough, grant: Grant, mode: CacheMode | None = None
+    ) -> Forwarded:
         """The request to the model it names, unchanged, after the cascade's image checks; ``decision.
-        reason``: why ``mai`` sent it there (in the reply's ``mai`` object and ``x-mai-route-reason``)."""
+        reason``: why ``mai`` sent it there (in the reply's ``mai`` object and ``x-mai-route-reason``).
+        The answer cache's, when the request asks (``mode``): a kept JSON reply bills no tokens."""
         started = time.monotonic()
-        self.demand.arrived()
         model_id, reason = decision.model_id, decision.reason
         payload = await checked_body(decision.payload, self.config.limits, self._fetch_image)
         self.auditor.routed(*destination_reasons(decision))
@@ -365,8 +349,9 @@ class IngressReplica:
         def used(usage: Mapping[str, Any] | None) -> None:
             grant.bill = passthrough_bill(model_id, usage)
 
-        with spans.passthrough_span(model_id, reason, grant.caller.name, payload, self.config.telemetry):
-            reply = await forward(
+        def forwarded() -> Awaitable[Forwarded]:
+            self.demand.arrived()  # what the model is asked for: a kept reply asks nothing
+            return forward(
                 self.model_handles[model_id],
                 chat_request(payload, model_id, grant.priority),
                 model_id,
@@ -375,10 +360,21 @@ class IngressReplica:
                 used=used,
                 asked=usage_asked(payload),
             )
+
+        with spans.passthrough_span(model_id, reason, grant.caller.name, payload, self.config.telemetry):
+            if self.answers is None or mode is None:
+                reply, cache = await forwarded(), None
+            else:
+                caller = grant.caller
+                key = self.answers.passthrough_key(payload, model_id, caller.name, caller.key.sha256)
+                reply, cache = await self.answers.forwarded(key, mode, forwarded, lambda f: f.body)
+                if isinstance(reply, dict):  # a kept reply
+                    grant.bill = Bill(passthrough=True, reused=True)
+                    return Forwarded(model_id, reason, body=reply, warnings=decision.warnings, cache=cache)
         seconds = time.monotonic() - started
         self.metrics.record_passthrough("mai" if reason is not None else model_id, seconds)
         self.demand.passed_through(self.model_roles[model_id], seconds)
-        return dataclasses.replace(reply, warnings=decision.warnings)
+        return dataclasses.replace(reply, warnings=decision.warnings, cache=cache)
 
     async def _fetch_image(self, url: str, param: str) -> str:
         """An allowed remote image, downloaded and checked like an inline one, as a data URL."""

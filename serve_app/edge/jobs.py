@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..cache.keys import CacheMode, asked_mode
 from ..config import AppConfig
 from ..core.answer_forms import AnswerFormError, check_choices
 from ..core.contracts import CascadeOptions, Policy, Question
@@ -45,6 +46,7 @@ class Job:
     include_usage_in_stream: bool = False
     task: str | None = None  # the client's task tag: the question's class is its kind refined by it
     warnings: Warnings = ()  # what the request sent under an old name (the reply's ``Warning``)
+    cache: CacheMode | None = None  # what the request lets the answer cache do (``mai.cache``)
 
 
 def _options(
@@ -241,7 +243,21 @@ async def job_from_chat(
         request_id=request_id,
         task=extra.task,
         warnings=routed.warnings,
+        cache=extra.cache,
     )
+
+
+def passthrough_cache_mode(payload: Any) -> CacheMode | None:
+    """What a request forwarded to a model asks of the answer cache: its ``mai.cache``, None when it
+    asks nothing (such a request is cached only when it asks); a 400 for anything but a mode."""
+    extra = payload.get("mai") if isinstance(payload, dict) else None
+    try:
+        return asked_mode(extra.get("cache") if isinstance(extra, dict) else None)
+    except ValueError:
+        modes = ", ".join(mode.value for mode in CacheMode)
+        raise RequestError(
+            f"mai.cache must be one of {modes}", param="mai.cache", code="invalid_options"
+        ) from None
 
 
 def answer_request(payload: Any) -> AnswerRequest:
@@ -267,5 +283,11 @@ async def job_from_answer(
     check_answer_form(question, options, "choices")
     question = await _with_images(question, fetch_image, "image")
     return Job(
-        question, options, request.model, request_id=request_id, task=request.task, warnings=request.warnings
+        question,
+        options,
+        request.model,
+        request_id=request_id,
+        task=request.task,
+        warnings=request.warnings,
+        cache=request.cache,
     )

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..cache.reuse import CACHE_METRICS
 from ..core.contracts import GREEDY, Completion, Decoding, EngineCall, VLMClient
 from ..core.decision import Decision, Level, OverloadReading, OverloadSettings, OverloadState
 from ..core.roles import ROLES, SMALL
@@ -135,10 +136,11 @@ PROMETHEUS_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     # Counted by the tracing exporter in every process that exports spans (serve_app/telemetry/exporter.py).
     DROPPED_METRIC: ("counter", DROPPED_DESCRIPTION, ("reason",)),
+    **CACHE_METRICS,  # made by the answer cache (serve_app/cache/reuse.py)
 }
 # Made where they are counted, not by the ingress: a second metric of the same name in the ingress's
 # process would clash with the exporter's.
-MADE_ELSEWHERE = frozenset({DROPPED_METRIC})
+MADE_ELSEWHERE = frozenset({DROPPED_METRIC, *CACHE_METRICS})
 
 
 @dataclass

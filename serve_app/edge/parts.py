@@ -1,8 +1,8 @@
 """The parts of an ingress replica, built from the config by one factory: the cascade over the two
 models (each behind its load counter), the auditor, the plan controller, the overload guard, the
-demand meter and the question classes, all recording into one ``Metrics``. ``MAIIngress`` builds them
-over its deployment handles; the tests build the same parts over scripted clients and a recording
-``Metrics``."""
+demand meter, the question classes and the answer cache, all recording into one ``Metrics``.
+``MAIIngress`` builds them over its deployment handles; the tests build the same parts over scripted
+clients and a recording ``Metrics``."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ from typing import Any
 
 from deployments.trace_context import log_trace_ids
 
+from ..cache.keys import serving_identity
+from ..cache.reuse import AnswerCache, CacheCounters, store_of
 from ..config import AppConfig
 from ..core.cascade import Cascade
 from ..core.contracts import TransferSelector, VLMClient
 from ..core.decision import QuestionClasses
 from ..core.prompts import PromptLayout
-from ..core.roles import LARGE, SMALL
+from ..core.roles import LARGE, ROLES, SMALL
 from ..telemetry.spans import StageSpans
 from .learning import Auditor, PlanController
-from .observers import DemandMeter, InFlight, Metrics, OverloadGuard
+from .observers import DemandMeter, InFlight, IngressMetrics, Metrics, OverloadGuard
 
 
 @dataclass
@@ -34,6 +36,45 @@ class IngressParts:
     overload: OverloadGuard  # the large model's queue bends the cascade
     demand: DemandMeter  # what the models are asked for, for coupled autoscaling
     classes: QuestionClasses  # the class a request's task tag counts under, bounded
+    answers: AnswerCache | None = None  # answers reused and shared (None: config.cache.enabled is off)
+
+
+# What a model's entry says of the answers it gives (the rest places and sizes it). The engine's
+# arguments are all in: most change nothing an answer holds, but some do (dtype, max_pixels, ...).
+MODEL_IDENTITY = {"model_id", "source", "revision", "engine", "emulation", "engine_kwargs", "prompt_layout"}
+
+
+def identity_of(config: AppConfig) -> str:
+    """The serving identity an answer cache's keys carry (cache/keys.py): the models and every setting
+    that changes an answer (the cascade's but its audits and stage timeouts, the transfer's selection,
+    the classes, the answers' logprobs) and the cache's namespace. Scaling, limits and keys are not."""
+    return serving_identity(
+        {
+            "models": {
+                role: getattr(config, role).model_dump(mode="json", include=MODEL_IDENTITY) for role in ROLES
+            },
+            "cascade": config.cascade.model_dump(mode="json", exclude={"audit", "timeouts"}),
+            "transfer_selection": config.transfer_selection.model_dump(mode="json"),
+            "classes": config.classes.model_dump(mode="json"),
+            "answer_logprobs": config.answer_logprobs,
+            "namespace": config.cache.namespace,
+        }
+    )
+
+
+def answer_cache_of(config: AppConfig, *, prometheus: bool = False) -> AnswerCache | None:
+    """The answer cache the config asks for (a Redis is checked once: one that does not answer starts
+    the cache off, logged, and is tried again later), None when it is off."""
+    settings = config.cache
+    if not settings.enabled:
+        return None
+    return AnswerCache(
+        store_of(settings),
+        identity=identity_of(config),
+        shared=settings.shared,
+        coalesce=settings.coalesce,
+        counters=CacheCounters(prometheus=prometheus),
+    )
 
 
 def build_parts(
@@ -81,4 +122,5 @@ def build_parts(
         overload=overload,
         demand=DemandMeter(config.autoscaling.policy, config.autoscaling.tau_s),
         classes=QuestionClasses(config.classes),
+        answers=answer_cache_of(config, prometheus=isinstance(metrics, IngressMetrics)),
     )

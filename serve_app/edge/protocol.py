@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, model_validator
 
+from ..cache.keys import CacheMode
 from ..config import Destination
 from ..core.answers import AnswerKind
 from ..core.contracts import Policy, Seed, Temperature, TopLogprobs, TopP
@@ -93,6 +94,10 @@ class ChatMessage(BaseModel):
     content: str | list[ContentPart] | None = None
 
 
+# What the request lets the answer cache do (docs/cache.md); unset: its Cache-Control header decides.
+CACHE_MODE = Field(None, description="use, refresh, no-store or off; unset: the Cache-Control header")
+
+
 class MAIExtra(BaseModel):
     """The ``mai`` object a chat request may carry. ``route`` is ``destination``'s old name, served as
     it for one release (``destination`` holds either; ``routing.destination`` refuses both differing)."""
@@ -105,6 +110,7 @@ class MAIExtra(BaseModel):
     destination: Destination | None = None
     route: Destination | None = Field(None, exclude=True, description="mai.destination's old name")
     task: str | None = TASK_TAG
+    cache: CacheMode | None = CACHE_MODE
 
     @model_validator(mode="after")
     def _old_name(self) -> MAIExtra:
@@ -209,6 +215,7 @@ class AnswerRequest(BaseModel):
     options: RequestOptions | None = None
     max_tokens: int | None = None
     task: str | None = TASK_TAG
+    cache: CacheMode | None = CACHE_MODE
 
     @property
     def warnings(self) -> Warnings:

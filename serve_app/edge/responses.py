@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..core.contracts import TokenLogprob
 from ..core.decision import Decision
 from ..core.routes import Route
-from ..core.trace import CascadeResult
+from ..core.trace import CacheRecord, CascadeResult
 from .errors import EXPECTED, RequestError, error_response, request_error_of, warning_headers
 from .jobs import Job
 from .protocol import POLICY_OF_MODEL, Warnings
@@ -143,8 +143,17 @@ def models_list(
 
 
 def _headers(job: Job, result: CascadeResult) -> dict[str, str]:
-    """An answer's headers: its route, and the request's warnings (``errors.warning_headers``)."""
-    return {"x-mai-route": result.route} | warning_headers(job.warnings)
+    """An answer's headers: its route, what the answer cache did (``x-mai-cache``; a hit's ``Age`` in
+    whole seconds, RFC 9111) and the request's warnings (``errors.warning_headers``)."""
+    return {"x-mai-route": result.route} | cache_headers(result.trace.cache) | warning_headers(job.warnings)
+
+
+def cache_headers(cache: CacheRecord | None) -> dict[str, str]:
+    """What the answer cache did (``x-mai-cache``), and a hit's ``Age`` in whole seconds (RFC 9111)."""
+    if cache is None:
+        return {}
+    age = {"age": str(int(cache.age_s))} if cache.age_s is not None else {}
+    return {"x-mai-cache": cache.status} | age
 
 
 def _sse(chunks: list[dict[str, Any]]) -> Iterator[str]:
@@ -182,10 +191,11 @@ def http_reply(outcome: RequestOutcome, answered: Callable[[Job, CascadeResult],
 
 @dataclass(frozen=True)
 class Answered:
-    """The cascade (or a single-model policy) answered ``job`` as ``decision`` said."""
+    """The cascade (or a single-model policy) answered ``job`` as ``decision`` said (None: the answer
+    was reused, from the answer cache or an identical request's run: ``result.trace.cache``)."""
 
     job: Job
-    decision: Decision
+    decision: Decision | None
     result: CascadeResult
 
 
@@ -199,13 +209,14 @@ class Forwarded:
     body: dict[str, Any] | None = None
     events: AsyncIterator[str] | None = None
     warnings: Warnings = ()  # what the request sent under an old name
+    cache: CacheRecord | None = None  # what the answer cache did, when the request asked for it
 
     @property
     def headers(self) -> dict[str, str]:
         headers = {"x-mai-route": Route.PASSTHROUGH.value}
         if self.reason is not None:
             headers["x-mai-route-reason"] = self.reason
-        return headers | warning_headers(self.warnings)
+        return headers | cache_headers(self.cache) | warning_headers(self.warnings)
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,14 @@ class StatsReporter:
     ``overload_level``: the replica's overload level now (its ``OverloadGuard.level_label``)."""
 
     def __init__(
-        self, audits: AuditBook, plans: PlanBook, overload_level: Callable[[], str] = _always_normal
+        self,
+        audits: AuditBook,
+        plans: PlanBook,
+        overload_level: Callable[[], str] = _always_normal,
+        cache_events: Callable[[], Mapping[str, int]] | None = None,
     ):
         self.audits, self.plans, self.overload_level = audits, plans, overload_level
+        self.cache_events = cache_events  # the answer cache's counts (absolute), when it is on
         self.number = 0  # the reports made: the holder ignores the counts of one older than it applied
         self.full = True  # the next report carries everything
         self.acked_counts: dict[str, tuple[int, int]] = {}  # class -> (requests, audited) acknowledged
@@ -72,7 +77,8 @@ class StatsReporter:
                 rows = [row_of(o) for o in _tail(observations, new)]
                 plans[cls] = {"appended": appended, "rows": rows}
         book = self.audits
-        return {
+        cache = {"cache": dict(self.cache_events())} if self.cache_events is not None else {}
+        return cache | {
             "number": self.number,
             "full": self.full,
             "audits": audits,

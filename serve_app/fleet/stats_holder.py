@@ -121,6 +121,7 @@ class _Replica:
     audits: dict[str, int] = field(default_factory=dict)  # class -> the last audit of its window applied
     plans: dict[str, int] = field(default_factory=dict)  # class -> the last plan observation applied
     overload: str = Level.NORMAL.label  # its overload level, as its last report applied said
+    cache: Mapping[str, int] | None = None  # its answer cache's counts (absolute), None: no cache
     reported_at: float = -math.inf  # when that report arrived, by the holder's clock
 
 
@@ -169,6 +170,7 @@ class StatsHolder:
                 known.overload, known.reported_at = report["overload"], self.clock()
                 self.audits.count_totals(report["totals"], known.totals)
                 known.totals = report["totals"]
+                known.cache = report.get("cache")
             acked_audits = {}
             for cls, entry in report["audits"].items():
                 if fresh:
@@ -239,9 +241,10 @@ class StatsHolder:
         return fleet_overload(self.overload_enabled, live)
 
     def snapshot(self) -> dict[str, Any]:
-        """The ``GET /v1/mai/stats`` body from the merged view, nothing merged again."""
+        """The ``GET /v1/mai/stats`` body from the merged view, nothing merged again; ``cache_events``:
+        the replicas' answer cache counts, summed (the replica that answers adds its store's state)."""
         with self._lock:
-            return stats_body(
+            body = stats_body(
                 self.audits,
                 self.plans,
                 self.settings,
@@ -249,6 +252,14 @@ class StatsHolder:
                 overload=self._overload(),
                 classes=self.classes,
             )
+            caches = [known.cache for known in self.replicas.values() if known.cache is not None]
+            if caches:
+                summed: dict[str, int] = {}
+                for counts in caches:
+                    for event, count in counts.items():
+                        summed[event] = summed.get(event, 0) + count
+                body["cache_events"], body["cache_replicas"] = summed, len(caches)
+            return body
 
 
 @serve.deployment(name="StatsHolder", num_replicas=1, ray_actor_options={"num_cpus": 0})

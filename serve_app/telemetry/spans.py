@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..core.admission import Bill
     from ..core.contracts import Question
     from ..core.decision import Decision
-    from ..core.trace import CascadeResult, StageRecord
+    from ..core.trace import CascadeResult, StageRecord, Trace
 
 TRACER_NAME = "mai_serve"
 Attribute = str | bool | int | float
@@ -257,6 +257,23 @@ def describe_request(
         for field in ("prompt_tokens", "completion_tokens"):
             outcome[f"mai.tokens.{role}.{field}"] = tokens[role].get(field, 0)
     annotate(opened, outcome, settings)
+
+
+def describe_cache(opened: Any, trace: Trace, settings: TelemetrySettings) -> None:
+    """What the answer cache did on the request's span (``mai.cache``: hit, coalesced, miss, bypass;
+    a hit's age, the request whose run a coalesced one shared), and the request's own trace id in its
+    trace: a reused answer's trace is the run's that made it."""
+    if opened is None or not opened.is_recording():
+        return
+    trace.trace_id = trace_id(opened)
+    cache = trace.cache
+    if cache is not None:
+        attributes = {
+            "mai.cache": cache.status,
+            "mai.cache.age_s": cache.age_s,
+            "mai.coalesced_with": cache.coalesced_with,
+        }
+        annotate(opened, attributes, settings)
 
 
 def passthrough_span(

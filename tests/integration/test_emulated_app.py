@@ -38,6 +38,9 @@ def emulated(dataset="chartqa", time_scale=1.0, small=None, large=None, **app):
             "small": small,
             "large": large,
             "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 64}},
+            # The cascade's runs are what these tests check (a burst of one request, a client leaving its
+            # run, engine calls and replicas under load): no answer reused.
+            "cache": {"enabled": False},
             **app,
         },
     )
@@ -199,7 +202,8 @@ def test_locust_headless_run_is_bounded_and_reports_each_route(base_url, tmp_pat
     import sys
     from pathlib import Path
 
-    deploy(emulated(dataset="chartqa", time_scale=0.1))
+    # Locust's users are clients as real ones are: the answer cache as the configs ship it.
+    deploy(emulated(dataset="chartqa", time_scale=0.1, cache={"enabled": True}))
     locust = Path(sys.executable).with_name("locust")
     root = Path(__file__).resolve().parents[2]
     started = time.monotonic()

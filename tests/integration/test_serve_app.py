@@ -24,6 +24,9 @@ CONFIG = {
     "cascade": {"timeouts": {"short_s": 5, "reasoning_s": 5, "stage2_s": 5, "transfer_s": 5}},
     "ingress": {"autoscaling": {"min_replicas": 1, "max_replicas": 1, "target_ongoing_requests": 8}},
     "limits": {"max_image_pixels": 1_000_000},
+    # The cascade's runs are what these tests check (their engine calls, routes, metrics and audits, for
+    # questions asked again from test to test): no answer reused.
+    "cache": {"enabled": False},
 }
 
 

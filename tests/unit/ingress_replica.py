@@ -78,10 +78,15 @@ def replica(
     name: str = "replica-a",
     large_queue: Any = None,
     clock: Any = None,
+    cache: bool = False,
 ) -> Replica:
     """A replica over scripted ``small`` and ``large`` clients, built by the product's own factory
     (``edge.parts.build_parts`` and ``MAIIngress.assemble``), recording its metrics. ``large_queue``:
-    the large model's calls in flight the overload guard reads; ``clock`` its time."""
+    the large model's calls in flight the overload guard reads; ``clock`` its time. ``cache``: keep
+    the config's answer cache (on by default in a config); off otherwise, so that tests asking one
+    question again and again see each run."""
+    if not cache:
+        config = config.model_copy(update={"cache": config.cache.model_copy(update={"enabled": False})})
     parts = build_parts(
         config,
         small,

@@ -115,7 +115,7 @@ def test_the_dropped_span_counter_is_listed_but_made_by_the_tracing_exporter_alo
     from ray.serve import metrics
 
     assert PROMETHEUS_METRICS[DROPPED_METRIC] == ("counter", DROPPED_DESCRIPTION, ("reason",))
-    assert MADE_ELSEWHERE == {DROPPED_METRIC}
+    assert MADE_ELSEWHERE == {DROPPED_METRIC, "mai_cache_events", "mai_cache_bytes"}
     made: list[str] = []
 
     def recording(name, **_):
@@ -125,3 +125,9 @@ def test_the_dropped_span_counter_is_listed_but_made_by_the_tracing_exporter_alo
         monkeypatch.setattr(metrics, kind, recording)
     IngressMetrics()
     assert sorted(made) == sorted(set(PROMETHEUS_METRICS) - MADE_ELSEWHERE)
+    # The answer cache makes its own, once, where it counts (serve_app/cache/reuse.py).
+    from serve_app.cache.reuse import CacheCounters
+
+    made.clear()
+    CacheCounters(prometheus=True)
+    assert sorted(made) == ["mai_cache_bytes", "mai_cache_events"]
