@@ -184,3 +184,30 @@ def test_the_forms_the_demo_models_learnt_fill_the_question(keyed_server, driver
     count.click()
     assert hook(driver, "question").get_attribute("value") == "How many shapes are there?"
     assert all("401" in message for message in page_errors(driver))  # only the calls before the key
+
+
+@pytest.fixture
+def cached_server():
+    from serve_app.edge.api import build_api
+
+    simple = {PromptKind.SIMPLE: "[[yes]]"}
+    ingress = replica(ScriptedVLM(simple), ScriptedVLM(simple), cache=True)
+    server = AppServer(build_api(ingress, ingress.config.security)).start()
+    yield server
+    server.stop()
+
+
+def test_the_live_view_shows_the_answer_caches_reuse(cached_server, driver):
+    import httpx
+
+    from ..images import chat_body
+
+    driver.get(f"{cached_server.base}/console")
+    wait_for(lambda: "Updated" in hook(driver, "live-status").text)
+    with httpx.Client(base_url=cached_server.base) as http:
+        replies = [http.post("/v1/chat/completions", json=chat_body()) for _ in range(3)]
+    assert [reply.headers["x-mai-cache"] for reply in replies] == ["miss", "hit", "hit"]
+    wait_for(lambda: "2 hits" in hook(driver, "cache-detail").text, timeout=30)
+    assert "1 misses" in hook(driver, "cache-detail").text and "memory" in hook(driver, "cache-detail").text
+    # The reading after the three requests: two of them reused (unless a reading fell between them).
+    assert hook(driver, "cache").text in ("67 % reused", "100 % reused", "50 % reused", "0 % reused")

@@ -1,7 +1,8 @@
 // The live view: `/v1/mai/stats` read every few seconds (never faster than the replicas report to the
 // stats holder), per question class its requests, route shares, plan and why, audit disagreement with
 // its 95 % bound, tokens per model; the overload level; requests per second from successive counts;
-// for an admin key, every key's usage.
+// the answer cache's hits, coalesced and misses, with its hit rate since the last reading; for an admin
+// key, every key's usage.
 
 import { call } from "./api.js";
 import { count, el, hook, percent, svg, tone } from "./dom.js";
@@ -10,6 +11,7 @@ const HISTORY = 60; // the readings a sparkline keeps
 const MIN_INTERVAL_S = 2;
 const DEFAULT_INTERVAL_S = 5;
 let previous = null; // { at, total, byClass }
+let cachePrevious = null; // the last reading's cache events
 const rates = { total: [], byClass: new Map() };
 const cards = new Map(); // class -> its card's parts
 
@@ -118,8 +120,31 @@ function usageTable(usage) {
   hook("usage").replaceChildren(el("tr", {}, ...head.map((h) => el("th", {}, h))), ...rows);
 }
 
+/** The answer cache: reused answers (hits and coalesced) over the requests it saw since the last reading,
+ * and its counts since start; "off" when the server has none. */
+function cacheText(cache) {
+  const shown = hook("cache");
+  const detail = hook("cache-detail");
+  if (!cache || !cache.enabled) {
+    shown.textContent = "off";
+    detail.textContent = "";
+    return;
+  }
+  const e = cache.events ?? {};
+  const seen = (x) => (x.hit ?? 0) + (x.coalesced ?? 0) + (x.miss ?? 0) + (x.bypass ?? 0);
+  const reused = (x) => (x.hit ?? 0) + (x.coalesced ?? 0);
+  const back = cachePrevious && seen(e) < seen(cachePrevious);
+  const base = cachePrevious && !back ? cachePrevious : null;
+  const asked = seen(e) - (base ? seen(base) : 0);
+  shown.textContent = asked ? `${percent((reused(e) - (base ? reused(base) : 0)) / asked)} reused` : "no request since the last reading";
+  const errors = (e.store_error ?? 0) ? ` · ${count(e.store_error)} store errors` : "";
+  detail.textContent = `${count(e.hit ?? 0)} hits · ${count(e.coalesced ?? 0)} coalesced · ${count(e.miss ?? 0)} misses since start (${cache.store})${errors}`;
+  cachePrevious = e;
+}
+
 function render(body, at) {
   usageTable(body.usage);
+  cacheText(body.cache);
   const classes = body.classes ?? {};
   const total = Object.values(classes).reduce((sum, entry) => sum + entry.requests, 0);
   const overload = body.overload;

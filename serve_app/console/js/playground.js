@@ -204,6 +204,9 @@ function notes(trace) {
   if (trace.answer_valid === false) said.push(`no stage gave a valid ${trace.kind} answer`);
   if (trace.options_named?.length) said.push(`the question names its options: ${trace.options_named.join(" / ")}`);
   if (trace.overload) said.push(`the large model was overloaded (${trace.overload.level})`);
+  const cache = trace.cache;
+  if (cache?.status === "hit") said.push(`answered from the answer cache (${cache.age_s ?? 0} s old)`);
+  if (cache?.status === "coalesced") said.push(`shared the run of request ${cache.coalesced_with}, asked at the same time`);
   return said.join(" · ");
 }
 
