@@ -94,8 +94,39 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --retry-errors: the rows the server refused (4xx) too",
     )
+    p.add_argument(
+        "--cache",
+        metavar="URL",
+        help="the answer cache rows read and fill: a Redis URL (redis://host:6379/0, the one the servers "
+        "share, so that a re-run costs only its misses), or off (default: the config's cache section)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def with_cache(config: AppConfig, cache: str | None) -> AppConfig:
+    """The config with the answer cache ``--cache`` names: off, or a Redis (checked once now: one that
+    does not answer is said, and the rows run without it until it does)."""
+    from serve_app.cache.settings import CacheSettings
+    from serve_app.cache.stores import RedisStore
+
+    if cache is None:
+        return config
+    if cache == "off":
+        settings = config.cache.model_copy(update={"enabled": False})
+    else:
+        try:
+            settings = CacheSettings(**(config.cache.model_dump() | {"url": cache, "enabled": True}))
+        except ValidationError as exc:
+            raise UsageError(f"--cache: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+        store = RedisStore(settings)
+        if not store.check_at_start():
+            print(
+                f"mai-batch: --cache {store.where} does not answer ({store.last_error}); the rows run "
+                "without it until it does",
+                file=sys.stderr,
+            )
+    return config.model_copy(update={"cache": settings})
 
 
 def read_config(path: str, app_name: str | None) -> AppConfig:
@@ -140,7 +171,7 @@ def job_of(args: argparse.Namespace) -> BatchJob:
         )
     except ValidationError as exc:
         raise UsageError(" ".join(str(exc).split())) from None
-    config = read_config(args.config, args.app_name)
+    config = with_cache(read_config(args.config, args.app_name), args.cache)
     if args.key_name is not None:
         from serve_app.edge.keys import KeyRing
 

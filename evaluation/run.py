@@ -2,7 +2,9 @@
 every prediction (with its route, per-stage tokens and latency) as JSONL in an output folder.
 
 Predictions are written as they arrive, so an interrupted run resumes where it stopped: a record
-already answered (HTTP 200) under a policy is not asked again; failed ones are.
+already answered (HTTP 200) under a policy is not asked again; failed ones are. Every request asks the
+server's answer cache to stay out of it (``Cache-Control: no-store, no-cache``): what is measured is the
+policy's own run of each record.
 """
 
 from __future__ import annotations
@@ -97,7 +99,14 @@ async def ask(
         dict(run.options),
         logprobs=run.logprobs,
     )
-    headers = {"x-request-id": request_id(policy, record.id), "content-type": "application/json"}
+    headers = {
+        "x-request-id": request_id(policy, record.id),
+        "content-type": "application/json",
+        # Every request runs the policy: an answer the server's cache reused (the same question asked
+        # before with the same key, by this run or another) would take no time and bill no tokens. The
+        # header, not ``mai.cache``: the body stays the one mai-batch sends for the same row.
+        "cache-control": "no-store, no-cache",
+    }
     # ASCII escapes, as json.dumps writes them: a record's text that is no Unicode (a lone surrogate)
     # reaches the server, whose 400 is the row, where UTF-8 (httpx's json=) could not encode it.
     content = json.dumps(body)

@@ -218,6 +218,10 @@ def usage_cases() -> list:
             lambda t: [written(t / "in.jsonl", " " * 2000 + "x\n"), *out, "--max-line-bytes", "1024"],
             "line 1 has 2001 bytes, over the limit of 1024 (--max-line-bytes)",
         ),
+        "malformed-cache-url": (
+            lambda t: [requests(t), *out, "--cache", "http://:pw@cache:6379"],
+            "cache.url 'http://***@cache:6379' has scheme 'http'",
+        ),
         "first-line-too-deep": (
             lambda t: [written(t / "in.jsonl", "[" * 1000 + "]" * 1000 + "\n"), *out],
             "nests more than 32 levels deep",
@@ -574,3 +578,17 @@ def test_an_output_at_a_uri_resumes_from_the_uris_copy(no_ray, tmp_path, capsys,
     assert capsys.readouterr().out == f"mai-batch: every one of the 2 rows is in file://{remote} already\n"
     staged = list((tmp_path / "staging").rglob("out.jsonl"))
     assert len(staged) == 1 and staged[0].read_text() == remote.read_text()
+
+
+def test_the_cache_option_names_the_store_rows_read_and_fill(cpu_config, capsys):
+    from batch.cli import with_cache
+
+    assert with_cache(cpu_config, None) == cpu_config
+    assert with_cache(cpu_config, "off").cache.enabled is False
+    # A Redis that does not answer: said once, and the rows run without it.
+    from harness.redis_server import free_port
+
+    config = with_cache(cpu_config, f"redis://:pw@127.0.0.1:{free_port()}/0")
+    assert config.cache.url is not None and config.cache.enabled
+    err = capsys.readouterr().err
+    assert "does not answer" in err and "pw" not in err.replace("redis://***@", "")
