@@ -1,7 +1,8 @@
 # Set-up and everyday commands. Everything installs into .venv at the repository root.
 #   make serve        install the CPU stack, serve configs/mai-cpu.yaml (the trained demo models) on 127.0.0.1:8000
 #   make test         install the CPU stack, build the random-weight tiny models, run ruff and mypy, then the whole test suite
-#                     (the console's browser tests need Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver)
+#                     (the console's browser tests need Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver;
+#                     the answer cache's tests Debian's redis-server, started on a free loopback port: apt-get install -y redis-server)
 #   make test-unit    the product's unit tests alone (pytest -m unit), under a minute
 #   make test-tools   the tools' tests (mai-eval, benches, training, docs) but those that train (-m slow)
 #   make demo-models  retrain the demo models (models/demo-small, models/demo-large) on easy-vqa side by side, about 50 min

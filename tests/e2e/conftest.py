@@ -2,7 +2,7 @@ from .stack import server  # noqa: F401  (the session's real stack)
 
 LAST = "test_shuts_down_cleanly_on_sigint"  # it stops the session's server
 # Modules that serve a stack of their own (another config, a local Ray): after the session's stack.
-OWN_STACK = ("test_mixed_pair.py", "test_lifecycle.py", "test_tracing.py")
+OWN_STACK = ("test_mixed_pair.py", "test_lifecycle.py", "test_tracing.py", "test_answer_cache.py")
 
 
 def pytest_collection_modifyitems(items):

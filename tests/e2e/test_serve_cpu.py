@@ -398,8 +398,9 @@ def test_the_cascade_samples_as_asked_and_returns_the_answers_logprobs(server):
             logprobs=True,
             top_logprobs=2,
             # One plan for both (the controller's explore share would send one in twenty another way,
-            # whose stages sample other tokens).
-            extra_body={"mai": {"options": {"plan": "sequential"}}},
+            # whose stages sample other tokens), and both run: a seeded request is one the answer cache
+            # keeps, and the second would be the first's answer reused, not a repeat of its sampling.
+            extra_body={"mai": {"options": {"plan": "sequential"}, "cache": "off"}},
         )
 
     raw = ask()
@@ -527,6 +528,9 @@ def test_the_readme_first_request_is_answered_right(server):
     image = base64.b64encode((ROOT / "docs" / "examples" / "shape.png").read_bytes()).decode()
     reply = httpx.post(
         f"{BASE}/v1/chat/completions",
+        # Run afresh: the README's examples ask it just before, and their answer reused would say nothing
+        # of what the cascade answers now. The body stays the README's.
+        headers={"cache-control": "no-store, no-cache"},
         json={
             "model": "mai",
             "messages": [
@@ -603,7 +607,9 @@ def test_a_follow_up_and_two_images_run_the_cascade_on_the_real_stack(server):
         {"type": "image_url", "image_url": {"url": blue}},
         {"type": "text", "text": "Do the two shapes have the same color?"},
     ]
-    sequential = {"mai": {"options": {"plan": "sequential"}}}
+    # Each asked afresh: the conversation's second ask runs its stages (and finds the prefix the first
+    # left in the engines) rather than being the first's answer reused.
+    sequential = {"mai": {"options": {"plan": "sequential"}, "cache": "off"}}
     replies = [
         httpx.post(
             f"{BASE}/v1/chat/completions", json={"model": "mai", "messages": m} | sequential, timeout=120

@@ -130,8 +130,18 @@ LOAD_TASK = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(not (bench.LMMS_VENV / ".installed").exists(), reason="lmms-eval is not installed")
-def test_lmms_eval_loads_the_task_each_document_with_its_two_images(tmp_path):
+@pytest.fixture(scope="module")
+def lmms_installed() -> None:
+    """`make lmms-eval` (nothing to do when .venv-lmms is as new as its lock; else an install of a few
+    minutes, hence ``slow``: `make test` runs it, `make test-tools` does not)."""
+    done = subprocess.run(
+        ["make", "lmms-eval"], cwd=bench.ROOT, capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+
+@pytest.mark.slow
+def test_lmms_eval_loads_the_task_each_document_with_its_two_images(tmp_path, lmms_installed):
     assert bench.lmms_task_file(SOURCE) == SOURCE_TEXT  # the vendored file is the installed one
     jsonl, parquet = tmp_path / "pairs.jsonl", tmp_path / "pairs.parquet"
     write_jsonl(pair_records(3), jsonl)
