@@ -8,7 +8,8 @@ local listener (which must see no connection: the engines fetch nothing a client
 fields only the server may set, bodies sent a byte at a time (from another loopback address, so that
 the bound per client address is tested too). Beside them: task tags past the class bound, one
 request id sent again and again (the server's audit sample must not follow it), and a normal request
-whose latency is measured alone and then beside a flood of the hostile bodies.
+whose latency is measured alone and then beside a flood of the hostile bodies (these two each run
+afresh: ``Cache-Control: no-store, no-cache``, no answer the cache reused).
 
     python -m loadtest.hostile --url http://127.0.0.1:8000 --out experiments/safe-to-expose/hostile-after.json
 """
@@ -44,6 +45,9 @@ from loadtest.hostile_cases import (
 from serve_app.core.routes import AUDITED
 
 QUESTION = "What is the color of the shape?"
+# For the requests that ask one question again and again: each runs the cascade, none is an answer the
+# server's cache reused (a header, which a server from before the cache ignores).
+NO_REUSE = {"cache-control": "no-store, no-cache"}
 
 
 # ---------------------------------------------------------------- normal requests beside them
@@ -53,7 +57,8 @@ def normal_latencies(client: httpx.Client, target: HostileTarget, count: int) ->
     seconds = []
     for _ in range(count):
         started = time.monotonic()
-        client.post("/v1/chat/completions", json=cascade_body(target, QUESTION)).raise_for_status()
+        body = cascade_body(target, QUESTION)
+        client.post("/v1/chat/completions", json=body, headers=NO_REUSE).raise_for_status()
         seconds.append(time.monotonic() - started)
     return seconds
 
@@ -125,9 +130,9 @@ def reused_id_flood(client: httpx.Client, target: HostileTarget, requests: int) 
     request_id = sampled_id()
     before = sampled()
     routes: Counter[str] = Counter()
-    for _ in range(requests):
+    for _ in range(requests):  # run afresh: a reused answer is never audited, sampled or not
         response = client.post(
-            "/v1/chat/completions", json=cascade_body(target), headers={"x-request-id": request_id}
+            "/v1/chat/completions", json=cascade_body(target), headers={"x-request-id": request_id} | NO_REUSE
         )
         routes[response.headers.get("x-mai-route", str(response.status_code))] += 1
     time.sleep(2)  # audits run after their replies

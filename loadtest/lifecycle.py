@@ -37,7 +37,7 @@ MOST_TOKENS = MAX_MODEL_LEN - 192  # a long call's, beside its short prompt
 
 def stack_args(small_replicas: int, max_num_seqs: int = 8) -> dict[str, Any]:
     """configs/mai-cpu.yaml on two cores with room for a second small replica: smaller CPU shares,
-    no attention scorer; ``max_num_seqs`` is the argument a redeploy changes."""
+    no attention scorer, no answer cache; ``max_num_seqs`` is the argument a redeploy changes."""
     share = {"bundle": {"CPU": 0.3}, "actor_num_cpus": 0.1}
     replicas = {"min_replicas": small_replicas, "max_replicas": small_replicas}
     # The demo model's whole context (8,192 positions), so that a long call lasts on a faster machine.
@@ -49,6 +49,9 @@ def stack_args(small_replicas: int, max_num_seqs: int = 8) -> dict[str, Any]:
             "large": share,
             "transfer_selection": {"attention": False},
             "limits": {"max_passthrough_tokens": MOST_TOKENS},
+            # The cascade's runs are what the short requests test (one question, once a second, through
+            # the change): no answer reused.
+            "cache": {"enabled": False},
         },
     )
 

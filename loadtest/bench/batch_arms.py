@@ -254,9 +254,10 @@ def ray_env(gcs_address: str) -> dict[str, str]:
 
 def mai_batch_command(data: str, out: str, policy: str, *, config: Path, app: str) -> list[str]:
     """The installed ``mai-batch DATA --output OUT --config CONFIG --attach APP --policy POLICY
-    --no-progress``; ``data`` and ``out`` as a user types them (a path, a glob, a URI)."""
+    --cache off --no-progress``; ``data`` and ``out`` as a user types them (a path, a glob, a URI).
+    Without the answer cache: every row runs the cascade (the memory phase repeats rows)."""
     command = [str(MAI_BATCH), data, "--output", out, "--config", str(config)]
-    return command + ["--attach", app, "--policy", policy, "--no-progress"]
+    return command + ["--attach", app, "--policy", policy, "--cache", "off", "--no-progress"]
 
 
 def run_mai_batch(

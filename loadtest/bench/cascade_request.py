@@ -31,10 +31,11 @@ def disagreeing_replica() -> Any:
     return in_process_ingress(ScriptedModel(SMALL_REPLIES), ScriptedModel(LARGE_REPLIES))
 
 
-def request_body(plan: str = "sequential") -> dict[str, Any]:
-    """A ``mai`` chat request for a yes/no question about a small image, run with ``plan``."""
+def request_body(plan: str = "sequential", image: int = 0) -> dict[str, Any]:
+    """A ``mai`` chat request for a yes/no question about a small image, run with ``plan``; ``image``:
+    which one (``synthetic_png``'s index: each its own bytes, so a new question to the answer cache)."""
     content = [
-        {"type": "image_url", "image_url": {"url": synthetic_png(64, 0)}},
+        {"type": "image_url", "image_url": {"url": synthetic_png(64, image)}},
         {"type": "text", "text": QUESTION},
     ]
     return {

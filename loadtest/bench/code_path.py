@@ -1,6 +1,7 @@
 """Which of the project's modules one request's code path runs through, and how large the code they belong
 to is: a profiler hook counts every Python function entered (a coroutine's every resumption included)
-while an ingress handles one request, after a warm-up request that fills first-use caches.
+while an ingress handles one request, after a warm-up request that fills first-use caches (and keeps no
+answer: the request counted is a new question to the answer cache, which runs the cascade).
 
 ``modules_run`` takes the ingress as a factory and the request as a body, so the same measurement runs
 against another checkout's ingress (``root``: that checkout)."""
@@ -98,7 +99,9 @@ async def _warm_then_measure(
     ingress_factory: Callable[[], Any], body: Any
 ) -> tuple[Counter[str], Counter[str], Any]:
     ingress = ingress_factory()  # built in the event loop, as a replica is
-    await chat_completions(ingress, json_request(body, request_id="warm-up"))
+    # The warm-up keeps no answer (no-store), so that the request counted is what a new question is, a
+    # miss of the answer cache that runs the cascade, not the warm-up's answer reused.
+    await chat_completions(ingress, json_request(body, request_id="warm-up", cache_control="no-store"))
     request = json_request(body, request_id="measured")
     calls: Counter[str] = Counter()
     shapes: Counter[str] = Counter()

@@ -79,12 +79,21 @@ def in_process_ingress(
     return ingress
 
 
-def json_request(body: Any, path: str = "/v1/chat/completions", request_id: str | None = None) -> Request:
-    """A POST of ``body`` as JSON to ``path``, as the ingress's handlers receive it from Serve's proxy."""
+def json_request(
+    body: Any,
+    path: str = "/v1/chat/completions",
+    request_id: str | None = None,
+    cache_control: str | None = None,
+) -> Request:
+    """A POST of ``body`` as JSON to ``path``, as the ingress's handlers receive it from Serve's proxy;
+    ``cache_control``: its ``Cache-Control`` header (what it lets the answer cache do; a checkout from
+    before the cache reads no such header)."""
     raw = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     if request_id is not None:
         headers.append((b"x-request-id", request_id.encode()))
+    if cache_control is not None:
+        headers.append((b"cache-control", cache_control.encode()))
     sent = False
 
     async def receive() -> dict[str, Any]:

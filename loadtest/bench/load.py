@@ -26,7 +26,8 @@ ANSWER = "/v1/mai/answer"
 
 def emulated_args(dataset: str, time_scale: float, *, autoscaling: dict | None = None, **app: Any) -> dict:
     """``configs/mai-emulated.yaml``'s arguments with both models on ``dataset``'s profile at
-    ``time_scale``, one replica each unless ``autoscaling`` says otherwise; ``app`` merged on top."""
+    ``time_scale``, one replica each unless ``autoscaling`` says otherwise, the answer cache off;
+    ``app`` merged on top."""
     model = {
         "emulation": {"dataset": dataset, "time_scale": time_scale, "max_num_seqs": 64},
         "autoscaling": autoscaling or ONE,
@@ -43,6 +44,9 @@ def emulated_args(dataset: str, time_scale: float, *, autoscaling: dict | None =
                 "max_ongoing_requests": 1024,
                 "max_queued_requests": 8192,
             },
+            # The cascade's runs are what the capacity model measures (its loads cycle through the
+            # records, warm up on the ones they time, repeat on one deployment): no answer reused.
+            "cache": {"enabled": False},
             **app,
         },
     )

@@ -1,15 +1,17 @@
 """What tracing costs, measured two ways (the tracing scenario):
 
 - **In process.** The request_path scenario's request (``cascade_request.py``: a ``mai`` request down
-  the cascade, three stage calls, scripted models answering at once) through one in-process ingress,
-  in blocks, with tracing off, on at a sampling ratio of 0.01 and on at 1.0, the arms' order rotated
-  from one round to the next. Tracing on is what a replica gets: the package's OTLP exporter
+  the cascade, three stage calls, scripted models answering at once; each about an image of its own, so
+  that the answer cache misses and the cascade runs) through one in-process ingress, in blocks, with
+  tracing off, on at a sampling ratio of 0.01 and on at 1.0, the arms' order rotated from one round to
+  the next. Tracing on is what a replica gets: the package's OTLP exporter
   (``serve_app.telemetry.exporter.span_processors``) over HTTP to a real receiver on loopback (its
   decoding shares the machine), behind a parent-based ratio sampler, as Ray Serve's. The spans each
   sampled request makes are counted as they end.
 - **On the real stack.** ``serve run configs/mai-cpu.yaml`` in a process of its own per run, tracing
   off, on at 1.0 into a receiver, and on at 1.0 with the collector unreachable (a closed port), the
-  same seeded questions at the same concurrency, the arms' order rotated per repetition.
+  same seeded questions at the same concurrency (each run afresh: ``cache: off``), the arms' order
+  rotated per repetition.
 """
 
 from __future__ import annotations
@@ -124,22 +126,20 @@ def in_process(requests: int, rounds: int, warm_up: int, log_dir: Path) -> dict[
     """The in-process arms, ``rounds`` blocks of ``requests`` each, interleaved."""
     from ray.serve._private import tracing_utils
 
-    from .cascade_request import request_body
     from .tree_worker import _replica, timed
 
     loop = asyncio.new_event_loop()
-    body = request_body()
     ingress = loop.run_until_complete(_replica())
     blocks: list[dict[str, Any]] = []
     with receiver_process(log_dir) as (endpoint, received), process_tracing(endpoint) as (ratio, ended):
-        loop.run_until_complete(timed(ingress, body, warm_up))
+        loop.run_until_complete(timed(ingress, warm_up))
         for round_ in range(rounds):
             for arm in rotated(IN_PROCESS_ARMS, round_):
                 tracing_utils._tracing_enabled = arm != "off"
                 ratio.set(0.0 if arm == "off" else float(arm))
                 gc.collect()
                 before = ended[0]
-                seconds = loop.run_until_complete(timed(ingress, body, requests))
+                seconds = loop.run_until_complete(timed(ingress, requests))
                 blocks.append(
                     {"arm": arm, "round": round_, "spans": ended[0] - before, **block_quantiles(seconds)}
                 )

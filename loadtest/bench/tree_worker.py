@@ -2,7 +2,9 @@
 imported from that checkout (``side_by_side.py`` starts it there). It counts the project modules the
 cascade request (``cascade_request.py``) runs through, and times blocks of that request through one
 in-process ingress over scripted models answering at once: what a request costs in the product's own
-code, with no proxy, Ray or engine around it.
+code, with no proxy, Ray or engine around it. Each timed request asks about an image of its own, a new
+question to the answer cache (a miss, which runs the cascade), as a stream of new questions does; one
+body again and again would be answered from the cache after its first run.
 
 It imports only this folder's measuring modules (loaded from their files, as an earlier checkout has
 none of them) and, through them, the checkout's ``serve_app`` and ``harness.paths``.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import os
 import sys
@@ -39,12 +42,17 @@ async def _replica() -> Any:
     return disagreeing_replica()  # built in the event loop, as a replica is
 
 
-async def timed(ingress: Any, body: dict[str, Any], requests: int) -> list[float]:
+# The timed requests' images, each its own (image 0 is the counted request's).
+IMAGES = itertools.count(1)
+
+
+async def timed(ingress: Any, requests: int) -> list[float]:
     """The seconds each of ``requests`` requests took through ``ingress``, one at a time: from the
-    handler's call to its reply, the request object made before the clock starts (the proxy's work)."""
+    handler's call to its reply, the request object made before the clock starts (the proxy's work).
+    Each is the cascade request about an image no request before it sent (``IMAGES``)."""
     seconds = []
     for _ in range(requests):
-        request = json_request(body)
+        request = json_request(request_body(image=next(IMAGES)))
         started = time.perf_counter()
         reply = await chat_completions(ingress, request)
         seconds.append(time.perf_counter() - started)
@@ -59,7 +67,7 @@ def serve() -> None:
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the product's own prints cannot break the replies
     loop = asyncio.new_event_loop()
-    body, ingress = request_body(), None
+    ingress = None
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("count"):
@@ -68,7 +76,7 @@ def serve() -> None:
             if ingress is None:
                 ingress = loop.run_until_complete(_replica())
             gc.collect()  # each block starts from the same heap, in both checkouts
-            answer = loop.run_until_complete(timed(ingress, body, int(command["time"])))
+            answer = loop.run_until_complete(timed(ingress, int(command["time"])))
         replies.write(json.dumps(answer) + "\n")
         replies.flush()
     loop.close()

@@ -114,7 +114,9 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
 
     facts, urls = _images(parameters.split)
     if not bench.served:
-        deploy(config_args("mai-cpu.yaml"))
+        # The cascade's runs are what this measures (the variants ask the same conversations on one
+        # deployment): no answer reused.
+        deploy(config_args("mai-cpu.yaml", {"cache": {"enabled": False}}))
     drawn = draw(facts, sorted(facts), parameters.questions, parameters.seed, held_out=parameters.held_out)
     cached_set = draw(facts, sorted(facts), parameters.cached, parameters.seed + 1)["follow_up"]
     predictions: list[dict[str, Any]] = []

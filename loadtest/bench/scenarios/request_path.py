@@ -6,7 +6,8 @@ scripted models, so no Ray, proxy or engine code is counted; beside the count, t
 
 With ``--param before=<an earlier checkout>`` the same run measures that checkout beside this one, each
 in its own process (``side_by_side.py``): both counts and sizes, and the time per request the product's
-own code takes, in interleaved blocks (``requests`` requests each, ``blocks`` per checkout)."""
+own code takes, in interleaved blocks (``requests`` requests each, ``blocks`` per checkout; each request
+about an image of its own, a new question to the answer cache, which runs the cascade)."""
 
 from __future__ import annotations
 

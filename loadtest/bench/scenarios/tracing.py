@@ -38,7 +38,8 @@ def run(bench: Bench, parameters: Parameters) -> dict[str, Any]:
     }
     if parameters.stack:
         records = list(easy_vqa_records("validation", parameters.stack_requests))
-        payloads = bodies(records, parameters.stack_requests)
+        # Each asked afresh (the warm-up asks the first of them, every run all of them): no answer reused.
+        payloads = bodies(records, parameters.stack_requests, cache="off")
         result["stack"] = on_stack(payloads, parameters.concurrency, parameters.repetitions, 16, LOG)
     return result
 
