@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import (
     adaptive,
     affinity,
+    answer_cache,
     audit,
     autoscaling,
     batch,
@@ -32,6 +33,7 @@ SCENARIOS = {
         request_path,
         tracing,
         prefix_cache,
+        answer_cache,
         conversations,
         mixed_pair,
         affinity,
