@@ -7,7 +7,7 @@ persistence off.
         server.stop()                          # connections now fail
         server.start()                         # or server.restart(): the same port, an empty database
 
-Standard library only (it PINGs over a raw socket), so it runs before the ``redis`` client is installed.
+No Redis client (it PINGs over a raw socket), so it runs before the ``redis`` client is installed.
 Each start is a fresh, empty server: nothing is saved (``--save ""``, ``--appendonly no``). Stop it from
 the test or fixture that started it: tests/conftest.py leaves the interpreter with ``os._exit``, which
 runs no finalizer.
@@ -25,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
+from .local_server import free_port
+
 HOST = "127.0.0.1"
 MISSING = "Debian's redis-server is needed: apt-get install -y redis-server"
 
@@ -35,13 +37,6 @@ class RedisServerMissing(RuntimeError):
 
 class _PortTaken(RuntimeError):
     """redis-server could not bind its port: another process took it after free_port() released it."""
-
-
-def free_port(host: str = HOST) -> int:
-    """A port the kernel has just handed out on ``host`` (bound to port 0, read, released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _bulk(*words: str) -> bytes:

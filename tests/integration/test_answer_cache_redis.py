@@ -11,7 +11,8 @@ import time
 import pytest
 import redis
 
-from harness.redis_server import RedisServer, free_port
+from harness.local_server import free_port
+from harness.redis_server import RedisServer
 from serve_app.cache.settings import CacheSettings
 from serve_app.cache.stores import RedisStore, pattern_of
 from serve_app.core.prompts import PromptKind

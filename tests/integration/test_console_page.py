@@ -6,7 +6,6 @@ end-to-end test, tests/e2e/test_console.py, asks the real stack).
 Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them when missing)."""
 
 import hashlib
-import socket
 import threading
 import time
 
@@ -14,18 +13,13 @@ import pytest
 import uvicorn
 
 from harness.browser import chromium, hooked, missing, page_errors, wait_until
+from harness.local_server import free_port
 from serve_app.core.prompts import PromptKind
 
 from ..unit.fakes import ScriptedVLM
 from ..unit.ingress_replica import replica
 
 KEY = "console-test-key"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class AppServer:

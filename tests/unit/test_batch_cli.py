@@ -586,7 +586,7 @@ def test_the_cache_option_names_the_store_rows_read_and_fill(cpu_config, capsys)
     assert with_cache(cpu_config, None) == cpu_config
     assert with_cache(cpu_config, "off").cache.enabled is False
     # A Redis that does not answer: said once, and the rows run without it.
-    from harness.redis_server import free_port
+    from harness.local_server import free_port
 
     config = with_cache(cpu_config, f"redis://:pw@127.0.0.1:{free_port()}/0")
     assert config.cache.url is not None and config.cache.enabled
