@@ -183,13 +183,23 @@ def _digested(value: Any, images: list[str]) -> Any:
     return value
 
 
+def uncached_reason(payload: Mapping[str, Any]) -> str | None:
+    """Why a request forwarded to a model has no key: ``stream`` (a stream is relayed as it comes), or
+    ``sampled`` (``temperature`` other than 0 without a ``seed``: the engine's own default may sample);
+    None when it may be cached."""
+    if payload.get("stream"):
+        return "stream"
+    if payload.get("temperature") != 0 and payload.get("seed") is None:
+        return "sampled"
+    return None
+
+
 def passthrough_key(
     payload: Mapping[str, Any], model_id: str, *, tenant: str, identity: str
 ) -> CacheKey | None:
     """A request forwarded to ``model_id``: its key over the whole body as checked (its images as
-    digests); None for a stream, or a request that samples (``temperature`` other than 0) without a
-    ``seed``: the engine's own default may sample."""
-    if payload.get("stream") or (payload.get("temperature") != 0 and payload.get("seed") is None):
+    digests); None when it may not be cached (``uncached_reason``)."""
+    if uncached_reason(payload) is not None:
         return None
     images: list[str] = []
     body = _digested(dict(payload), images)

@@ -43,6 +43,7 @@ from .keys import (
     passthrough_key,
     storable,
     tenant_of,
+    uncached_reason,
 )
 from .settings import CacheSettings
 from .stores import RedisStore, StoreDown, redis_store_of
@@ -205,14 +206,6 @@ class AnswerCache:
         tenant = tenant_of(key_name, key_digest, shared=self.shared)
         return cache_key(question, options, task=task, tenant=tenant, identity=self.identity)
 
-    def passthrough_key(
-        self, payload: Mapping[str, Any], model_id: str, key_name: str, key_digest: str
-    ) -> CacheKey | None:
-        """A forwarded request's key under this cache's serving identity, for the API key named
-        ``key_name`` whose digest is ``key_digest``."""
-        tenant = tenant_of(key_name, key_digest, shared=self.shared)
-        return passthrough_key(payload, model_id, tenant=tenant, identity=self.identity)
-
     async def answer(
         self,
         key: CacheKey | None,
@@ -262,20 +255,26 @@ class AnswerCache:
 
     async def forwarded(
         self,
-        key: CacheKey | None,
+        payload: Mapping[str, Any],
+        model_id: str,
+        caller: tuple[str, str],
         mode: CacheMode | None,
         forward: Callable[[], Awaitable[Any]],
         body_of: Callable[[Any], Mapping[str, Any] | None],
     ) -> tuple[Any, CacheRecord | None]:
-        """A request forwarded to a model, when it asked for the cache (``mode``): its kept reply and
-        the record (a hit), else ``forward()``'s outcome, whose JSON body (``body_of``) is kept when the
-        mode writes. No coalescing: a forwarded request is the client's own."""
+        """``payload`` forwarded to ``model_id`` for ``caller`` (its API key's name and digest), when it
+        asked for the cache (``mode``): its kept reply and the record (a hit), else ``forward()``'s
+        outcome, whose JSON body (``body_of``) is kept when the mode writes. No coalescing: a forwarded
+        request is the client's own."""
         if mode is None:
             return await forward(), None
-        if key is None or mode is CacheMode.OFF:
-            reason = "sampled" if key is None else "off"
+        reason = "off" if mode is CacheMode.OFF else uncached_reason(payload)
+        if reason is not None:
             self.counters.count("bypass", reason=reason)
             return await forward(), CacheRecord("bypass", reason=reason)
+        tenant = tenant_of(*caller, shared=self.shared)
+        key = passthrough_key(payload, model_id, tenant=tenant, identity=self.identity)
+        assert key is not None  # uncached_reason said it may be cached
         kept, answered = await self._kept(key, decode_reply) if mode.reads else (None, True)
         if kept is not None:
             self.counters.count("hit")

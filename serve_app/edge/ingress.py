@@ -365,9 +365,10 @@ class IngressReplica(ReplicaStats):
             if self.answers is None or mode is None:
                 reply, cache = await forwarded(), None
             else:
-                caller = grant.caller
-                key = self.answers.passthrough_key(payload, model_id, caller.name, caller.key.sha256)
-                reply, cache = await self.answers.forwarded(key, mode, forwarded, lambda f: f.body)
+                caller = (grant.caller.name, grant.caller.key.sha256)
+                reply, cache = await self.answers.forwarded(
+                    payload, model_id, caller, mode, forwarded, lambda f: f.body
+                )
                 if isinstance(reply, dict):  # a kept reply
                     grant.bill = Bill(passthrough=True, reused=True)
                     return Forwarded(model_id, reason, body=reply, warnings=decision.warnings, cache=cache)

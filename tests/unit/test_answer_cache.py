@@ -10,7 +10,15 @@ import dataclasses
 import pytest
 from pydantic import ValidationError
 
-from serve_app.cache.keys import CacheMode, cache_key, normal_question, requested_mode, tenant_of
+from serve_app.cache.keys import (
+    CacheMode,
+    cache_key,
+    normal_question,
+    passthrough_key,
+    requested_mode,
+    tenant_of,
+    uncached_reason,
+)
 from serve_app.cache.reuse import MemoryStore, decode, encode
 from serve_app.cache.settings import CacheSettings
 from serve_app.cache.stores import pattern_of
@@ -349,8 +357,18 @@ def test_a_request_for_a_model_is_cached_only_when_it_asks(monkeypatch):
     assert sampled.headers["x-mai-cache"] == "bypass"  # no temperature 0, no seed: the engine may sample
     bad = ask(mai={"cache": ["use"]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "mai.cache"
-    usage = client.get("/v1/mai/stats").json()["usage"]["anonymous"]
+    stats = client.get("/v1/mai/stats").json()
+    assert stats["cache"]["bypassed"] == {"sampled": 1}
+    usage = stats["usage"]["anonymous"]
     assert usage["reused"] == 1 and usage["passthroughs"] == 5  # the 400 is no passthrough
+
+
+def test_a_forwarded_request_says_why_it_cannot_be_cached():
+    assert uncached_reason({"temperature": 0}) is None
+    assert uncached_reason({"temperature": 0.7, "seed": 3}) is None
+    assert uncached_reason({"stream": True, "temperature": 0}) == "stream"
+    assert uncached_reason({}) == "sampled"  # the engine's default temperature may sample
+    assert passthrough_key({"stream": True, "temperature": 0}, "l", tenant="t", identity="i") is None
 
 
 def test_a_tenant_is_a_keys_name_and_digest_so_a_name_that_moves_to_another_key_reads_nothing():
