@@ -115,7 +115,8 @@ class ReplicaStats:
 
     async def purge_over_http(self, request: Request) -> dict[str, Any]:
         """``POST /v1/mai/cache/purge`` (an admin key's): the entries of a key, of an image, or all, from
-        the shared store (Redis), or from this replica's memory (each replica keeps its own)."""
+        the shared store (Redis), or from this replica's memory at once and from every other replica's
+        with its next report (``others_within_s``: fleet/purges.py)."""
         caller = self.access.identify(request.headers)
         async with self.access.admitted(caller) as grant:
             grant.bill = Bill()
@@ -132,7 +133,18 @@ class ReplicaStats:
                 raise unavailable(
                     f"the answer cache's store did not answer ({exc})", code="cache_unavailable"
                 ) from None
-            return {"purged": removed, "store": self.answers.store.kind}
+            body = {"purged": removed, "store": self.answers.store.kind}
+            if body["store"] != "memory" or self.stats_holder is None:  # Redis: every replica's entries
+                return body
+            try:
+                await self.stats_holder.purge.remote(pattern, self.replica)
+            except transport_errors() as exc:
+                raise unavailable(
+                    f"the purge removed {removed} entries from one replica only: the statistics holder, "
+                    f"which passes it on to the others, did not answer ({type(exc).__name__}); send it again",
+                    code="stats_unavailable",
+                ) from None
+            return body | {"others_within_s": self.config.cascade.audit.report_interval_s}
 
     def _key_named(self, name: str) -> NamedKey:
         """A key by its name (a batch job's rows and the anonymous caller's among them); a 400 naming
@@ -177,3 +189,7 @@ class ReplicaStats:
             lambda report: self.stats_holder.report.remote(self.replica, report)
         )
         self.plans.update(view)
+        for pattern in self.stats_reporter.purges(view):  # an admin's, sent through another replica
+            if self.answers is not None:
+                removed = await self.answers.purge(pattern)
+                logger.info("answer cache: a purge sent through another replica removed %d entries", removed)

@@ -10,6 +10,9 @@ difference from the last it applied and a repeat changes nothing; window entries
 (``AuditBook``'s ``audited``, ``PlanBook``'s ``appended``), so the holder skips those it has. A lost
 reply costs a resend of the same entries, nothing else.
 
+A replica with the answer cache on also says which of the admins' purges of the in-process stores it
+has taken (its ``purge_cursor``), and the reply names those it has not (serve_app/fleet/purges.py).
+
 The first report, and the first after the holder said it does not know this replica (it restarted:
 ``{"resend": true}``), is full: every class and every entry of the windows. ``exchange`` makes that
 second call at once.
@@ -18,6 +21,7 @@ second call at once.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from itertools import islice
 from typing import Any
@@ -46,9 +50,12 @@ class StatsReporter:
         plans: PlanBook,
         overload_level: Callable[[], str] = _always_normal,
         cache_events: Callable[[], Mapping[str, int]] | None = None,
+        wall: Callable[[], float] = time.time,
     ):
         self.audits, self.plans, self.overload_level = audits, plans, overload_level
         self.cache_events = cache_events  # the answer cache's counts (absolute), when it is on
+        # Which of the admins' purges of the in-process stores this replica took (serve_app/fleet/purges.py).
+        self.purge_cursor: dict[str, Any] = {"epoch": None, "through": 0, "started": wall()}
         self.number = 0  # the reports made: the holder ignores the counts of one older than it applied
         self.full = True  # the next report carries everything
         self.acked_counts: dict[str, tuple[int, int]] = {}  # class -> (requests, audited) acknowledged
@@ -77,7 +84,9 @@ class StatsReporter:
                 rows = [row_of(o) for o in _tail(observations, new)]
                 plans[cls] = {"appended": appended, "rows": rows}
         book = self.audits
-        cache = {"cache": dict(self.cache_events())} if self.cache_events is not None else {}
+        cache = {}
+        if self.cache_events is not None:
+            cache = {"cache": dict(self.cache_events()), "purge_cursor": dict(self.purge_cursor)}
         return cache | {
             "number": self.number,
             "full": self.full,
@@ -100,6 +109,15 @@ class StatsReporter:
         self.acked_audits.update(reply["acked"]["audits"])
         self.acked_plans.update(reply["acked"]["plans"])
         self.full = False
+
+    def purges(self, reply: Mapping[str, Any]) -> list[str]:
+        """The purges of the answer cache the holder's reply orders (``stores.pattern_of`` patterns) for
+        this replica to apply to its own store; the cursor moves past them."""
+        due = reply.get("purges")
+        if not due:
+            return []
+        self.purge_cursor |= {"epoch": due["epoch"], "through": due["through"]}
+        return list(due["patterns"])
 
     def forget(self) -> None:
         """The holder does not know this replica (it restarted): the next report carries everything."""

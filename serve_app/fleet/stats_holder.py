@@ -42,6 +42,7 @@ from ..core.plan_choice import AdaptiveSettings, allowed_plans, plan_summary, re
 from ..core.plan_stats import MergedPlans, Observation
 from ..core.plans import PlanEstimates
 from ..core.trace import nested_tokens
+from .purges import PurgeOrders
 
 logger = logging.getLogger("ray.serve")
 ESTIMATES = tuple(field.name for field in dataclasses.fields(PlanEstimates))  # a reply's, per class
@@ -151,6 +152,8 @@ class StatsHolder:
         # Per class, what a reply carries, read again only once the class's window has changed.
         self._bounds: dict[str, dict[str, float]] = {}
         self._estimates: dict[str, dict[str, Any]] = {}
+        # An admin's purges of the in-process answer stores, for the replicas to take (fleet/purges.py).
+        self.purges = PurgeOrders()
         # Serve runs a deployment's sync methods in a thread pool: one report or snapshot at a time.
         self._lock = threading.Lock()
 
@@ -179,11 +182,23 @@ class StatsHolder:
                 acked_audits[cls] = self._add_audits(known, cls, entry)
             acked_plans = {cls: self._add_plans(known, cls, entry) for cls, entry in report["plans"].items()}
             self._warn(report["audits"])
-            return {
+            purges = (
+                {}
+                if "purge_cursor" not in report
+                else {"purges": self.purges.due(report["purge_cursor"], replica)}
+            )
+            return purges | {
                 "acked": {"audits": acked_audits, "plans": acked_plans},
                 "estimates": {cls: self._estimates_of(cls) for cls in self.plans.classes},
                 "exit_bounds": {cls: self._exit_bounds(cls) for cls in self.audits.classes},
             }
+
+    def purge(self, pattern: str, origin: str) -> int:
+        """An admin's purge of the answer cache's entries ``pattern`` names (``stores.pattern_of``), sent
+        through the replica ``origin``, which purged its own: every other replica takes it with its next
+        report. The order's number."""
+        with self._lock:
+            return self.purges.add(pattern, origin, time.time())
 
     def _add_audits(self, known: _Replica, cls: str, entry: Mapping[str, Any]) -> int:
         """Add the audits of ``entry["recent"]`` the holder does not have; the last one it has."""

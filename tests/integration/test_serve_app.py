@@ -819,6 +819,42 @@ def audited(server):
     serve.delete("audited")
 
 
+@pytest.fixture(scope="module")
+def purged(server):
+    """An app on /purged: the answer cache in each of two ingress replicas' memory, reports every 0.5 s."""
+    client, _, _ = server
+    config = AppConfig.model_validate(
+        CONFIG
+        | {
+            "cascade": CONFIG["cascade"] | {"audit": {"report_interval_s": 0.5}},
+            "ingress": {"autoscaling": {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 8}},
+            "cache": {"enabled": True},
+        }
+    )
+    run_app(config, "purged", "/purged")
+    yield client
+    serve.delete("purged")
+
+
+def test_an_admin_purge_through_one_replica_reaches_the_other_replicas_memory(purged):
+    from collections import Counter
+
+    def statuses(count: int) -> Counter:
+        body = chat_body("Is the shape red? [agree]")
+        return Counter(
+            purged.post("/purged/v1/chat/completions", json=body).headers["x-mai-cache"] for _ in range(count)
+        )
+
+    # 30 requests one at a time reach both replicas (each with odds of 1 in 2**29 against): each ran the
+    # question once and kept the answer in its own memory.
+    assert statuses(30) == Counter(miss=2, hit=28)
+    reply = purged.post("/purged/v1/mai/cache/purge", json={"all": True})  # the anonymous caller: an admin
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"purged": 1, "store": "memory", "others_within_s": 0.5}
+    time.sleep(2.0)  # past the other replica's next report, which carries the purge to it
+    assert statuses(30) == Counter(miss=2, hit=28)  # both forgot it: each runs it once again
+
+
 def _stats_when(client, ready, timeout_s=30.0) -> dict:
     import time
 

@@ -279,24 +279,29 @@ def test_only_an_admin_purges_and_a_purge_names_what_it_removes():
     )
 
 
-def test_the_replicas_cache_counts_are_summed_by_the_stats_holder():
+def in_process_holder():
+    """The statistics holder's logic behind an object shaped as its deployment handle."""
     from serve_app.fleet.stats_holder import StatsHolder
 
-    holder_logic = StatsHolder(CONFIG.cascade.audit, CONFIG.cascade.adaptive)
+    logic = StatsHolder(CONFIG.cascade.audit, CONFIG.cascade.adaptive)
 
-    class Holder:  # the holder's deployment handle, called in process
-        class report:
-            @staticmethod
-            async def remote(replica, report):
-                return holder_logic.report(replica, report)
+    class Method:
+        def __init__(self, name):
+            self.name = name
 
-        class snapshot:
-            @staticmethod
-            async def remote():
-                return holder_logic.snapshot()
+        async def remote(self, *args):
+            return getattr(logic, self.name)(*args)
 
+    class Holder:
+        report, snapshot, purge = Method("report"), Method("snapshot"), Method("purge")
+
+    return Holder()
+
+
+def test_the_replicas_cache_counts_are_summed_by_the_stats_holder():
+    holder = in_process_holder()
     replicas = [
-        cached(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}), stats=Holder(), name=n) for n in "ab"
+        cached(ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}), stats=holder, name=n) for n in "ab"
     ]
     anonymous = Caller(NamedKey(name="anonymous", sha256="0" * 64, admin=True))
 
@@ -309,6 +314,66 @@ def test_the_replicas_cache_counts_are_summed_by_the_stats_holder():
 
     cache = asyncio.run(run())["cache"]
     assert cache["replicas"] == 2 and cache["events"]["hit"] == 2 and cache["events"]["miss"] == 2
+
+
+def test_a_purge_through_one_replica_reaches_every_replicas_memory_with_its_next_report():
+    holder = in_process_holder()
+    ring = KeyRing.of((NamedKey(name="ops", sha256=sha("omega"), admin=True),))
+    ops = {"authorization": "Bearer omega"}
+
+    def started(name):
+        ingress = cached(
+            ScriptedVLM({S: "[[yes]]"}), ScriptedVLM({S: "[[yes]]"}), stats=holder, name=name, api_keys=ring
+        )
+        return ingress, client_of(ingress)
+
+    def ask(client, question="Is the shape red?"):
+        return client.post("/v1/chat/completions", json=chat_body(question), headers=ops).headers[
+            "x-mai-cache"
+        ]
+
+    (a, to_a), (b, to_b) = started("a"), started("b")
+    assert ask(to_a) == ask(to_b) == "miss"
+    for ingress in (a, b):
+        asyncio.run(ingress._report())  # each takes its cursor of this holder
+    purged = to_a.post("/v1/mai/cache/purge", json={"all": True}, headers=ops).json()
+    assert purged == {
+        "purged": 1,
+        "store": "memory",
+        "others_within_s": CONFIG.cascade.audit.report_interval_s,
+    }
+    assert ask(to_a) == "miss" and ask(to_a, "Is the shape blue?") == "miss"  # a purged itself at once
+    asyncio.run(b._report())
+    assert ask(to_b) == "miss"  # b took the order with its report
+    asyncio.run(a._report())
+    assert ask(to_a) == ask(to_a, "Is the shape blue?") == "hit"  # a does not purge again what it sent
+    # A replica started after the purge takes no order made before it: its entries stay.
+    c, to_c = started("c")
+    assert ask(to_c) == "miss"
+    asyncio.run(c._report())
+    assert ask(to_c) == "hit"
+
+
+def test_purge_orders_reach_each_replica_once_and_everything_when_some_were_dropped():
+    from serve_app.cache.stores import pattern_of
+    from serve_app.fleet.purges import PurgeOrders
+
+    orders = PurgeOrders(kept=2)
+    fresh = {"epoch": None, "through": 0, "started": 100.0}
+    first = orders.add("p1", "a", at=90.0)  # before the replica started
+    assert orders.due(fresh, "b") == {"epoch": orders.epoch, "through": first, "patterns": []}
+    orders.add("p2", "a", at=110.0)
+    orders.add("p3", "b", at=120.0)
+    mine = {"epoch": orders.epoch, "through": 2, "started": 100.0}
+    assert orders.due(mine, "a")["patterns"] == ["p3"] and orders.due(mine, "b")["patterns"] == []
+    # Of a dead holder's epoch: every order made since it started, none it sent itself.
+    assert orders.due(fresh | {"epoch": "gone"}, "c")["patterns"] == ["p2", "p3"]
+    orders.add("p4", "a", at=130.0)  # p2 is no longer kept
+    assert orders.due(mine, "c")["patterns"] == ["p3", "p4"]  # it had taken p2
+    behind = mine | {"through": 1}
+    assert orders.due(behind, "c")["patterns"] == [pattern_of()]  # it missed p2: everything goes
+    assert orders.due(fresh, "c")["patterns"] == [pattern_of()]  # p2 was made after it started
+    assert orders.due(fresh | {"started": 125.0}, "c")["patterns"] == ["p4"]
 
 
 # -- requests for a model (passthrough): cached only when they ask -------------------------------------
